@@ -1,0 +1,67 @@
+// Allreduce algorithms over sparse contributions, each written once against
+// the Transport interface and the kernels. The table below is what SPCCL_ALGO
+// parsing, logging and docs read.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/core/elementwise.h"
+#include "src/status.h"
+#include "src/transport/transport.h"
+
+namespace spccl {
+
+struct AlgorithmInfo {
+  int id;  // SPCCL_ALGO_*
+  const char* name;
+  const char* description;
+};
+
+std::span<const AlgorithmInfo> algorithmTable();
+const char* algorithmName(int id);
+
+// Scratch reused across calls of one compressor: buffers only grow, so a
+// steady shape allocates nothing after its first calls.
+struct Workspace {
+  std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
+  std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
+  std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank;
+  std::vector<float> rangeAcc;
+  std::vector<uint32_t> rangeIndices;
+};
+
+// This rank's selected entries: sorted global indices and wire-typed values.
+struct SparseContribution {
+  const uint32_t* indices;
+  const void* values;
+  uint64_t nnz;
+};
+
+struct ReduceContext {
+  Transport* transport;
+  uint64_t seq;
+  uint64_t count;
+  core::ValueType wire;
+  int algorithm;
+  const uint64_t* nnzPerRank;  // every rank's nnz, from the call descriptors
+  float* out;                  // count fp32, receives the sum over ranks in rank order
+  float* residual;             // owner-stage rounding error goes here; nullptr = dropped
+  Workspace* ws;
+  uint64_t bytesSent = 0;      // out: bytes put on the wire to other ranks
+  uint64_t mergedNnz = 0;      // out (split): pairs after the owners' merge, all ranges
+};
+
+// [begin, end) of the index range rank r owns in the split algorithm: P
+// near-equal contiguous ranges, the first count % P one longer.
+inline uint64_t rangeBegin(uint64_t count, int p, int r) {
+  const uint64_t base = count / static_cast<uint64_t>(p), rem = count % static_cast<uint64_t>(p);
+  return static_cast<uint64_t>(r) * base + std::min<uint64_t>(static_cast<uint64_t>(r), rem);
+}
+
+Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
+Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx);
+
+}  // namespace spccl

@@ -1,0 +1,43 @@
+// allgather: every rank's packed stream goes to every rank (one allgatherv);
+// each rank unpacks all P streams in rank order, so every rank performs the
+// same float additions in the same order and ends bitwise identical.
+#include <algorithm>
+
+#include "collectives/algorithms.h"
+#include "src/codec.h"
+
+namespace spccl {
+
+Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
+  Transport& t = *ctx->transport;
+  Workspace& ws = *ctx->ws;
+  const int p = t.size(), me = t.rank();
+  ws.sizes.resize(p);
+  ws.offsets.resize(p);
+  size_t total = 0;
+  for (int r = 0; r < p; ++r) {
+    ws.sizes[r] = pairsStreamBytes(ctx->nnzPerRank[r], ctx->wire);
+    ws.offsets[r] = total;
+    total += ws.sizes[r];
+  }
+  const StreamInfo info{ctx->count, 0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
+                        ctx->wire, StreamKind::kPairs};
+  ws.sendBytes.resize(ws.sizes[me]);
+  encodePairs(ws.sendBytes.data(), info, mine.indices, mine.values);
+  ws.recvBytes.resize(total);
+  SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(),
+                                     ws.offsets.data()));
+  ctx->bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
+
+  std::fill(ctx->out, ctx->out + ctx->count, 0.0f);
+  const StreamExpect expect{ctx->count, 0, ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
+                            false};
+  for (int r = 0; r < p; ++r) {
+    StreamView view;
+    SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
+    accumulateStream(view, ctx->out, 0);
+  }
+  return Status::ok();
+}
+
+}  // namespace spccl

@@ -1,0 +1,177 @@
+// split: a sparse reduce-scatter followed by an allgather.
+//   1. The index space is cut into P contiguous ranges. Each rank's sorted
+//      pairs are cut at the range starts and each piece goes to the range's
+//      owner (alltoall of sizes, alltoallv of streams).
+//   2. Each owner sums the P pieces of its range in rank order.
+//   3. Each owner's reduced range is allgathered, as pairs or dense,
+//      whichever is smaller; every rank decodes the same bytes, so results
+//      are bitwise identical. If the wire type is fp16/bf16, the owner's
+//      rounding of the reduced range goes back into its residual.
+// An owner that rejects a piece still takes part in stage 3 with an error
+// stream, so every rank returns an error and none hangs.
+#include <algorithm>
+#include <cmath>
+
+#include "collectives/algorithms.h"
+#include "src/codec.h"
+
+namespace spccl {
+
+namespace {
+
+// Largest stream a rank can honestly send for a range of `len` elements.
+size_t maxStreamBytes(uint64_t len, core::ValueType vt) {
+  return std::max(pairsStreamBytes(len, vt), denseStreamBytes(len, vt));
+}
+
+// Encodes the owner's reduced range [b, e) of `acc` into ws.stageBytes as
+// pairs or dense, returning rounding error to `residual` (when given).
+size_t encodeOwnerRange(const StreamInfo& base, const float* acc, float* residual, Workspace& ws) {
+  const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
+  uint64_t m = 0;
+  for (uint64_t i = 0; i < len; ++i) m += acc[i] != 0.0f;  // NaN != 0: kept
+  const bool dense = pairsStreamBytes(m, base.valueType) >= denseStreamBytes(len, base.valueType);
+  const bool rounds = base.valueType != core::ValueType::kFloat32;
+  if (residual && rounds) {
+    for (uint64_t i = 0; i < len; ++i) {
+      const float d = core::roundToWire(acc[i], base.valueType);
+      if (std::isfinite(d) && std::isfinite(acc[i])) residual[b + i] += acc[i] - d;
+    }
+  }
+  StreamInfo info = base;
+  if (dense) {
+    info.kind = StreamKind::kDense;
+    ws.stageBytes.resize(denseStreamBytes(len, base.valueType));
+    return encodeDense(ws.stageBytes.data(), info, acc, nullptr);
+  }
+  ws.rangeIndices.resize(m);
+  std::vector<unsigned char>& values = ws.sendBytes;  // stage 1 is done with it
+  values.resize(m * core::wireValueBytes(base.valueType));
+  uint64_t j = 0;
+  for (uint64_t i = 0; i < len; ++i) {
+    if (acc[i] == 0.0f) continue;
+    ws.rangeIndices[j] = static_cast<uint32_t>(b + i);
+    core::storeWireValue(values.data(), j, acc[i], base.valueType);
+    ++j;
+  }
+  info.kind = StreamKind::kPairs;
+  info.nnz = m;
+  ws.stageBytes.resize(pairsStreamBytes(m, base.valueType));
+  return encodePairs(ws.stageBytes.data(), info, ws.rangeIndices.data(), values.data());
+}
+
+}  // namespace
+
+Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
+  Transport& t = *ctx->transport;
+  Workspace& ws = *ctx->ws;
+  const int p = t.size(), me = t.rank();
+  const uint64_t n = ctx->count;
+  const uint8_t algo = static_cast<uint8_t>(ctx->algorithm);
+  auto begin = [&](int r) { return rangeBegin(n, p, r); };
+
+  // Stage 1: cut the sorted pairs at the range starts, one stream per owner.
+  ws.sizes.resize(p);
+  ws.offsets.resize(p);
+  ws.counts.resize(p);
+  ws.recvCounts.resize(p);
+  ws.recvSizes.resize(p);
+  ws.recvOffsets.resize(p);
+  ws.cuts.resize(p + 1);
+  uint64_t* starts = ws.cuts.data();  // rank r's piece is pairs [starts[r], starts[r+1])
+  size_t total = 0;
+  for (int r = 0; r <= p; ++r)
+    starts[r] = r == p ? mine.nnz
+                       : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) -
+                                               mine.indices);
+  for (int r = 0; r < p; ++r) {
+    ws.sizes[r] = pairsStreamBytes(starts[r + 1] - starts[r], ctx->wire);
+    ws.offsets[r] = total;
+    total += ws.sizes[r];
+  }
+  ws.sendBytes.resize(total);
+  const uint32_t valueBytes = core::wireValueBytes(ctx->wire);
+  for (int r = 0; r < p; ++r) {
+    const StreamInfo info{n, begin(r), begin(r + 1), starts[r + 1] - starts[r], ctx->seq, algo, ctx->wire,
+                          StreamKind::kPairs};
+    encodePairs(ws.sendBytes.data() + ws.offsets[r], info, mine.indices + starts[r],
+                static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
+  }
+  for (int r = 0; r < p; ++r) ws.counts[r] = ws.sizes[r];
+  SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
+  const uint64_t myBegin = begin(me), myEnd = begin(me + 1), myLen = myEnd - myBegin;
+  size_t recvTotal = 0;
+  for (int r = 0; r < p; ++r) {
+    if (ws.recvCounts[r] > pairsStreamBytes(myLen, ctx->wire) || ws.recvCounts[r] % 8 != 0)
+      return remoteError(formatString("split: rank %d announced a %llu-byte stream for a range of %llu elements", r,
+                                      static_cast<unsigned long long>(ws.recvCounts[r]),
+                                      static_cast<unsigned long long>(myLen)));
+    ws.recvSizes[r] = ws.recvCounts[r];
+    ws.recvOffsets[r] = recvTotal;
+    recvTotal += ws.recvSizes[r];
+  }
+  ws.recvBytes.resize(recvTotal);
+  SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
+                                    ws.recvSizes.data(), ws.recvOffsets.data()));
+  for (int r = 0; r < p; ++r)
+    if (r != me) ctx->bytesSent += sizeof(uint64_t) + ws.sizes[r];
+
+  // Stage 2: the owner sums its range in rank order.
+  ws.rangeAcc.assign(myLen, 0.0f);
+  Status local;
+  const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
+  for (int r = 0; r < p && local.isOk(); ++r) {
+    StreamView view;
+    local = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &view);
+    if (local.isOk()) accumulateStream(view, ws.rangeAcc.data(), myBegin);
+  }
+
+  // Stage 3: allgather the reduced ranges (or an error marker).
+  const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
+  size_t myBytes;
+  if (local.isOk()) {
+    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws);
+  } else {
+    ws.stageBytes.resize(kErrorStreamBytes);
+    myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());
+  }
+  uint64_t myBytes64 = myBytes;
+  SPCCL_RETURN_IF_ERROR(t.allGather(&myBytes64, sizeof myBytes64, ws.recvCounts.data()));
+  total = 0;
+  for (int r = 0; r < p; ++r) {
+    const uint64_t len = begin(r + 1) - begin(r);
+    if (ws.recvCounts[r] > maxStreamBytes(len, ctx->wire) || ws.recvCounts[r] % 8 != 0)
+      return remoteError(formatString("split: owner %d announced a %llu-byte range stream for %llu elements", r,
+                                      static_cast<unsigned long long>(ws.recvCounts[r]),
+                                      static_cast<unsigned long long>(len)));
+    ws.recvSizes[r] = ws.recvCounts[r];
+    ws.recvOffsets[r] = total;
+    total += ws.recvSizes[r];
+  }
+  ws.recvBytes.resize(total);
+  SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.stageBytes.data(), myBytes, ws.recvBytes.data(), ws.recvSizes.data(),
+                                     ws.recvOffsets.data()));
+  ctx->bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + myBytes);
+
+  std::fill(ctx->out, ctx->out + n, 0.0f);
+  Status remote;
+  ctx->mergedNnz = 0;
+  for (int r = 0; r < p; ++r) {
+    StreamView view;
+    const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true};
+    Status st = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
+    if (st.isOk() && view.kind == StreamKind::kError)
+      st = Status(view.peerStatus, formatString("split: owner rank %d rejected its input (%s)", r,
+                                                spcclGetErrorString(view.peerStatus)));
+    if (!st.isOk()) {
+      if (remote.isOk()) remote = st;
+      continue;
+    }
+    accumulateStream(view, ctx->out, 0);
+    ctx->mergedNnz += view.nnz;
+  }
+  if (!local.isOk()) return local;
+  return remote;
+}
+
+}  // namespace spccl

@@ -1,0 +1,25 @@
+/* spccl communicators over MPI (host buffers). */
+#ifndef SPCCL_MPI_H_
+#define SPCCL_MPI_H_
+
+#include <mpi.h>
+
+#include "spccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Collective over mpiComm. Duplicates the communicator (spccl traffic never
+ * matches the application's messages) and sets MPI_ERRORS_RETURN on the copy,
+ * so MPI failures come back as result codes. Reads and validates the SPCCL_*
+ * environment: an invalid value fails here with a message naming the variable.
+ */
+SPCCL_API spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPCCL_MPI_H_ */

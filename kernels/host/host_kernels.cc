@@ -1,0 +1,153 @@
+#include "kernels/host/host_kernels.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace spccl::host {
+
+using core::Pick;
+using core::ValueType;
+
+namespace {
+
+// Input element loaders: one per user float type, so the inner loops have no
+// per-element type switch.
+struct LoadF32 {
+  const float* p;
+  float operator()(size_t i) const { return p[i]; }
+};
+struct LoadF16 {
+  const uint16_t* p;
+  float operator()(size_t i) const { return core::halfBitsToFloat(p[i]); }
+};
+struct LoadBf16 {
+  const uint16_t* p;
+  float operator()(size_t i) const { return core::bfloat16BitsToFloat(p[i]); }
+};
+
+template <typename F>
+decltype(auto) withLoader(const void* src, spcclDataType_t type, F&& f) {
+  switch (type) {
+    case spcclFloat16:
+      return f(LoadF16{static_cast<const uint16_t*>(src)});
+    case spcclBfloat16:
+      return f(LoadBf16{static_cast<const uint16_t*>(src)});
+    default:
+      return f(LoadF32{static_cast<const float*>(src)});
+  }
+}
+
+template <ValueType kWire>
+struct WireTag {
+  static constexpr ValueType value = kWire;
+};
+
+template <typename F>
+decltype(auto) withWire(ValueType vt, F&& f) {
+  switch (vt) {
+    case ValueType::kFloat16:
+      return f(WireTag<ValueType::kFloat16>{});
+    case ValueType::kBfloat16:
+      return f(WireTag<ValueType::kBfloat16>{});
+    default:
+      return f(WireTag<ValueType::kFloat32>{});
+  }
+}
+
+template <typename Load, typename Wire, bool kHasResidualIn, bool kHasResidualOut>
+SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
+  uint64_t written = 0, finite = 0, ties = a.tieBudget;
+  for (size_t i = 0; i < a.n; ++i) {
+    float v = load(i);
+    if constexpr (kHasResidualIn) v += a.residualIn[i];
+    const Pick pick = core::classify(v, a.tauKey);
+    bool take = pick == Pick::kAbove || pick == Pick::kNonFinite;
+    if (pick == Pick::kTie && ties > 0) {
+      --ties;
+      take = true;
+    }
+    if (!take) {
+      if constexpr (kHasResidualOut) a.residualOut[i] = v;
+      continue;
+    }
+    finite += pick != Pick::kNonFinite;
+    float sent = core::roundToWire(v, Wire::value);
+    if (written < a.capacity) {
+      a.indices[written] = static_cast<uint32_t>(i);
+      sent = core::storeWireValue(a.values, written, v, Wire::value);
+    }
+    ++written;
+    // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
+    if constexpr (kHasResidualOut) a.residualOut[i] = pick == Pick::kNonFinite ? 0.0f : v - sent;
+  }
+  return {written, finite};
+}
+
+}  // namespace
+
+SelectResult selectPack(const SelectArgs& a) {
+  return withLoader(a.send, a.inType, [&](auto load) {
+    return withWire(a.wireType, [&](auto wire) {
+      if (a.residualIn && a.residualOut) return selectPackImpl<decltype(load), decltype(wire), true, true>(a, load, wire);
+      if (a.residualOut) return selectPackImpl<decltype(load), decltype(wire), false, true>(a, load, wire);
+      if (a.residualIn) return selectPackImpl<decltype(load), decltype(wire), true, false>(a, load, wire);
+      return selectPackImpl<decltype(load), decltype(wire), false, false>(a, load, wire);
+    });
+  });
+}
+
+ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
+                                    uint64_t k, uint32_t* scratch) {
+  const size_t m = withLoader(send, inType, [&](auto load) {
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float v = residual ? load(i) + residual[i] : load(i);
+      const uint32_t key = core::magnitudeKey(v);
+      if (!core::isNonFiniteKey(key)) scratch[count++] = key;
+    }
+    return count;
+  });
+  ThresholdResult r{0, 0, m};
+  if (k == 0 || k > m) {  // fewer finite entries than k: every non-zero one is selected
+    r.above = static_cast<uint64_t>(std::count_if(scratch, scratch + m, [](uint32_t key) { return key > 0; }));
+    return r;
+  }
+  std::nth_element(scratch, scratch + (k - 1), scratch + m, std::greater<uint32_t>());
+  r.tauKey = scratch[k - 1];
+  r.above = static_cast<uint64_t>(std::count_if(scratch, scratch + (k - 1), [&](uint32_t key) { return key > r.tauKey; }));
+  return r;
+}
+
+void unpackAccumulate(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* acc,
+                      uint64_t accBase) {
+  withWire(vt, [&](auto wire) {
+    for (uint64_t j = 0; j < nnz; ++j) acc[indices[j] - accBase] += core::loadWireValue(values, j, decltype(wire)::value);
+  });
+}
+
+void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst) {
+  withWire(vt, [&](auto wire) {
+    for (uint64_t i = 0; i < len; ++i) dst[i] += core::loadWireValue(values, i, decltype(wire)::value);
+  });
+}
+
+void loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst) {
+  withLoader(src, type, [&](auto load) {
+    for (size_t i = 0; i < n; ++i) dst[i] = load(i);
+  });
+}
+
+void storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) {
+  switch (type) {
+    case spcclFloat16:
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = core::floatToHalfBits(src[i]);
+      break;
+    case spcclBfloat16:
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = core::floatToBfloat16Bits(src[i]);
+      break;
+    default:
+      if (static_cast<const void*>(src) != dst) std::copy(src, src + n, static_cast<float*>(dst));
+  }
+}
+
+}  // namespace spccl::host

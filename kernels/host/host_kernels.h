@@ -1,0 +1,59 @@
+// CPU back end of the kernels: the loops the CUDA kernels mirror, built on the
+// element rules in kernels/core. The library picks this back end for host
+// buffers (stream == NULL).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "include/spccl.h"
+#include "kernels/core/elementwise.h"
+
+namespace spccl::host {
+
+// Arguments of the fused pass: v = send + residual, classify against tau,
+// append selected (index, wire value) pairs in index order, write the new
+// residual (v outside the selection, wire rounding error inside it).
+struct SelectArgs {
+  const void* send;        // n elements of inType (fp32, fp16 or bf16)
+  spcclDataType_t inType;
+  const float* residualIn;  // n fp32, or nullptr (treated as zeros)
+  float* residualOut;       // n fp32, or nullptr (error feedback off); may equal residualIn
+  size_t n;
+  uint32_t tauKey;          // core::magnitudeKey(tau)
+  uint64_t tieBudget;       // |v| == tau entries sent at most this many, lowest indices first
+  uint64_t capacity;        // pairs that fit in indices/values; counting goes on past it
+  core::ValueType wireType;
+  uint32_t* indices;
+  void* values;             // capacity slots of the wire type
+};
+
+struct SelectResult {
+  uint64_t selected;        // all pairs the rule selected (finite + non-finite)
+  uint64_t finiteSelected;  // the part the capacity factor limits
+};
+
+SelectResult selectPack(const SelectArgs& args);
+
+struct ThresholdResult {
+  uint32_t tauKey;     // magnitude key of the k-th largest finite |v| (0 if fewer than k finite)
+  uint64_t above;      // finite entries with |v| > tau
+  uint64_t finite;     // finite entries
+};
+
+// Exact k-th largest |v| over finite entries, v = send + residual.
+// `scratch` holds n uint32 (overwritten).
+ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
+                                    uint64_t k, uint32_t* scratch);
+
+// acc[index - accBase] += value, for nnz pairs of the given wire type.
+void unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz, float* acc,
+                      uint64_t accBase);
+// dst[i] += values[i] for len wire values.
+void denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst);
+
+// fp32 <-> user float buffers (fp32, fp16, bf16); round to nearest even.
+void loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst);
+void storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst);
+
+}  // namespace spccl::host

@@ -1,0 +1,372 @@
+// The C entry points: validate arguments, resolve the path (exact or
+// compressed), call into the communicator/compressor, and turn a Status into
+// an spcclResult_t plus this thread's last-error message. No exception
+// crosses this boundary.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+
+#include "include/spccl.h"
+#include "include/spccl_mpi.h"
+#include "kernels/host/host_kernels.h"
+#include "src/comm.h"
+#include "src/log.h"
+#include "src/transport/mpi_transport.h"
+#include "src/types.h"
+
+using namespace spccl;
+
+namespace {
+
+// Live handles. A handle not in here (NULL, destroyed, garbage) is rejected
+// with a clear error instead of being dereferenced.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<const spcclComm*, uint64_t> comms;  // -> comm id
+  std::unordered_map<const spcclCompressor*, bool> compressors;
+  uint64_t nextId = 1;
+};
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: usable from atexit paths
+  return *r;
+}
+
+bool commAlive(const spcclComm* c) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().comms.count(c) != 0;
+}
+
+spcclResult_t finish(const Status& st, int rank = -1) {
+  if (!st.isOk()) {
+    setLastError(st);
+    SPCCL_WARN(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
+  }
+  return st.code();
+}
+
+template <typename F>
+spcclResult_t guarded(F&& f, int rank = -1) {
+  try {
+    return finish(f(), rank);
+  } catch (const std::bad_alloc&) {
+    return finish(systemError("out of host memory"), rank);
+  } catch (const std::exception& e) {
+    return finish(internalError(std::string("unexpected exception: ") + e.what()), rank);
+  }
+}
+
+Status checkComm(const spcclComm* comm) {
+  if (comm == nullptr) return invalidArgument("comm is NULL");
+  if (!commAlive(comm)) return invalidUsage("comm is not a live communicator (destroyed, or never created)");
+  return Status::ok();
+}
+
+Status checkCompressor(const spcclCompressor* c) {
+  if (c == nullptr) return invalidArgument("compressor is NULL");
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (registry().compressors.count(c) == 0)
+      return invalidUsage("compressor is not a live compressor (destroyed, or never created)");
+    auto it = registry().comms.find(c->comm);
+    if (it == registry().comms.end() || it->second != c->commId)
+      return invalidUsage("the compressor's communicator has been destroyed");
+  }
+  return Status::ok();
+}
+
+Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, size_t elemSize, void* stream) {
+  if (count > 0 && sendbuff == nullptr) return invalidArgument("sendbuff is NULL with count > 0");
+  if (count > 0 && recvbuff == nullptr) return invalidArgument("recvbuff is NULL with count > 0");
+  if (count > SIZE_MAX / (elemSize ? elemSize : 1) / 2)
+    return invalidArgument(formatString("count=%zu overflows the buffer size", count));
+  if (stream != nullptr)
+    return invalidArgument("stream must be NULL on an MPI communicator (host buffers); device buffers need "
+                           "a communicator from spcclCommInitNccl");
+  return Status::ok();
+}
+
+Status checkTypeAndOp(int datatype, int op) {
+  if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+  if (!isValidRedOp(op)) return invalidArgument(formatString("op=%d is not an spcclRedOp_t", op));
+  return Status::ok();
+}
+
+void registerCompressor(spcclCompressor* c) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().compressors[c] = true;
+}
+
+Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const spcclCompressConfig_t& config,
+                      bool implicit, std::unique_ptr<spcclCompressor>* out) {
+  auto c = std::make_unique<spcclCompressor>();
+  c->comm = comm;
+  c->commId = comm->id;
+  c->count = count;
+  c->dataType = type;
+  c->config = config;
+  c->implicit = implicit;
+  if (config.errorFeedback) {
+    c->residual[0].assign(count, 0.0f);
+    c->residual[1].resize(count);
+  }
+  *out = std::move(c);
+  return Status::ok();
+}
+
+bool takesExactPath(const spcclComm& comm, size_t count, spcclDataType_t type, spcclRedOp_t op, float density) {
+  return comm.params.disable || !isCompressibleType(type) || (op != spcclSum && op != spcclAvg) ||
+         density >= 1.0f || count == 0;
+}
+
+}  // namespace
+
+Status spcclComm::exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
+                                 spcclRedOp_t op, spcclStats_t* call) {
+  ++seq;
+  if (count > 0) SPCCL_RETURN_IF_ERROR(transport->allReduceDense(sendbuff, recvbuff, count, type, op));
+  *call = spcclStats_t{};
+  call->calls = 1;
+  call->denseBytes = denseBytesPerCall(ranks, count, type);
+  call->bytesSent = call->denseBytes;  // the bandwidth-optimal figure: MPI's own traffic is not visible here
+  call->lastAlgorithm = SPCCL_ALGO_DENSE;
+  call->lastSelected = count;
+  addStats(&stats, *call);
+  return Status::ok();
+}
+
+extern "C" {
+
+spcclResult_t spcclGetVersion(int* version) {
+  if (version == nullptr) return finish(invalidArgument("version is NULL"));
+  *version = SPCCL_VERSION_CODE;
+  return spcclSuccess;
+}
+
+const char* spcclGetErrorString(spcclResult_t result) {
+  switch (result) {
+    case spcclSuccess:
+      return "no error";
+    case spcclUnhandledCudaError:
+      return "unhandled cuda error";
+    case spcclSystemError:
+      return "unhandled system error (MPI, network or memory)";
+    case spcclInternalError:
+      return "internal error - please report this issue to the spccl developers";
+    case spcclInvalidArgument:
+      return "invalid argument";
+    case spcclInvalidUsage:
+      return "invalid usage";
+    case spcclRemoteError:
+      return "remote process exited or there was a network error, or a peer's stream was malformed";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* spcclGetLastError(spcclComm_t) { return lastError(); }
+
+spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
+  return guarded([&]() -> Status {
+    if (comm == nullptr) return invalidArgument("comm (output pointer) is NULL");
+    *comm = nullptr;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) return invalidUsage("MPI is not initialized: call MPI_Init before spcclCommInitMPI");
+    if (mpiComm == MPI_COMM_NULL) return invalidArgument("mpiComm is MPI_COMM_NULL");
+    Params params;
+    Status envStatus = loadParamsFromEnv(&params);
+    setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
+    // Agree on success before creating anything: a rank with a bad env must
+    // not leave the others inside MPI_Comm_dup.
+    int bad = envStatus.isOk() ? 0 : 1, anyBad = 0;
+    SPCCL_MPI_CHECK(MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, mpiComm));
+    if (!envStatus.isOk()) return envStatus;
+    if (anyBad) return invalidUsage("another rank rejected its SPCCL_* environment (see its log)");
+    auto c = std::make_unique<spcclComm>();
+    std::unique_ptr<MpiTransport> t;
+    SPCCL_RETURN_IF_ERROR(MpiTransport::create(mpiComm, &t));
+    c->rank = t->rank();
+    c->ranks = t->size();
+    c->transport = std::move(t);
+    c->params = params;
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      c->id = registry().nextId++;
+      registry().comms[c.get()] = c->id;
+    }
+    SPCCL_INFO(c->rank, "spccl %s, MPI transport, %d ranks", SPCCL_VERSION_STRING, c->ranks);
+    SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
+    *comm = c.release();
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCommCount(const spcclComm_t comm, int* count) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    if (count == nullptr) return invalidArgument("count is NULL");
+    *count = comm->ranks;
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCommUserRank(const spcclComm_t comm, int* rank) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    if (rank == nullptr) return invalidArgument("rank is NULL");
+    *rank = comm->rank;
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCommGetStats(const spcclComm_t comm, spcclStats_t* stats) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    if (stats == nullptr) return invalidArgument("stats is NULL");
+    *stats = comm->stats;
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCommDestroy(spcclComm_t comm) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      registry().comms.erase(comm);
+      for (auto& [key, c] : comm->implicitCompressors) registry().compressors.erase(c.get());
+    }
+    delete comm;  // explicit compressors stay valid to destroy; using them is spcclInvalidUsage
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t datatype,
+                             spcclRedOp_t op, spcclComm_t comm, void* stream) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, op));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), stream));
+    const Params& p = comm->params;
+    if (takesExactPath(*comm, count, datatype, op, p.allreduceDensity) || count < p.minCompressCount) {
+      spcclStats_t call;
+      return comm->exactAllReduce(sendbuff, recvbuff, count, datatype, op, &call);
+    }
+    auto key = std::make_tuple(recvbuff, count, static_cast<int>(datatype));
+    auto it = comm->implicitCompressors.find(key);
+    if (it == comm->implicitCompressors.end()) {
+      std::unique_ptr<spcclCompressor> c;
+      SPCCL_RETURN_IF_ERROR(makeCompressor(comm, count, datatype, configFromParams(p), true, &c));
+      registerCompressor(c.get());
+      it = comm->implicitCompressors.emplace(key, std::move(c)).first;
+      SPCCL_INFO(comm->rank, "implicit compressor for buffer %p, count %zu, %s", recvbuff, count,
+                 dataTypeName(datatype));
+    }
+    return it->second->allReduce(sendbuff, recvbuff, op);
+  }, comm && commAlive(comm) ? comm->rank : -1);
+}
+
+spcclResult_t spcclCompressConfigInit(spcclCompressConfig_t* config) {
+  return guarded([&]() -> Status {
+    if (config == nullptr) return invalidArgument("config is NULL");
+    Params p;
+    SPCCL_RETURN_IF_ERROR(loadParamsFromEnv(&p));
+    *config = configFromParams(p);
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataType_t datatype,
+                                    const spcclCompressConfig_t* config, spcclCompressor_t* out) {
+  return guarded([&]() -> Status {
+    if (out == nullptr) return invalidArgument("out is NULL");
+    *out = nullptr;
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    if (count > SIZE_MAX / 16) return invalidArgument(formatString("count=%zu is too large", count));
+    if (count > UINT32_MAX)
+      return invalidArgument(formatString("count=%zu exceeds the 32-bit index encoding (at most %u)", count, UINT32_MAX));
+    const spcclCompressConfig_t cfg = config ? *config : configFromParams(comm->params);
+    SPCCL_RETURN_IF_ERROR(checkConfig(cfg));
+    std::unique_ptr<spcclCompressor> c;
+    SPCCL_RETURN_IF_ERROR(makeCompressor(comm, count, datatype, cfg, false, &c));
+    registerCompressor(c.get());
+    *out = c.release();
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spcclRedOp_t op,
+                                       spcclCompressor_t c, void* stream) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkCompressor(c));
+    SPCCL_RETURN_IF_ERROR(checkTypeAndOp(c->dataType, op));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, c->count, dataTypeSize(c->dataType), stream));
+    spcclComm& comm = *c->comm;
+    if (takesExactPath(comm, c->count, c->dataType, op, c->config.density)) {
+      // Exact: the residual (if any) is not involved; it waits for the next compressed call.
+      spcclStats_t call;
+      SPCCL_RETURN_IF_ERROR(comm.exactAllReduce(sendbuff, recvbuff, c->count, c->dataType, op, &call));
+      addStats(&c->stats, call);
+      return Status::ok();
+    }
+    return c->allReduce(sendbuff, recvbuff, op);
+  }, c && checkCompressor(c).isOk() ? c->comm->rank : -1);
+}
+
+spcclResult_t spcclCompressorGetStats(const spcclCompressor_t c, spcclStats_t* stats) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkCompressor(c));
+    if (stats == nullptr) return invalidArgument("stats is NULL");
+    *stats = c->stats;
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* residual, size_t count) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkCompressor(c));
+    if (count != c->count)
+      return invalidArgument(formatString("count=%zu differs from the compressor's count %zu", count, c->count));
+    if (residual == nullptr && count > 0) return invalidArgument("residual is NULL");
+    if (c->config.errorFeedback)
+      std::memcpy(residual, c->residual[c->current].data(), count * sizeof(float));
+    else
+      std::memset(residual, 0, count * sizeof(float));
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclCompressorDestroy(spcclCompressor_t c) {
+  return guarded([&]() -> Status {
+    if (c == nullptr) return invalidArgument("compressor is NULL");
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      if (registry().compressors.count(c) == 0)
+        return invalidUsage("compressor is not a live compressor (destroyed twice, or never created)");
+      if (c->implicit) return invalidUsage("implicit compressors belong to their communicator");
+      registry().compressors.erase(c);
+    }
+    delete c;
+    return Status::ok();
+  });
+}
+
+}  // extern "C"
+
+namespace spccl {
+
+const char* dataTypeName(int t) {
+  static const char* kNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+                                 "float64", "bfloat16"};
+  return isValidDataType(t) ? kNames[t] : "invalid";
+}
+
+const char* redOpName(int op) {
+  static const char* kNames[] = {"sum", "prod", "max", "min", "avg"};
+  return isValidRedOp(op) ? kNames[op] : "invalid";
+}
+
+}  // namespace spccl

@@ -1,0 +1,200 @@
+#include "src/codec.h"
+
+#include <cstring>
+
+#include "include/spccl.h"
+#include "kernels/host/host_kernels.h"
+#include "collectives/algorithms.h"
+
+namespace spccl {
+
+using core::ValueType;
+
+size_t pairsStreamBytes(uint64_t nnz, ValueType vt) {
+  return alignStream(sizeof(StreamHeader) + nnz * (sizeof(uint32_t) + core::wireValueBytes(vt)));
+}
+
+size_t denseStreamBytes(uint64_t len, ValueType vt) {
+  return alignStream(sizeof(StreamHeader) + len * core::wireValueBytes(vt));
+}
+
+namespace {
+
+StreamHeader makeHeader(const StreamInfo& info, StreamKind kind, uint64_t nnz) {
+  StreamHeader h{};
+  h.magic = kStreamMagic;
+  h.version = kStreamVersion;
+  h.indexEncoding = static_cast<uint8_t>(IndexEncoding::kCoo32);
+  h.valueType = static_cast<uint8_t>(info.valueType);
+  h.kind = static_cast<uint8_t>(kind);
+  h.algorithm = info.algorithm;
+  h.denseCount = info.denseCount;
+  h.rangeBegin = info.rangeBegin;
+  h.rangeEnd = info.rangeEnd;
+  h.nnz = nnz;
+  h.seq = info.seq;
+  return h;
+}
+
+void zeroPad(unsigned char* p, size_t used, size_t total) {
+  if (total > used) std::memset(p + used, 0, total - used);
+}
+
+bool knownValueType(uint8_t v) {
+  return v == static_cast<uint8_t>(ValueType::kFloat32) || v == static_cast<uint8_t>(ValueType::kFloat16) ||
+         v == static_cast<uint8_t>(ValueType::kBfloat16);
+}
+
+}  // namespace
+
+size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const StreamHeader h = makeHeader(info, StreamKind::kPairs, info.nnz);
+  std::memcpy(p, &h, sizeof h);
+  size_t off = sizeof h;
+  std::memcpy(p + off, indices, info.nnz * sizeof(uint32_t));
+  off += info.nnz * sizeof(uint32_t);
+  const size_t vbytes = info.nnz * core::wireValueBytes(info.valueType);
+  std::memcpy(p + off, wireValues, vbytes);
+  off += vbytes;
+  const size_t total = alignStream(off);
+  zeroPad(p, off, total);
+  return total;
+}
+
+size_t encodeDense(void* dst, const StreamInfo& info, const float* values, float* decoded) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const StreamHeader h = makeHeader(info, StreamKind::kDense, 0);
+  std::memcpy(p, &h, sizeof h);
+  const uint64_t len = info.rangeEnd - info.rangeBegin;
+  void* section = p + sizeof h;
+  for (uint64_t i = 0; i < len; ++i) {
+    const float d = core::storeWireValue(section, i, values[i], info.valueType);
+    if (decoded) decoded[i] = d;
+  }
+  const size_t used = sizeof h + len * core::wireValueBytes(info.valueType);
+  const size_t total = alignStream(used);
+  zeroPad(p, used, total);
+  return total;
+}
+
+size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code) {
+  StreamHeader h = makeHeader(info, StreamKind::kError, 0);
+  h.status = static_cast<uint8_t>(code);
+  std::memcpy(dst, &h, sizeof h);
+  return sizeof h;
+}
+
+Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int peer, StreamView* out) {
+  if (bytes < sizeof(StreamHeader) || data == nullptr)
+    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its %zu-byte header", peer,
+                                    bytes, sizeof(StreamHeader)));
+  StreamHeader h;
+  std::memcpy(&h, data, sizeof h);
+  if (h.magic != kStreamMagic || h.version != kStreamVersion)
+    return remoteError(formatString("stream from rank %d has bad magic 0x%08x or version %u", peer, h.magic,
+                                    static_cast<unsigned>(h.version)));
+  if (h.kind == static_cast<uint8_t>(StreamKind::kError)) {
+    out->kind = StreamKind::kError;
+    out->peerStatus = (h.status > spcclSuccess && h.status < spcclNumResults) ? static_cast<spcclResult_t>(h.status)
+                                                                              : spcclRemoteError;
+    return Status::ok();
+  }
+  if (h.seq != e.seq)
+    return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
+                                     "sequences differ",
+                                     peer, static_cast<unsigned long long>(h.seq),
+                                     static_cast<unsigned long long>(e.seq)));
+  if (h.denseCount != e.denseCount)
+    return invalidUsage(formatString("rank %d called with count %llu, this rank with count %llu", peer,
+                                     static_cast<unsigned long long>(h.denseCount),
+                                     static_cast<unsigned long long>(e.denseCount)));
+  if (h.algorithm != e.algorithm)
+    return invalidUsage(formatString("rank %d used algorithm %s, this rank %s", peer, algorithmName(h.algorithm),
+                                     algorithmName(e.algorithm)));
+  if (!knownValueType(h.valueType) || h.valueType != static_cast<uint8_t>(e.valueType))
+    return invalidUsage(formatString("rank %d sent wire value type %u, this rank expects %u", peer,
+                                     static_cast<unsigned>(h.valueType), static_cast<unsigned>(e.valueType)));
+  if (h.rangeBegin != e.rangeBegin || h.rangeEnd != e.rangeEnd)
+    return remoteError(formatString("stream from rank %d covers [%llu, %llu), expected [%llu, %llu)", peer,
+                                    static_cast<unsigned long long>(h.rangeBegin),
+                                    static_cast<unsigned long long>(h.rangeEnd),
+                                    static_cast<unsigned long long>(e.rangeBegin),
+                                    static_cast<unsigned long long>(e.rangeEnd)));
+  const uint64_t len = e.rangeEnd - e.rangeBegin;
+  const auto* base = static_cast<const unsigned char*>(data);
+  out->valueType = e.valueType;
+  out->rangeBegin = e.rangeBegin;
+  out->rangeEnd = e.rangeEnd;
+  out->peerStatus = spcclSuccess;
+  if (h.kind == static_cast<uint8_t>(StreamKind::kDense)) {
+    if (!e.allowDense) return remoteError(formatString("rank %d sent a dense stream where pairs were expected", peer));
+    if (bytes != denseStreamBytes(len, e.valueType))
+      return remoteError(formatString("dense stream from rank %d is %zu bytes, expected %zu", peer, bytes,
+                                      denseStreamBytes(len, e.valueType)));
+    out->kind = StreamKind::kDense;
+    out->nnz = len;
+    out->indices = nullptr;
+    out->values = base + sizeof h;
+    return Status::ok();
+  }
+  if (h.kind != static_cast<uint8_t>(StreamKind::kPairs) ||
+      h.indexEncoding != static_cast<uint8_t>(IndexEncoding::kCoo32))
+    return remoteError(formatString("stream from rank %d has unknown kind %u or index encoding %u", peer,
+                                    static_cast<unsigned>(h.kind), static_cast<unsigned>(h.indexEncoding)));
+  // nnz bounded by the range length first, so the size computation cannot overflow.
+  if (h.nnz > len || bytes != pairsStreamBytes(h.nnz, e.valueType))
+    return remoteError(formatString("stream from rank %d claims %llu pairs in %zu bytes for a range of %llu", peer,
+                                    static_cast<unsigned long long>(h.nnz), bytes,
+                                    static_cast<unsigned long long>(len)));
+  const auto* idx = reinterpret_cast<const uint32_t*>(base + sizeof h);
+  uint64_t prev = 0;
+  for (uint64_t j = 0; j < h.nnz; ++j) {
+    const uint64_t i = idx[j];
+    if (i < e.rangeBegin || i >= e.rangeEnd || (j > 0 && i <= prev))
+      return remoteError(formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
+                                      "or not increasing",
+                                      peer, static_cast<unsigned long long>(i), static_cast<unsigned long long>(j),
+                                      static_cast<unsigned long long>(e.rangeBegin),
+                                      static_cast<unsigned long long>(e.rangeEnd)));
+    prev = i;
+  }
+  out->kind = StreamKind::kPairs;
+  out->nnz = h.nnz;
+  out->indices = idx;
+  out->values = base + sizeof h + h.nnz * sizeof(uint32_t);
+  return Status::ok();
+}
+
+Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine) {
+  // Compare against rank 0's, not this rank's, so every rank reports the same mismatch.
+  const CallDescriptor& ref = all[0];
+  for (int r = 0; r < ranks; ++r) {
+    const CallDescriptor& d = all[r];
+    const char* field = nullptr;
+    unsigned long long got = 0, want = 0;
+    if (d.magic != kStreamMagic) field = "magic", got = d.magic, want = kStreamMagic;
+    else if (d.seq != ref.seq) field = "call sequence number", got = d.seq, want = ref.seq;
+    else if (d.count != ref.count) field = "count", got = d.count, want = ref.count;
+    else if (d.dataType != ref.dataType) field = "datatype", got = d.dataType, want = ref.dataType;
+    else if (d.op != ref.op) field = "op", got = d.op, want = ref.op;
+    else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
+    else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
+    else if (d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
+    if (field)
+      return invalidUsage(formatString("mismatched compressed allreduce across ranks: rank %d has %s %llu, rank 0 "
+                                       "has %llu (this rank: count %llu)",
+                                       r, field, got, want, static_cast<unsigned long long>(mine.count)));
+  }
+  return Status::ok();
+}
+
+void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
+  if (v.kind == StreamKind::kDense)
+    host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase));
+  else if (v.kind == StreamKind::kPairs)
+    host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase);
+}
+
+}  // namespace spccl
+

@@ -1,0 +1,76 @@
+// The communicator and compressor objects behind the C handles.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "include/spccl.h"
+#include "src/codec.h"
+#include "src/params.h"
+#include "src/status.h"
+#include "src/transport/transport.h"
+
+struct spcclComm;
+
+struct spcclCompressor {
+  spcclComm* comm;
+  uint64_t commId;  // the communicator's unique id: detects use after its destroy
+  size_t count;
+  spcclDataType_t dataType;
+  spcclCompressConfig_t config;
+  bool implicit;
+
+  // Error-feedback residual, double-buffered: the fused pass writes the new
+  // residual into the spare buffer, so a pass abandoned for a stale tau
+  // leaves the current one intact.
+  std::vector<float> residual[2];
+  int current = 0;
+  std::vector<uint32_t> thresholdScratch;
+  uint32_t tauKey = 0;
+  uint64_t callIndex = 0;
+  double mergedPerRange = -1;  // measured by the last split call (same on every rank)
+
+  std::vector<uint32_t> indices;        // this call's selected pairs
+  std::vector<unsigned char> values;    // wire-typed
+  std::vector<float> accumulator;       // fp32 result for non-fp32 user buffers
+  std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
+  spccl::Workspace workspace;
+  spcclStats_t stats{};
+
+  spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
+
+ private:
+  uint64_t selectCount() const;
+  spccl::Status select(const void* sendbuff, uint64_t* nnz);
+  void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
+                         uint64_t* tieBudget);
+  spccl::Status denseReduce(const void* sendbuff, float* out);
+};
+
+struct spcclComm {
+  uint64_t id;
+  std::unique_ptr<spccl::Transport> transport;
+  spccl::Params params;
+  int rank = 0;
+  int ranks = 1;
+  uint64_t seq = 0;  // allreduce calls so far; stamped on every stream
+  spcclStats_t stats{};
+  std::map<std::tuple<void*, size_t, int>, std::unique_ptr<spcclCompressor>> implicitCompressors;
+
+  spccl::Status exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
+                               spcclRedOp_t op, spcclStats_t* call);
+};
+
+namespace spccl {
+
+// Validates a config and fills defaults from the communicator's params.
+Status checkConfig(const spcclCompressConfig_t& c);
+spcclCompressConfig_t configFromParams(const Params& p);
+uint64_t denseBytesPerCall(int ranks, size_t count, spcclDataType_t type);
+void addStats(spcclStats_t* into, const spcclStats_t& call);
+
+}  // namespace spccl

@@ -1,0 +1,209 @@
+// DCT-DP compressed allreduce, per rank, per call:
+//   v = send + residual; tau = |v| of the k-th largest finite entry, estimated
+//   exactly on the first call and every thresholdInterval calls (and whenever
+//   the stored tau would select more than capacityFactor*k entries); the rank
+//   sends v on S = {|v| >= tau, v != 0} plus every NaN/Inf; the residual keeps
+//   v outside S and the wire rounding inside S.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/host/host_kernels.h"
+#include "src/comm.h"
+#include "src/log.h"
+#include "src/tuner.h"
+#include "src/types.h"
+
+using namespace spccl;
+
+uint64_t spcclCompressor::selectCount() const {
+  const double k = std::ceil(static_cast<double>(config.density) * static_cast<double>(count));
+  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(count, 1));
+}
+
+void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
+                                        uint64_t capacity, uint64_t* tieBudget) {
+  thresholdScratch.resize(count);
+  const host::ThresholdResult t =
+      host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, thresholdScratch.data());
+  tauKey = t.tauKey;
+  // Entries tied at tau are taken in index order up to the capacity: the
+  // exact rule {|v| >= tau} unless ties would break the cap.
+  *tieBudget = capacity > t.above ? capacity - t.above : 0;
+  ++stats.thresholdUpdates;
+}
+
+Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
+  const uint64_t k = selectCount();
+  const uint64_t capacity =
+      std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
+  const bool ef = config.errorFeedback != 0;
+  const float* residualIn = ef ? residual[current].data() : nullptr;
+  float* residualOut = ef ? residual[1 - current].data() : nullptr;
+  const core::ValueType wire = toValueType(config.wireValueType);
+  if (indices.size() < capacity) {
+    indices.resize(capacity);
+    values.resize(capacity * core::wireValueBytes(wire));
+  }
+  uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
+  bool estimated = false;
+  if (config.thresholdInterval <= 0 || callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0) {
+    estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+    estimated = true;
+  }
+  for (;;) {
+    host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
+                       indices.size(), wire, indices.data(), values.data()};
+    const host::SelectResult r = host::selectPack(a);
+    if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate in this call
+      estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+      estimated = true;
+      continue;
+    }
+    if (r.selected > indices.size()) {  // NaN/Inf beyond the capacity: rare, grow and redo
+      indices.resize(r.selected);
+      values.resize(r.selected * core::wireValueBytes(wire));
+      continue;
+    }
+    *nnz = r.selected;
+    break;
+  }
+  if (ef) current = 1 - current;
+  ++callIndex;
+  return Status::ok();
+}
+
+Status spcclCompressor::denseReduce(const void* sendbuff, float* out) {
+  // v = send + residual travels exactly; nothing is left behind.
+  host::loadFloats(sendbuff, dataType, count, out);
+  if (config.errorFeedback) {
+    float* r = residual[current].data();
+    for (size_t i = 0; i < count; ++i) out[i] += r[i];
+    std::fill(residual[current].begin(), residual[current].end(), 0.0f);
+  }
+  ++callIndex;
+  return comm->transport->allReduceDense(out, out, count, spcclFloat32, spcclSum);
+}
+
+Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
+  Transport& t = *comm->transport;
+  const int p = t.size();
+  const uint64_t seq = comm->seq++;
+  const core::ValueType wire = toValueType(config.wireValueType);
+
+  int algorithm = config.algorithm;
+  if (algorithm == SPCCL_ALGO_AUTO) {
+    CostInputs in{p, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
+                  mergedPerRange};
+    algorithm = chooseAlgorithm(in);
+  }
+  // fp32 results accumulate straight into the user's buffer (the input has
+  // been consumed by the fused pass first, so in-place is safe).
+  float* out = static_cast<float*>(recvbuff);
+  if (dataType != spcclFloat32) {
+    accumulator.resize(count);
+    out = accumulator.data();
+  }
+
+  uint64_t nnz = 0;
+  if (algorithm != SPCCL_ALGO_DENSE) SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
+
+  const CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
+                            static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), seq, count, nnz};
+  descriptors.resize(p);
+  SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, descriptors.data()));
+  SPCCL_RETURN_IF_ERROR(checkDescriptors(descriptors.data(), p, mine));
+
+  spcclStats_t call{};
+  call.calls = 1;
+  call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;
+  call.denseBytes = denseBytesPerCall(p, count, dataType);
+  call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
+  call.lastAlgorithm = algorithm;
+  if (algorithm == SPCCL_ALGO_DENSE) {
+    SPCCL_RETURN_IF_ERROR(denseReduce(sendbuff, out));
+    call.bytesSent += call.denseBytes;
+    call.lastSelected = count;
+  } else {
+    std::vector<uint64_t>& nnzPerRank = workspace.nnzPerRank;
+    nnzPerRank.resize(p);
+    for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
+    ReduceContext ctx{&t, seq, count, wire, algorithm, nnzPerRank.data(), out,
+                      config.errorFeedback ? residual[current].data() : nullptr, &workspace};
+    SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit({indices.data(), values.data(), nnz}, &ctx)
+                                                        : sparseAllgather({indices.data(), values.data(), nnz}, &ctx));
+    if (algorithm == SPCCL_ALGO_SPLIT) mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
+    call.bytesSent += ctx.bytesSent;
+    call.lastSelected = nnz;
+    call.lastThreshold = core::bitsFloat(tauKey);
+  }
+  if (op == spcclAvg) {
+    const float inv = static_cast<float>(p);
+    for (size_t i = 0; i < count; ++i) out[i] /= inv;
+  }
+  if (dataType != spcclFloat32) host::storeFloats(out, count, dataType, recvbuff);
+
+  call.thresholdUpdates = 0;  // counted on `stats` directly by estimateThreshold
+  addStats(&stats, call);
+  addStats(&comm->stats, call);
+  SPCCL_TRACE(comm->rank, "allreduce #%llu count=%zu algo=%s selected=%llu tau=%g bytesSent=%llu",
+              static_cast<unsigned long long>(seq), count, algorithmName(algorithm),
+              static_cast<unsigned long long>(nnz), static_cast<double>(call.lastThreshold),
+              static_cast<unsigned long long>(call.bytesSent));
+  return Status::ok();
+}
+
+namespace spccl {
+
+uint64_t denseBytesPerCall(int ranks, size_t count, spcclDataType_t type) {
+  return 2ull * static_cast<uint64_t>(ranks - 1) * count * dataTypeSize(type) / static_cast<uint64_t>(ranks);
+}
+
+void addStats(spcclStats_t* into, const spcclStats_t& call) {
+  into->calls += call.calls;
+  into->compressedCalls += call.compressedCalls;
+  into->bytesSent += call.bytesSent;
+  into->denseBytes += call.denseBytes;
+  into->thresholdUpdates += call.thresholdUpdates;
+  into->lastSelected = call.lastSelected;
+  into->lastThreshold = call.lastThreshold;
+  into->lastAlgorithm = call.lastAlgorithm;
+}
+
+spcclCompressConfig_t configFromParams(const Params& p) {
+  spcclCompressConfig_t c{};
+  c.size = sizeof c;
+  c.version = SPCCL_COMPRESS_CONFIG_VERSION;
+  c.density = p.allreduceDensity;
+  c.thresholdInterval = p.thresholdInterval;
+  c.errorFeedback = p.errorFeedback ? 1 : 0;
+  c.algorithm = p.algorithm;
+  c.wireValueType = static_cast<spcclDataType_t>(p.valueType);
+  c.capacityFactor = p.capacityFactor;
+  return c;
+}
+
+Status checkConfig(const spcclCompressConfig_t& c) {
+  if (c.size < sizeof(spcclCompressConfig_t) || c.version != SPCCL_COMPRESS_CONFIG_VERSION)
+    return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
+                                        "spcclCompressConfigInit() (expected size %zu, version %d)",
+                                        c.size, c.version, sizeof(spcclCompressConfig_t),
+                                        SPCCL_COMPRESS_CONFIG_VERSION));
+  if (!(c.density > 0.0f && c.density <= 1.0f))
+    return invalidArgument(formatString("config.density=%g must be in (0, 1]", static_cast<double>(c.density)));
+  if (c.thresholdInterval < 1)
+    return invalidArgument(formatString("config.thresholdInterval=%d must be >= 1", c.thresholdInterval));
+  if (c.errorFeedback != 0 && c.errorFeedback != 1)
+    return invalidArgument(formatString("config.errorFeedback=%d must be 0 or 1", c.errorFeedback));
+  if (c.algorithm < SPCCL_ALGO_AUTO || c.algorithm > SPCCL_ALGO_SPLIT)
+    return invalidArgument(formatString("config.algorithm=%d is not an SPCCL_ALGO_* value", c.algorithm));
+  if (!isWireValueType(c.wireValueType))
+    return invalidArgument(formatString("config.wireValueType=%d must be spcclFloat32, spcclFloat16 or spcclBfloat16",
+                                        static_cast<int>(c.wireValueType)));
+  if (!(c.capacityFactor >= 1.0f && c.capacityFactor <= 1e6f))
+    return invalidArgument(formatString("config.capacityFactor=%g must be in [1, 1e6]",
+                                        static_cast<double>(c.capacityFactor)));
+  return Status::ok();
+}
+
+}  // namespace spccl

@@ -1,0 +1,165 @@
+#include "src/params.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+#include "collectives/algorithms.h"
+#include "include/spccl.h"
+
+namespace spccl {
+
+namespace {
+
+// Choice order of SPCCL_VALUE_TYPE; SPCCL_ALGO's choice order is SPCCL_ALGO_*.
+constexpr core::ValueType kValueTypeChoices[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
+                                                 core::ValueType::kBfloat16};
+
+constexpr ParamSpec kParamSpecs[] = {
+    {"SPCCL_DISABLE", ParamType::kBool, "0", 0, 1, false, nullptr,
+     "1: every collective takes the exact dense path (no compression at all).",
+     [](Params* p, double v) { p->disable = v != 0; }},
+    {"SPCCL_DEBUG", ParamType::kChoice, "WARN", 0, 0, false, "NONE|WARN|INFO|TRACE",
+     "Log level on stderr. INFO prints the version and every parameter at communicator creation.",
+     [](Params* p, double v) { p->debug = static_cast<LogLevel>(static_cast<int>(v)); }},
+    {"SPCCL_ALLREDUCE_DENSITY", ParamType::kFloat, "0.01", 0, 1, true, nullptr,
+     "Fraction of entries a compressed allreduce keeps per call, in (0, 1]; 1 = exact.",
+     [](Params* p, double v) { p->allreduceDensity = static_cast<float>(v); }},
+    {"SPCCL_THRESHOLD_INTERVAL", ParamType::kInt, "1000", 1, 1e9, false, nullptr,
+     "Calls between exact re-estimations of the threshold tau (the first call always estimates).",
+     [](Params* p, double v) { p->thresholdInterval = static_cast<int>(v); }},
+    {"SPCCL_CAPACITY_FACTOR", ParamType::kFloat, "2", 1, 1e6, false, nullptr,
+     "A call never sends more than this many times k entries; a stale tau that would is re-estimated.",
+     [](Params* p, double v) { p->capacityFactor = static_cast<float>(v); }},
+    {"SPCCL_ERROR_FEEDBACK", ParamType::kBool, "1", 0, 1, false, nullptr,
+     "1: what a rank does not send (and wire rounding) stays in its residual for the next call.",
+     [](Params* p, double v) { p->errorFeedback = v != 0; }},
+    {"SPCCL_ALGO", ParamType::kChoice, "auto", 0, 0, false, "auto|dense|allgather|split",
+     "Allreduce algorithm; auto picks by the cost model in docs/ALGORITHMS.md.",
+     [](Params* p, double v) { p->algorithm = static_cast<int>(v); }},
+    {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16",
+     "Type of the values on the wire; fp16/bf16 rounding error goes back to the residual.",
+     [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
+    {"SPCCL_MIN_COMPRESS_COUNT", ParamType::kInt, "65536", 0, 1e18, false, nullptr,
+     "Drop-in calls with fewer elements than this take the exact dense path.",
+     [](Params* p, double v) { p->minCompressCount = static_cast<uint64_t>(v); }},
+};
+
+int choiceIndex(const char* choices, const char* value) {
+  int index = 0;
+  const char* p = choices;
+  const size_t len = std::strlen(value);
+  while (*p) {
+    const char* bar = std::strchr(p, '|');
+    const size_t n = bar ? static_cast<size_t>(bar - p) : std::strlen(p);
+    if (n == len && strncasecmp(p, value, n) == 0) return index;
+    ++index;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return -1;
+}
+
+// Parses one value per its spec; *number gets the numeric value or choice index.
+Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double* number) {
+  const char* where = fromEnv ? "environment variable" : "default of";
+  if (spec.type == ParamType::kChoice) {
+    const int idx = choiceIndex(spec.choices, text);
+    if (idx < 0)
+      return invalidArgument(formatString("%s %s='%s' is invalid: expected one of %s", where, spec.name,
+                                          text, spec.choices));
+    *number = idx;
+    return Status::ok();
+  }
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v))
+    return invalidArgument(formatString("%s %s='%s' is not a number", where, spec.name, text));
+  if ((spec.type == ParamType::kInt || spec.type == ParamType::kBool) && v != std::floor(v))
+    return invalidArgument(formatString("%s %s='%s' must be an integer", where, spec.name, text));
+  const bool belowMin = spec.minExclusive ? v <= spec.minValue : v < spec.minValue;
+  if (belowMin || v > spec.maxValue)
+    return invalidArgument(formatString("%s %s='%s' is out of range %s%g, %g]", where, spec.name, text,
+                                        spec.minExclusive ? "(" : "[", spec.minValue, spec.maxValue));
+  *number = v;
+  return Status::ok();
+}
+
+}  // namespace
+
+std::span<const ParamSpec> paramSpecs() { return kParamSpecs; }
+
+Status loadParams(const EnvLookup& lookup, Params* out) {
+  Params p;
+  for (const ParamSpec& spec : kParamSpecs) {
+    const char* env = lookup(spec.name);
+    const bool fromEnv = env != nullptr && env[0] != '\0';
+    double v = 0;
+    SPCCL_RETURN_IF_ERROR(parseValue(spec, fromEnv ? env : spec.defaultValue, fromEnv, &v));
+    spec.apply(&p, v);
+  }
+  *out = p;
+  return Status::ok();
+}
+
+Status loadParamsFromEnv(Params* out) {
+  return loadParams([](const char* n) -> const char* { return std::getenv(n); }, out);
+}
+
+const char* valueTypeName(core::ValueType t) {
+  switch (t) {
+    case core::ValueType::kFloat16:
+      return "fp16";
+    case core::ValueType::kBfloat16:
+      return "bf16";
+    default:
+      return "fp32";
+  }
+}
+
+std::string describeParams(const Params& p) {
+  static const char* kLevels[] = {"NONE", "WARN", "INFO", "TRACE"};
+  return formatString(
+      "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
+      "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_VALUE_TYPE=%s "
+      "SPCCL_MIN_COMPRESS_COUNT=%llu",
+      p.disable ? 1 : 0, kLevels[static_cast<int>(p.debug)], static_cast<double>(p.allreduceDensity),
+      p.thresholdInterval, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
+      algorithmName(p.algorithm), valueTypeName(p.valueType),
+      static_cast<unsigned long long>(p.minCompressCount));
+}
+
+std::string renderParamTable() {
+  std::string out = "| Variable | Type | Default | Allowed | Meaning |\n|---|---|---|---|---|\n";
+  for (const ParamSpec& s : kParamSpecs) {
+    std::string type, allowed;
+    switch (s.type) {
+      case ParamType::kBool:
+        type = "bool";
+        allowed = "0 or 1";
+        break;
+      case ParamType::kInt:
+        type = "int";
+        allowed = formatString("[%.0f, %.0g]", s.minValue, s.maxValue);
+        break;
+      case ParamType::kFloat:
+        type = "float";
+        allowed = formatString("%s%g, %g]", s.minExclusive ? "(" : "[", s.minValue, s.maxValue);
+        break;
+      case ParamType::kChoice:
+        type = "choice";
+        allowed = s.choices;
+        for (auto pos = allowed.find('|'); pos != std::string::npos; pos = allowed.find('|', pos + 3))
+          allowed.replace(pos, 1, ", ");
+        break;
+    }
+    out += formatString("| `%s` | %s | `%s` | %s | %s |\n", s.name, type.c_str(), s.defaultValue,
+                        allowed.c_str(), s.help);
+  }
+  return out;
+}
+
+}  // namespace spccl

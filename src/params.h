@@ -1,0 +1,59 @@
+// The single table of SPCCL_* environment variables. Parsing, the INFO dump at
+// communicator creation and docs/ENV.md are all generated from kParamSpecs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "kernels/core/elementwise.h"
+#include "src/log.h"
+#include "src/status.h"
+
+namespace spccl {
+
+// Values resolved from the environment (defaults where unset).
+struct Params {
+  bool disable = false;
+  LogLevel debug = LogLevel::kWarn;
+  float allreduceDensity = 0.01f;
+  int thresholdInterval = 1000;
+  float capacityFactor = 2.0f;
+  bool errorFeedback = true;
+  int algorithm = 0;  // SPCCL_ALGO_*
+  core::ValueType valueType = core::ValueType::kFloat32;
+  uint64_t minCompressCount = 65536;
+};
+
+enum class ParamType { kBool, kInt, kFloat, kChoice };
+
+struct ParamSpec {
+  const char* name;
+  ParamType type;
+  const char* defaultValue;
+  double minValue;      // kInt/kFloat: inclusive bounds
+  double maxValue;
+  bool minExclusive;    // kFloat: (min, max] instead of [min, max]
+  const char* choices;  // kChoice: '|'-separated, case-insensitive
+  const char* help;
+  void (*apply)(Params* p, double value);  // stores the parsed value (choice: its index)
+};
+
+std::span<const ParamSpec> paramSpecs();
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Parses every variable; the first invalid one fails with a message naming it.
+Status loadParams(const EnvLookup& lookup, Params* out);
+Status loadParamsFromEnv(Params* out);
+
+// "NAME=value" for every parameter as resolved (for SPCCL_DEBUG=INFO).
+std::string describeParams(const Params& p);
+
+// The markdown table docs/ENV.md embeds between its BEGIN/END markers.
+std::string renderParamTable();
+
+const char* valueTypeName(core::ValueType t);
+
+}  // namespace spccl
