@@ -2,6 +2,12 @@
 #ifndef SPCCL_MPI_H_
 #define SPCCL_MPI_H_
 
+/* Open MPI's deprecated C++ bindings do not compile warning-free; spccl uses
+ * only the C API. Define OMPI_SKIP_MPICXX yourself before including mpi.h
+ * first if your code includes it earlier. */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "spccl.h"
