@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <vector>
 
 namespace spccl::host {
 
@@ -96,25 +97,48 @@ SelectResult selectPack(const SelectArgs& a) {
   });
 }
 
+// Radix select on the magnitude keys: pass 1 histograms the top 16 bits of
+// every finite key (computing v on the fly, no n-sized write), pass 2 copies
+// only the keys of the bucket holding the k-th largest into `scratch`, and
+// nth_element finishes inside that bucket. Two streaming reads instead of a
+// copy plus nth_element over all n.
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                     uint64_t k, uint32_t* scratch) {
-  const size_t m = withLoader(send, inType, [&](auto load) {
-    size_t count = 0;
+  constexpr int kBuckets = 1 << 16;
+  thread_local std::vector<uint32_t> hist(kBuckets);
+  std::fill(hist.begin(), hist.end(), 0u);
+  uint64_t finite = 0, zeros = 0;
+  withLoader(send, inType, [&](auto load) {
     for (size_t i = 0; i < n; ++i) {
       const float v = residual ? load(i) + residual[i] : load(i);
       const uint32_t key = core::magnitudeKey(v);
-      if (!core::isNonFiniteKey(key)) scratch[count++] = key;
+      if (core::isNonFiniteKey(key)) continue;
+      ++finite;
+      zeros += key == 0;
+      ++hist[key >> 16];
     }
-    return count;
   });
-  ThresholdResult r{0, 0, m};
-  if (k == 0 || k > m) {  // fewer finite entries than k: every non-zero one is selected
-    r.above = static_cast<uint64_t>(std::count_if(scratch, scratch + m, [](uint32_t key) { return key > 0; }));
+  ThresholdResult r{0, 0, finite};
+  if (k == 0 || k > finite) {  // fewer finite entries than k: every non-zero one is selected
+    r.above = finite - zeros;
     return r;
   }
-  std::nth_element(scratch, scratch + (k - 1), scratch + m, std::greater<uint32_t>());
-  r.tauKey = scratch[k - 1];
-  r.above = static_cast<uint64_t>(std::count_if(scratch, scratch + (k - 1), [&](uint32_t key) { return key > r.tauKey; }));
+  uint64_t higher = 0;  // finite entries in buckets above b
+  int b = kBuckets - 1;
+  for (; b > 0 && higher + hist[b] < k; --b) higher += hist[b];
+  uint64_t m = 0;
+  withLoader(send, inType, [&](auto load) {
+    for (size_t i = 0; i < n; ++i) {
+      const float v = residual ? load(i) + residual[i] : load(i);
+      const uint32_t key = core::magnitudeKey(v);
+      if (!core::isNonFiniteKey(key) && static_cast<int>(key >> 16) == b) scratch[m++] = key;
+    }
+  });
+  const uint64_t rank = k - higher;  // 1-based rank of tau inside bucket b
+  std::nth_element(scratch, scratch + (rank - 1), scratch + m, std::greater<uint32_t>());
+  r.tauKey = scratch[rank - 1];
+  r.above = higher + static_cast<uint64_t>(std::count_if(scratch, scratch + (rank - 1),
+                                                         [&](uint32_t key) { return key > r.tauKey; }));
   return r;
 }
 

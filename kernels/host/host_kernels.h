@@ -41,8 +41,9 @@ struct ThresholdResult {
   uint64_t finite;     // finite entries
 };
 
-// Exact k-th largest |v| over finite entries, v = send + residual.
-// `scratch` holds n uint32 (overwritten).
+// Exact k-th largest |v| over finite entries, v = send + residual (radix
+// select). `scratch` must hold n uint32; only the candidates of one bucket are
+// written to it.
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                     uint64_t k, uint32_t* scratch);
 
