@@ -272,6 +272,7 @@ void printUsage(const char* program) {
       "  -n, --iters <n>           timed iterations per row (default 20)\n"
       "  -w, --warmup_iters <n>    untimed iterations before them (default 5)\n"
       "  -c, --check <0|1>         relative error and replica check per row (default 1)\n"
+      "  -S, --vary <0|1>          re-draw input signs before each iteration, untimed (default 1)\n"
       "  -d, --datatype <type>     %s (default float)\n"
       "  -o, --op <op>             %s (default sum)\n"
       "  -D, --density <x>         fraction of entries kept, (0, 1] (default 0.01)\n"
@@ -291,6 +292,7 @@ Options parseOptions(int argc, char** argv) {
       {"iters", required_argument, nullptr, 'n'},
       {"warmup_iters", required_argument, nullptr, 'w'},
       {"check", required_argument, nullptr, 'c'},
+      {"vary", required_argument, nullptr, 'S'},
       {"datatype", required_argument, nullptr, 'd'},
       {"op", required_argument, nullptr, 'o'},
       {"density", required_argument, nullptr, 'D'},
@@ -302,7 +304,7 @@ Options parseOptions(int argc, char** argv) {
   Options opts;
   opterr = 0;  // every rank parses; only rank 0 reports
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:D:a:V:J:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:S:d:o:D:a:V:J:h", kLongOptions, nullptr)) != -1) {
     const char flag = static_cast<char>(c);
     switch (c) {
       case 'b': opts.minBytes = parseSize(flag, optarg); break;
@@ -311,6 +313,7 @@ Options parseOptions(int argc, char** argv) {
       case 'n': opts.iters = static_cast<int>(parseInteger(flag, optarg, 1, INT_MAX)); break;
       case 'w': opts.warmupIters = static_cast<int>(parseInteger(flag, optarg, 0, INT_MAX)); break;
       case 'c': opts.check = parseInteger(flag, optarg, 0, 1) != 0; break;
+    case 'S': opts.varyInput = parseInteger(flag, optarg, 0, 1) != 0; break;
       case 'd': opts.datatype = parseNamed(flag, optarg, kDataTypes); break;
       case 'o': opts.op = parseNamed(flag, optarg, kOps); break;
       case 'D': opts.density = parseDensity(flag, optarg); break;
@@ -344,7 +347,7 @@ std::vector<size_t> rowSizes(const Options& opts) {
 // ---- measurement ------------------------------------------------------------------
 
 struct Buffers {
-  const void* send;
+  void* send;  // the harness re-draws its signs between iterations
   void* compressed;
   void* dense;
 };
@@ -361,6 +364,7 @@ struct Row {
   double bytesSentPerCall = 0;
   double compressionRatio = kNaN;
   double relErr = kNaN;  // NaN when not checked
+  uint64_t thresholdUpdates = 0;  // exact tau estimations during the timed calls (this rank)
   bool ok = true;        // replicas identical and relErr finite (when checked)
 };
 
@@ -375,16 +379,46 @@ void fillGaussian(void* buf, size_t count, spcclDataType_t datatype, uint64_t se
   });
 }
 
-template <class F>
-void warmUp(int iters, F&& call) {
-  for (int i = 0; i < iters; ++i) call();
+// Flips the sign of each element with probability 1/2 (a hash of index and
+// step): magnitudes stay, and successive steps are a mean-zero sequence per
+// element, as gradients are in training. With the identical input every call,
+// error feedback would instead grow every residual linearly and the stored
+// threshold would go stale on every call (-S 0 measures that case).
+void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step) {
+  // XOR of the sign bit on the raw representation: no conversion, no branch.
+  const auto flip = [&](auto* values, auto signBit) {
+    uint64_t state = 0x9e3779b97f4a7c15ull * (step + 1);
+    for (size_t i = 0; i < count; i += 64) {
+      state ^= state << 13;  // xorshift64: one 64-bit draw per 64 elements
+      state ^= state >> 7;
+      state ^= state << 17;
+      const size_t n = std::min<size_t>(64, count - i);
+      for (size_t j = 0; j < n; ++j)
+        values[i + j] ^= static_cast<decltype(signBit)>(((state >> j) & 1u) * signBit);
+    }
+  };
+  if (typeSize(datatype) == 4)
+    flip(static_cast<uint32_t*>(buf), uint32_t{0x80000000u});
+  else
+    flip(static_cast<uint16_t*>(buf), uint16_t{0x8000u});
 }
 
-// Median over iterations of the slowest rank's time, barrier before each.
-template <class F>
-double medianTimeUs(MPI_Comm comm, int iters, F&& call) {
+// Calls `before` (untimed) ahead of each call.
+template <class F, class B>
+void warmUp(int iters, F&& call, B&& before) {
+  for (int i = 0; i < iters; ++i) {
+    before();
+    call();
+  }
+}
+
+// Median over iterations of the slowest rank's time, barrier before each;
+// `before` runs untimed ahead of each call.
+template <class F, class B>
+double medianTimeUs(MPI_Comm comm, int iters, F&& call, B&& before) {
   std::vector<double> times(static_cast<size_t>(iters));
   for (double& time : times) {
+    before();
     MPI_Barrier(comm);
     const double start = MPI_Wtime();
     call();
@@ -443,13 +477,19 @@ std::optional<Row> measureRow(const Context& ctx, Collective& collective, const 
   row.count = counts.count;
   row.bytes = counts.count * elementSize;
 
+  uint64_t step = 0;
+  const auto nextStep = [&] {
+    if (opts.varyInput) flipSigns(buffers.send, counts.send, opts.datatype, static_cast<uint64_t>(ctx.rank) * 1000003u + step);
+    ++step;
+  };
   collective.prepare(ctx, counts.count);
-  warmUp(opts.warmupIters, compressed);
+  warmUp(opts.warmupIters, compressed, nextStep);
   const spcclStats_t before = collective.stats();
-  row.compressedUs = medianTimeUs(ctx.mpiComm, opts.iters, compressed);
+  row.compressedUs = medianTimeUs(ctx.mpiComm, opts.iters, compressed, nextStep);
   const spcclStats_t after = collective.stats();
-  warmUp(opts.warmupIters, dense);
-  row.denseUs = medianTimeUs(ctx.mpiComm, opts.iters, dense);
+  row.thresholdUpdates = after.thresholdUpdates - before.thresholdUpdates;
+  warmUp(opts.warmupIters, dense, nextStep);
+  row.denseUs = medianTimeUs(ctx.mpiComm, opts.iters, dense, nextStep);
 
   const uint64_t algorithm = static_cast<uint64_t>(after.lastAlgorithm);
   row.algorithm = sameOnAllRanks(algorithm, ctx.mpiComm) ? after.lastAlgorithm : kMixedAlgorithm;
@@ -504,19 +544,22 @@ void printHeader(const Context& ctx, const Collective& collective, bool userDefi
               opts.check ? 1 : 0);
   std::printf("# compressed: spccl, one fresh compressor per size; dense: plain MPI%s\n",
               userDefinedSum ? " (user-defined fp32-accumulating sum op)" : "");
+  std::printf("# input: per-rank Gaussian, %s\n",
+              opts.varyInput ? "signs re-drawn before every iteration (untimed)" : "identical every call (-S 0)");
   std::printf("#\n");
-  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s\n", "size", "count", "algo",
-              "time", "dense", "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err");
-  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s\n", "(B)", "(elements)", "", "(us)",
-              "(us)", "", "(GB/s)", "(GB/s)", "(B/rank)");
+  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s\n", "size", "count", "algo",
+              "time", "dense", "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err", "tau");
+  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s\n", "(B)", "(elements)", "", "(us)",
+              "(us)", "", "(GB/s)", "(GB/s)", "(B/rank)", "", "", "(upd)");
 }
 
 void printRow(const Row& row) {
-  std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s%s\n", row.bytes,
+  std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s %5llu%s\n", row.bytes,
               row.count, algorithmName(row.algorithm).data(), row.compressedUs, row.denseUs,
               row.speedup, row.algBw, row.busBw, row.bytesSentPerCall,
               formatOrNa("%.1f", row.compressionRatio).c_str(),
-              formatOrNa("%.3e", row.relErr).c_str(), row.ok ? "" : "  FAILED");
+              formatOrNa("%.3e", row.relErr).c_str(), static_cast<unsigned long long>(row.thresholdUpdates),
+              row.ok ? "" : "  FAILED");
   std::fflush(stdout);
 }
 
@@ -556,13 +599,13 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
                  "%s\n    {\"size\": %zu, \"count\": %zu, \"algo\": \"%s\", \"time_us\": %s, "
                  "\"dense_time_us\": %s, \"speedup\": %s, \"algbw\": %s, \"busbw\": %s, "
                  "\"bytes_sent_per_call\": %s, \"compression_ratio\": %s, \"rel_err\": %s, "
-                 "\"ok\": %s}",
+                 "\"threshold_updates\": %llu, \"ok\": %s}",
                  i ? "," : "", row.bytes, row.count, algorithmName(row.algorithm).data(),
                  jsonNumber(row.compressedUs).c_str(), jsonNumber(row.denseUs).c_str(),
                  jsonNumber(row.speedup).c_str(), jsonNumber(row.algBw).c_str(),
                  jsonNumber(row.busBw).c_str(), jsonNumber(row.bytesSentPerCall).c_str(),
                  jsonNumber(row.compressionRatio).c_str(), jsonNumber(row.relErr).c_str(),
-                 row.ok ? "true" : "false");
+                 static_cast<unsigned long long>(row.thresholdUpdates), row.ok ? "true" : "false");
   }
   std::fprintf(file, "\n  ]\n}\n");
 }

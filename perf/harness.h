@@ -29,6 +29,9 @@ struct Options {
   int iters = 20;
   int warmupIters = 5;
   bool check = true;
+  // 1: signs of the input are re-drawn before every iteration (untimed), as
+  // gradients change from step to step; 0: the identical input every call.
+  bool varyInput = true;
   spcclDataType_t datatype = spcclFloat;
   spcclRedOp_t op = spcclSum;
   float density = 0.01f;

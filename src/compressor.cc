@@ -41,13 +41,17 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   const float* residualIn = ef ? residual[current].data() : nullptr;
   float* residualOut = ef ? residual[1 - current].data() : nullptr;
   const core::ValueType wire = toValueType(config.wireValueType);
-  if (indices.size() < capacity) {
-    indices.resize(capacity);
-    values.resize(capacity * core::wireValueBytes(wire));
+  // Room for kCandidateSlack x the cap: a moderately stale tau's whole
+  // selection fits, and re-estimating from it needs no extra pass over v.
+  constexpr uint64_t kCandidateSlack = 4;
+  const uint64_t slots = std::min<uint64_t>(count, kCandidateSlack * capacity);
+  if (indices.size() < slots) {
+    indices.resize(slots);
+    values.resize(slots * core::wireValueBytes(wire));
   }
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
-  if (config.thresholdInterval <= 0 || callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0) {
+  if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0) {
     estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
     estimated = true;
   }
@@ -55,12 +59,22 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
                        indices.size(), wire, indices.data(), values.data()};
     const host::SelectResult r = host::selectPack(a);
-    if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate in this call
-      estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+    if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
+      ++stats.thresholdUpdates;
+      if (r.selected <= indices.size()) {  // every candidate was captured
+        thresholdScratch.resize(std::max<size_t>(thresholdScratch.size(), r.selected));
+        const host::ReselectResult rs =
+            host::reselectCandidates(a, r.selected, k, capacity, thresholdScratch.data());
+        tauKey = rs.tauKey;
+        *nnz = rs.selected;
+        break;
+      }
+      --stats.thresholdUpdates;  // counted again by the full estimation
+      estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       continue;
     }
-    if (r.selected > indices.size()) {  // NaN/Inf beyond the capacity: rare, grow and redo
+    if (r.selected > indices.size()) {  // NaN/Inf beyond the slots: rare, grow and redo
       indices.resize(r.selected);
       values.resize(r.selected * core::wireValueBytes(wire));
       continue;

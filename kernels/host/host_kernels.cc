@@ -1,6 +1,7 @@
 #include "kernels/host/host_kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -55,21 +56,28 @@ decltype(auto) withWire(ValueType vt, F&& f) {
   }
 }
 
+// The fused pass in blocks of 16: the first loop over a block (v, residual
+// write, "any candidate?") has no data-dependent branch and vectorises; the
+// rare blocks holding a candidate (|v| >= tau, or NaN/Inf) are revisited
+// element by element for the packing. Same decisions as a plain scalar loop.
 template <typename Load, typename Wire, bool kHasResidualIn, bool kHasResidualOut>
 SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
+  constexpr size_t kBlock = 16;
+  // Exact zeros are never selected, so the candidate test is key >= max(tau, 1);
+  // NaN/Inf keys exceed every finite tau's key.
+  const uint32_t minKey = a.tauKey > 0 ? a.tauKey : 1u;
   uint64_t written = 0, finite = 0, ties = a.tieBudget;
-  for (size_t i = 0; i < a.n; ++i) {
+  auto vAt = [&](size_t i) {
     float v = load(i);
     if constexpr (kHasResidualIn) v += a.residualIn[i];
+    return v;
+  };
+  // v is a candidate; the residual already holds v.
+  auto pack = [&](size_t i, float v) {
     const Pick pick = core::classify(v, a.tauKey);
-    bool take = pick == Pick::kAbove || pick == Pick::kNonFinite;
-    if (pick == Pick::kTie && ties > 0) {
+    if (pick == Pick::kTie) {
+      if (ties == 0) return;
       --ties;
-      take = true;
-    }
-    if (!take) {
-      if constexpr (kHasResidualOut) a.residualOut[i] = v;
-      continue;
     }
     finite += pick != Pick::kNonFinite;
     float sent = core::roundToWire(v, Wire::value);
@@ -80,6 +88,24 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
     ++written;
     // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
     if constexpr (kHasResidualOut) a.residualOut[i] = pick == Pick::kNonFinite ? 0.0f : v - sent;
+  };
+  size_t i = 0;
+  for (; i + kBlock <= a.n; i += kBlock) {
+    float v[kBlock];
+    bool any = false;
+    for (size_t j = 0; j < kBlock; ++j) {
+      v[j] = vAt(i + j);
+      if constexpr (kHasResidualOut) a.residualOut[i + j] = v[j];
+      any |= core::magnitudeKey(v[j]) >= minKey;
+    }
+    if (!any) continue;
+    for (size_t j = 0; j < kBlock; ++j)
+      if (core::magnitudeKey(v[j]) >= minKey) pack(i + j, v[j]);
+  }
+  for (; i < a.n; ++i) {
+    const float v = vAt(i);
+    if constexpr (kHasResidualOut) a.residualOut[i] = v;
+    if (core::magnitudeKey(v) >= minKey) pack(i, v);
   }
   return {written, finite};
 }
@@ -140,6 +166,47 @@ ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, co
   r.above = higher + static_cast<uint64_t>(std::count_if(scratch, scratch + (rank - 1),
                                                          [&](uint32_t key) { return key > r.tauKey; }));
   return r;
+}
+
+ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k, uint64_t capacity,
+                                  uint32_t* scratch) {
+  return withLoader(a.send, a.inType, [&](auto load) {
+    auto vAt = [&](uint32_t i) { return a.residualIn ? load(i) + a.residualIn[i] : load(i); };
+    uint64_t m = 0;
+    for (uint64_t j = 0; j < nnz; ++j) {
+      const uint32_t key = core::magnitudeKey(vAt(a.indices[j]));
+      if (!core::isNonFiniteKey(key)) scratch[m++] = key;
+    }
+    // Callers guarantee m > capacity >= k finite candidates.
+    std::nth_element(scratch, scratch + (k - 1), scratch + m, std::greater<uint32_t>());
+    const uint32_t tauKey = scratch[k - 1];
+    const uint64_t above =
+        static_cast<uint64_t>(std::count_if(scratch, scratch + (k - 1), [&](uint32_t key) { return key > tauKey; }));
+    uint64_t ties = capacity > above ? capacity - above : 0;
+    const uint32_t vb = core::wireValueBytes(a.wireType);
+    auto* values = static_cast<unsigned char*>(a.values);
+    uint64_t kept = 0;
+    for (uint64_t j = 0; j < nnz; ++j) {
+      const uint32_t i = a.indices[j];
+      const float v = vAt(i);
+      const Pick pick = core::classify(v, tauKey);
+      bool take = pick == Pick::kAbove || pick == Pick::kNonFinite;
+      if (pick == Pick::kTie && ties > 0) {
+        --ties;
+        take = true;
+      }
+      if (!take) {
+        if (a.residualOut) a.residualOut[i] = v;
+        continue;
+      }
+      if (kept != j) {
+        a.indices[kept] = i;
+        std::memmove(values + kept * vb, values + j * vb, vb);
+      }
+      ++kept;
+    }
+    return ReselectResult{kept, tauKey};
+  });
 }
 
 void unpackAccumulate(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* acc,

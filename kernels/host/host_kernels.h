@@ -35,6 +35,19 @@ struct SelectResult {
 
 SelectResult selectPack(const SelectArgs& args);
 
+// A stale tau selected `nnz` candidates (all of them stored in args.indices /
+// args.values, in index order) and more than the capacity factor allows. The
+// exact k-th largest |v| over the whole buffer is among them (every entry
+// outside has |v| < old tau <= the new tau), so tau is re-estimated exactly
+// from the candidates alone, and the selection and residual are fixed up:
+// dropped candidates get residualOut[i] = v again. `scratch` holds nnz uint32.
+struct ReselectResult {
+  uint64_t selected;
+  uint32_t tauKey;
+};
+ReselectResult reselectCandidates(const SelectArgs& args, uint64_t nnz, uint64_t k, uint64_t capacity,
+                                  uint32_t* scratch);
+
 struct ThresholdResult {
   uint32_t tauKey;     // magnitude key of the k-th largest finite |v| (0 if fewer than k finite)
   uint64_t above;      // finite entries with |v| > tau
