@@ -57,6 +57,14 @@ spcclResult_t guarded(F&& f, int rank = -1) {
   }
 }
 
+// For log lines before a communicator exists.
+int worldRank() {
+  int initialized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
 Status checkComm(const spcclComm* comm) {
   if (comm == nullptr) return invalidArgument("comm is NULL");
   if (!commAlive(comm)) return invalidUsage("comm is not a live communicator (destroyed, or never created)");
@@ -200,7 +208,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
     *comm = c.release();
     return Status::ok();
-  });
+  }, worldRank());
 }
 
 spcclResult_t spcclCommCount(const spcclComm_t comm, int* count) {
