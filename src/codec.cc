@@ -52,11 +52,12 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
   const StreamHeader h = makeHeader(info, StreamKind::kPairs, info.nnz);
   std::memcpy(p, &h, sizeof h);
   size_t off = sizeof h;
-  std::memcpy(p + off, indices, info.nnz * sizeof(uint32_t));
-  off += info.nnz * sizeof(uint32_t);
-  const size_t vbytes = info.nnz * core::wireValueBytes(info.valueType);
-  std::memcpy(p + off, wireValues, vbytes);
-  off += vbytes;
+  const size_t ibytes = info.nnz * sizeof(uint32_t), vbytes = info.nnz * core::wireValueBytes(info.valueType);
+  if (info.nnz > 0) {  // empty vectors may hand over NULL: memcpy(NULL, 0) is undefined
+    std::memcpy(p + off, indices, ibytes);
+    std::memcpy(p + off + ibytes, wireValues, vbytes);
+  }
+  off += ibytes + vbytes;
   const size_t total = alignStream(off);
   zeroPad(p, off, total);
   return total;
@@ -100,6 +101,8 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
                                                                               : spcclRemoteError;
     return Status::ok();
   }
+  if (h.reserved0 != 0 || h.reserved1 != 0 || h.status != 0)
+    return remoteError(formatString("stream from rank %d has non-zero reserved header fields", peer));
   if (h.seq != e.seq)
     return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
                                      "sequences differ",

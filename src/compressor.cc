@@ -82,9 +82,8 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     *nnz = r.selected;
     break;
   }
-  if (ef) current = 1 - current;
   ++callIndex;
-  return Status::ok();
+  return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
 
 Status spcclCompressor::denseReduce(const void* sendbuff, float* out) {
@@ -127,6 +126,9 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   descriptors.resize(p);
   SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, descriptors.data()));
   SPCCL_RETURN_IF_ERROR(checkDescriptors(descriptors.data(), p, mine));
+  // The call is consistent on every rank: commit this call's residual. A call
+  // rejected above leaves the residual as it was.
+  if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) current = 1 - current;
 
   spcclStats_t call{};
   call.calls = 1;

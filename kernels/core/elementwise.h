@@ -125,13 +125,31 @@ SPCCL_HOST_DEVICE float bfloat16BitsToFloat(uint16_t b) {
   return bitsFloat(static_cast<uint32_t>(b) << 16);
 }
 
+// Wire encodings saturate: a finite v beyond the wire type's range is sent as
+// its largest finite value (the rest stays in the residual) instead of Inf,
+// which would poison the residual and invent an overflow the sender never had.
+constexpr uint16_t kHalfMaxBits = 0x7bffu;      // 65504
+constexpr uint16_t kBfloat16MaxBits = 0x7f7fu;  // 3.3895e38
+
+SPCCL_HOST_DEVICE uint16_t wireHalfBits(float v) {
+  const uint16_t h = floatToHalfBits(v);
+  const bool overflowed = (h & 0x7fffu) == 0x7c00u && !isNonFiniteKey(magnitudeKey(v));
+  return overflowed ? static_cast<uint16_t>((h & 0x8000u) | kHalfMaxBits) : h;
+}
+
+SPCCL_HOST_DEVICE uint16_t wireBfloat16Bits(float v) {
+  const uint16_t b = floatToBfloat16Bits(v);
+  const bool overflowed = (b & 0x7fffu) == 0x7f80u && !isNonFiniteKey(magnitudeKey(v));
+  return overflowed ? static_cast<uint16_t>((b & 0x8000u) | kBfloat16MaxBits) : b;
+}
+
 // Round v to the wire type and back: what the receivers will see.
 SPCCL_HOST_DEVICE float roundToWire(float v, ValueType t) {
   switch (t) {
     case ValueType::kFloat16:
-      return halfBitsToFloat(floatToHalfBits(v));
+      return halfBitsToFloat(wireHalfBits(v));
     case ValueType::kBfloat16:
-      return bfloat16BitsToFloat(floatToBfloat16Bits(v));
+      return bfloat16BitsToFloat(wireBfloat16Bits(v));
     default:
       return v;
   }
@@ -139,17 +157,17 @@ SPCCL_HOST_DEVICE float roundToWire(float v, ValueType t) {
 
 SPCCL_HOST_DEVICE uint32_t wireValueBytes(ValueType t) { return t == ValueType::kFloat32 ? 4u : 2u; }
 
-// Store v at slot i of a wire value section of type t (v already rounded or not:
-// the encoding rounds). Returns what the receiver will decode.
+// Store v at slot i of a wire value section of type t (rounding, saturating).
+// Returns what the receiver will decode.
 SPCCL_HOST_DEVICE float storeWireValue(void* section, uint64_t i, float v, ValueType t) {
   switch (t) {
     case ValueType::kFloat16: {
-      const uint16_t h = floatToHalfBits(v);
+      const uint16_t h = wireHalfBits(v);
       static_cast<uint16_t*>(section)[i] = h;
       return halfBitsToFloat(h);
     }
     case ValueType::kBfloat16: {
-      const uint16_t b = floatToBfloat16Bits(v);
+      const uint16_t b = wireBfloat16Bits(v);
       static_cast<uint16_t*>(section)[i] = b;
       return bfloat16BitsToFloat(b);
     }

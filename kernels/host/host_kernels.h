@@ -41,6 +41,9 @@ SelectResult selectPack(const SelectArgs& args);
 // outside has |v| < old tau <= the new tau), so tau is re-estimated exactly
 // from the candidates alone, and the selection and residual are fixed up:
 // dropped candidates get residualOut[i] = v again. `scratch` holds nnz uint32.
+// Needs residualIn != residualOut (v is recomputed from send + residualIn,
+// which the first pass must not have overwritten): the compressor
+// double-buffers its residual for this.
 struct ReselectResult {
   uint64_t selected;
   uint32_t tauKey;
