@@ -1,0 +1,413 @@
+// Helpers shared by the multi-rank tests: a fixture owning an spccl
+// communicator over MPI_COMM_WORLD, cross-rank agreement, deterministic data,
+// reference fp16/bf16 rounding and the selection rule of the compressed
+// allreduce, restated from the issue so the tests check the library against an
+// independent implementation. Public API only.
+//
+// Rule for every test here: every rank makes the same collective calls in the
+// same order whatever it observed; a check that can differ between ranks is
+// either non-fatal (EXPECT_*) or agreed first (allRanks, okOnAllRanks), so a
+// rank that fails alone never leaves the others waiting in a collective.
+#ifndef SPCCL_TESTS_MPI_TEST_UTIL_H_
+#define SPCCL_TESTS_MPI_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <spccl.h>
+#include <spccl_mpi.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spccl::test {
+
+inline int worldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+inline int worldSize() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Ranks where flag is set, as "1, 3" (collective).
+inline std::string ranksWhere(bool flag) {
+  int mine = flag ? 1 : 0;
+  std::vector<int> all(static_cast<size_t>(worldSize()));
+  MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::string out;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r]) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(r);
+  }
+  return out;
+}
+
+// True on every rank iff ok on every rank (collective).
+inline bool allRanks(bool ok) {
+  int v = ok ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return v != 0;
+}
+
+// Collective: success iff r == spcclSuccess on every rank; the failure names
+// the failing ranks and this rank's code and detailed message.
+inline testing::AssertionResult okOnAllRanks(spcclResult_t r, spcclComm_t comm, const char* what) {
+  const std::string failing = ranksWhere(r != spcclSuccess);
+  if (failing.empty()) return testing::AssertionSuccess();
+  testing::AssertionResult res = testing::AssertionFailure();
+  res << what << " failed on rank(s) " << failing << "; here (rank " << worldRank() << "): " << static_cast<int>(r);
+  if (r != spcclSuccess) {
+    res << " " << spcclGetErrorString(r) << ": " << spcclGetLastError(comm);
+  }
+  return res;
+}
+
+// Collective: every rank holds the same bytes as rank 0 (NaN payloads included).
+inline testing::AssertionResult identicalOnAllRanks(const void* data, size_t count, size_t elemSize) {
+  const size_t bytes = count * elemSize;
+  std::vector<unsigned char> root(bytes);
+  if (worldRank() == 0) std::memcpy(root.data(), data, bytes);
+  // Chunked: MPI counts are int.
+  for (size_t off = 0; off < bytes; off += size_t{1} << 30) {
+    const int n = static_cast<int>(std::min(bytes - off, size_t{1} << 30));
+    MPI_Bcast(root.data() + off, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+  }
+  const auto* mine = static_cast<const unsigned char*>(data);
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (std::memcmp(mine + i * elemSize, root.data() + i * elemSize, elemSize) != 0) {
+      if (mismatches++ == 0) first = i;
+    }
+  }
+  const std::string failing = ranksWhere(mismatches != 0);
+  if (failing.empty()) return testing::AssertionSuccess();
+  testing::AssertionResult res = testing::AssertionFailure();
+  res << "results differ from rank 0's on rank(s) " << failing;
+  if (mismatches != 0) {
+    res << "; here (rank " << worldRank() << ") " << mismatches << " of " << count
+        << " elements differ, first at index " << first;
+    if (elemSize == sizeof(float)) {
+      float a, b;
+      std::memcpy(&a, mine + first * elemSize, sizeof a);
+      std::memcpy(&b, root.data() + first * elemSize, sizeof b);
+      res << " (" << a << " here vs " << b << " on rank 0, as fp32)";
+    }
+  }
+  return res;
+}
+
+// ---------- RAII over the C handles ----------
+
+struct CommDeleter {
+  void operator()(spcclComm* c) const { spcclCommDestroy(c); }
+};
+struct CompressorDeleter {
+  void operator()(spcclCompressor* c) const { spcclCompressorDestroy(c); }
+};
+using CommPtr = std::unique_ptr<spcclComm, CommDeleter>;
+using CompressorPtr = std::unique_ptr<spcclCompressor, CompressorDeleter>;
+
+inline const char* algorithmName(int algorithm) {
+  switch (algorithm) {
+    case SPCCL_ALGO_AUTO:
+      return "auto";
+    case SPCCL_ALGO_DENSE:
+      return "dense";
+    case SPCCL_ALGO_ALLGATHER:
+      return "allgather";
+    case SPCCL_ALGO_SPLIT:
+      return "split";
+    default:
+      return "unknown";
+  }
+}
+
+inline const char* typeName(spcclDataType_t t) {
+  switch (t) {
+    case spcclInt8:
+      return "int8";
+    case spcclUint8:
+      return "uint8";
+    case spcclInt32:
+      return "int32";
+    case spcclUint32:
+      return "uint32";
+    case spcclInt64:
+      return "int64";
+    case spcclUint64:
+      return "uint64";
+    case spcclFloat16:
+      return "fp16";
+    case spcclFloat32:
+      return "fp32";
+    case spcclFloat64:
+      return "fp64";
+    case spcclBfloat16:
+      return "bf16";
+    default:
+      return "unknown";
+  }
+}
+
+inline const char* opName(spcclRedOp_t op) {
+  switch (op) {
+    case spcclSum:
+      return "sum";
+    case spcclProd:
+      return "prod";
+    case spcclMax:
+      return "max";
+    case spcclMin:
+      return "min";
+    case spcclAvg:
+      return "avg";
+    default:
+      return "unknown";
+  }
+}
+
+// Every test gets a fresh communicator over MPI_COMM_WORLD; compressors made
+// in a test body are destroyed before it (spcclCommDestroy frees them too).
+class MpiTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    rank_ = worldRank();
+    size_ = worldSize();
+    spcclComm_t c = nullptr;
+    const spcclResult_t r = spcclCommInitMPI(&c, MPI_COMM_WORLD);
+    comm_.reset(c);
+    ASSERT_TRUE(okOnAllRanks(r, nullptr, "spcclCommInitMPI"));
+  }
+
+  // Env defaults, then the fields every compressed test sets explicitly.
+  static spcclCompressConfig_t makeConfig(float density, int algorithm, spcclDataType_t wireValueType,
+                                          int thresholdInterval = 1, int errorFeedback = 1) {
+    spcclCompressConfig_t c{};
+    EXPECT_EQ(spcclCompressConfigInit(&c), spcclSuccess);
+    c.density = density;
+    c.algorithm = algorithm;
+    c.wireValueType = wireValueType;
+    c.thresholdInterval = thresholdInterval;
+    c.errorFeedback = errorFeedback;
+    c.capacityFactor = 2.0f;
+    return c;
+  }
+
+  // Collective agreement on a purely local call.
+  testing::AssertionResult createCompressor(size_t count, spcclDataType_t type, const spcclCompressConfig_t& config,
+                                            CompressorPtr& out) {
+    spcclCompressor_t c = nullptr;
+    const spcclResult_t r = spcclCompressorCreate(comm_.get(), count, type, &config, &c);
+    out.reset(c);
+    return okOnAllRanks(r, comm_.get(), "spcclCompressorCreate");
+  }
+
+  testing::AssertionResult stats(spcclCompressor_t c, spcclStats_t& s) {
+    s = spcclStats_t{};
+    return okOnAllRanks(spcclCompressorGetStats(c, &s), comm_.get(), "spcclCompressorGetStats");
+  }
+
+  testing::AssertionResult residual(spcclCompressor_t c, std::vector<float>& out) {
+    return okOnAllRanks(spcclCompressorGetResidual(c, out.data(), out.size()), comm_.get(),
+                        "spcclCompressorGetResidual");
+  }
+
+  int rank_ = 0;
+  int size_ = 1;
+  CommPtr comm_;
+};
+
+// ---------- deterministic data ----------
+
+inline uint64_t seedFor(uint64_t tag, int rank, uint64_t call = 0) {
+  return tag * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank) + 1) * 0xBF58476D1CE4E5B9ull ^
+         (call + 1) * 0x94D049BB133111EBull;
+}
+
+inline std::vector<float> gaussian(size_t n, uint64_t seed, float sigma = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// |v_i| = (perm_i + f_i) * scale, perm a permutation of {1..n}, f_i random in
+// [0.25, 0.75), random signs: no two entries of one rank tie in magnitude (the
+// intervals are disjoint and far wider than float rounding for n < 2^20), so
+// the selected set has exactly k entries; the random fractions fill the
+// mantissas, so sums of several ranks' values round and their order matters.
+inline std::vector<float> distinctMagnitudes(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 gen(seed);
+  std::vector<uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 1u);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  std::uniform_real_distribution<float> frac(0.25f, 0.75f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float m = (static_cast<float>(perm[i]) + frac(gen)) * scale;
+    v[i] = (gen() & 1) ? m : -m;
+  }
+  return v;
+}
+
+// MPI_Allgather of equal-length float vectors, rank-major.
+inline std::vector<float> allgatherFloats(const std::vector<float>& mine) {
+  std::vector<float> all(mine.size() * static_cast<size_t>(worldSize()));
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(), static_cast<int>(mine.size()),
+                MPI_FLOAT, MPI_COMM_WORLD);
+  return all;
+}
+
+// ---------- MPI reference reductions ----------
+
+template <typename T>
+MPI_Datatype mpiType() {
+  if constexpr (std::is_same_v<T, float>) {
+    return MPI_FLOAT;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return MPI_DOUBLE;
+  } else if constexpr (std::is_same_v<T, int32_t>) {
+    return MPI_INT32_T;
+  } else {
+    static_assert(std::is_same_v<T, int64_t>);
+    return MPI_INT64_T;
+  }
+}
+
+inline MPI_Op mpiOp(spcclRedOp_t op) {
+  switch (op) {
+    case spcclProd:
+      return MPI_PROD;
+    case spcclMax:
+      return MPI_MAX;
+    case spcclMin:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;  // avg = sum, then divided by the rank count
+  }
+}
+
+// MPI_Allreduce of the same data over MPI_COMM_WORLD; avg is the sum divided
+// by the rank count in the element type (integer division for integers), as
+// the issue defines it ("divided by the rank count").
+template <typename T>
+std::vector<T> mpiReference(const std::vector<T>& in, spcclRedOp_t op) {
+  std::vector<T> out(in.size());
+  MPI_Allreduce(in.data(), out.data(), static_cast<int>(in.size()), mpiType<T>(), mpiOp(op), MPI_COMM_WORLD);
+  if (op == spcclAvg) {
+    for (T& x : out) x = static_cast<T>(x / static_cast<T>(worldSize()));
+  }
+  return out;
+}
+
+// First index where a and b differ bitwise, or a.size().
+template <typename T>
+size_t firstBitDifference(const std::vector<T>& a, const std::vector<T>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
+  }
+  return a.size();
+}
+
+// ---------- reference fp16 / bf16 (IEEE round to nearest even) ----------
+
+inline uint16_t floatToHalf(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
+  if (absx >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 2^16: Inf
+  if (absx < 0x38800000u) {                                               // below 2^-14: subnormal half (or zero)
+    // value = absx as float; half subnormal unit is 2^-24.
+    const float a = std::bit_cast<float>(absx);
+    const float scaled = a * 16777216.0f;                              // exact: a * 2^24
+    const uint32_t q = static_cast<uint32_t>(std::nearbyint(scaled));  // default mode: RNE
+    return static_cast<uint16_t>(sign | q);                            // q == 0x400 is the smallest normal: still right
+  }
+  // Normal: rebias exponent, round the 13 dropped mantissa bits to nearest even.
+  uint32_t h = ((absx - 0x38000000u) >> 13);
+  const uint32_t rem = absx & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent
+  return static_cast<uint16_t>(sign | h);
+}
+
+inline float halfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t man = h & 0x3FFu;
+  if (exp == 0) {
+    const float m = static_cast<float>(man) * (1.0f / 16777216.0f);  // man * 2^-24
+    return sign ? -m : m;
+  }
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+inline uint16_t floatToBf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+inline float bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+// The value a wire of this type carries for v.
+inline float roundToWire(float v, spcclDataType_t wire) {
+  switch (wire) {
+    case spcclFloat16:
+      return halfToFloat(floatToHalf(v));
+    case spcclBfloat16:
+      return bf16ToFloat(floatToBf16(v));
+    default:
+      return v;
+  }
+}
+
+inline size_t wireValueBytes(spcclDataType_t wire) { return wire == spcclFloat32 ? 4 : 2; }
+
+inline bool sameBits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+
+// ---------- the selection rule of the compressed allreduce (issue, section 3) ----------
+
+// k = ceil(density * count). Tests pick counts where density*count is far from
+// an integer, so float vs double evaluation cannot matter.
+inline size_t selectionSize(size_t count, float density) {
+  return static_cast<size_t>(std::ceil(static_cast<double>(density) * static_cast<double>(count)));
+}
+
+// Magnitude of the k-th largest |v| (finite data).
+inline float kthLargestMagnitude(const std::vector<float>& v, size_t k) {
+  std::vector<float> mag(v.size());
+  std::transform(v.begin(), v.end(), mag.begin(), [](float x) { return std::fabs(x); });
+  std::nth_element(mag.begin(), mag.begin() + static_cast<std::ptrdiff_t>(k - 1), mag.end(), std::greater<float>());
+  return mag[k - 1];
+}
+
+// S = {i : |v_i| >= tau}, never exact zeros, always NaN and Inf.
+inline std::vector<uint8_t> selectionMask(const std::vector<float>& v, float tau) {
+  std::vector<uint8_t> s(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    s[i] = std::isnan(v[i]) || std::isinf(v[i]) || (v[i] != 0.0f && std::fabs(v[i]) >= tau);
+  }
+  return s;
+}
+
+}  // namespace spccl::test
+
+#endif  // SPCCL_TESTS_MPI_TEST_UTIL_H_

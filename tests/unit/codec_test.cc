@@ -1,0 +1,531 @@
+// src/codec: round trips of every stream kind and value type, call
+// descriptor checks, and rejection of malformed streams (a peer's stream is
+// untrusted input: every corruption must come back as a status, never as an
+// out-of-bounds access).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "src/codec.h"
+#include "tests/unit/unit_util.h"
+
+namespace spccl::test {
+namespace {
+
+using core::ValueType;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr uint64_t kSeq = 42;
+constexpr uint8_t kAlgo = SPCCL_ALGO_SPLIT;
+
+// A sparse contribution over [begin, end) of a buffer of `count` elements.
+struct Pairs {
+  uint64_t count, begin, end;
+  std::vector<uint32_t> indices;
+  std::vector<float> values;  // fp32 originals
+};
+
+Pairs randomPairs(std::mt19937_64& g, uint64_t count, uint64_t begin, uint64_t end, uint64_t nnz) {
+  Pairs p{count, begin, end, {}, {}};
+  std::vector<uint32_t> all(end - begin);
+  for (uint64_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(begin + i);
+  std::shuffle(all.begin(), all.end(), g);
+  p.indices.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nnz));
+  std::sort(p.indices.begin(), p.indices.end());
+  p.values = randomNormal(g, nnz);
+  const float specials[] = {kNaN, kInf, -kInf, 0.0f, -0.0f, 65504.0f, 1e-8f};
+  for (uint64_t j = 0; j < nnz; j += 5) p.values[j] = specials[(j / 5) % 7];
+  return p;
+}
+
+StreamInfo infoFor(const Pairs& p, ValueType vt, StreamKind kind) {
+  return {p.count, p.begin, p.end, kind == StreamKind::kPairs ? p.indices.size() : 0, kSeq, kAlgo, vt, kind};
+}
+
+StreamExpect expectFor(const Pairs& p, ValueType vt, bool allowDense) {
+  return {p.count, p.begin, p.end, kSeq, kAlgo, vt, allowDense};
+}
+
+std::vector<unsigned char> wireValues(const std::vector<float>& values, ValueType vt) {
+  std::vector<unsigned char> w(values.size() * core::wireValueBytes(vt));
+  for (size_t j = 0; j < values.size(); ++j) core::storeWireValue(w.data(), j, values[j], vt);
+  return w;
+}
+
+// Encodes into a buffer prefilled with junk, so padding must be written.
+std::vector<unsigned char> encodePairsStream(const Pairs& p, ValueType vt) {
+  std::vector<unsigned char> buf(pairsStreamBytes(p.indices.size(), vt), 0xa5);
+  const std::vector<unsigned char> w = wireValues(p.values, vt);
+  const size_t bytes = encodePairs(buf.data(), infoFor(p, vt, StreamKind::kPairs), p.indices.data(), w.data());
+  EXPECT_EQ(bytes, buf.size());
+  return buf;
+}
+
+std::vector<unsigned char> encodeDenseStream(const Pairs& p, const std::vector<float>& dense, ValueType vt,
+                                             std::vector<float>* decoded = nullptr) {
+  std::vector<unsigned char> buf(denseStreamBytes(p.end - p.begin, vt), 0xa5);
+  if (decoded) decoded->assign(p.end - p.begin, -1.0f);
+  const size_t bytes =
+      encodeDense(buf.data(), infoFor(p, vt, StreamKind::kDense), dense.data(), decoded ? decoded->data() : nullptr);
+  EXPECT_EQ(bytes, buf.size());
+  return buf;
+}
+
+// Parses a copy of exactly `bytes` bytes in its own allocation, so a read past
+// the end is a heap overflow that a sanitizer build reports.
+Status parseCopy(const std::vector<unsigned char>& stream, size_t bytes, const StreamExpect& e, StreamView* view) {
+  std::vector<unsigned char> copy(stream.begin(), stream.begin() + static_cast<std::ptrdiff_t>(bytes));
+  const Status st = parseStream(copy.empty() ? nullptr : copy.data(), copy.size(), e, 3, view);
+  // A view into the copy must not outlive it: callers only look at the status and kind.
+  return st;
+}
+
+void expectRejected(const Status& st, const std::string& what) {
+  EXPECT_FALSE(st.isOk()) << what << ": accepted";
+  EXPECT_NE(st.code(), spcclSuccess) << what;
+  EXPECT_FALSE(st.message().empty()) << what << ": no message";
+}
+
+// Views into the stream after a successful parse stay inside it.
+void expectViewInside(const StreamView& v, const std::vector<unsigned char>& s, const StreamExpect& e) {
+  if (v.kind == StreamKind::kError) return;
+  const auto* lo = s.data();
+  const auto* hi = s.data() + s.size();
+  const uint64_t vb = core::wireValueBytes(e.valueType);
+  const auto* vals = static_cast<const unsigned char*>(v.values);
+  ASSERT_GE(vals, lo);
+  ASSERT_LE(vals + v.nnz * vb, hi);
+  if (v.kind == StreamKind::kPairs) {
+    const auto* idx = reinterpret_cast<const unsigned char*>(v.indices);
+    ASSERT_GE(idx, lo);
+    ASSERT_LE(idx + v.nnz * 4, hi);
+    for (uint64_t j = 0; j < v.nnz; ++j) {
+      ASSERT_GE(v.indices[j], e.rangeBegin);
+      ASSERT_LT(v.indices[j], e.rangeEnd);
+      if (j) {
+        ASSERT_GT(v.indices[j], v.indices[j - 1]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- round trips
+
+struct Shape {
+  const char* name;
+  uint64_t count, begin, end, nnz;
+};
+
+constexpr Shape kShapes[] = {
+    {"count0", 0, 0, 0, 0},          {"count1_nnz0", 1, 0, 1, 0},     {"count1_nnz1", 1, 0, 1, 1},
+    {"nnz0", 1000, 0, 1000, 0},      {"nnz1", 1000, 0, 1000, 1},      {"many", 5000, 0, 5000, 777},
+    {"full", 300, 0, 300, 300},      {"subrange", 10000, 2500, 5000, 400}, {"subrange_odd", 10001, 3334, 6667, 3},
+    {"empty_subrange", 7, 7, 7, 0},
+};
+
+TEST(Codec, PairsRoundTripEveryValueType) {
+  auto g = rng(50);
+  for (ValueType vt : kAllValueTypes) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(typeName(vt)) + " " + s.name);
+      const Pairs p = randomPairs(g, s.count, s.begin, s.end, s.nnz);
+      const std::vector<unsigned char> stream = encodePairsStream(p, vt);
+      ASSERT_EQ(stream.size() % 8, 0u);
+      ASSERT_EQ(stream.size(), alignStream(sizeof(StreamHeader) + s.nnz * (4 + core::wireValueBytes(vt))));
+      const size_t used = sizeof(StreamHeader) + s.nnz * (4 + core::wireValueBytes(vt));
+      for (size_t b = used; b < stream.size(); ++b) ASSERT_EQ(stream[b], 0) << "padding byte " << b;
+
+      StreamView view{};
+      const StreamExpect e = expectFor(p, vt, false);
+      const Status st = parseStream(stream.data(), stream.size(), e, 1, &view);
+      ASSERT_TRUE(st.isOk()) << st.message();
+      ASSERT_EQ(view.kind, StreamKind::kPairs);
+      ASSERT_EQ(view.nnz, s.nnz);
+      ASSERT_EQ(view.valueType, vt);
+      ASSERT_EQ(view.rangeBegin, s.begin);
+      ASSERT_EQ(view.rangeEnd, s.end);
+      expectViewInside(view, stream, e);
+      for (uint64_t j = 0; j < s.nnz; ++j) {
+        ASSERT_EQ(view.indices[j], p.indices[j]);
+        ASSERT_TRUE(sameFloat(core::loadWireValue(view.values, j, vt), refRoundToWire(p.values[j], vt)))
+            << "pair " << j << " value " << p.values[j];
+      }
+
+      // Accumulate onto a non-zero accumulator, with accBase at 0 and at the range start.
+      for (uint64_t accBase : {uint64_t{0}, s.begin}) {
+        std::vector<float> acc(s.count - accBase + 1, 0.5f), want = acc;
+        for (uint64_t j = 0; j < s.nnz; ++j) want[p.indices[j] - accBase] += refRoundToWire(p.values[j], vt);
+        accumulateStream(view, acc.data(), accBase);
+        for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(Codec, DenseRoundTripEveryValueType) {
+  auto g = rng(51);
+  for (ValueType vt : kAllValueTypes) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(typeName(vt)) + " " + s.name);
+      const Pairs p{s.count, s.begin, s.end, {}, {}};
+      const uint64_t len = s.end - s.begin;
+      for (int variant = 0; variant < 2; ++variant) {  // 0: random with NaN/Inf, 1: all zero
+        std::vector<float> dense = variant ? std::vector<float>(len, 0.0f) : randomNormal(g, len);
+        if (!variant) sprinkleNonFinite(g, dense, 0.1);
+        std::vector<float> decoded;
+        const std::vector<unsigned char> stream = encodeDenseStream(p, dense, vt, &decoded);
+        ASSERT_EQ(stream.size(), denseStreamBytes(len, vt));
+        ASSERT_EQ(stream.size() % 8, 0u);
+        const size_t used = sizeof(StreamHeader) + len * core::wireValueBytes(vt);
+        for (size_t b = used; b < stream.size(); ++b) ASSERT_EQ(stream[b], 0) << "padding byte " << b;
+        for (uint64_t i = 0; i < len; ++i) ASSERT_TRUE(sameFloat(decoded[i], refRoundToWire(dense[i], vt))) << i;
+
+        StreamView view{};
+        const StreamExpect e = expectFor(p, vt, true);
+        const Status st = parseStream(stream.data(), stream.size(), e, 0, &view);
+        ASSERT_TRUE(st.isOk()) << st.message();
+        ASSERT_EQ(view.kind, StreamKind::kDense);
+        ASSERT_EQ(view.nnz, len);
+        expectViewInside(view, stream, e);
+        std::vector<float> acc(s.count + 2, 1.0f), want = acc;
+        for (uint64_t i = 0; i < len; ++i) want[s.begin + i] += decoded[i];
+        accumulateStream(view, acc.data(), 0);
+        for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(Codec, ErrorStreamCarriesPeerStatus) {
+  const Pairs p{100, 0, 100, {}, {}};
+  for (int code = spcclUnhandledCudaError; code < spcclNumResults; ++code) {
+    std::vector<unsigned char> stream(kErrorStreamBytes, 0xa5);
+    ASSERT_EQ(encodeError(stream.data(), infoFor(p, ValueType::kFloat32, StreamKind::kError),
+                          static_cast<spcclResult_t>(code)),
+              kErrorStreamBytes);
+    StreamView view{};
+    const Status st = parseStream(stream.data(), stream.size(), expectFor(p, ValueType::kFloat32, false), 2, &view);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    EXPECT_EQ(view.kind, StreamKind::kError);
+    EXPECT_EQ(view.peerStatus, code);
+  }
+  // An error stream never reads as success, whatever its status byte says.
+  for (int code : {0, static_cast<int>(spcclNumResults), 255}) {
+    std::vector<unsigned char> stream(kErrorStreamBytes);
+    encodeError(stream.data(), infoFor(p, ValueType::kFloat32, StreamKind::kError), spcclInternalError);
+    stream[offsetof(StreamHeader, status)] = static_cast<unsigned char>(code);
+    StreamView view{};
+    ASSERT_TRUE(parseStream(stream.data(), stream.size(), expectFor(p, ValueType::kFloat32, false), 2, &view).isOk());
+    EXPECT_EQ(view.kind, StreamKind::kError);
+    EXPECT_EQ(view.peerStatus, spcclRemoteError) << "status byte " << code;
+  }
+}
+
+// ---------------------------------------------------------------- descriptors
+
+TEST(Codec, CheckDescriptors) {
+  const CallDescriptor base{kStreamMagic, SPCCL_ALGO_ALLGATHER, static_cast<uint8_t>(ValueType::kFloat16),
+                            spcclFloat32, spcclSum, 9, 1000, 10};
+  for (int ranks : {1, 2, 4}) {
+    std::vector<CallDescriptor> all(static_cast<size_t>(ranks), base);
+    for (int r = 0; r < ranks; ++r) all[static_cast<size_t>(r)].nnz = static_cast<uint64_t>(r) * 100;  // may differ
+    EXPECT_TRUE(checkDescriptors(all.data(), ranks, base).isOk()) << ranks;
+  }
+  struct Mutation {
+    const char* field;
+    void (*apply)(CallDescriptor*);
+  };
+  const Mutation mutations[] = {
+      {"magic", [](CallDescriptor* d) { d->magic ^= 1; }},
+      {"algorithm", [](CallDescriptor* d) { d->algorithm = SPCCL_ALGO_SPLIT; }},
+      {"valueType", [](CallDescriptor* d) { d->valueType = static_cast<uint8_t>(ValueType::kBfloat16); }},
+      {"dataType", [](CallDescriptor* d) { d->dataType = spcclFloat16; }},
+      {"op", [](CallDescriptor* d) { d->op = spcclAvg; }},
+      {"seq", [](CallDescriptor* d) { d->seq += 1; }},
+      {"count", [](CallDescriptor* d) { d->count -= 1; }},
+      {"nnz>count", [](CallDescriptor* d) { d->nnz = d->count + 1; }},
+  };
+  for (const Mutation& m : mutations) {
+    for (int ranks : {2, 3}) {
+      for (int bad = 0; bad < ranks; ++bad) {
+        std::vector<CallDescriptor> all(static_cast<size_t>(ranks), base);
+        m.apply(&all[static_cast<size_t>(bad)]);
+        // Every rank passes its own descriptor as `mine`: all must see the same failure.
+        for (int me = 0; me < ranks; ++me) {
+          const Status st = checkDescriptors(all.data(), ranks, all[static_cast<size_t>(me)]);
+          EXPECT_EQ(st.code(), spcclInvalidUsage) << m.field << " ranks=" << ranks << " bad=" << bad << " me=" << me;
+          EXPECT_FALSE(st.message().empty());
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- rejections
+
+struct Corpus {
+  std::string name;
+  std::vector<unsigned char> stream;
+  StreamExpect expect;
+};
+
+// Valid streams of each kind and value type, the seeds of every corruption below.
+std::vector<Corpus> validStreams() {
+  auto g = rng(52);
+  std::vector<Corpus> c;
+  for (ValueType vt : kAllValueTypes) {
+    const Pairs p = randomPairs(g, 1000, 250, 500, 23);  // odd nnz: fp16/bf16 streams carry padding
+    c.push_back({std::string("pairs_") + typeName(vt), encodePairsStream(p, vt), expectFor(p, vt, false)});
+    const Pairs one = randomPairs(g, 1, 0, 1, 1);
+    c.push_back({std::string("pairs_count1_") + typeName(vt), encodePairsStream(one, vt), expectFor(one, vt, false)});
+    const Pairs d{1000, 250, 500, {}, {}};
+    c.push_back({std::string("dense_") + typeName(vt), encodeDenseStream(d, randomNormal(g, 250), vt),
+                 expectFor(d, vt, true)});
+  }
+  return c;
+}
+
+TEST(CodecReject, ValidCorpusParses) {
+  for (const Corpus& c : validStreams()) {
+    StreamView view{};
+    const Status st = parseCopy(c.stream, c.stream.size(), c.expect, &view);
+    EXPECT_TRUE(st.isOk()) << c.name << ": " << st.message();
+  }
+}
+
+TEST(CodecReject, EveryTruncation) {
+  for (const Corpus& c : validStreams()) {
+    for (size_t len = 0; len < c.stream.size(); ++len) {
+      StreamView view{};
+      expectRejected(parseCopy(c.stream, len, c.expect, &view), c.name + " truncated to " + std::to_string(len));
+    }
+    // Longer than its content says.
+    std::vector<unsigned char> longer = c.stream;
+    longer.resize(c.stream.size() + 8, 0);
+    StreamView view{};
+    expectRejected(parseCopy(longer, longer.size(), c.expect, &view), c.name + " with 8 trailing bytes");
+  }
+  // A null pointer with a plausible size.
+  StreamView view{};
+  const StreamExpect e{10, 0, 10, kSeq, kAlgo, ValueType::kFloat32, false};
+  expectRejected(parseStream(nullptr, 64, e, 0, &view), "null data");
+}
+
+struct HeaderField {
+  const char* name;
+  size_t offset, size;
+  bool checked;  // false: reserved/unused in this kind, ignored by the reader
+};
+
+constexpr HeaderField kHeaderFields[] = {
+    {"magic", offsetof(StreamHeader, magic), 4, true},
+    {"version", offsetof(StreamHeader, version), 2, true},
+    {"indexEncoding", offsetof(StreamHeader, indexEncoding), 1, true},
+    {"valueType", offsetof(StreamHeader, valueType), 1, true},
+    {"kind", offsetof(StreamHeader, kind), 1, true},
+    {"algorithm", offsetof(StreamHeader, algorithm), 1, true},
+    {"status", offsetof(StreamHeader, status), 1, false},
+    {"reserved0", offsetof(StreamHeader, reserved0), 1, false},
+    {"reserved1", offsetof(StreamHeader, reserved1), 4, false},
+    {"denseCount", offsetof(StreamHeader, denseCount), 8, true},
+    {"rangeBegin", offsetof(StreamHeader, rangeBegin), 8, true},
+    {"rangeEnd", offsetof(StreamHeader, rangeEnd), 8, true},
+    {"nnz", offsetof(StreamHeader, nnz), 8, true},
+    {"seq", offsetof(StreamHeader, seq), 8, true},
+};
+
+TEST(CodecReject, ByteFlippedInEveryHeaderField) {
+  size_t covered = 0;
+  for (const HeaderField& f : kHeaderFields) covered += f.size;
+  ASSERT_EQ(covered, sizeof(StreamHeader)) << "a header field is missing from this test";
+
+  for (const Corpus& c : validStreams()) {
+    const bool dense = c.expect.allowDense;
+    for (const HeaderField& f : kHeaderFields) {
+      // A dense stream has no index section: its nnz (written as 0) and index
+      // encoding are not read, like the reserved bytes of every kind.
+      const bool checked =
+          f.checked && !(dense && (std::string(f.name) == "nnz" || std::string(f.name) == "indexEncoding"));
+      for (size_t b = f.offset; b < f.offset + f.size; ++b) {
+        for (unsigned mask : {0x01u, 0x80u, 0xffu}) {
+          std::vector<unsigned char> s = c.stream;
+          s[b] ^= static_cast<unsigned char>(mask);
+          StreamView view{};
+          std::vector<unsigned char> copy = s;
+          const Status st = parseStream(copy.data(), copy.size(), c.expect, 1, &view);
+          const std::string what = c.name + " field " + f.name + " byte " + std::to_string(b - f.offset) +
+                                   " ^ " + std::to_string(mask);
+          if (std::string(f.name) == "kind" && st.isOk()) {
+            // The one flip a one-byte kind cannot detect: it now reads as the
+            // peer's error marker, which fails the call all the same.
+            EXPECT_EQ(view.kind, StreamKind::kError) << what;
+          } else if (checked) {
+            expectRejected(st, what);
+          } else if (st.isOk()) {
+            // Unused by this kind: ignoring it is fine, as long as the view is sound.
+            expectViewInside(view, copy, c.expect);
+          }
+          if (std::string(f.name) == "seq" || std::string(f.name) == "denseCount") {
+            EXPECT_EQ(st.code(), spcclInvalidUsage) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A pairs stream built field by field, to say exactly what is wrong with it.
+struct RawStream {
+  StreamHeader h{};
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+  size_t extraBytes = 0;
+  size_t truncateBy = 0;
+
+  std::vector<unsigned char> bytes() const {
+    const size_t used = sizeof h + indices.size() * 4 + values.size() * 4;
+    std::vector<unsigned char> s(alignStream(used) + extraBytes, 0);
+    std::memcpy(s.data(), &h, sizeof h);
+    std::memcpy(s.data() + sizeof h, indices.data(), indices.size() * 4);
+    std::memcpy(s.data() + sizeof h + indices.size() * 4, values.data(), values.size() * 4);
+    s.resize(s.size() - truncateBy);
+    return s;
+  }
+};
+
+RawStream validRaw() {
+  RawStream r;
+  r.h.magic = kStreamMagic;
+  r.h.version = kStreamVersion;
+  r.h.indexEncoding = static_cast<uint8_t>(IndexEncoding::kCoo32);
+  r.h.valueType = static_cast<uint8_t>(ValueType::kFloat32);
+  r.h.kind = static_cast<uint8_t>(StreamKind::kPairs);
+  r.h.algorithm = kAlgo;
+  r.h.denseCount = 100;
+  r.h.rangeBegin = 20;
+  r.h.rangeEnd = 40;
+  r.h.seq = kSeq;
+  r.indices = {20, 25, 30, 39};
+  r.values = {1.0f, -2.0f, kNaN, 4.0f};
+  r.h.nnz = r.indices.size();
+  return r;
+}
+
+const StreamExpect kRawExpect{100, 20, 40, kSeq, kAlgo, ValueType::kFloat32, false};
+
+Status parseRaw(const RawStream& r, const StreamExpect& e = kRawExpect) {
+  StreamView view{};
+  const std::vector<unsigned char> s = r.bytes();
+  return parseCopy(s, s.size(), e, &view);
+}
+
+TEST(CodecReject, HandBuiltStreams) {
+  {
+    const Status st = parseRaw(validRaw());
+    ASSERT_TRUE(st.isOk()) << "the hand-built baseline must parse: " << st.message();
+  }
+  struct Bad {
+    const char* what;
+    void (*apply)(RawStream*);
+    spcclResult_t code;  // spcclSuccess: any error code
+  };
+  const Bad bads[] = {
+      {"nnz one more than the pairs present", [](RawStream* r) { r->h.nnz += 1; }, spcclSuccess},
+      {"nnz one less than the pairs present", [](RawStream* r) { r->h.nnz -= 1; }, spcclSuccess},
+      {"nnz larger than the range (size consistent)",
+       [](RawStream* r) {
+         r->indices.clear();
+         r->values.clear();
+         for (uint32_t i = 0; i < 21; ++i) {
+           r->indices.push_back(20 + std::min<uint32_t>(i, 19));
+           r->values.push_back(1.0f);
+         }
+         r->h.nnz = 21;
+       },
+       spcclSuccess},
+      {"nnz 2^64-1", [](RawStream* r) { r->h.nnz = ~uint64_t{0}; }, spcclSuccess},
+      {"nnz 2^61 in a header-only stream (nnz*8 wraps to 0)",
+       [](RawStream* r) {
+         r->h.nnz = uint64_t{1} << 61;
+         r->indices.clear();
+         r->values.clear();
+       },
+       spcclSuccess},
+      {"nnz 2^62 + 4 (nnz*8 wraps to the true size)", [](RawStream* r) { r->h.nnz = (uint64_t{1} << 62) + 4; },
+       spcclSuccess},
+      {"index below range", [](RawStream* r) { r->indices[0] = 19; }, spcclSuccess},
+      {"index 0 below a non-zero range", [](RawStream* r) { r->indices[0] = 0; }, spcclSuccess},
+      {"index at rangeEnd", [](RawStream* r) { r->indices[3] = 40; }, spcclSuccess},
+      {"index 0xffffffff", [](RawStream* r) { r->indices[3] = 0xffffffffu; }, spcclSuccess},
+      {"index beyond denseCount", [](RawStream* r) { r->indices[3] = 100; }, spcclSuccess},
+      {"duplicate index", [](RawStream* r) { r->indices[2] = r->indices[1]; }, spcclSuccess},
+      {"duplicate first index", [](RawStream* r) { r->indices[1] = r->indices[0]; }, spcclSuccess},
+      {"decreasing index", [](RawStream* r) { std::swap(r->indices[1], r->indices[2]); }, spcclSuccess},
+      {"decreasing at the end", [](RawStream* r) { r->indices[3] = 21; }, spcclSuccess},
+      {"wrong seq (behind)", [](RawStream* r) { r->h.seq = kSeq - 1; }, spcclInvalidUsage},
+      {"wrong seq (ahead)", [](RawStream* r) { r->h.seq = kSeq + 1000; }, spcclInvalidUsage},
+      {"wrong denseCount", [](RawStream* r) { r->h.denseCount = 99; }, spcclInvalidUsage},
+      {"wrong algorithm", [](RawStream* r) { r->h.algorithm = SPCCL_ALGO_ALLGATHER; }, spcclSuccess},
+      {"wrong value type (known)",
+       [](RawStream* r) { r->h.valueType = static_cast<uint8_t>(ValueType::kFloat16); }, spcclSuccess},
+      {"unknown value type (fp64)", [](RawStream* r) { r->h.valueType = spcclFloat64; }, spcclSuccess},
+      {"wrong rangeBegin", [](RawStream* r) { r->h.rangeBegin = 0; }, spcclSuccess},
+      {"wrong rangeEnd", [](RawStream* r) { r->h.rangeEnd = 100; }, spcclSuccess},
+      {"inverted range", [](RawStream* r) { std::swap(r->h.rangeBegin, r->h.rangeEnd); }, spcclSuccess},
+      {"dense kind where pairs are expected", [](RawStream* r) { r->h.kind = static_cast<uint8_t>(StreamKind::kDense); },
+       spcclSuccess},
+      {"unknown kind", [](RawStream* r) { r->h.kind = 0; }, spcclSuccess},
+      {"unknown index encoding", [](RawStream* r) { r->h.indexEncoding = 2; }, spcclSuccess},
+      {"bad magic", [](RawStream* r) { r->h.magic = 0x4c435054u; }, spcclSuccess},
+      {"newer version", [](RawStream* r) { r->h.version = kStreamVersion + 1; }, spcclSuccess},
+      {"8 extra bytes", [](RawStream* r) { r->extraBytes = 8; }, spcclSuccess},
+      {"unpadded (4 bytes short)", [](RawStream* r) { r->truncateBy = 4; }, spcclSuccess},
+  };
+  for (const Bad& b : bads) {
+    RawStream r = validRaw();
+    b.apply(&r);
+    const Status st = parseRaw(r);
+    expectRejected(st, b.what);
+    if (b.code != spcclSuccess) {
+      EXPECT_EQ(st.code(), b.code) << b.what << ": " << st.message();
+    }
+  }
+}
+
+TEST(CodecReject, DenseStreams) {
+  const Pairs d{1000, 250, 500, {}, {}};
+  auto g = rng(53);
+  for (ValueType vt : kAllValueTypes) {
+    const std::vector<unsigned char> s = encodeDenseStream(d, randomNormal(g, 250), vt);
+    StreamView view{};
+    expectRejected(parseCopy(s, s.size(), expectFor(d, vt, false), &view),
+                   std::string("dense stream where pairs are expected, ") + typeName(vt));
+    // A dense stream for a different range length, with the expected range in its header.
+    const Pairs shorter{1000, 250, 499, {}, {}};
+    std::vector<unsigned char> wrongLen = encodeDenseStream(shorter, randomNormal(g, 249), vt);
+    StreamHeader h;
+    std::memcpy(&h, wrongLen.data(), sizeof h);
+    h.rangeEnd = 500;
+    std::memcpy(wrongLen.data(), &h, sizeof h);
+    if (wrongLen.size() != s.size())
+      expectRejected(parseCopy(wrongLen, wrongLen.size(), expectFor(d, vt, true), &view),
+                     std::string("dense stream one element short, ") + typeName(vt));
+    // Values of another wire type than expected.
+    for (ValueType other : kAllValueTypes) {
+      if (other == vt) continue;
+      const std::vector<unsigned char> o = encodeDenseStream(d, randomNormal(g, 250), other);
+      expectRejected(parseCopy(o, o.size(), expectFor(d, vt, true), &view),
+                     std::string("dense ") + typeName(other) + " where " + typeName(vt) + " is expected");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spccl::test

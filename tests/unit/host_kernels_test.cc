@@ -1,0 +1,489 @@
+// kernels/host: exact threshold selection against a full sort, and the fused
+// select+pack pass against a naive reference written from the rule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/host/host_kernels.h"
+#include "tests/unit/unit_util.h"
+
+namespace spccl::test {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+
+// v = send + residual, in float, as the library forms it.
+std::vector<float> formV(const TypedInput& in, const std::vector<float>* residual) {
+  std::vector<float> v = in.decoded;
+  if (residual)
+    for (size_t i = 0; i < v.size(); ++i) v[i] += (*residual)[i];
+  return v;
+}
+
+// ---------------------------------------------------------------- threshold
+
+struct RefThreshold {
+  float tau;
+  uint64_t above, finite;
+};
+
+RefThreshold referenceThreshold(const std::vector<float>& v, uint64_t k) {
+  std::vector<float> mags;
+  for (float x : v)
+    if (std::isfinite(x)) mags.push_back(std::fabs(x));
+  std::sort(mags.begin(), mags.end(), std::greater<float>());
+  RefThreshold r{0.0f, 0, mags.size()};
+  if (k >= 1 && k <= mags.size()) r.tau = mags[k - 1];
+  r.above = static_cast<uint64_t>(std::count_if(mags.begin(), mags.end(), [&](float m) { return m > r.tau; }));
+  return r;
+}
+
+struct Dataset {
+  std::string name;
+  std::vector<float> send;
+  std::optional<std::vector<float>> residual;
+};
+
+std::vector<Dataset> thresholdDatasets() {
+  auto g = rng(10);
+  std::vector<Dataset> d;
+  d.push_back({"empty", {}, {}});
+  d.push_back({"one", {-2.5f}, {}});
+  d.push_back({"one_zero", {0.0f}, {}});
+  d.push_back({"two_equal", {1.0f, -1.0f}, {}});
+  d.push_back({"random", randomNormal(g, 5000), {}});
+  d.push_back({"random_residual", randomNormal(g, 5000), randomNormal(g, 5000, 0.1f)});
+  {
+    std::vector<float> eq(1000);
+    for (float& x : eq) x = (g() & 1) ? 0.375f : -0.375f;
+    d.push_back({"all_equal_magnitude", eq, {}});
+  }
+  d.push_back({"ties", randomTies(g, 3000), {}});
+  d.push_back({"ties_residual", randomTies(g, 3000), randomTies(g, 3000, 0.125f)});
+  d.push_back({"all_zero", std::vector<float>(500, 0.0f), {}});
+  d.push_back({"all_zero_signed", std::vector<float>(500, -0.0f), std::vector<float>(500, 0.0f)});
+  {
+    std::vector<float> z = randomNormal(g, 2000);
+    for (size_t i = 0; i < z.size(); i += 3) z[i] = 0.0f;
+    d.push_back({"zeros_mixed", z, {}});
+  }
+  {
+    std::vector<float> nf = randomNormal(g, 3000);
+    sprinkleNonFinite(g, nf, 0.1);
+    d.push_back({"nonfinite_mixed", nf, {}});
+    std::vector<float> res = randomNormal(g, 3000, 0.5f);
+    sprinkleNonFinite(g, res, 0.05);
+    d.push_back({"nonfinite_in_residual", randomNormal(g, 3000), res});
+  }
+  {
+    std::vector<float> all(64, kNaN);
+    for (size_t i = 0; i < all.size(); i += 2) all[i] = (i % 4) ? kInf : -kInf;
+    d.push_back({"all_nonfinite", all, {}});
+  }
+  {
+    std::vector<float> neg = randomNormal(g, 2000);
+    for (float& x : neg) x = -std::fabs(x);
+    d.push_back({"negative", neg, {}});
+  }
+  {
+    // The residual cancels half the inputs exactly: those v are zero.
+    std::vector<float> s = randomNormal(g, 2000), r = randomNormal(g, 2000);
+    for (size_t i = 0; i < s.size(); i += 2) r[i] = -s[i];
+    d.push_back({"residual_cancels", s, r});
+  }
+  {
+    // send + residual overflows to +-Inf in fp32 (finite parts, non-finite sum).
+    std::vector<float> s = randomNormal(g, 1000), r(1000, 0.0f);
+    for (size_t i = 0; i < s.size(); i += 10) {
+      s[i] = (i % 20) ? 3e38f : -3e38f;
+      r[i] = s[i];
+    }
+    d.push_back({"residual_overflow", s, r});
+  }
+  {
+    std::vector<float> wide(4000);
+    for (float& x : wide) x = randomFiniteBits(g);  // subnormals to 3e38
+    d.push_back({"wide_exponents", wide, {}});
+  }
+  {
+    std::vector<float> sub(1000);
+    for (float& x : sub) x = floatOf(static_cast<uint32_t>(g() % 64)) * ((g() & 1) ? 1.0f : -1.0f);
+    d.push_back({"subnormal_ties", sub, {}});
+  }
+  {
+    // Keys that share their top 16 bits (one radix bucket) and differ below.
+    std::vector<float> one(3000);
+    for (float& x : one) x = floatOf(0x3f800000u | static_cast<uint32_t>(g() & 0xffffu)) * ((g() & 1) ? 1.0f : -1.0f);
+    d.push_back({"one_radix_bucket", one, {}});
+    // Two adjacent buckets, the k-th largest at the edge between them.
+    std::vector<float> edge(2000);
+    for (size_t i = 0; i < edge.size(); ++i) edge[i] = floatOf(i < 1000 ? 0x3f810000u : 0x3f80ffffu);
+    d.push_back({"radix_bucket_edge", edge, {}});
+  }
+  d.push_back({"large", randomNormal(g, 100000), randomNormal(g, 100000, 0.01f)});
+  return d;
+}
+
+std::vector<uint64_t> ksFor(size_t n, uint64_t finite) {
+  std::vector<uint64_t> ks = {1, 2, 3, n / 100, n / 10, n / 2, n - 1, n, n + 1, finite, finite + 1, finite - 1,
+                              2 * n + 5};
+  std::sort(ks.begin(), ks.end());
+  ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  ks.erase(std::remove_if(ks.begin(), ks.end(), [&](uint64_t k) { return k == 0 || k > 2 * n + 5; }), ks.end());
+  return ks;
+}
+
+TEST(KthLargestMagnitude, MatchesFullSort) {
+  int checked = 0;
+  for (const Dataset& d : thresholdDatasets()) {
+    for (spcclDataType_t t : kAllFloatTypes) {
+      const TypedInput in(d.send, t);
+      const std::vector<float>* res = d.residual ? &*d.residual : nullptr;
+      const std::vector<float> v = formV(in, res);
+      const uint64_t finite = referenceThreshold(v, 0).finite;
+      for (uint64_t k : ksFor(v.size(), finite)) {
+        SCOPED_TRACE(d.name + " " + typeName(t) + " k=" + std::to_string(k) + " n=" + std::to_string(v.size()));
+        std::vector<uint32_t> scratch(v.size() + 1);
+        const RefThreshold want = referenceThreshold(v, k);
+        const host::ThresholdResult got =
+            host::kthLargestMagnitude(in.data(), t, res ? res->data() : nullptr, v.size(), k, scratch.data());
+        ASSERT_EQ(got.tauKey, core::magnitudeKey(want.tau)) << "tau " << core::bitsFloat(got.tauKey) << " vs "
+                                                            << want.tau;
+        ASSERT_EQ(got.finite, want.finite);
+        ASSERT_EQ(got.above, want.above);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 500);
+}
+
+// ---------------------------------------------------------------- select+pack
+
+struct RefSelect {
+  std::vector<uint32_t> indices;
+  std::vector<float> sent;      // what the receivers decode, per selected pair
+  std::vector<float> residual;  // n entries
+  uint64_t finite = 0;
+};
+
+RefSelect referenceSelect(const std::vector<float>& v, float tau, uint64_t tieBudget, core::ValueType wire) {
+  RefSelect r;
+  r.residual.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float x = v[i];
+    const bool nonFinite = !std::isfinite(x);
+    bool take = nonFinite || (x != 0.0f && std::fabs(x) > tau);
+    if (!take && x != 0.0f && std::fabs(x) == tau && tieBudget > 0) {
+      --tieBudget;
+      take = true;
+    }
+    if (!take) {
+      r.residual[i] = x;
+      continue;
+    }
+    r.indices.push_back(static_cast<uint32_t>(i));
+    r.sent.push_back(refRoundToWire(x, wire));
+    r.residual[i] = nonFinite ? 0.0f : x - refRoundToWire(x, wire);
+    r.finite += !nonFinite;
+  }
+  return r;
+}
+
+float decodeWire(const std::vector<unsigned char>& values, uint64_t j, core::ValueType wire) {
+  if (wire == core::ValueType::kFloat32) {
+    float f;
+    std::memcpy(&f, values.data() + 4 * j, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, values.data() + 2 * j, 2);
+  return wire == core::ValueType::kFloat16 ? refHalfToFloat(h) : refBf16ToFloat(h);
+}
+
+enum class ResidualMode { kNone, kInOnly, kOutOnly, kSeparate, kInPlace };
+const char* modeName(ResidualMode m) {
+  switch (m) {
+    case ResidualMode::kNone:
+      return "no_residual";
+    case ResidualMode::kInOnly:
+      return "residual_in_only";
+    case ResidualMode::kOutOnly:
+      return "residual_out_only";
+    case ResidualMode::kSeparate:
+      return "residual_in_out";
+    default:
+      return "residual_in_place";
+  }
+}
+
+struct SelectParam {
+  spcclDataType_t inType;
+  core::ValueType wire;
+  ResidualMode mode;
+};
+
+void PrintTo(const SelectParam& p, std::ostream* os) {
+  *os << typeName(p.inType) << " input, " << typeName(p.wire) << " wire, " << modeName(p.mode);
+}
+
+std::string paramName(const ::testing::TestParamInfo<SelectParam>& info) {
+  return std::string("in_") + typeName(info.param.inType) + "_wire_" + typeName(info.param.wire) + "_" +
+         modeName(info.param.mode);
+}
+
+class SelectPackTest : public ::testing::TestWithParam<SelectParam> {};
+// reselectCandidates recomputes v from residualIn, so its contract excludes
+// an in-place residual (the compressor double-buffers): a suite of its own.
+class ReselectTest : public SelectPackTest {};
+
+constexpr uint32_t kIndexGuard = 0xdeadbeefu;
+constexpr unsigned char kValueGuard = 0xcd;
+constexpr size_t kGuardSlots = 16;
+
+// One selectPack call checked against the reference, guards included.
+void checkOneSelect(const SelectParam& p, const TypedInput& in, const std::vector<float>& residualValues, float tau,
+                    uint64_t tieBudget, uint64_t capacity) {
+  const size_t n = in.size();
+  const bool hasIn = p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate ||
+                     p.mode == ResidualMode::kInPlace;
+  const bool hasOut = p.mode != ResidualMode::kNone && p.mode != ResidualMode::kInOnly;
+  const std::vector<float> v = formV(in, hasIn ? &residualValues : nullptr);
+  const RefSelect want = referenceSelect(v, tau, tieBudget, p.wire);
+
+  std::vector<float> resIn = residualValues;
+  std::vector<float> resOut(n, 12345.0f);  // garbage: every entry must be written
+  float* outPtr = hasOut ? (p.mode == ResidualMode::kInPlace ? resIn.data() : resOut.data()) : nullptr;
+  const uint32_t vb = core::wireValueBytes(p.wire);
+  std::vector<uint32_t> indices(capacity + kGuardSlots, kIndexGuard);
+  std::vector<unsigned char> values((capacity + kGuardSlots) * vb, kValueGuard);
+
+  const host::SelectArgs args{in.data(), in.type, hasIn ? resIn.data() : nullptr, outPtr, n,
+                              core::magnitudeKey(tau), tieBudget, capacity, p.wire, indices.data(), values.data()};
+  const host::SelectResult got = host::selectPack(args);
+
+  ASSERT_EQ(got.selected, want.indices.size());
+  ASSERT_EQ(got.finiteSelected, want.finite);
+  const uint64_t written = std::min<uint64_t>(capacity, want.indices.size());
+  for (uint64_t j = 0; j < written; ++j) {
+    ASSERT_EQ(indices[j], want.indices[j]) << "pair " << j;
+    const float sent = decodeWire(values, j, p.wire);
+    ASSERT_TRUE(sameFloat(sent, want.sent[j])) << "pair " << j << " index " << want.indices[j] << ": " << sent
+                                               << " vs " << want.sent[j];
+  }
+  for (size_t j = written; j < indices.size(); ++j) ASSERT_EQ(indices[j], kIndexGuard) << "index slot " << j;
+  for (size_t b = written * vb; b < values.size(); ++b) ASSERT_EQ(values[b], kValueGuard) << "value byte " << b;
+
+  if (hasOut) {
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(sameFloat(outPtr[i], want.residual[i]))
+          << "residual[" << i << "] = " << outPtr[i] << ", want " << want.residual[i] << " (v=" << v[i] << ")";
+  }
+  if (p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate) {
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(bitsOf(resIn[i]), bitsOf(residualValues[i])) << "residualIn changed";
+  }
+}
+
+TEST_P(SelectPackTest, MatchesReference) {
+  const SelectParam p = GetParam();
+  auto g = rng(20 + static_cast<uint64_t>(p.inType) * 7 + static_cast<uint64_t>(p.wire) * 3 +
+               static_cast<uint64_t>(p.mode));
+  const size_t n = 1500;
+  std::vector<std::pair<std::string, std::vector<float>>> sends;
+  {
+    std::vector<float> r = randomNormal(g, n);
+    sprinkleNonFinite(g, r, 0.02);
+    sends.emplace_back("random_nonfinite", r);
+    sends.emplace_back("ties", randomTies(g, n));
+    std::vector<float> z(n, 0.0f);
+    for (size_t i = 0; i < n; i += 7) z[i] = (i % 2) ? 1.5f : -1e-3f;
+    sends.emplace_back("mostly_zero", z);
+    std::vector<float> w(n);
+    for (float& x : w) x = std::ldexp(randomNormal(g, 1)[0], static_cast<int>(g() % 40) - 30);  // fp16 subnormals
+    sends.emplace_back("small_exponents", w);
+  }
+  // Residuals also hold ties and exact cancellations of the input.
+  std::vector<float> residual = randomTies(g, n, 0.125f);
+  for (size_t i = 0; i < n; i += 11) residual[i] = randomNormal(g, 1, 0.01f)[0];
+
+  for (const auto& [name, values] : sends) {
+    const TypedInput in(values, p.inType);
+    for (size_t i = 0; i < n; i += 13) residual[i] = -in.decoded[i];
+    const bool hasIn = p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate ||
+                       p.mode == ResidualMode::kInPlace;
+    const std::vector<float> v = formV(in, hasIn ? &residual : nullptr);
+    std::vector<float> mags;
+    for (float x : v)
+      if (std::isfinite(x) && x != 0.0f) mags.push_back(std::fabs(x));
+    std::sort(mags.begin(), mags.end(), std::greater<float>());
+    std::vector<float> taus = {0.0f, std::numeric_limits<float>::max()};
+    if (!mags.empty()) {
+      taus.push_back(mags[mags.size() / 10]);
+      taus.push_back(mags[mags.size() / 2]);
+      taus.push_back(mags.back());
+    }
+    for (float tau : taus) {
+      for (uint64_t ties : {uint64_t{0}, uint64_t{1}, uint64_t{7}, kNoLimit}) {
+        const uint64_t selected = referenceSelect(v, tau, ties, p.wire).indices.size();
+        for (uint64_t cap : {selected + 5, selected, selected / 2, uint64_t{0}}) {
+          SCOPED_TRACE(name + " tau=" + std::to_string(tau) + " ties=" + std::to_string(ties) +
+                       " capacity=" + std::to_string(cap));
+          checkOneSelect(p, in, residual, tau, ties, cap);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+std::vector<SelectParam> allSelectParams() {
+  std::vector<SelectParam> ps;
+  for (spcclDataType_t t : kAllFloatTypes)
+    for (core::ValueType w : kAllValueTypes)
+      for (ResidualMode m : {ResidualMode::kNone, ResidualMode::kInOnly, ResidualMode::kOutOnly,
+                             ResidualMode::kSeparate, ResidualMode::kInPlace})
+        ps.push_back({t, w, m});
+  return ps;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, SelectPackTest, ::testing::ValuesIn(allSelectParams()), paramName);
+
+std::vector<SelectParam> reselectParams() {
+  std::vector<SelectParam> ps;
+  for (const SelectParam& p : allSelectParams())
+    if (p.mode != ResidualMode::kInPlace) ps.push_back(p);
+  return ps;
+}
+INSTANTIATE_TEST_SUITE_P(AllTypes, ReselectTest, ::testing::ValuesIn(reselectParams()), paramName);
+
+// The compressor's use of the two kernels: tau from the k-th largest, a tie
+// budget of k - above; then exactly min(k, non-zero finite) finite entries go.
+TEST(SelectPack, ThresholdPlusTieBudgetSelectsExactlyK) {
+  auto g = rng(30);
+  std::vector<std::vector<float>> inputs = {randomNormal(g, 4000), randomTies(g, 4000), randomTies(g, 4000, 1.0f)};
+  sprinkleNonFinite(g, inputs[0], 0.01);
+  for (const auto& values : inputs) {
+    for (uint64_t k : {uint64_t{1}, uint64_t{40}, uint64_t{400}, uint64_t{2000}, uint64_t{4000}}) {
+      std::vector<uint32_t> scratch(values.size());
+      const host::ThresholdResult t =
+          host::kthLargestMagnitude(values.data(), spcclFloat32, nullptr, values.size(), k, scratch.data());
+      const uint64_t budget = k > t.above ? k - t.above : 0;
+      std::vector<uint32_t> idx(values.size());
+      std::vector<float> vals(values.size());
+      const host::SelectResult r = host::selectPack({values.data(), spcclFloat32, nullptr, nullptr, values.size(),
+                                                     t.tauKey, budget, values.size(), core::ValueType::kFloat32,
+                                                     idx.data(), vals.data()});
+      const uint64_t nonZeroFinite = static_cast<uint64_t>(
+          std::count_if(values.begin(), values.end(), [](float x) { return std::isfinite(x) && x != 0.0f; }));
+      EXPECT_EQ(r.finiteSelected, std::min(k, nonZeroFinite)) << "k=" << k;
+      EXPECT_EQ(r.selected - r.finiteSelected,
+                static_cast<uint64_t>(std::count_if(values.begin(), values.end(),
+                                                    [](float x) { return !std::isfinite(x); })));
+    }
+  }
+}
+
+// A stale tau captured more than `capacity` candidates: re-selecting among
+// them must give exactly what a fresh exact estimate and a fresh pass give
+// (indices, values, residual, tau).
+TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
+  const SelectParam p = GetParam();
+  auto g = rng(60 + static_cast<uint64_t>(p.inType) * 7 + static_cast<uint64_t>(p.wire) * 3 +
+               static_cast<uint64_t>(p.mode));
+  const size_t n = 3000;
+  const bool hasIn = p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate ||
+                     p.mode == ResidualMode::kInPlace;
+  const bool hasOut = p.mode != ResidualMode::kNone && p.mode != ResidualMode::kInOnly;
+  std::vector<std::pair<std::string, std::vector<float>>> sends;
+  {
+    std::vector<float> r = randomNormal(g, n);
+    sprinkleNonFinite(g, r, 0.01);
+    sends.emplace_back("random_nonfinite", r);
+    sends.emplace_back("ties", randomTies(g, n));
+  }
+  const std::vector<float> residual0 = randomTies(g, n, 0.0625f);
+  for (const auto& [name, values] : sends) {
+    const TypedInput in(values, p.inType);
+    const std::vector<float> v = formV(in, hasIn ? &residual0 : nullptr);
+    for (uint64_t k : {uint64_t{1}, uint64_t{30}, uint64_t{300}}) {
+      for (uint64_t capacity : {k, 2 * k}) {
+        SCOPED_TRACE(name + " k=" + std::to_string(k) + " capacity=" + std::to_string(capacity));
+        // Stale tau: the magnitude ranked ~3*capacity, so far more than capacity entries pass.
+        std::vector<float> mags;
+        for (float x : v)
+          if (std::isfinite(x) && x != 0.0f) mags.push_back(std::fabs(x));
+        std::sort(mags.begin(), mags.end(), std::greater<float>());
+        ASSERT_GT(mags.size(), 3 * capacity + 1);
+        const float staleTau = mags[3 * capacity];
+        const uint32_t vb = core::wireValueBytes(p.wire);
+
+        // The library's path: stale pass with room for every candidate, then reselect.
+        std::vector<float> resIn = residual0, resOut(n, 777.0f);
+        float* outPtr = hasOut ? (p.mode == ResidualMode::kInPlace ? resIn.data() : resOut.data()) : nullptr;
+        std::vector<uint32_t> idx(n);
+        std::vector<unsigned char> vals(n * vb);
+        const host::SelectArgs a{in.data(), in.type, hasIn ? resIn.data() : nullptr, outPtr, n,
+                                 core::magnitudeKey(staleTau), kNoLimit, n, p.wire, idx.data(), vals.data()};
+        const host::SelectResult stale = host::selectPack(a);
+        ASSERT_GT(stale.finiteSelected, capacity);
+        std::vector<uint32_t> scratch(stale.selected);
+        const host::ReselectResult rs = host::reselectCandidates(a, stale.selected, k, capacity, scratch.data());
+
+        // The fresh path: exact tau over all of v, tie budget capacity - above.
+        std::vector<uint32_t> scratchAll(n);
+        const host::ThresholdResult t = host::kthLargestMagnitude(in.data(), in.type, hasIn ? residual0.data() : nullptr,
+                                                                  n, k, scratchAll.data());
+        ASSERT_EQ(rs.tauKey, t.tauKey);
+        const float tau = core::bitsFloat(t.tauKey);
+        const RefSelect want = referenceSelect(v, tau, capacity > t.above ? capacity - t.above : 0, p.wire);
+        ASSERT_EQ(rs.selected, want.indices.size());
+        for (uint64_t j = 0; j < rs.selected; ++j) {
+          ASSERT_EQ(idx[j], want.indices[j]) << "pair " << j;
+          ASSERT_TRUE(sameFloat(decodeWire(vals, j, p.wire), want.sent[j])) << "pair " << j;
+        }
+        if (hasOut) {
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_TRUE(sameFloat(outPtr[i], want.residual[i]))
+                << "residual[" << i << "] = " << outPtr[i] << ", want " << want.residual[i] << " (v=" << v[i] << ")";
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- conversions and accumulation
+
+TEST(HostConversions, LoadAndStoreFloatsMatchReference) {
+  auto g = rng(40);
+  std::vector<float> values(20000);
+  for (float& x : values) x = floatOf(static_cast<uint32_t>(g()));
+  for (spcclDataType_t t : kAllFloatTypes) {
+    const TypedInput in(values, t);
+    std::vector<float> loaded(values.size());
+    host::loadFloats(in.data(), t, values.size(), loaded.data());
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_TRUE(sameFloat(loaded[i], in.decoded[i])) << typeName(t) << i;
+
+    std::vector<unsigned char> stored(values.size() * 4);
+    host::storeFloats(values.data(), values.size(), t, stored.data());
+    for (size_t i = 0; i < values.size(); ++i)
+      ASSERT_TRUE(sameFloat(decodeWire(stored, i, static_cast<core::ValueType>(t)),
+                            refRoundIeee(values[i], static_cast<core::ValueType>(t))))
+          << typeName(t) << " " << values[i];
+  }
+  // In place (fp32 to itself) is a no-op.
+  std::vector<float> same = values;
+  host::storeFloats(same.data(), same.size(), spcclFloat32, same.data());
+  for (size_t i = 0; i < same.size(); ++i) ASSERT_EQ(bitsOf(same[i]), bitsOf(values[i]));
+}
+
+}  // namespace
+}  // namespace spccl::test

@@ -1,0 +1,242 @@
+// src/params: the SPCCL_* table parsed through a fake environment, and
+// docs/ENV.md kept in sync with the table.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "src/params.h"
+
+#ifndef SPCCL_SOURCE_DIR
+#error "SPCCL_SOURCE_DIR must name the source tree (set by tests/unit/CMakeLists.txt)"
+#endif
+
+namespace spccl::test {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+Status load(const Env& env, Params* out) {
+  return loadParams(
+      [&](const char* name) -> const char* {
+        const auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      out);
+}
+
+Params loadOk(const Env& env) {
+  Params p;
+  const Status st = load(env, &p);
+  EXPECT_TRUE(st.isOk()) << st.message();
+  return p;
+}
+
+TEST(Params, Defaults) {
+  const Params p = loadOk({});
+  EXPECT_FALSE(p.disable);
+  EXPECT_EQ(p.debug, LogLevel::kWarn);
+  EXPECT_FLOAT_EQ(p.allreduceDensity, 0.01f);
+  EXPECT_EQ(p.thresholdInterval, 1000);
+  EXPECT_FLOAT_EQ(p.capacityFactor, 2.0f);
+  EXPECT_TRUE(p.errorFeedback);
+  EXPECT_EQ(p.algorithm, SPCCL_ALGO_AUTO);
+  EXPECT_EQ(p.valueType, core::ValueType::kFloat32);
+  EXPECT_EQ(p.minCompressCount, 65536u);
+}
+
+TEST(Params, EmptyValueMeansUnset) {
+  Env env;
+  for (const ParamSpec& s : paramSpecs()) env[s.name] = "";
+  const Params p = loadOk(env), d = loadOk({});
+  EXPECT_EQ(describeParams(p), describeParams(d));
+}
+
+TEST(Params, EveryVariableIsDocumentedAndNamed) {
+  const std::vector<std::string> required = {"SPCCL_DISABLE",         "SPCCL_DEBUG",          "SPCCL_ALLREDUCE_DENSITY",
+                                             "SPCCL_THRESHOLD_INTERVAL", "SPCCL_CAPACITY_FACTOR", "SPCCL_ERROR_FEEDBACK",
+                                             "SPCCL_ALGO",            "SPCCL_VALUE_TYPE",     "SPCCL_MIN_COMPRESS_COUNT"};
+  std::map<std::string, int> seen;
+  for (const ParamSpec& s : paramSpecs()) {
+    ++seen[s.name];
+    EXPECT_EQ(std::string(s.name).rfind("SPCCL_", 0), 0u) << s.name;
+    EXPECT_NE(std::string(s.help), "") << s.name;
+    EXPECT_NE(describeParams(loadOk({})).find(std::string(s.name) + "="), std::string::npos) << s.name;
+    // The default itself parses (the table is self-consistent).
+    Params p;
+    const Status st = load({{s.name, s.defaultValue}}, &p);
+    EXPECT_TRUE(st.isOk()) << s.name << ": " << st.message();
+  }
+  for (const std::string& name : required) EXPECT_EQ(seen[name], 1) << name;
+}
+
+TEST(Params, ValidValues) {
+  EXPECT_TRUE(loadOk({{"SPCCL_DISABLE", "1"}}).disable);
+  EXPECT_FALSE(loadOk({{"SPCCL_DISABLE", "0"}}).disable);
+
+  EXPECT_EQ(loadOk({{"SPCCL_DEBUG", "NONE"}}).debug, LogLevel::kNone);
+  EXPECT_EQ(loadOk({{"SPCCL_DEBUG", "warn"}}).debug, LogLevel::kWarn);
+  EXPECT_EQ(loadOk({{"SPCCL_DEBUG", "INFO"}}).debug, LogLevel::kInfo);
+  EXPECT_EQ(loadOk({{"SPCCL_DEBUG", "Trace"}}).debug, LogLevel::kTrace);
+
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ALLREDUCE_DENSITY", "0.5"}}).allreduceDensity, 0.5f);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ALLREDUCE_DENSITY", "1"}}).allreduceDensity, 1.0f);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ALLREDUCE_DENSITY", "1e-6"}}).allreduceDensity, 1e-6f);
+
+  EXPECT_EQ(loadOk({{"SPCCL_THRESHOLD_INTERVAL", "1"}}).thresholdInterval, 1);
+  EXPECT_EQ(loadOk({{"SPCCL_THRESHOLD_INTERVAL", "5000"}}).thresholdInterval, 5000);
+  EXPECT_EQ(loadOk({{"SPCCL_THRESHOLD_INTERVAL", "1000000000"}}).thresholdInterval, 1000000000);
+
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_CAPACITY_FACTOR", "1"}}).capacityFactor, 1.0f);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_CAPACITY_FACTOR", "3.5"}}).capacityFactor, 3.5f);
+
+  EXPECT_FALSE(loadOk({{"SPCCL_ERROR_FEEDBACK", "0"}}).errorFeedback);
+  EXPECT_TRUE(loadOk({{"SPCCL_ERROR_FEEDBACK", "1"}}).errorFeedback);
+
+  EXPECT_EQ(loadOk({{"SPCCL_ALGO", "auto"}}).algorithm, SPCCL_ALGO_AUTO);
+  EXPECT_EQ(loadOk({{"SPCCL_ALGO", "dense"}}).algorithm, SPCCL_ALGO_DENSE);
+  EXPECT_EQ(loadOk({{"SPCCL_ALGO", "ALLGATHER"}}).algorithm, SPCCL_ALGO_ALLGATHER);
+  EXPECT_EQ(loadOk({{"SPCCL_ALGO", "split"}}).algorithm, SPCCL_ALGO_SPLIT);
+
+  EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "fp32"}}).valueType, core::ValueType::kFloat32);
+  EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "fp16"}}).valueType, core::ValueType::kFloat16);
+  EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "BF16"}}).valueType, core::ValueType::kBfloat16);
+
+  EXPECT_EQ(loadOk({{"SPCCL_MIN_COMPRESS_COUNT", "0"}}).minCompressCount, 0u);
+  EXPECT_EQ(loadOk({{"SPCCL_MIN_COMPRESS_COUNT", "1000000"}}).minCompressCount, 1000000u);
+
+  // All at once: each lands in its own field.
+  const Params p = loadOk({{"SPCCL_DISABLE", "1"},
+                           {"SPCCL_DEBUG", "info"},
+                           {"SPCCL_ALLREDUCE_DENSITY", "0.25"},
+                           {"SPCCL_THRESHOLD_INTERVAL", "7"},
+                           {"SPCCL_CAPACITY_FACTOR", "4"},
+                           {"SPCCL_ERROR_FEEDBACK", "0"},
+                           {"SPCCL_ALGO", "split"},
+                           {"SPCCL_VALUE_TYPE", "bf16"},
+                           {"SPCCL_MIN_COMPRESS_COUNT", "12"}});
+  EXPECT_TRUE(p.disable);
+  EXPECT_EQ(p.debug, LogLevel::kInfo);
+  EXPECT_FLOAT_EQ(p.allreduceDensity, 0.25f);
+  EXPECT_EQ(p.thresholdInterval, 7);
+  EXPECT_FLOAT_EQ(p.capacityFactor, 4.0f);
+  EXPECT_FALSE(p.errorFeedback);
+  EXPECT_EQ(p.algorithm, SPCCL_ALGO_SPLIT);
+  EXPECT_EQ(p.valueType, core::ValueType::kBfloat16);
+  EXPECT_EQ(p.minCompressCount, 12u);
+}
+
+TEST(Params, InvalidValuesNameTheVariable) {
+  const std::map<std::string, std::vector<std::string>> invalid = {
+      {"SPCCL_DISABLE", {"2", "-1", "yes", "0.5", "1x", "abc"}},
+      {"SPCCL_DEBUG", {"VERBOSE", "1", "INF", "INFOO", "WARN,INFO"}},
+      {"SPCCL_ALLREDUCE_DENSITY", {"0", "1.5", "-0.1", "abc", "nan", "inf", "0.5x", "1e400"}},
+      {"SPCCL_THRESHOLD_INTERVAL", {"0", "1.5", "-3", "abc", "1e10", "10 "}},
+      {"SPCCL_CAPACITY_FACTOR", {"0.5", "0", "-2", "abc", "1e7", "inf"}},
+      {"SPCCL_ERROR_FEEDBACK", {"2", "true", "on", "0.1"}},
+      {"SPCCL_ALGO", {"ring", "1", "allgatherx", "auto|dense"}},
+      {"SPCCL_VALUE_TYPE", {"fp64", "float16", "half", "7", "fp"}},
+      {"SPCCL_MIN_COMPRESS_COUNT", {"-1", "1.5", "abc", "1e19", "0x"}},
+  };
+  for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
+  for (const auto& [name, values] : invalid) {
+    for (const std::string& value : values) {
+      Params p;
+      p.thresholdInterval = -123;  // sentinel: a failed load leaves *out alone
+      const Status st = load({{name, value}, {"SPCCL_ALGO_UNRELATED", "x"}}, &p);
+      EXPECT_EQ(st.code(), spcclInvalidArgument) << name << "='" << value << "': " << st.message();
+      EXPECT_NE(st.message().find(name), std::string::npos) << name << "='" << value << "': " << st.message();
+      EXPECT_NE(st.message().find(value), std::string::npos) << name << "='" << value << "': " << st.message();
+      EXPECT_EQ(p.thresholdInterval, -123) << name << "='" << value << "' modified the output";
+    }
+  }
+  // One bad variable among good ones is still named.
+  Params p;
+  const Status st = load({{"SPCCL_DISABLE", "0"}, {"SPCCL_ALGO", "split"}, {"SPCCL_VALUE_TYPE", "fp8"}}, &p);
+  EXPECT_EQ(st.code(), spcclInvalidArgument);
+  EXPECT_NE(st.message().find("SPCCL_VALUE_TYPE"), std::string::npos) << st.message();
+}
+
+TEST(Params, AlgoChoicesFollowAlgorithmTable) {
+  const ParamSpec* algo = nullptr;
+  for (const ParamSpec& s : paramSpecs())
+    if (std::string(s.name) == "SPCCL_ALGO") algo = &s;
+  ASSERT_NE(algo, nullptr);
+  ASSERT_EQ(algo->type, ParamType::kChoice);
+  // The choice index is the algorithm id, so the table's ids must be 0..n-1 and
+  // the names must appear in that order.
+  std::string names;
+  const auto table = algorithmTable();
+  for (size_t id = 0; id < table.size(); ++id) {
+    const AlgorithmInfo* info = nullptr;
+    for (const AlgorithmInfo& a : table)
+      if (a.id == static_cast<int>(id)) info = &a;
+    ASSERT_NE(info, nullptr) << "algorithm ids are not 0.." << table.size() - 1 << ": " << id << " is missing";
+    names += (id ? "|" : "") + std::string(info->name);
+    EXPECT_STREQ(algorithmName(static_cast<int>(id)), info->name);
+  }
+  EXPECT_EQ(std::string(algo->choices), names);
+  for (const AlgorithmInfo& a : table) {
+    Params p;
+    ASSERT_TRUE(load({{"SPCCL_ALGO", a.name}}, &p).isOk()) << a.name;
+    EXPECT_EQ(p.algorithm, a.id) << a.name;
+  }
+}
+
+// ---------------------------------------------------------------- docs/ENV.md
+
+constexpr const char* kBeginMarker =
+    "<!-- BEGIN SPCCL PARAMS (generated from src/params.cc; run build/tests/unit/spccl_env_doc > table) -->";
+constexpr const char* kEndMarker = "<!-- END SPCCL PARAMS -->";
+
+TEST(Params, TableRendersEveryVariable) {
+  const std::string table = renderParamTable();
+  for (const ParamSpec& s : paramSpecs())
+    EXPECT_NE(table.find(std::string("`") + s.name + "`"), std::string::npos) << s.name;
+  EXPECT_EQ(table.back(), '\n');
+}
+
+TEST(Params, EnvDocMatchesTable) {
+  const std::string path = std::string(SPCCL_SOURCE_DIR) + "/docs/ENV.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string doc = buf.str();
+
+  const std::string begin = std::string(kBeginMarker) + "\n";
+  const size_t b = doc.find(begin);
+  ASSERT_NE(b, std::string::npos) << path << " lacks the line\n" << kBeginMarker;
+  const size_t start = b + begin.size();
+  const size_t e = doc.find(std::string(kEndMarker), start);
+  ASSERT_NE(e, std::string::npos) << path << " lacks the line " << kEndMarker << " after the BEGIN marker";
+  ASSERT_TRUE(e == 0 || doc[e - 1] == '\n') << kEndMarker << " must start a line";
+  const std::string embedded = doc.substr(start, e - start);
+  const std::string generated = renderParamTable();
+  if (embedded == generated) return;
+
+  // Name the first differing line, then show both versions whole.
+  std::istringstream a(embedded), g(generated);
+  std::string la, lg;
+  int line = 0;
+  while (true) {
+    const bool ha = static_cast<bool>(std::getline(a, la)), hg = static_cast<bool>(std::getline(g, lg));
+    ++line;
+    if (!ha && !hg) break;
+    if (!ha || !hg || la != lg) break;
+  }
+  FAIL() << path << " is out of date with src/params.cc (first difference at table line " << line << ").\n"
+         << "  doc:       " << (la.empty() ? "<missing>" : la) << "\n"
+         << "  generated: " << (lg.empty() ? "<missing>" : lg) << "\n"
+         << "Regenerate: build/tests/unit/spccl_env_doc, paste its output between the markers.\n"
+         << "--- docs/ENV.md (between markers)\n"
+         << embedded << "+++ renderParamTable()\n"
+         << generated;
+}
+
+}  // namespace
+}  // namespace spccl::test
