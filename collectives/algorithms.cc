@@ -1,6 +1,7 @@
 #include "collectives/algorithms.h"
 
 #include "include/spccl.h"
+#include "src/codec.h"
 
 namespace spccl {
 
@@ -22,6 +23,12 @@ const char* algorithmName(int id) {
   for (const AlgorithmInfo& a : kAlgorithms)
     if (a.id == id) return a.name;
   return "unknown";
+}
+
+Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all) {
+  all->resize(t.size());
+  SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, all->data()));
+  return checkDescriptors(all->data(), t.size(), mine);
 }
 
 }  // namespace spccl

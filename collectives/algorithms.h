@@ -62,6 +62,12 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 }
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
+
+struct CallDescriptor;
+// Allgathers the descriptors and checks them (codec.h checkDescriptors): the
+// verdict is the same on every rank, so a mismatched call fails everywhere
+// before any stream moves.
+Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all);
 Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx);
 
 }  // namespace spccl

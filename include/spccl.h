@@ -75,6 +75,7 @@ typedef enum {
 
 typedef struct spcclComm* spcclComm_t;
 typedef struct spcclCompressor* spcclCompressor_t;
+typedef struct spcclSelection* spcclSelection_t;
 
 /* Allreduce algorithms (spcclCompressConfig_t.algorithm, SPCCL_ALGO). */
 #define SPCCL_ALGO_AUTO 0      /* chosen per call by the cost model */
@@ -101,17 +102,25 @@ typedef struct {
   float capacityFactor;          /* a call never sends more than capacityFactor*k entries, >= 1 */
 } spcclCompressConfig_t;
 
-/* Counters. bytesSent/denseBytes is the wire compression ratio. */
+/*
+ * Counters. bytesSent/denseBytes is the wire compression ratio.
+ * spcclCompressorGetStats: that compressor's allreduce calls.
+ * spcclCommGetStats: every collective on the communicator (allreduce,
+ * alltoall, allgather, row-sparse allreduce, backward), exact ones included.
+ */
 typedef struct {
-  uint64_t calls;            /* allreduce calls, exact ones included */
+  uint64_t calls;            /* collective calls, exact ones included */
   uint64_t compressedCalls;  /* calls that took a compressed algorithm */
   uint64_t bytesSent;        /* bytes this rank put on the wire, per receiving rank, headers
-                                included, messages to itself excluded */
-  uint64_t denseBytes;       /* 2(P-1)/P * count * sizeof(datatype) summed over the calls */
+                                and size exchanges included, messages to itself excluded */
+  uint64_t denseBytes;       /* what the dense collective sends per rank (nccl-tests' bus
+                                convention): allreduce 2(P-1)/P*count*size, alltoall
+                                (P-1)*count*size, allgather (P-1)*sendcount*size, row-sparse
+                                allreduce (P-1)*nrows*(8 + rowLen*size) (allgather of the raw input) */
   uint64_t thresholdUpdates; /* exact tau estimations (scheduled and capacity-triggered) */
   uint64_t lastSelected;     /* entries this rank selected in its last compressed call */
-  float lastThreshold;       /* tau used in the last compressed call */
-  int lastAlgorithm;         /* SPCCL_ALGO_* taken by the last call */
+  float lastThreshold;       /* tau used in the last compressed allreduce */
+  int lastAlgorithm;         /* SPCCL_ALGO_* taken by the last allreduce */
 } spcclStats_t;
 
 SPCCL_API spcclResult_t spcclGetVersion(int* version);
@@ -152,6 +161,68 @@ SPCCL_API spcclResult_t spcclCompressorGetStats(const spcclCompressor_t compress
 SPCCL_API spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t compressor,
                                                    float* residual, size_t count);
 SPCCL_API spcclResult_t spcclCompressorDestroy(spcclCompressor_t compressor);
+
+/*
+ * Drop-in alltoall, NCCL 2.28's ncclAlltoAll semantics: block j of `count`
+ * elements of sendbuff goes to rank j; block i of recvbuff comes from rank i.
+ * Exact by default. With SPCCL_ALLTOALL_DENSITY < 1 and SPCCL_ALLTOALL_ROW_LEN=L
+ * (L dividing count), fp32/fp16/bf16 blocks are compressed row by row as in
+ * spcclAlltoAllRowsCompressed (the selection is not kept).
+ */
+SPCCL_API spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                      spcclDataType_t datatype, spcclComm_t comm, void* stream);
+
+/*
+ * Drop-in allgather, NCCL's semantics (in place when
+ * sendbuff == recvbuff + rank*sendcount). Exact by default. With
+ * SPCCL_ALLGATHER_DENSITY < 1, fp32/fp16/bf16 blocks are sparsified by each
+ * rank's own top-k (k = ceil(density*sendcount)) before gathering; the output
+ * holds zeros elsewhere. No error feedback: an allgather is not a reduction.
+ */
+SPCCL_API spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       spcclDataType_t datatype, spcclComm_t comm, void* stream);
+
+/*
+ * DCT-MP forward: sendbuff holds P blocks of rowsPerPeer rows of rowLen
+ * elements, block j for rank j. Every row keeps its max(1, ceil(density*rowLen))
+ * entries of largest magnitude (ties: lower index first; NaN/Inf always kept,
+ * even beyond that number). recvbuff receives P blocks of dense rows with zeros
+ * at the dropped positions. *selection (created here; NULL selection pointer =
+ * not kept) remembers the kept positions of every sent and received row for
+ * spcclAlltoAllRowsBackward. fp32, fp16 and bf16 only.
+ */
+SPCCL_API spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff,
+                                                    size_t rowsPerPeer, size_t rowLen,
+                                                    spcclDataType_t datatype, float density,
+                                                    spcclSelection_t* selection,
+                                                    spcclComm_t comm, void* stream);
+
+/*
+ * DCT-MP backward: gradSendbuff has the shape of the forward's recvbuff,
+ * gradRecvbuff the shape of its sendbuff. Only the values at the kept positions
+ * travel (no indices); gradRecvbuff is zero elsewhere: the gradient of the
+ * forward's masking. A selection serves one backward.
+ */
+SPCCL_API spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecvbuff,
+                                                  spcclSelection_t selection, void* stream);
+SPCCL_API spcclResult_t spcclSelectionDestroy(spcclSelection_t selection);
+
+/*
+ * Row-sparse allreduce (embedding gradients): each rank passes nrows
+ * (id, row) pairs, ids in any order and possibly repeated; every rank gets
+ * the sorted unique ids of the union over ranks, each with the sum of all its
+ * rows, bitwise identical everywhere. Duplicates are merged locally before
+ * anything is sent. If the union has more than outCapacity ids, every rank
+ * returns spcclInvalidUsage and *outNrows holds the size needed. Rows are
+ * summed in fp32 (fp64 for spcclFloat64) in rank order; fp32, fp64, fp16, bf16.
+ * SPCCL_ROWSPARSE_ALGO picks allgather, partition (ids hashed to owners,
+ * owners sum, owners' results allgathered) or auto.
+ */
+SPCCL_API spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, size_t nrows,
+                                                size_t rowLen, spcclDataType_t datatype,
+                                                int64_t* outRowIds, void* outRows,
+                                                size_t outCapacity, size_t* outNrows,
+                                                spcclComm_t comm, void* stream);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include "include/spccl.h"
 #include "include/spccl_mpi.h"
 #include "kernels/host/host_kernels.h"
+#include "collectives/other_collectives.h"
 #include "src/comm.h"
 #include "src/log.h"
 #include "src/transport/mpi_transport.h"
@@ -26,6 +27,7 @@ struct Registry {
   std::mutex mu;
   std::unordered_map<const spcclComm*, uint64_t> comms;  // -> comm id
   std::unordered_map<const spcclCompressor*, bool> compressors;
+  std::unordered_map<const spcclSelection*, bool> selections;
   uint64_t nextId = 1;
 };
 Registry& registry() {
@@ -98,6 +100,27 @@ Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, si
 Status checkTypeAndOp(int datatype, int op) {
   if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
   if (!isValidRedOp(op)) return invalidArgument(formatString("op=%d is not an spcclRedOp_t", op));
+  return Status::ok();
+}
+
+// Every collective adds its call to the communicator's counters.
+Status counted(spcclComm* comm, const Status& st, const spcclStats_t& call) {
+  if (st.isOk() || call.calls) addStats(&comm->stats, call);
+  return st;
+}
+
+Status exactCall(spcclComm* comm, size_t denseBytes, const Status& st) {
+  spcclStats_t call{};
+  call.calls = 1;
+  call.bytesSent = call.denseBytes = denseBytes;
+  return counted(comm, st, call);
+}
+
+bool isSupportedRowType(spcclDataType_t t) { return isCompressibleType(t); }
+
+Status checkSizes(size_t a, size_t b, size_t c, const char* what) {
+  if (b != 0 && a > SIZE_MAX / b) return invalidArgument(formatString("%s overflows size_t", what));
+  if (c != 0 && a * b > SIZE_MAX / c) return invalidArgument(formatString("%s overflows size_t", what));
   return Status::ok();
 }
 
@@ -259,7 +282,7 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
     SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), stream));
     const Params& p = comm->params;
     if (takesExactPath(*comm, count, datatype, op, p.allreduceDensity) || count < p.minCompressCount) {
-      spcclStats_t call;
+      spcclStats_t call{};
       return comm->exactAllReduce(sendbuff, recvbuff, count, datatype, op, &call);
     }
     auto key = std::make_tuple(recvbuff, count, static_cast<int>(datatype));
@@ -273,6 +296,152 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                  dataTypeName(datatype));
     }
     return it->second->allReduce(sendbuff, recvbuff, op);
+  }, comm && commAlive(comm) ? comm->rank : -1);
+}
+
+spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t datatype,
+                            spcclComm_t comm, void* stream) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
+    SPCCL_RETURN_IF_ERROR(checkSizes(count, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "count * ranks"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), stream));
+    const Params& p = comm->params;
+    const uint64_t rowLen = p.alltoallRowLen;
+    if (!p.disable && p.alltoallDensity < 1.0f && rowLen > 0 && count > 0 && count % rowLen == 0 &&
+        isSupportedRowType(datatype)) {
+      spcclStats_t call{};
+      return counted(comm, alltoAllRowsForward(*comm, sendbuff, recvbuff, count / rowLen, rowLen, datatype,
+                                               p.alltoallDensity, nullptr, &call), call);
+    }
+    ++comm->seq;
+    const size_t block = count * dataTypeSize(datatype);
+    return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
+                     count ? comm->transport->allToAll(sendbuff, block, recvbuff) : Status::ok());
+  }, comm && commAlive(comm) ? comm->rank : -1);
+}
+
+spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t datatype,
+                             spcclComm_t comm, void* stream) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
+    SPCCL_RETURN_IF_ERROR(
+        checkSizes(sendcount, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "sendcount * ranks"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, sendcount, dataTypeSize(datatype), stream));
+    const Params& p = comm->params;
+    if (!p.disable && p.allgatherDensity < 1.0f && sendcount > 0 && isCompressibleType(datatype)) {
+      if (sendcount > UINT32_MAX)
+        return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
+      spcclStats_t call{};
+      return counted(comm, allGatherTopK(*comm, sendbuff, recvbuff, sendcount, datatype, p.allgatherDensity, &call),
+                     call);
+    }
+    ++comm->seq;
+    const size_t block = sendcount * dataTypeSize(datatype);
+    return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
+                     sendcount ? comm->transport->allGather(sendbuff, block, recvbuff) : Status::ok());
+  }, comm && commAlive(comm) ? comm->rank : -1);
+}
+
+spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
+                                          spcclDataType_t datatype, float density, spcclSelection_t* selection,
+                                          spcclComm_t comm, void* stream) {
+  return guarded([&]() -> Status {
+    if (selection) *selection = nullptr;
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    if (!isSupportedRowType(datatype))
+      return invalidArgument(formatString("datatype=%s: row compression takes float32, float16 or bfloat16",
+                                          dataTypeName(datatype)));
+    if (rowLen == 0) return invalidArgument("rowLen is 0");
+    if (rowLen > UINT32_MAX) return invalidArgument(formatString("rowLen=%zu exceeds 2^32-1", rowLen));
+    if (!(density > 0.0f && density <= 1.0f))
+      return invalidArgument(formatString("density=%g must be in (0, 1]", static_cast<double>(density)));
+    SPCCL_RETURN_IF_ERROR(checkSizes(rowsPerPeer, rowLen, static_cast<size_t>(comm->ranks) * dataTypeSize(datatype),
+                                     "rowsPerPeer * rowLen * ranks"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, rowsPerPeer * rowLen, dataTypeSize(datatype), stream));
+    if (sendbuff == recvbuff && rowsPerPeer > 0)
+      return invalidArgument("sendbuff == recvbuff: the rows alltoall is not in place");
+    std::unique_ptr<spcclSelection> sel;
+    if (selection) {
+      sel = std::make_unique<spcclSelection>();
+      sel->comm = comm;
+      sel->commId = comm->id;
+    }
+    spcclStats_t call{};
+    SPCCL_RETURN_IF_ERROR(counted(comm, alltoAllRowsForward(*comm, sendbuff, recvbuff, rowsPerPeer, rowLen, datatype,
+                                                            density, sel.get(), &call), call));
+    if (selection) {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      registry().selections[sel.get()] = true;
+      *selection = sel.release();
+    }
+    return Status::ok();
+  }, comm && commAlive(comm) ? comm->rank : -1);
+}
+
+spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecvbuff, spcclSelection_t selection,
+                                        void* stream) {
+  int rank = -1;
+  return guarded([&]() -> Status {
+    if (selection == nullptr) return invalidArgument("selection is NULL");
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      if (registry().selections.count(selection) == 0)
+        return invalidUsage("selection is not a live selection (destroyed, or never created)");
+      auto it = registry().comms.find(selection->comm);
+      if (it == registry().comms.end() || it->second != selection->commId)
+        return invalidUsage("the selection's communicator has been destroyed");
+    }
+    rank = selection->comm->rank;
+    if (selection->used) return invalidUsage("this selection has already served a backward (a selection serves one)");
+    const size_t elems = selection->rowsPerPeer * selection->rowLen;
+    SPCCL_RETURN_IF_ERROR(checkBuffers(gradSendbuff, gradRecvbuff, elems, dataTypeSize(selection->dataType), stream));
+    if (gradSendbuff == gradRecvbuff && elems > 0)
+      return invalidArgument("gradSendbuff == gradRecvbuff: the rows backward is not in place");
+    selection->used = true;
+    spcclStats_t call{};
+    return counted(selection->comm,
+                   alltoAllRowsBackward(*selection->comm, gradSendbuff, gradRecvbuff, *selection, &call), call);
+  }, rank);
+}
+
+spcclResult_t spcclSelectionDestroy(spcclSelection_t selection) {
+  return guarded([&]() -> Status {
+    if (selection == nullptr) return invalidArgument("selection is NULL");
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      if (registry().selections.erase(selection) == 0)
+        return invalidUsage("selection is not a live selection (destroyed twice, or never created)");
+    }
+    delete selection;
+    return Status::ok();
+  });
+}
+
+spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, size_t nrows, size_t rowLen,
+                                      spcclDataType_t datatype, int64_t* outRowIds, void* outRows, size_t outCapacity,
+                                      size_t* outNrows, spcclComm_t comm, void* stream) {
+  return guarded([&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    if (outNrows == nullptr) return invalidArgument("outNrows is NULL");
+    *outNrows = 0;
+    if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    if (!isCompressibleType(datatype) && datatype != spcclFloat64)
+      return invalidArgument(formatString("datatype=%s: rows must be float32, float64, float16 or bfloat16",
+                                          dataTypeName(datatype)));
+    if (rowLen == 0) return invalidArgument("rowLen is 0");
+    SPCCL_RETURN_IF_ERROR(checkSizes(nrows, rowLen, 8, "nrows * rowLen"));
+    SPCCL_RETURN_IF_ERROR(checkSizes(outCapacity, rowLen, 8, "outCapacity * rowLen"));
+    if (nrows > 0 && (rowIds == nullptr || rows == nullptr))
+      return invalidArgument("rowIds or rows is NULL with nrows > 0");
+    if (outCapacity > 0 && (outRowIds == nullptr || outRows == nullptr))
+      return invalidArgument("outRowIds or outRows is NULL with outCapacity > 0");
+    if (stream != nullptr) return invalidArgument("stream must be NULL on an MPI communicator (host buffers)");
+    spcclStats_t call{};
+    return counted(comm, allReduceRowSparse(*comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows,
+                                            outCapacity, outNrows, &call), call);
   }, comm && commAlive(comm) ? comm->rank : -1);
 }
 
@@ -315,7 +484,7 @@ spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spc
     spcclComm& comm = *c->comm;
     if (takesExactPath(comm, c->count, c->dataType, op, c->config.density)) {
       // Exact: the residual (if any) is not involved; it waits for the next compressed call.
-      spcclStats_t call;
+      spcclStats_t call{};
       SPCCL_RETURN_IF_ERROR(comm.exactAllReduce(sendbuff, recvbuff, c->count, c->dataType, op, &call));
       addStats(&c->stats, call);
       return Status::ok();

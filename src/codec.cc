@@ -172,6 +172,10 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
 Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine) {
   // Compare against rank 0's, not this rank's, so every rank reports the same mismatch.
   const CallDescriptor& ref = all[0];
+  // Row collectives carry a shape in nnz (all equal); allreduce and the
+  // sparsified allgather carry each rank's selected count (<= count).
+  const bool nnzIsShape = (ref.op & kOtherCollective) && (ref.op & ~kOtherCollective) !=
+                                                             static_cast<uint8_t>(Collective::kAllGather);
   for (int r = 0; r < ranks; ++r) {
     const CallDescriptor& d = all[r];
     const char* field = nullptr;
@@ -183,9 +187,10 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     else if (d.op != ref.op) field = "op", got = d.op, want = ref.op;
     else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
     else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
-    else if (d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
+    else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
+    else if (!nnzIsShape && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
     if (field)
-      return invalidUsage(formatString("mismatched compressed allreduce across ranks: rank %d has %s %llu, rank 0 "
+      return invalidUsage(formatString("mismatched collective call across ranks: rank %d has %s %llu, rank 0 "
                                        "has %llu (this rank: count %llu)",
                                        r, field, got, want, static_cast<unsigned long long>(mine.count)));
   }

@@ -20,8 +20,16 @@ namespace spccl {
 constexpr uint32_t kStreamMagic = 0x4c435053u;  // "SPCL" little-endian
 constexpr uint16_t kStreamVersion = 1;
 
-enum class IndexEncoding : uint8_t { kCoo32 = 1 };
-enum class StreamKind : uint8_t { kPairs = 1, kDense = 2, kError = 3 };
+// kCoo32: global uint32 positions. kRowN: positions inside a row, N bits.
+enum class IndexEncoding : uint8_t { kCoo32 = 1, kRow8 = 2, kRow16 = 3, kRow32 = 4 };
+enum class StreamKind : uint8_t {
+  kPairs = 1,   // (index, value) pairs of a 1-D buffer
+  kDense = 2,   // a dense range
+  kError = 3,   // the sender failed; header only
+  kRows = 4,    // per-row kept positions and values (alltoall rows forward)
+  kValues = 5,  // values only, positions known to both sides (alltoall rows backward)
+  kIdRows = 6,  // sorted unique int64 ids with one row each (row-sparse allreduce)
+};
 
 struct StreamHeader {
   uint32_t magic;
@@ -52,19 +60,22 @@ constexpr size_t kErrorStreamBytes = sizeof(StreamHeader);
 // consistent, and on each rank's stream size, before any stream moves.
 struct CallDescriptor {
   uint32_t magic;
-  uint8_t algorithm;  // SPCCL_ALGO_* actually taken
+  uint8_t algorithm;  // SPCCL_ALGO_* actually taken (other collectives: their own codes)
   uint8_t valueType;  // wire value type
   uint8_t dataType;   // user spcclDataType_t
-  uint8_t op;         // spcclRedOp_t
+  uint8_t op;         // allreduce: spcclRedOp_t; other collectives: kOtherCollective | Collective
   uint64_t seq;
-  uint64_t count;
-  uint64_t nnz;
+  uint64_t count;  // allreduce: elements; others: their size (e.g. rows per peer x rowLen)
+  uint64_t nnz;    // allreduce: this rank's selected entries (may differ); others: a shape
+                   // parameter every rank must agree on (e.g. rowLen)
 };
+constexpr uint8_t kOtherCollective = 0x80;
 static_assert(sizeof(CallDescriptor) == 32, "call descriptor must stay 32 bytes");
 
 // Checks every rank's descriptor against this rank's. The result is the same
 // on every rank (all see the same descriptors): a mismatch is
 // spcclInvalidUsage naming the first disagreeing rank and field.
+// For other collectives (op & kOtherCollective) nnz must match too.
 Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine);
 
 // What the receiver expects of a stream; anything else is rejected.
@@ -110,5 +121,77 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& expect, i
 
 // acc[i - accBase] += value for every entry of a validated stream.
 void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);
+
+// ---- Row streams (alltoall rows, backward values, row-sparse id rows) ----
+// Same 56 bytes as StreamHeader; the five trailing words mean, per kind:
+//   kRows:   rows, rowLen, keepPerRow (0: per-row counts follow the header), nnz, seq
+//   kValues: rows, rowLen, 0, nnz, seq
+//   kIdRows: nIds, rowLen, 0, 0, seq
+// kRows layout: [header][counts: rows x uint32, if keepPerRow == 0]
+//               [positions: nnz x 1/2/4 bytes, padded to 4][values][pad to 8]
+// kValues layout: [header][values: nnz x wire type][pad to 8]
+// kIdRows layout: [header][ids: nIds x int64][rows: nIds x rowLen x fp32|fp64][pad to 8]
+struct RowsHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t indexEncoding;
+  uint8_t valueType;
+  uint8_t kind;
+  uint8_t collective;  // which collective made it (a mismatch is caught)
+  uint8_t status;
+  uint8_t flags;
+  uint32_t reserved1;
+  uint64_t rows;
+  uint64_t rowLen;
+  uint64_t keepPerRow;
+  uint64_t nnz;
+  uint64_t seq;
+};
+static_assert(sizeof(RowsHeader) == sizeof(StreamHeader), "row streams share the header size");
+
+enum class Collective : uint8_t { kAlltoAllRows = 1, kAlltoAllRowsBackward = 2, kAllGather = 3, kRowSparse = 4 };
+
+// Bytes of an index entry for rows of rowLen elements: 1 up to 256, 2 up to 65536, else 4.
+uint32_t rowIndexBytes(uint64_t rowLen);
+size_t rowsStreamBytes(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts, core::ValueType vt);
+size_t valuesStreamBytes(uint64_t nnz, core::ValueType vt);
+// Id rows carry fp32 values, or fp64 for fp64 input.
+size_t idRowsStreamBytes(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes);
+
+// Writes a rows stream. positions holds nnz row-local positions, rows' counts
+// in `counts` (all equal to keepPerRow when keepPerRow != 0), values nnz fp32
+// (converted to vt). Returns bytes written.
+size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
+                  const uint32_t* positions, const float* values, uint64_t nnz, core::ValueType vt, uint64_t seq);
+size_t encodeValues(void* dst, const float* values, uint64_t nnz, uint64_t rows, uint64_t rowLen, core::ValueType vt,
+                    uint64_t seq);
+size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
+                    uint32_t valueBytes, uint64_t seq);
+
+// A validated rows stream: per-row counts (offsets), positions, values.
+struct RowsView {
+  uint64_t rows, rowLen, nnz, keepPerRow;  // keepPerRow 0: see counts
+  const unsigned char* counts;             // rows x uint32 (unaligned-safe reads) or nullptr
+  const unsigned char* positions;          // nnz x indexBytes
+  uint32_t indexBytes;
+  const void* values;
+  core::ValueType valueType;
+  uint32_t countOf(uint64_t row) const;
+  uint32_t positionAt(uint64_t j) const;
+};
+
+Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, uint64_t seq,
+                 int peer, RowsView* out);
+// Values stream with exactly `nnz` values of type vt.
+Status parseValues(const void* data, size_t bytes, uint64_t nnz, core::ValueType vt, uint64_t seq, int peer,
+                   const void** values);
+struct IdRowsView {
+  uint64_t nIds;
+  const unsigned char* ids;  // nIds x int64, strictly increasing
+  const void* rows;
+};
+Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq, int peer,
+                   IdRowsView* out);
+int64_t idAt(const IdRowsView& v, uint64_t i);
 
 }  // namespace spccl

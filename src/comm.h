@@ -51,6 +51,20 @@ struct spcclCompressor {
   spccl::Status denseReduce(const void* sendbuff, float* out);
 };
 
+// Kept positions of one alltoall-rows forward, for its backward.
+struct spcclSelection {
+  spcclComm* comm;
+  uint64_t commId;
+  bool used = false;
+  size_t rowsPerPeer = 0, rowLen = 0;
+  spcclDataType_t dataType = spcclFloat32;
+  spccl::core::ValueType wire = spccl::core::ValueType::kFloat32;
+  // Row by row, block by block (peer j's rows are j*rowsPerPeer ...): how many
+  // positions each row kept, and the positions.
+  std::vector<uint32_t> sentCounts, sentPositions;
+  std::vector<uint32_t> recvCounts, recvPositions;
+};
+
 struct spcclComm {
   uint64_t id;
   std::unique_ptr<spccl::Transport> transport;
@@ -60,6 +74,13 @@ struct spcclComm {
   uint64_t seq = 0;  // allreduce calls so far; stamped on every stream
   spcclStats_t stats{};
   std::map<std::tuple<void*, size_t, int>, std::unique_ptr<spcclCompressor>> implicitCompressors;
+  // Scratch of the alltoall, allgather and row-sparse collectives (grow only).
+  spccl::Workspace workspace;
+  std::vector<float> floats;
+  std::vector<uint32_t> positions;
+  std::vector<uint64_t> ranks64;
+  std::vector<spccl::CallDescriptor> descriptors;
+  double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
 
   spccl::Status exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                spcclRedOp_t op, spcclStats_t* call);

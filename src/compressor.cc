@@ -123,9 +123,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
 
   const CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
                             static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), seq, count, nnz};
-  descriptors.resize(p);
-  SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, descriptors.data()));
-  SPCCL_RETURN_IF_ERROR(checkDescriptors(descriptors.data(), p, mine));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
   // The call is consistent on every rank: commit this call's residual. A call
   // rejected above leaves the residual as it was.
   if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) current = 1 - current;

@@ -45,6 +45,18 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_MIN_COMPRESS_COUNT", ParamType::kInt, "65536", 0, 1e18, false, nullptr,
      "Drop-in calls with fewer elements than this take the exact dense path.",
      [](Params* p, double v) { p->minCompressCount = static_cast<uint64_t>(v); }},
+    {"SPCCL_ALLTOALL_DENSITY", ParamType::kFloat, "1", 0, 1, true, nullptr,
+     "Drop-in spcclAlltoAll keeps this fraction of each row (needs SPCCL_ALLTOALL_ROW_LEN); 1 = exact.",
+     [](Params* p, double v) { p->alltoallDensity = static_cast<float>(v); }},
+    {"SPCCL_ALLTOALL_ROW_LEN", ParamType::kInt, "0", 0, 4294967295.0, false, nullptr,
+     "Row length L for the drop-in alltoall's per-row compression; 0 = unset (exact).",
+     [](Params* p, double v) { p->alltoallRowLen = static_cast<uint64_t>(v); }},
+    {"SPCCL_ALLGATHER_DENSITY", ParamType::kFloat, "1", 0, 1, true, nullptr,
+     "Drop-in spcclAllGather sends each rank's top ceil(density*sendcount) entries; 1 = exact.",
+     [](Params* p, double v) { p->allgatherDensity = static_cast<float>(v); }},
+    {"SPCCL_ROWSPARSE_ALGO", ParamType::kChoice, "auto", 0, 0, false, "auto|allgather|partition",
+     "Row-sparse allreduce algorithm; auto picks by the cost model in docs/ALGORITHMS.md.",
+     [](Params* p, double v) { p->rowSparseAlgorithm = static_cast<int>(v); }},
 };
 
 int choiceIndex(const char* choices, const char* value) {
@@ -125,11 +137,16 @@ std::string describeParams(const Params& p) {
   return formatString(
       "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
       "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_VALUE_TYPE=%s "
-      "SPCCL_MIN_COMPRESS_COUNT=%llu",
+      "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
+      "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
       p.disable ? 1 : 0, kLevels[static_cast<int>(p.debug)], static_cast<double>(p.allreduceDensity),
       p.thresholdInterval, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
       algorithmName(p.algorithm), valueTypeName(p.valueType),
-      static_cast<unsigned long long>(p.minCompressCount));
+      static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),
+      static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
+      p.rowSparseAlgorithm == kRowSparseAllgather   ? "allgather"
+      : p.rowSparseAlgorithm == kRowSparsePartition ? "partition"
+                                                    : "auto");
 }
 
 std::string renderParamTable() {

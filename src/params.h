@@ -24,7 +24,16 @@ struct Params {
   int algorithm = 0;  // SPCCL_ALGO_*
   core::ValueType valueType = core::ValueType::kFloat32;
   uint64_t minCompressCount = 65536;
+  float alltoallDensity = 1.0f;
+  uint64_t alltoallRowLen = 0;  // 0: unset
+  float allgatherDensity = 1.0f;
+  int rowSparseAlgorithm = 0;  // kRowSparse*
 };
+
+// Row-sparse allreduce algorithms (SPCCL_ROWSPARSE_ALGO choice order).
+constexpr int kRowSparseAuto = 0;
+constexpr int kRowSparseAllgather = 1;
+constexpr int kRowSparsePartition = 2;
 
 enum class ParamType { kBool, kInt, kFloat, kChoice };
 

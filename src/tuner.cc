@@ -5,6 +5,7 @@
 
 #include "include/spccl.h"
 #include "src/codec.h"
+#include "src/params.h"
 
 namespace spccl {
 
@@ -65,6 +66,16 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
   for (int a : {SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE})
     if (modelSeconds(a, in, m) < modelSeconds(best, in, m)) best = a;
   return best;
+}
+
+int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uint32_t valueBytes, double overlap,
+                             const CostModel& m) {
+  if (ranks <= 2) return kRowSparseAllgather;
+  const double p = ranks, u = static_cast<double>(sumUnique) / p;
+  const double row = 8.0 + static_cast<double>(rowLen) * valueBytes, ov = overlap > 0 ? overlap : 1.0;
+  const double allgather = (p - 1) * u * row * m.beta + (p - 1) * m.alpha;
+  const double partition = ((p - 1) / p * u + (p - 1) * u / ov) * row * m.beta + 2 * (p - 1) * m.alpha;
+  return partition < allgather ? kRowSparsePartition : kRowSparseAllgather;
 }
 
 }  // namespace spccl

@@ -29,4 +29,12 @@ double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m = {}
 // SPCCL_ALGO_DENSE, _ALLGATHER or _SPLIT.
 int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 
+// Row-sparse allreduce: kRowSparseAllgather or kRowSparsePartition. Per rank,
+// with U unique ids on average and overlap = (sum of unique ids) / union:
+//   allgather: (P-1) U row bytes, 1 round
+//   partition: (P-1)/P U + (P-1) U/overlap row bytes, 2 rounds
+// overlap < 0 (no earlier call) is taken as 1: no shared ids.
+int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uint32_t valueBytes, double overlap,
+                             const CostModel& m = {});
+
 }  // namespace spccl

@@ -66,6 +66,24 @@ SPCCL_HOST_DEVICE Pick classify(float v, uint32_t tauKey) {
   return Pick::kSkip;
 }
 
+// DCT-MP rows: entries kept per row, max(1, ceil(density * rowLen)), at most rowLen.
+SPCCL_HOST_DEVICE uint32_t rowKeep(uint64_t rowLen, float density) {
+  const double k = static_cast<double>(density) * static_cast<double>(rowLen);
+  uint64_t keep = static_cast<uint64_t>(k);
+  if (static_cast<double>(keep) < k) ++keep;  // ceil without <cmath> on device
+  if (keep < 1) keep = 1;
+  return static_cast<uint32_t>(keep < rowLen ? keep : rowLen);
+}
+
+// Total order of a row's entries for the per-row top-k: larger |x| first,
+// then lower position. Larger rank = kept first.
+SPCCL_HOST_DEVICE uint64_t rowRank(uint32_t key, uint32_t position) {
+  return (static_cast<uint64_t>(key) << 32) | (0xffffffffu - position);
+}
+SPCCL_HOST_DEVICE uint32_t rowRankPosition(uint64_t rank) {
+  return 0xffffffffu - static_cast<uint32_t>(rank & 0xffffffffu);
+}
+
 // fp32 -> fp16 bits, round to nearest even, overflow to Inf, NaN kept NaN.
 SPCCL_HOST_DEVICE uint16_t floatToHalfBits(float f) {
   const uint32_t x = floatBits(f);

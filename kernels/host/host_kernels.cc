@@ -209,6 +209,26 @@ ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k,
   });
 }
 
+uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
+                       uint64_t* scratch) {
+  // One 64-bit rank per entry: magnitude key above, inverted position below,
+  // so a larger rank is a larger |x|, then a lower position. NaN/Inf keys
+  // exceed every finite key, so they rank first.
+  uint32_t nonFinite = 0;
+  withLoader(row, type, [&](auto load) {
+    for (uint32_t i = 0; i < rowLen; ++i) {
+      const uint32_t key = core::magnitudeKey(load(i));
+      nonFinite += core::isNonFiniteKey(key);
+      scratch[i] = core::rowRank(key, i);
+    }
+  });
+  const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
+  if (n < rowLen) std::nth_element(scratch, scratch + (n - 1), scratch + rowLen, std::greater<uint64_t>());
+  for (uint32_t j = 0; j < n; ++j) positions[j] = core::rowRankPosition(scratch[j]);
+  std::sort(positions, positions + n);
+  return n;
+}
+
 void unpackAccumulate(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* acc,
                       uint64_t accBase) {
   withWire(vt, [&](auto wire) {

@@ -63,6 +63,13 @@ struct ThresholdResult {
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                     uint64_t k, uint32_t* scratch);
 
+// DCT-MP per-row selection: the positions of the `keep` entries of largest
+// |x| in a row of rowLen elements (ties: lower position first), plus every
+// NaN/Inf beyond them, written ascending to `positions`. Returns how many.
+// `scratch` holds rowLen uint64.
+uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
+                       uint64_t* scratch);
+
 // acc[index - accBase] += value, for nnz pairs of the given wire type.
 void unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz, float* acc,
                       uint64_t accBase);

@@ -185,9 +185,26 @@ Status MpiTransport::toWords(const size_t* bytes, const size_t* offsets, std::ve
   return Status::ok();
 }
 
+Status MpiTransport::blockType(size_t bytes, MPI_Datatype* type, int* count) const {
+  if (bytes <= static_cast<size_t>(INT_MAX)) {
+    *type = MPI_BYTE;
+    *count = static_cast<int>(bytes);
+  } else if (bytes % 8 == 0 && bytes / 8 <= static_cast<size_t>(INT_MAX)) {
+    *type = word_;
+    *count = static_cast<int>(bytes / 8);
+  } else {
+    return invalidUsage(formatString("transport: a %zu-byte block per rank exceeds MPI's int count limit", bytes));
+  }
+  return Status::ok();
+}
+
 Status MpiTransport::allGather(const void* send, size_t bytes, void* recv) {
-  if (bytes > static_cast<size_t>(INT_MAX)) return invalidUsage("transport: allGather block too large");
-  SPCCL_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_));
+  MPI_Datatype type;
+  int count;
+  SPCCL_RETURN_IF_ERROR(blockType(bytes, &type, &count));
+  // In place when this rank's block already sits at its slot of recv.
+  const bool inPlace = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
+  SPCCL_MPI_CHECK(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
   return Status::ok();
 }
 
@@ -200,8 +217,10 @@ Status MpiTransport::allGatherV(const void* send, size_t sendBytes, void* recv, 
 }
 
 Status MpiTransport::allToAll(const void* send, size_t bytes, void* recv) {
-  if (bytes > static_cast<size_t>(INT_MAX)) return invalidUsage("transport: allToAll block too large");
-  SPCCL_MPI_CHECK(MPI_Alltoall(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_));
+  MPI_Datatype type;
+  int count;
+  SPCCL_RETURN_IF_ERROR(blockType(bytes, &type, &count));
+  SPCCL_MPI_CHECK(MPI_Alltoall(send == recv ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
   return Status::ok();
 }
 

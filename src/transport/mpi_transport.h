@@ -28,6 +28,7 @@ class MpiTransport final : public Transport {
 
  private:
   MpiTransport() = default;
+  Status blockType(size_t bytes, MPI_Datatype* type, int* count) const;
   Status toWords(const size_t* bytes, const size_t* offsets, std::vector<int>* counts, std::vector<int>* displs) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -23,12 +23,13 @@ class Transport {
   // Exact dense allreduce of the user's buffer (sendbuff may equal recvbuff).
   virtual Status allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                 spcclRedOp_t op) = 0;
-  // Every rank contributes `bytes`; recv holds size()*bytes, rank order.
+  // Every rank contributes `bytes`; recv holds size()*bytes, rank order. In
+  // place when send == recv + rank()*bytes.
   virtual Status allGather(const void* send, size_t bytes, void* recv) = 0;
   // Rank r contributes recvBytes[r] bytes placed at recv + recvOffsets[r].
   virtual Status allGatherV(const void* send, size_t sendBytes, void* recv, const size_t* recvBytes,
                             const size_t* recvOffsets) = 0;
-  // Block j of `bytes` goes to rank j.
+  // Block j of `bytes` goes to rank j. In place when send == recv.
   virtual Status allToAll(const void* send, size_t bytes, void* recv) = 0;
   virtual Status allToAllV(const void* send, const size_t* sendBytes, const size_t* sendOffsets, void* recv,
                            const size_t* recvBytes, const size_t* recvOffsets) = 0;

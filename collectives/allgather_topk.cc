@@ -1,0 +1,86 @@
+// Sparsified allgather (SPCCL_ALLGATHER_DENSITY < 1): each rank keeps the
+// k = ceil(density * sendcount) entries of largest magnitude of its own block
+// (ties: lower index first; NaN/Inf always), sends them as pairs, and every
+// rank writes all blocks, zeros elsewhere. No residual: nothing is reduced.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "collectives/algorithms.h"
+#include "collectives/other_collectives.h"
+#include "kernels/host/host_kernels.h"
+#include "src/codec.h"
+#include "src/comm.h"
+#include "src/types.h"
+
+namespace spccl {
+
+Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t n, spcclDataType_t type,
+                     float density, spcclStats_t* call) {
+  Transport& t = *comm.transport;
+  Workspace& ws = comm.workspace;
+  const int p = t.size(), me = t.rank();
+  const core::ValueType wire = comm.params.valueType;
+  const size_t esize = dataTypeSize(type);
+  const uint64_t seq = comm.seq++;
+  const uint64_t k = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(static_cast<double>(density) * n)), 1, n);
+
+  // Exactly k finite entries (ties by index), plus NaN/Inf.
+  ws.rangeIndices.resize(n);
+  const host::ThresholdResult th =
+      host::kthLargestMagnitude(sendbuff, type, nullptr, n, k, ws.rangeIndices.data());
+  comm.positions.resize(std::min<size_t>(n, k + 64));
+  uint64_t nnz = 0;
+  for (;;) {
+    ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(wire));
+    const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, th.tauKey, k - std::min(k, th.above),
+                             comm.positions.size(), wire, comm.positions.data(), ws.stageBytes.data()};
+    const host::SelectResult r = host::selectPack(a);
+    if (r.selected <= comm.positions.size()) {
+      nnz = r.selected;
+      break;
+    }
+    comm.positions.resize(r.selected);  // more NaN/Inf than the slack: grow once
+  }
+
+  const CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
+                            static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
+                            n, nnz};
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &comm.descriptors));
+
+  ws.sizes.resize(p);
+  ws.offsets.resize(p);
+  size_t total = 0;
+  for (int r = 0; r < p; ++r) {
+    ws.sizes[r] = pairsStreamBytes(comm.descriptors[r].nnz, wire);
+    ws.offsets[r] = total;
+    total += ws.sizes[r];
+  }
+  const StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
+  ws.sendBytes.resize(ws.sizes[me]);
+  encodePairs(ws.sendBytes.data(), info, comm.positions.data(), ws.stageBytes.data());
+  ws.recvBytes.resize(total);
+  SPCCL_RETURN_IF_ERROR(
+      t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
+
+  // The send block may be inside recvbuff (in place): it has been consumed.
+  comm.floats.resize(n);
+  const StreamExpect expect{n, 0, n, seq, 0, wire, false};
+  for (int r = 0; r < p; ++r) {
+    StreamView view;
+    SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
+    std::fill(comm.floats.begin(), comm.floats.end(), 0.0f);
+    accumulateStream(view, comm.floats.data(), 0);
+    host::storeFloats(comm.floats.data(), n, type, static_cast<char*>(recvbuff) + r * n * esize);
+  }
+  *call = spcclStats_t{};
+  call->calls = 1;
+  call->compressedCalls = 1;
+  call->lastSelected = nnz;
+  call->denseBytes = static_cast<uint64_t>(p - 1) * n * esize;
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + ws.sizes[me]);
+  return Status::ok();
+}
+
+}  // namespace spccl

@@ -1,0 +1,246 @@
+// Row streams: alltoall rows (forward), values only (backward), id rows
+// (row-sparse allreduce). Layouts in codec.h. As for pairs streams, every
+// length, count, position and id of a received stream is checked before use.
+#include <cstring>
+
+#include "src/codec.h"
+
+namespace spccl {
+
+using core::ValueType;
+
+namespace {
+
+size_t pad4(size_t b) { return (b + 3) & ~size_t{3}; }
+
+// Id rows carry spcclFloat32 or spcclFloat64 values.
+uint8_t idRowsValueType(uint32_t valueBytes) {
+  return static_cast<uint8_t>(valueBytes == 8 ? spcclFloat64 : spcclFloat32);
+}
+
+RowsHeader makeRowsHeader(StreamKind kind, Collective coll, IndexEncoding enc, uint8_t valueType, uint64_t rows,
+                          uint64_t rowLen, uint64_t keep, uint64_t nnz, uint64_t seq) {
+  RowsHeader h{};
+  h.magic = kStreamMagic;
+  h.version = kStreamVersion;
+  h.indexEncoding = static_cast<uint8_t>(enc);
+  h.valueType = valueType;
+  h.kind = static_cast<uint8_t>(kind);
+  h.collective = static_cast<uint8_t>(coll);
+  h.rows = rows;
+  h.rowLen = rowLen;
+  h.keepPerRow = keep;
+  h.nnz = nnz;
+  h.seq = seq;
+  return h;
+}
+
+IndexEncoding encodingFor(uint32_t bytes) {
+  return bytes == 1 ? IndexEncoding::kRow8 : bytes == 2 ? IndexEncoding::kRow16 : IndexEncoding::kRow32;
+}
+
+size_t finish(unsigned char* p, size_t used) {
+  const size_t total = alignStream(used);
+  if (total > used) std::memset(p + used, 0, total - used);
+  return total;
+}
+
+uint32_t loadU32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Shared header checks of the row kinds.
+Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t seq, int peer, RowsHeader* h) {
+  if (data == nullptr || bytes < sizeof(RowsHeader))
+    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
+  std::memcpy(h, data, sizeof *h);
+  if (h->magic != kStreamMagic || h->version != kStreamVersion)
+    return remoteError(formatString("stream from rank %d has bad magic or version", peer));
+  if (h->seq != seq)
+    return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
+                                     "sequences differ",
+                                     peer, static_cast<unsigned long long>(h->seq),
+                                     static_cast<unsigned long long>(seq)));
+  if (h->kind != static_cast<uint8_t>(kind) || h->status != 0 || h->flags != 0 || h->reserved1 != 0)
+    return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)",
+                                    peer, static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
+  return Status::ok();
+}
+
+}  // namespace
+
+uint32_t rowIndexBytes(uint64_t rowLen) { return rowLen <= 256 ? 1u : rowLen <= 65536 ? 2u : 4u; }
+
+size_t rowsStreamBytes(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts, ValueType vt) {
+  const size_t counts = perRowCounts ? rows * sizeof(uint32_t) : 0;
+  return alignStream(pad4(sizeof(RowsHeader) + counts + nnz * rowIndexBytes(rowLen)) + nnz * core::wireValueBytes(vt));
+}
+
+size_t valuesStreamBytes(uint64_t nnz, ValueType vt) {
+  return alignStream(sizeof(RowsHeader) + nnz * core::wireValueBytes(vt));
+}
+
+size_t idRowsStreamBytes(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes) {
+  return alignStream(sizeof(RowsHeader) + nIds * (sizeof(int64_t) + rowLen * valueBytes));
+}
+
+size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
+                  const uint32_t* positions, const float* values, uint64_t nnz, ValueType vt, uint64_t seq) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const uint32_t ib = rowIndexBytes(rowLen);
+  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
+                                      static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
+  std::memcpy(p, &h, sizeof h);
+  size_t off = sizeof h;
+  if (keepPerRow == 0 && rows > 0) {
+    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
+    off += rows * sizeof(uint32_t);
+  }
+  for (uint64_t j = 0; j < nnz; ++j) {
+    const uint32_t pos = positions[j];
+    std::memcpy(p + off + j * ib, &pos, ib);  // little-endian: the low bytes
+  }
+  off += nnz * ib;
+  const size_t valuesAt = pad4(off);
+  std::memset(p + off, 0, valuesAt - off);
+  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + valuesAt, j, values[j], vt);
+  return finish(p, valuesAt + nnz * core::wireValueBytes(vt));
+}
+
+size_t encodeValues(void* dst, const float* values, uint64_t nnz, uint64_t rows, uint64_t rowLen, ValueType vt,
+                    uint64_t seq) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
+                                      static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
+  std::memcpy(p, &h, sizeof h);
+  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + sizeof h, j, values[j], vt);
+  return finish(p, sizeof h + nnz * core::wireValueBytes(vt));
+}
+
+size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
+                    uint32_t valueBytes, uint64_t seq) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const RowsHeader h = makeRowsHeader(StreamKind::kIdRows, Collective::kRowSparse, IndexEncoding::kRow32,
+                                      idRowsValueType(valueBytes), nIds, rowLen, 0, 0, seq);
+  std::memcpy(p, &h, sizeof h);
+  size_t off = sizeof h;
+  if (nIds > 0) {
+    std::memcpy(p + off, ids, nIds * sizeof(int64_t));
+    off += nIds * sizeof(int64_t);
+    std::memcpy(p + off, rows, nIds * rowLen * valueBytes);
+    off += nIds * rowLen * valueBytes;
+  }
+  return finish(p, off);
+}
+
+uint32_t RowsView::countOf(uint64_t row) const {
+  return counts ? loadU32(counts + row * sizeof(uint32_t)) : static_cast<uint32_t>(keepPerRow);
+}
+
+uint32_t RowsView::positionAt(uint64_t j) const {
+  uint32_t v = 0;
+  std::memcpy(&v, positions + j * indexBytes, indexBytes);
+  return v;
+}
+
+Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, uint64_t seq,
+                 int peer, RowsView* out) {
+  RowsHeader h;
+  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kRows, seq, peer, &h));
+  if (h.rows != rows || h.rowLen != rowLen)
+    return invalidUsage(formatString("rank %d sent %llu rows of %llu, this rank expects %llu rows of %llu", peer,
+                                     static_cast<unsigned long long>(h.rows), static_cast<unsigned long long>(h.rowLen),
+                                     static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
+  const uint32_t ib = rowIndexBytes(rowLen);
+  if (h.valueType != static_cast<uint8_t>(vt) || h.indexEncoding != static_cast<uint8_t>(encodingFor(ib)))
+    return invalidUsage(formatString("rank %d sent value type %u / index encoding %u, expected %u / %u", peer,
+                                     static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
+                                     static_cast<unsigned>(vt), static_cast<unsigned>(encodingFor(ib))));
+  // Bound everything by the block size before any multiplication can overflow.
+  if (h.keepPerRow > rowLen || rows > bytes || h.nnz > rows * rowLen)
+    return remoteError(formatString("rows stream from rank %d claims %llu entries (%llu per row) in %llu rows of %llu",
+                                    peer, static_cast<unsigned long long>(h.nnz),
+                                    static_cast<unsigned long long>(h.keepPerRow), static_cast<unsigned long long>(rows),
+                                    static_cast<unsigned long long>(rowLen)));
+  const bool perRow = h.keepPerRow == 0;
+  if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes != rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt))
+    return remoteError(formatString("rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
+                                    static_cast<unsigned long long>(h.nnz)));
+  const auto* base = static_cast<const unsigned char*>(data);
+  RowsView v;
+  v.rows = rows;
+  v.rowLen = rowLen;
+  v.nnz = h.nnz;
+  v.keepPerRow = h.keepPerRow;
+  v.counts = perRow ? base + sizeof h : nullptr;
+  v.positions = base + sizeof h + (perRow ? rows * sizeof(uint32_t) : 0);
+  v.indexBytes = ib;
+  v.values = base + pad4(sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + h.nnz * ib);
+  v.valueType = vt;
+  uint64_t j = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t c = v.countOf(r);
+    if (c == 0 || c > rowLen || j + c > h.nnz)
+      return remoteError(formatString("rows stream from rank %d: row %llu keeps %llu entries", peer,
+                                      static_cast<unsigned long long>(r), static_cast<unsigned long long>(c)));
+    for (uint64_t e = 0; e < c; ++e, ++j) {
+      const uint32_t pos = v.positionAt(j);
+      if (pos >= rowLen || (e > 0 && pos <= v.positionAt(j - 1)))
+        return remoteError(formatString("rows stream from rank %d: row %llu position %u is out of range or not "
+                                        "increasing",
+                                        peer, static_cast<unsigned long long>(r), pos));
+    }
+  }
+  if (j != h.nnz) return remoteError(formatString("rows stream from rank %d: row counts do not add up to nnz", peer));
+  *out = v;
+  return Status::ok();
+}
+
+Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, uint64_t seq, int peer,
+                   const void** values) {
+  RowsHeader h;
+  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
+  if (h.nnz != nnz || h.valueType != static_cast<uint8_t>(vt))
+    return invalidUsage(formatString("backward stream from rank %d has %llu values of type %u, this rank's selection "
+                                     "expects %llu of type %u (a different selection?)",
+                                     peer, static_cast<unsigned long long>(h.nnz), static_cast<unsigned>(h.valueType),
+                                     static_cast<unsigned long long>(nnz), static_cast<unsigned>(vt)));
+  if (bytes != valuesStreamBytes(nnz, vt))
+    return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
+                                    valuesStreamBytes(nnz, vt)));
+  *values = static_cast<const unsigned char*>(data) + sizeof h;
+  return Status::ok();
+}
+
+Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq, int peer,
+                   IdRowsView* out) {
+  RowsHeader h;
+  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kIdRows, seq, peer, &h));
+  if (h.rowLen != rowLen || h.valueType != idRowsValueType(valueBytes))
+    return invalidUsage(formatString("rank %d sent rows of %llu x %u-byte values, this rank expects %llu x %u", peer,
+                                     static_cast<unsigned long long>(h.rowLen), static_cast<unsigned>(h.valueType),
+                                     static_cast<unsigned long long>(rowLen), valueBytes));
+  if (h.rows > bytes || bytes != idRowsStreamBytes(h.rows, rowLen, valueBytes))
+    return remoteError(formatString("id-rows stream from rank %d is %zu bytes for %llu ids", peer, bytes,
+                                    static_cast<unsigned long long>(h.rows)));
+  IdRowsView v;
+  v.nIds = h.rows;
+  v.ids = static_cast<const unsigned char*>(data) + sizeof h;
+  v.rows = v.ids + h.rows * sizeof(int64_t);
+  for (uint64_t i = 1; i < v.nIds; ++i)
+    if (idAt(v, i) <= idAt(v, i - 1))
+      return remoteError(formatString("id-rows stream from rank %d: ids not strictly increasing at %llu", peer,
+                                      static_cast<unsigned long long>(i)));
+  *out = v;
+  return Status::ok();
+}
+
+int64_t idAt(const IdRowsView& v, uint64_t i) {
+  int64_t id;
+  std::memcpy(&id, v.ids + i * sizeof(int64_t), sizeof id);
+  return id;
+}
+
+}  // namespace spccl
