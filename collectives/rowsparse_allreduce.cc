@@ -234,7 +234,8 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   if (unionSize > outCapacity)
     return invalidUsage(formatString("row-sparse allreduce: the union has %zu ids, outCapacity is %zu (*outNrows "
                                      "holds the size needed)",
-                                     unionSize, outCapacity));
+                                     unionSize, outCapacity))
+        .markExpected();
   if (unionSize > 0) std::memcpy(outIds, result.ids.data(), unionSize * sizeof(int64_t));
   if constexpr (sizeof(Acc) == 8) {
     if (unionSize > 0) std::memcpy(outRows, result.rows.data(), result.rows.size() * sizeof(double));

@@ -43,7 +43,10 @@ bool commAlive(const spcclComm* c) {
 spcclResult_t finish(const Status& st, int rank = -1) {
   if (!st.isOk()) {
     setLastError(st);
-    SPCCL_WARN(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
+    if (st.expected())
+      SPCCL_INFO(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
+    else
+      SPCCL_WARN(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
   }
   return st.code();
 }

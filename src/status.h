@@ -19,10 +19,18 @@ class [[nodiscard]] Status {
   bool isOk() const { return code_ == spcclSuccess; }
   spcclResult_t code() const { return code_; }
   const std::string& message() const { return message_; }
+  // A failure the caller is expected to handle in normal operation (e.g.
+  // "output too small, here is the size"): logged at INFO, not WARN.
+  bool expected() const { return expected_; }
+  Status& markExpected() {
+    expected_ = true;
+    return *this;
+  }
 
  private:
   spcclResult_t code_ = spcclSuccess;
   std::string message_;
+  bool expected_ = false;
 };
 
 std::string formatString(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -107,6 +107,13 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "BF16"}}).valueType, core::ValueType::kBfloat16);
 
   EXPECT_EQ(loadOk({{"SPCCL_MIN_COMPRESS_COUNT", "0"}}).minCompressCount, 0u);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ALLTOALL_DENSITY", "0.0625"}}).alltoallDensity, 0.0625f);
+  EXPECT_EQ(loadOk({{"SPCCL_ALLTOALL_ROW_LEN", "128"}}).alltoallRowLen, 128u);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ALLGATHER_DENSITY", "0.5"}}).allgatherDensity, 0.5f);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWSPARSE_ALGO", "partition"}}).rowSparseAlgorithm, kRowSparsePartition);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWSPARSE_ALGO", "allgather"}}).rowSparseAlgorithm, kRowSparseAllgather);
+  EXPECT_EQ(loadOk({}).rowSparseAlgorithm, kRowSparseAuto);
+  EXPECT_EQ(loadOk({}).alltoallRowLen, 0u);
   EXPECT_EQ(loadOk({{"SPCCL_MIN_COMPRESS_COUNT", "1000000"}}).minCompressCount, 1000000u);
 
   // All at once: each lands in its own field.
@@ -141,6 +148,10 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_ALGO", {"ring", "1", "allgatherx", "auto|dense"}},
       {"SPCCL_VALUE_TYPE", {"fp64", "float16", "half", "7", "fp"}},
       {"SPCCL_MIN_COMPRESS_COUNT", {"-1", "1.5", "abc", "1e19", "0x"}},
+      {"SPCCL_ALLTOALL_DENSITY", {"0", "1.01", "-0.5", "x"}},
+      {"SPCCL_ALLTOALL_ROW_LEN", {"-1", "2.5", "5e9", "L"}},
+      {"SPCCL_ALLGATHER_DENSITY", {"0", "2", "nan"}},
+      {"SPCCL_ROWSPARSE_ALGO", {"hash", "split", "1"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {
