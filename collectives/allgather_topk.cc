@@ -1,6 +1,7 @@
 // Sparsified allgather (SPCCL_ALLGATHER_DENSITY < 1): each rank keeps the
 // k = ceil(density * sendcount) entries of largest magnitude of its own block
-// (ties: lower index first; NaN/Inf always), sends them as pairs, and every
+// (ties: lower index first; NaN/Inf always, even beyond k; exact zeros never),
+// sends them as pairs, and every
 // rank writes all blocks, zeros elsewhere. No residual: nothing is reduced.
 #include <algorithm>
 #include <cmath>
@@ -26,15 +27,27 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   const uint64_t seq = comm.seq++;
   const uint64_t k = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(static_cast<double>(density) * n)), 1, n);
 
-  // Exactly k finite entries (ties by index), plus NaN/Inf.
+  // The k entries of largest magnitude, NaN/Inf ranking above every finite
+  // value (all of them kept, even beyond k), ties by lower index: the rule of
+  // the alltoall rows. So k - (NaN/Inf count) finite entries join them.
   ws.rangeIndices.resize(n);
-  const host::ThresholdResult th =
-      host::kthLargestMagnitude(sendbuff, type, nullptr, n, k, ws.rangeIndices.data());
+  host::ThresholdResult th = host::kthLargestMagnitude(sendbuff, type, nullptr, n, k, ws.rangeIndices.data());
+  const uint64_t nonFinite = n - th.finite;
+  uint64_t kFinite = k;
+  if (nonFinite > 0) {
+    kFinite = k > nonFinite ? k - nonFinite : 0;
+    if (kFinite > 0) {
+      th = host::kthLargestMagnitude(sendbuff, type, nullptr, n, kFinite, ws.rangeIndices.data());
+    } else {  // only NaN/Inf: every finite key ties or falls below, with no tie budget
+      th.tauKey = core::kInfKey - 1;
+      th.above = 0;
+    }
+  }
   comm.positions.resize(std::min<size_t>(n, k + 64));
   uint64_t nnz = 0;
   for (;;) {
     ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(wire));
-    const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, th.tauKey, k - std::min(k, th.above),
+    const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, th.tauKey, kFinite - std::min(kFinite, th.above),
                              comm.positions.size(), wire, comm.positions.data(), ws.stageBytes.data()};
     const host::SelectResult r = host::selectPack(a);
     if (r.selected <= comm.positions.size()) {
