@@ -2,7 +2,9 @@
 // communicator over MPI_COMM_WORLD, cross-rank agreement, deterministic data,
 // reference fp16/bf16 rounding and the selection rule of the compressed
 // allreduce, restated from the issue so the tests check the library against an
-// independent implementation. Public API only.
+// independent implementation; for issue 3, typed element access, MPI
+// alltoall/allgather references, the per-row top-k rule and the rows stream
+// sizes. Public API only.
 //
 // Rule for every test here: every rank makes the same collective calls in the
 // same order whatever it observed; a check that can differ between ranks is
@@ -20,7 +22,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -119,8 +123,12 @@ struct CommDeleter {
 struct CompressorDeleter {
   void operator()(spcclCompressor* c) const { spcclCompressorDestroy(c); }
 };
+struct SelectionDeleter {
+  void operator()(spcclSelection* s) const { spcclSelectionDestroy(s); }
+};
 using CommPtr = std::unique_ptr<spcclComm, CommDeleter>;
 using CompressorPtr = std::unique_ptr<spcclCompressor, CompressorDeleter>;
+using SelectionPtr = std::unique_ptr<spcclSelection, SelectionDeleter>;
 
 inline const char* algorithmName(int algorithm) {
   switch (algorithm) {
@@ -220,6 +228,12 @@ class MpiTest : public testing::Test {
   testing::AssertionResult stats(spcclCompressor_t c, spcclStats_t& s) {
     s = spcclStats_t{};
     return okOnAllRanks(spcclCompressorGetStats(c, &s), comm_.get(), "spcclCompressorGetStats");
+  }
+
+  // The communicator's counters (every collective on it).
+  testing::AssertionResult commStats(spcclStats_t& s) {
+    s = spcclStats_t{};
+    return okOnAllRanks(spcclCommGetStats(comm_.get(), &s), comm_.get(), "spcclCommGetStats");
   }
 
   testing::AssertionResult residual(spcclCompressor_t c, std::vector<float>& out) {
@@ -406,6 +420,277 @@ inline std::vector<uint8_t> selectionMask(const std::vector<float>& v, float tau
     s[i] = std::isnan(v[i]) || std::isinf(v[i]) || (v[i] != 0.0f && std::fabs(v[i]) >= tau);
   }
   return s;
+}
+
+// ---------- issue 3: element access, MPI references, rows selection ----------
+
+// A value a C caller can pass but C++ may not static_cast to the enum (outside
+// the enum's range is undefined behaviour): copy the int's representation.
+template <typename E>
+E invalidEnum(int value) {
+  static_assert(sizeof(E) == sizeof(int));
+  E e;
+  std::memcpy(&e, &value, sizeof e);
+  return e;
+}
+
+inline size_t typeSize(spcclDataType_t t) {
+  switch (t) {
+    case spcclInt8:
+    case spcclUint8:
+      return 1;
+    case spcclFloat16:
+    case spcclBfloat16:
+      return 2;
+    case spcclInt32:
+    case spcclUint32:
+    case spcclFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+inline bool isCompressibleFloat(spcclDataType_t t) {
+  return t == spcclFloat32 || t == spcclFloat16 || t == spcclBfloat16;
+}
+
+// Element i of a buffer of fp32, fp16, bf16 or fp64, widened to double (exact).
+inline double loadAsDouble(const void* buf, size_t i, spcclDataType_t t) {
+  const auto* p = static_cast<const unsigned char*>(buf);
+  switch (t) {
+    case spcclFloat16:
+    case spcclBfloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + i * 2, 2);
+      return t == spcclFloat16 ? halfToFloat(h) : bf16ToFloat(h);
+    }
+    case spcclFloat64: {
+      double d;
+      std::memcpy(&d, p + i * 8, 8);
+      return d;
+    }
+    default: {
+      float f;
+      std::memcpy(&f, p + i * 4, 4);
+      return f;
+    }
+  }
+}
+
+inline float loadAsFloat(const void* buf, size_t i, spcclDataType_t t) {
+  return static_cast<float>(loadAsDouble(buf, i, t));
+}
+
+// Stores v into element i, rounded to nearest even for fp16/bf16.
+inline void storeFromFloat(void* buf, size_t i, float v, spcclDataType_t t) {
+  auto* p = static_cast<unsigned char*>(buf);
+  if (t == spcclFloat16 || t == spcclBfloat16) {
+    const uint16_t h = t == spcclFloat16 ? floatToHalf(v) : floatToBf16(v);
+    std::memcpy(p + i * 2, &h, 2);
+  } else {
+    std::memcpy(p + i * 4, &v, 4);
+  }
+}
+
+// Element i as "type:bits (value)", for failure messages.
+inline std::string describeElement(const void* buf, size_t i, spcclDataType_t t) {
+  const size_t es = typeSize(t);
+  uint64_t bits = 0;
+  std::memcpy(&bits, static_cast<const unsigned char*>(buf) + i * es, es);
+  std::ostringstream o;
+  o << "0x" << std::hex << bits << std::dec;
+  if (t == spcclFloat32 || t == spcclFloat16 || t == spcclBfloat16 || t == spcclFloat64) {
+    o << " (" << loadAsDouble(buf, i, t) << ")";
+  }
+  return o.str();
+}
+
+// Random bytes (every bit pattern, NaN payloads included, for bitwise checks).
+inline std::vector<unsigned char> randomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<unsigned char> v(n);
+  for (unsigned char& b : v) b = static_cast<unsigned char>(gen() >> 56);
+  return v;
+}
+
+// MPI_Alltoall / MPI_Allgather on raw bytes: the bitwise references of the
+// exact drop-ins. blockBytes must fit an int (the tests keep blocks small).
+inline std::vector<unsigned char> mpiAlltoallBytes(const void* send, size_t blockBytes) {
+  std::vector<unsigned char> out(blockBytes * static_cast<size_t>(worldSize()));
+  MPI_Alltoall(send, static_cast<int>(blockBytes), MPI_BYTE, out.data(), static_cast<int>(blockBytes), MPI_BYTE,
+               MPI_COMM_WORLD);
+  return out;
+}
+
+inline std::vector<unsigned char> mpiAllgatherBytes(const void* send, size_t blockBytes) {
+  std::vector<unsigned char> out(blockBytes * static_cast<size_t>(worldSize()));
+  MPI_Allgather(send, static_cast<int>(blockBytes), MPI_BYTE, out.data(), static_cast<int>(blockBytes), MPI_BYTE,
+                MPI_COMM_WORLD);
+  return out;
+}
+
+// MPI_Allgatherv of a vector of trivially copyable T, rank-major; displs[r]
+// (optional) receives the element offset of rank r's part, size P + 1.
+template <typename T>
+std::vector<T> allgatherv(const std::vector<T>& mine, std::vector<size_t>* displs = nullptr) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const int P = worldSize();
+  int myBytes = static_cast<int>(mine.size() * sizeof(T));
+  std::vector<int> bytes(static_cast<size_t>(P)), offs(static_cast<size_t>(P));
+  MPI_Allgather(&myBytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < P; ++r) {
+    offs[static_cast<size_t>(r)] = total;
+    total += bytes[static_cast<size_t>(r)];
+  }
+  std::vector<T> all(static_cast<size_t>(total) / sizeof(T));
+  MPI_Allgatherv(mine.data(), myBytes, MPI_BYTE, all.data(), bytes.data(), offs.data(), MPI_BYTE, MPI_COMM_WORLD);
+  if (displs != nullptr) {
+    displs->assign(static_cast<size_t>(P) + 1, 0);
+    for (int r = 0; r < P; ++r)
+      (*displs)[static_cast<size_t>(r)] = static_cast<size_t>(offs[static_cast<size_t>(r)]) / sizeof(T);
+    (*displs)[static_cast<size_t>(P)] = all.size();
+  }
+  return all;
+}
+
+// ---------- env-driven expectations ----------
+
+inline std::string envString(const char* name) {
+  const char* s = std::getenv(name);
+  return s == nullptr ? std::string() : std::string(s);
+}
+
+// The density a drop-in reads from `name` (default 1).
+inline float envDensity(const char* name) {
+  const std::string s = envString(name);
+  return s.empty() ? 1.0f : std::strtof(s.c_str(), nullptr);
+}
+
+inline size_t envSize(const char* name) {
+  const std::string s = envString(name);
+  return s.empty() ? 0 : static_cast<size_t>(std::strtoull(s.c_str(), nullptr, 10));
+}
+
+// SPCCL_VALUE_TYPE: the wire type of compressed values (default fp32).
+inline spcclDataType_t wireTypeFromEnv() {
+  const std::string s = envString("SPCCL_VALUE_TYPE");
+  return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : spcclFloat32;
+}
+
+// ---------- the per-row selection of spcclAlltoAllRowsCompressed (issue 3, section 2) ----------
+
+// kr = max(1, ceil(density * rowLen)), at most rowLen; the product taken
+// exactly (in double, as selectionSize). Tests avoid (density, rowLen) pairs
+// whose product is within rounding of an integer without being one.
+inline size_t rowKeepCount(size_t rowLen, float density) {
+  const size_t k = std::max<size_t>(1, selectionSize(rowLen, density));
+  return std::min(k, rowLen);
+}
+
+// True when max(1, ceil(density * len)) does not depend on how the product is rounded.
+inline bool unambiguousCeil(size_t len, float density) {
+  const double x = static_cast<double>(density) * static_cast<double>(len);
+  if (x < 1.0) return true;  // 1 however it rounds
+  const double frac = x - std::floor(x);
+  return frac == 0.0 || (frac > 1e-4 && frac < 1.0 - 1e-4);
+}
+
+// Kept positions of one row, by a naive sort: NaN and Inf first (always kept,
+// even beyond kr), then larger |x|, ties to the lower position; the first
+// max(kr, number of NaN/Inf) are kept. Values are read exactly (as double).
+inline std::vector<uint8_t> rowKeepMask(const void* buf, size_t rowStart, size_t rowLen, spcclDataType_t t, size_t kr) {
+  std::vector<size_t> order(rowLen);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::vector<double> key(rowLen);
+  size_t nonFinite = 0;
+  for (size_t i = 0; i < rowLen; ++i) {
+    const double v = loadAsDouble(buf, rowStart + i, t);
+    const bool finite = std::isfinite(v);
+    nonFinite += finite ? 0 : 1;
+    key[i] = finite ? std::fabs(v) : std::numeric_limits<double>::infinity();
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
+  std::vector<uint8_t> mask(rowLen, 0);
+  const size_t keep = std::min(rowLen, std::max(kr, nonFinite));
+  for (size_t j = 0; j < keep; ++j) mask[order[j]] = 1;
+  return mask;
+}
+
+// ---------- bytes of the rows streams (issue 3, section 2; wire layout of codec.h) ----------
+
+inline uint64_t alignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+constexpr uint64_t kRowsStreamHeaderBytes = 56;
+
+// 8-bit indices up to 256 elements per row, 16-bit up to 65536, else 32-bit.
+inline uint64_t rowIndexBytes(size_t rowLen) { return rowLen <= 256 ? 1 : rowLen <= 65536 ? 2 : 4; }
+
+// One forward stream of `rows` rows keeping kr entries each (no per-row counts):
+// header, indices padded to 4 bytes, values, the whole padded to 8 bytes.
+inline uint64_t rowsForwardStreamBytes(size_t rows, size_t rowLen, size_t kr, spcclDataType_t wire) {
+  const uint64_t nnz = static_cast<uint64_t>(rows) * kr;
+  return alignUp(alignUp(kRowsStreamHeaderBytes + nnz * rowIndexBytes(rowLen), 4) + nnz * wireValueBytes(wire), 8);
+}
+
+// One backward stream: header and values only (both sides know the positions).
+inline uint64_t rowsBackwardStreamBytes(size_t rows, size_t kr, spcclDataType_t wire) {
+  return alignUp(kRowsStreamHeaderBytes + static_cast<uint64_t>(rows) * kr * wireValueBytes(wire), 8);
+}
+
+// ---------- comparing buffers of any type ----------
+
+struct Diff {
+  size_t count = 0;
+  size_t first = 0;
+};
+
+// Elements of got that differ from want: bitwise, except that (when
+// anyNan) any NaN matches any NaN (fp16/bf16 conversions canonicalise payloads).
+inline Diff compareElements(const void* got, const void* want, size_t n, spcclDataType_t t, bool anyNan) {
+  const size_t es = typeSize(t);
+  const auto* g = static_cast<const unsigned char*>(got);
+  const auto* w = static_cast<const unsigned char*>(want);
+  Diff d;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(g + i * es, w + i * es, es) == 0) continue;
+    if (anyNan && isCompressibleFloat(t) && std::isnan(loadAsDouble(got, i, t)) && std::isnan(loadAsDouble(want, i, t)))
+      continue;
+    if (d.count++ == 0) d.first = i;
+  }
+  return d;
+}
+
+inline std::string describeDiff(const Diff& d, const void* got, const void* want, size_t rowLen, spcclDataType_t t) {
+  if (d.count == 0) return "no difference";
+  std::ostringstream o;
+  o << d.count << " element(s) differ, first at element " << d.first << " (row " << d.first / rowLen << ", position "
+    << d.first % rowLen << "): got " << describeElement(got, d.first, t) << ", expected "
+    << describeElement(want, d.first, t);
+  return o.str();
+}
+
+// rows x rowLen elements: where maskSource's row keeps a position (naive sort,
+// kr per row), values' element through the wire type, else +0. fp32 values on
+// an fp32 wire are copied bitwise; the rest go through float and back.
+inline std::vector<unsigned char> maskedThroughWire(const std::vector<unsigned char>& values,
+                                                    const std::vector<unsigned char>& maskSource, size_t rows,
+                                                    size_t rowLen, spcclDataType_t t, size_t kr, spcclDataType_t wire) {
+  std::vector<unsigned char> out(rows * rowLen * typeSize(t), 0);
+  for (size_t r = 0; r < rows; ++r) {
+    const std::vector<uint8_t> mask = rowKeepMask(maskSource.data(), r * rowLen, rowLen, t, kr);
+    for (size_t i = 0; i < rowLen; ++i) {
+      if (!mask[i]) continue;
+      const size_t e = r * rowLen + i;
+      if (t == spcclFloat32 && wire == spcclFloat32) {
+        std::memcpy(out.data() + e * 4, values.data() + e * 4, 4);  // exact, NaN payload included
+      } else {
+        storeFromFloat(out.data(), e, roundToWire(loadAsFloat(values.data(), e, t), wire), t);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace spccl::test
