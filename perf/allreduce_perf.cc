@@ -8,7 +8,12 @@ namespace {
 class AllReduce final : public Collective {
  public:
   const char* name() const override { return "allreduce"; }
-  BufferCounts bufferCounts(size_t count, int /*nRanks*/) const override {
+  unsigned flags() const override { return kFlagOp | kFlagAlgo; }
+  std::string describe(const Options& opts) const override {
+    return std::string("compressed: spccl, one fresh compressor per size; dense: plain MPI") +
+           (opts.datatype == spcclFloat ? "" : " (user-defined fp32-accumulating sum op)");
+  }
+  BufferCounts bufferCounts(const Options& /*opts*/, size_t count, int /*nRanks*/) const override {
     return {count, count, count};
   }
   double busBwFactor(int nRanks) const override { return 2.0 * (nRanks - 1) / nRanks; }
@@ -37,10 +42,15 @@ class AllReduce final : public Collective {
       scaleBuffer(recv, count_, ctx.opts.datatype, 1.0f / static_cast<float>(ctx.nRanks));
   }
 
-  spcclStats_t stats() const override {
+  // This compressor's calls only.
+  spcclStats_t stats(const Context& /*ctx*/) const override {
     spcclStats_t stats{};
     SPCCL_PERF_CHECK(spcclCompressorGetStats(compressor_, &stats));
     return stats;
+  }
+
+  std::string algoLabel(Pass /*pass*/, const spcclStats_t& timed) const override {
+    return std::string(allreduceAlgorithmName(timed.lastAlgorithm));
   }
 
   void release() override {

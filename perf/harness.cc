@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string_view>
@@ -24,7 +26,6 @@ namespace spccl::perf {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr int kMixedAlgorithm = -1;
 
 // ---- element types --------------------------------------------------------
 // The host has no fp16/bf16 arithmetic in C++20: these carry the bits, and
@@ -107,8 +108,13 @@ decltype(auto) visitType(spcclDataType_t datatype, F&& f) {
   }
 }
 
-size_t typeSize(spcclDataType_t datatype) {
-  return visitType(datatype, [](auto v) { return sizeof(v); });
+// x after a trip through the wire type: to W and back, rounding to nearest even.
+template <class T>
+T throughWire(T x, spcclDataType_t wire) {
+  return visitType(wire, [x](auto w) {
+    using W = decltype(w);
+    return fromFloat<T>(toFloat(fromFloat<W>(toFloat(x))));
+  });
 }
 
 // MPI_User_function summing in fp32 and rounding once per pair, as an fp16
@@ -145,7 +151,6 @@ class DenseReduction {
 
   MPI_Datatype type() const { return type_; }
   MPI_Op sum() const { return sum_; }
-  bool userDefined() const { return owned_; }
 
  private:
   MPI_Datatype type_ = MPI_FLOAT;
@@ -188,12 +193,19 @@ std::string_view nameOf(const Named<T> (&table)[N], T value) {
   return "unknown";
 }
 
-std::string_view algorithmName(int algorithm) {
-  return algorithm == kMixedAlgorithm ? "mixed" : nameOf(kAlgorithms, algorithm);
+// -V, else SPCCL_VALUE_TYPE (an invalid value fails at communicator creation), else fp32.
+spcclDataType_t effectiveWire(const Options& opts) {
+  if (opts.wireValueType) return *opts.wireValueType;
+  const char* env = std::getenv("SPCCL_VALUE_TYPE");
+  if (env != nullptr)
+    for (const auto& entry : kWireTypes)
+      if (entry.name == env) return entry.value;
+  return spcclFloat32;
 }
 
-std::string_view wireName(const Options& opts) {
-  return opts.wireValueType ? nameOf(kWireTypes, *opts.wireValueType) : "env";
+std::string wireDescription(const Options& opts) {
+  std::string out(nameOf(kWireTypes, effectiveWire(opts)));
+  return opts.wireValueType ? out : out + " (env)";
 }
 
 // ---- flags --------------------------------------------------------------------
@@ -263,7 +275,8 @@ float parseDensity(char flag, const char* arg) {
   return value;
 }
 
-void printUsage(const char* program) {
+void printUsage(const char* program, const Collective& collective) {
+  const unsigned flags = collective.flags();
   std::printf(
       "Usage: %s [flags]\n"
       "  -b, --minbytes <size>     smallest size, bytes with K/M/G suffix (default 32M)\n"
@@ -271,20 +284,26 @@ void printUsage(const char* program) {
       "  -f, --stepfactor <n>      size multiplier between rows, >= 2 (default 2)\n"
       "  -n, --iters <n>           timed iterations per row (default 20)\n"
       "  -w, --warmup_iters <n>    untimed iterations before them (default 5)\n"
-      "  -c, --check <0|1>         relative error and replica check per row (default 1)\n"
+      "  -c, --check <0|1>         relative error and output check per row (default 1)\n"
       "  -S, --vary <0|1>          re-draw input signs before each iteration, untimed (default 1)\n"
-      "  -d, --datatype <type>     %s (default float)\n"
-      "  -o, --op <op>             %s (default sum)\n"
-      "  -D, --density <x>         fraction of entries kept, (0, 1] (default 0.01)\n"
-      "  -a, --algo <algo>         %s (default auto)\n"
-      "  -V, --wire <type>         wire value type %s (default: SPCCL_* env)\n"
+      "  -d, --datatype <type>     %s (default float)\n",
+      program, joinNames(kDataTypes).c_str());
+  if (flags & kFlagOp)
+    std::printf("  -o, --op <op>             %s (default sum)\n", joinNames(kOps).c_str());
+  std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default %g)\n",
+              static_cast<double>(collective.defaultDensity()));
+  if (flags & kFlagRowLen)
+    std::printf("  -R, --rowlen <n>          elements per row (default %zu)\n", Options{}.rowLen);
+  if (flags & kFlagAlgo)
+    std::printf("  -a, --algo <algo>         %s (default auto)\n", joinNames(kAlgorithms).c_str());
+  std::printf(
+      "  -V, --wire <type>         wire value type %s (default: SPCCL_VALUE_TYPE)\n"
       "  -J, --json <file>         also write the rows as JSON (rank 0)\n"
       "  -h, --help                this text\n",
-      program, joinNames(kDataTypes).c_str(), joinNames(kOps).c_str(),
-      joinNames(kAlgorithms).c_str(), joinNames(kWireTypes).c_str());
+      joinNames(kWireTypes).c_str());
 }
 
-Options parseOptions(int argc, char** argv) {
+Options parseOptions(int argc, char** argv, const Collective& collective) {
   static const option kLongOptions[] = {
       {"minbytes", required_argument, nullptr, 'b'},
       {"maxbytes", required_argument, nullptr, 'e'},
@@ -297,15 +316,20 @@ Options parseOptions(int argc, char** argv) {
       {"op", required_argument, nullptr, 'o'},
       {"density", required_argument, nullptr, 'D'},
       {"algo", required_argument, nullptr, 'a'},
+      {"rowlen", required_argument, nullptr, 'R'},
       {"wire", required_argument, nullptr, 'V'},
       {"json", required_argument, nullptr, 'J'},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
   Options opts;
+  opts.density = collective.defaultDensity();
   opterr = 0;  // every rank parses; only rank 0 reports
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:S:d:o:D:a:V:J:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:S:d:o:D:a:R:V:J:h", kLongOptions, nullptr)) != -1) {
     const char flag = static_cast<char>(c);
+    const unsigned needs = c == 'o' ? kFlagOp : c == 'a' ? kFlagAlgo : c == 'R' ? kFlagRowLen : 0u;
+    if ((needs & ~collective.flags()) != 0)
+      throw UsageError(strPrintf("-%c: not used by %s_perf", flag, collective.name()));
     switch (c) {
       case 'b': opts.minBytes = parseSize(flag, optarg); break;
       case 'e': opts.maxBytes = parseSize(flag, optarg); break;
@@ -313,11 +337,12 @@ Options parseOptions(int argc, char** argv) {
       case 'n': opts.iters = static_cast<int>(parseInteger(flag, optarg, 1, INT_MAX)); break;
       case 'w': opts.warmupIters = static_cast<int>(parseInteger(flag, optarg, 0, INT_MAX)); break;
       case 'c': opts.check = parseInteger(flag, optarg, 0, 1) != 0; break;
-    case 'S': opts.varyInput = parseInteger(flag, optarg, 0, 1) != 0; break;
+      case 'S': opts.varyInput = parseInteger(flag, optarg, 0, 1) != 0; break;
       case 'd': opts.datatype = parseNamed(flag, optarg, kDataTypes); break;
       case 'o': opts.op = parseNamed(flag, optarg, kOps); break;
       case 'D': opts.density = parseDensity(flag, optarg); break;
       case 'a': opts.algorithm = parseNamed(flag, optarg, kAlgorithms); break;
+      case 'R': opts.rowLen = static_cast<size_t>(parseInteger(flag, optarg, 1, INT_MAX)); break;
       case 'V': opts.wireValueType = parseNamed(flag, optarg, kWireTypes); break;
       case 'J': opts.jsonPath = optarg; break;
       case 'h': opts.help = true; break;
@@ -350,12 +375,17 @@ struct Buffers {
   void* send;  // the harness re-draws its signs between iterations
   void* compressed;
   void* dense;
+  // Used by a backward only: the gradient (forward receive shape) and the two
+  // backward outputs (forward send shape).
+  void* grad;
+  void* gradCompressed;
+  void* gradDense;
 };
 
 struct Row {
   size_t bytes = 0;
   size_t count = 0;
-  int algorithm = kMixedAlgorithm;
+  std::string algo;
   double compressedUs = 0;
   double denseUs = 0;
   double speedup = 0;
@@ -365,7 +395,7 @@ struct Row {
   double compressionRatio = kNaN;
   double relErr = kNaN;  // NaN when not checked
   uint64_t thresholdUpdates = 0;  // exact tau estimations during the timed calls (this rank)
-  bool ok = true;        // replicas identical and relErr finite (when checked)
+  bool ok = true;        // every check passed on every rank (when checked)
 };
 
 // Deterministic per rank: the same seed gives the same values on every run.
@@ -413,9 +443,9 @@ void warmUp(int iters, F&& call, B&& before) {
 }
 
 // Median over iterations of the slowest rank's time, barrier before each;
-// `before` runs untimed ahead of each call.
-template <class F, class B>
-double medianTimeUs(MPI_Comm comm, int iters, F&& call, B&& before) {
+// `before` and `after` run untimed around each call.
+template <class F, class B, class A>
+double medianTimeUs(MPI_Comm comm, int iters, F&& call, B&& before, A&& after) {
   std::vector<double> times(static_cast<size_t>(iters));
   for (double& time : times) {
     before();
@@ -423,12 +453,25 @@ double medianTimeUs(MPI_Comm comm, int iters, F&& call, B&& before) {
     const double start = MPI_Wtime();
     call();
     time = MPI_Wtime() - start;
+    after();
     MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, comm);
   }
   std::sort(times.begin(), times.end());
   const size_t mid = times.size() / 2;
   const double median = times.size() % 2 ? times[mid] : 0.5 * (times[mid - 1] + times[mid]);
   return median * 1e6;
+}
+
+// sum += after - before for the counters; the last* fields as `after` has them.
+void addAdvance(spcclStats_t& sum, const spcclStats_t& before, const spcclStats_t& after) {
+  sum.calls += after.calls - before.calls;
+  sum.compressedCalls += after.compressedCalls - before.compressedCalls;
+  sum.bytesSent += after.bytesSent - before.bytesSent;
+  sum.denseBytes += after.denseBytes - before.denseBytes;
+  sum.thresholdUpdates += after.thresholdUpdates - before.thresholdUpdates;
+  sum.lastSelected = after.lastSelected;
+  sum.lastThreshold = after.lastThreshold;
+  sum.lastAlgorithm = after.lastAlgorithm;
 }
 
 // True when `value` is the same on every rank (min == max in one reduction).
@@ -464,63 +507,129 @@ double relativeError(const void* got, const void* want, size_t count, spcclDataT
   return std::sqrt(sums[0] / sums[1]);
 }
 
-std::optional<Row> measureRow(const Context& ctx, Collective& collective, const Buffers& buffers,
-                              size_t bytes) {
+bool onAllRanks(bool local, MPI_Comm comm) {
+  int value = local ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, comm);
+  return value != 0;
+}
+
+// One pass (forward or backward) of a row: each call runs after its setup,
+// which is untimed (the input step; for a backward, the forward it needs).
+struct PassCalls {
+  std::function<void()> setupCompressed;
+  std::function<void()> compressed;
+  std::function<void()> setupDense;
+  std::function<void()> dense;
+};
+
+Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count,
+             const PassCalls& calls) {
   const Options& opts = ctx.opts;
-  const size_t elementSize = typeSize(opts.datatype);
-  const BufferCounts counts = collective.bufferCounts(bytes / elementSize, ctx.nRanks);
-  if (counts.count == 0) return std::nullopt;
-  const auto compressed = [&] { collective.runCompressed(ctx, buffers.send, buffers.compressed); };
-  const auto dense = [&] { collective.runDense(ctx, buffers.send, buffers.dense); };
-
   Row row;
-  row.count = counts.count;
-  row.bytes = counts.count * elementSize;
+  row.count = count;
+  row.bytes = count * typeSize(opts.datatype);
 
-  uint64_t step = 0;
-  const auto nextStep = [&] {
-    if (opts.varyInput) flipSigns(buffers.send, counts.send, opts.datatype, static_cast<uint64_t>(ctx.rank) * 1000003u + step);
-    ++step;
-  };
-  collective.prepare(ctx, counts.count);
-  warmUp(opts.warmupIters, compressed, nextStep);
-  const spcclStats_t before = collective.stats();
-  row.compressedUs = medianTimeUs(ctx.mpiComm, opts.iters, compressed, nextStep);
-  const spcclStats_t after = collective.stats();
-  row.thresholdUpdates = after.thresholdUpdates - before.thresholdUpdates;
-  warmUp(opts.warmupIters, dense, nextStep);
-  row.denseUs = medianTimeUs(ctx.mpiComm, opts.iters, dense, nextStep);
+  // The counters' advance over the timed compressed calls only: a backward's
+  // setup forward is a collective the communicator counts too.
+  spcclStats_t timed{};
+  spcclStats_t before{};
+  warmUp(opts.warmupIters, calls.compressed, calls.setupCompressed);
+  row.compressedUs = medianTimeUs(
+      ctx.mpiComm, opts.iters, calls.compressed,
+      [&] {
+        calls.setupCompressed();
+        before = collective.stats(ctx);
+      },
+      [&] { addAdvance(timed, before, collective.stats(ctx)); });
+  warmUp(opts.warmupIters, calls.dense, calls.setupDense);
+  row.denseUs = medianTimeUs(ctx.mpiComm, opts.iters, calls.dense, calls.setupDense, [] {});
 
-  const uint64_t algorithm = static_cast<uint64_t>(after.lastAlgorithm);
-  row.algorithm = sameOnAllRanks(algorithm, ctx.mpiComm) ? after.lastAlgorithm : kMixedAlgorithm;
+  const std::string algo = collective.algoLabel(pass, timed);
+  row.algo = sameOnAllRanks(hashBytes(algo.data(), algo.size()), ctx.mpiComm) ? algo : "mixed";
+  row.thresholdUpdates = timed.thresholdUpdates;
   // Wire counters summed over ranks: the per-rank mean, and the ratio of the totals.
-  uint64_t wire[2] = {after.bytesSent - before.bytesSent, after.denseBytes - before.denseBytes};
+  uint64_t wire[2] = {timed.bytesSent, timed.denseBytes};
   MPI_Allreduce(MPI_IN_PLACE, wire, 2, MPI_UINT64_T, MPI_SUM, ctx.mpiComm);
-  const uint64_t calls = after.calls - before.calls;
   const auto toDouble = [](uint64_t v) { return static_cast<double>(v); };
-  if (calls > 0) row.bytesSentPerCall = toDouble(wire[0]) / ctx.nRanks / toDouble(calls);
+  if (timed.calls > 0) row.bytesSentPerCall = toDouble(wire[0]) / ctx.nRanks / toDouble(timed.calls);
   if (wire[0] > 0) row.compressionRatio = toDouble(wire[1]) / toDouble(wire[0]);
 
   row.speedup = row.denseUs / row.compressedUs;
   row.algBw = static_cast<double>(row.bytes) / row.compressedUs / 1e3;
   row.busBw = row.algBw * collective.busBwFactor(ctx.nRanks);
+  return row;
+}
+
+// Runs `compressed` then `dense` once each (untimed) and checks the pair:
+// rel_err finite, the descriptor's own check on every rank, and for a
+// replicated output the same bits everywhere.
+void checkPass(const Context& ctx, Collective& collective, const PassCalls& calls, CheckInput& check,
+               size_t outCount, Row& row) {
+  const spcclStats_t before = collective.stats(ctx);
+  calls.compressed();
+  if (check.pass == Pass::kForward)
+    check.compressed = collective.stats(ctx).compressedCalls > before.compressedCalls;
+  calls.dense();
+  row.relErr = relativeError(check.got, check.want, outCount, ctx.opts.datatype, ctx.mpiComm);
+  const bool outputOk = onAllRanks(collective.outputOk(ctx, check), ctx.mpiComm);
+  const bool replicasMatch =
+      !collective.outputReplicated() ||
+      sameOnAllRanks(hashBytes(check.got, outCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
+  row.ok = outputOk && replicasMatch && std::isfinite(row.relErr);
+}
+
+// One row per pass for this size; none when the size rounds down to nothing.
+std::vector<Row> measureSize(const Context& ctx, Collective& collective, const Buffers& buffers,
+                             size_t bytes) {
+  const Options& opts = ctx.opts;
+  const BufferCounts counts = collective.bufferCounts(opts, bytes / typeSize(opts.datatype), ctx.nRanks);
+  if (counts.count == 0) return {};
+
+  uint64_t step = 0;
+  const auto nextStep = [&] {
+    if (opts.varyInput)
+      flipSigns(buffers.send, counts.send, opts.datatype,
+                static_cast<uint64_t>(ctx.rank) * 1000003u + step);
+    ++step;
+  };
+  const auto forward = [&] { collective.runCompressed(ctx, buffers.send, buffers.compressed); };
+  const PassCalls forwardCalls{
+      [&] {
+        nextStep();
+        collective.discardCallState();
+      },
+      forward, nextStep, [&] { collective.runDense(ctx, buffers.send, buffers.dense); }};
+  const PassCalls backwardCalls{
+      [&] {
+        nextStep();
+        collective.discardCallState();
+        forward();
+      },
+      [&] { collective.runCompressedBackward(ctx, buffers.grad, buffers.gradCompressed); },
+      nextStep, [&] { collective.runDenseBackward(ctx, buffers.grad, buffers.gradDense); }};
+  const bool backward = collective.hasBackward();
+
+  collective.prepare(ctx, counts.count);
+  std::vector<Row> rows{timePass(ctx, collective, Pass::kForward, counts.count, forwardCalls)};
+  if (backward) rows.push_back(timePass(ctx, collective, Pass::kBackward, counts.count, backwardCalls));
 
   if (opts.check) {
     // With error feedback every timed call adds the previous calls' residual
     // to the same input, so their outputs differ from call to call. The error
-    // reported is that of one call of a fresh compressor: empty residual and
-    // tau estimated on this very input (so thresholdInterval plays no part),
-    // against the dense result of the same input (already in buffers.dense).
+    // reported is that of one call on fresh state: empty residual and tau
+    // estimated on this very input (so thresholdInterval plays no part),
+    // against the dense call on the same input. A backward is checked on the
+    // selection of that forward.
     collective.prepare(ctx, counts.count);
-    compressed();
-    row.relErr = relativeError(buffers.compressed, buffers.dense, counts.recv, opts.datatype,
-                               ctx.mpiComm);
-    const bool replicasMatch =
-        !collective.outputReplicated() ||
-        sameOnAllRanks(hashBytes(buffers.compressed, counts.recv * elementSize), ctx.mpiComm);
-    row.ok = replicasMatch && std::isfinite(row.relErr);
+    collective.discardCallState();
+    CheckInput check{Pass::kForward, buffers.compressed, buffers.dense, buffers.send, false};
+    checkPass(ctx, collective, forwardCalls, check, counts.recv, rows[0]);
+    if (backward) {
+      check = {Pass::kBackward, buffers.gradCompressed, buffers.gradDense, buffers.send, check.compressed};
+      checkPass(ctx, collective, backwardCalls, check, counts.send, rows[1]);
+    }
   }
-  return row;
+  return rows;
 }
 
 // ---- output (rank 0) -------------------------------------------------------
@@ -529,21 +638,31 @@ std::string formatOrNa(const char* format, double value) {
   return std::isfinite(value) ? strPrintf(format, value) : "N/A";
 }
 
-void printHeader(const Context& ctx, const Collective& collective, bool userDefinedSum) {
+void printHeader(const Context& ctx, const Collective& collective, const Environment& env) {
   const Options& opts = ctx.opts;
+  const unsigned flags = collective.flags();
   int version = 0;
   SPCCL_PERF_CHECK(spcclGetVersion(&version));
   std::printf("# spccl %s_perf, spccl %d.%d.%d\n", collective.name(), version / 10000,
               version / 100 % 100, version % 100);
-  std::printf("# ranks: %d  datatype: %s  op: %s  density: %g  algo: %s  wire: %s\n", ctx.nRanks,
-              nameOf(kDataTypes, opts.datatype).data(), nameOf(kOps, opts.op).data(),
-              opts.density, algorithmName(opts.algorithm).data(), wireName(opts).data());
+  std::printf("# ranks: %d  datatype: %s", ctx.nRanks, nameOf(kDataTypes, opts.datatype).data());
+  if (flags & kFlagOp) std::printf("  op: %s", nameOf(kOps, opts.op).data());
+  std::printf("  density: %g", static_cast<double>(opts.density));
+  if (flags & kFlagRowLen) std::printf("  rowLen: %zu", opts.rowLen);
+  if (flags & kFlagAlgo) std::printf("  algo: %s", allreduceAlgorithmName(opts.algorithm).data());
+  std::printf("  wire: %s\n", wireDescription(opts).c_str());
   std::printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
               "validation: %d\n",
               opts.minBytes, opts.maxBytes, opts.stepFactor, opts.warmupIters, opts.iters,
               opts.check ? 1 : 0);
-  std::printf("# compressed: spccl, one fresh compressor per size; dense: plain MPI%s\n",
-              userDefinedSum ? " (user-defined fp32-accumulating sum op)" : "");
+  for (const auto& [name, value] : env)
+    std::printf("# set by this binary before spcclCommInitMPI: %s=%s\n", name.c_str(), value.c_str());
+  const std::string description = collective.describe(opts);
+  for (size_t begin = 0; begin <= description.size();) {
+    const size_t end = std::min(description.find('\n', begin), description.size());
+    std::printf("# %.*s\n", static_cast<int>(end - begin), description.data() + begin);
+    begin = end + 1;
+  }
   std::printf("# input: per-rank Gaussian, %s\n",
               opts.varyInput ? "signs re-drawn before every iteration (untimed)" : "identical every call (-S 0)");
   std::printf("#\n");
@@ -555,7 +674,7 @@ void printHeader(const Context& ctx, const Collective& collective, bool userDefi
 
 void printRow(const Row& row) {
   std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s %5llu%s\n", row.bytes,
-              row.count, algorithmName(row.algorithm).data(), row.compressedUs, row.denseUs,
+              row.count, row.algo.c_str(), row.compressedUs, row.denseUs,
               row.speedup, row.algBw, row.busBw, row.bytesSentPerCall,
               formatOrNa("%.1f", row.compressionRatio).c_str(),
               formatOrNa("%.3e", row.relErr).c_str(), static_cast<unsigned long long>(row.thresholdUpdates),
@@ -585,14 +704,17 @@ std::string jsonNumber(double value) {
 void writeJson(std::FILE* file, const Context& ctx, const Collective& collective,
                const std::vector<Row>& rows) {
   const Options& opts = ctx.opts;
+  const unsigned flags = collective.flags();
+  std::fprintf(file, "{\n  \"collective\": \"%s\",\n  \"ranks\": %d,\n  \"datatype\": \"%s\",\n",
+               collective.name(), ctx.nRanks, nameOf(kDataTypes, opts.datatype).data());
+  if (flags & kFlagOp) std::fprintf(file, "  \"op\": \"%s\",\n", nameOf(kOps, opts.op).data());
+  std::fprintf(file, "  \"density\": %s,\n", jsonNumber(opts.density).c_str());
+  if (flags & kFlagRowLen) std::fprintf(file, "  \"row_len\": %zu,\n", opts.rowLen);
+  if (flags & kFlagAlgo)
+    std::fprintf(file, "  \"algo\": \"%s\",\n", allreduceAlgorithmName(opts.algorithm).data());
   std::fprintf(file,
-               "{\n  \"collective\": \"%s\",\n  \"ranks\": %d,\n  \"datatype\": \"%s\",\n"
-               "  \"op\": \"%s\",\n  \"density\": %s,\n  \"algo\": \"%s\",\n  \"wire\": \"%s\",\n"
-               "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"rows\": [",
-               collective.name(), ctx.nRanks, nameOf(kDataTypes, opts.datatype).data(),
-               nameOf(kOps, opts.op).data(), jsonNumber(opts.density).c_str(),
-               algorithmName(opts.algorithm).data(), wireName(opts).data(), opts.iters,
-               opts.warmupIters);
+               "  \"wire\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"rows\": [",
+               wireTypeName(ctx.wireValueType).data(), opts.iters, opts.warmupIters);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     std::fprintf(file,
@@ -600,7 +722,7 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
                  "\"dense_time_us\": %s, \"speedup\": %s, \"algbw\": %s, \"busbw\": %s, "
                  "\"bytes_sent_per_call\": %s, \"compression_ratio\": %s, \"rel_err\": %s, "
                  "\"threshold_updates\": %llu, \"ok\": %s}",
-                 i ? "," : "", row.bytes, row.count, algorithmName(row.algorithm).data(),
+                 i ? "," : "", row.bytes, row.count, row.algo.c_str(),
                  jsonNumber(row.compressedUs).c_str(), jsonNumber(row.denseUs).c_str(),
                  jsonNumber(row.speedup).c_str(), jsonNumber(row.algBw).c_str(),
                  jsonNumber(row.busBw).c_str(), jsonNumber(row.bytesSentPerCall).c_str(),
@@ -626,10 +748,10 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   Options opts;
   std::vector<size_t> sizes;
   try {
-    opts = parseOptions(argc, argv);
+    opts = parseOptions(argc, argv, collective);
     sizes = rowSizes(opts);
     const BufferCounts largest =
-        collective.bufferCounts(sizes.back() / typeSize(opts.datatype), nRanks);
+        collective.bufferCounts(opts, sizes.back() / typeSize(opts.datatype), nRanks);
     if (std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
       throw UsageError(strPrintf("-e %zu: more elements than an MPI count holds", opts.maxBytes));
   } catch (const UsageError& error) {
@@ -637,7 +759,7 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     return 2;
   }
   if (opts.help) {
-    if (root) printUsage(argv[0]);
+    if (root) printUsage(argv[0], collective);
     return 0;
   }
 
@@ -655,29 +777,44 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     }
   }
 
+  // The library reads its SPCCL_* variables when the communicator is created.
+  const Environment env = collective.environment(opts);
+  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
   spcclComm_t comm = nullptr;
   SPCCL_PERF_CHECK(spcclCommInitMPI(&comm, MPI_COMM_WORLD));
   const DenseReduction dense(opts.datatype);
-  const Context ctx{opts, comm, MPI_COMM_WORLD, rank, nRanks, dense.type(), dense.sum()};
+  const Context ctx{opts,         comm,         MPI_COMM_WORLD,     rank, nRanks,
+                    dense.type(), dense.sum(), effectiveWire(opts)};
 
   // Sized for the largest row; smaller rows use the front of each buffer.
   const size_t elementSize = typeSize(opts.datatype);
-  const BufferCounts largest = collective.bufferCounts(sizes.back() / elementSize, nRanks);
-  std::vector<std::byte> send(largest.send * elementSize);
-  std::vector<std::byte> recvCompressed(largest.recv * elementSize);
-  std::vector<std::byte> recvDense(largest.recv * elementSize);
+  const BufferCounts largest = collective.bufferCounts(opts, sizes.back() / elementSize, nRanks);
+  const auto bytesOf = [&](size_t count) { return std::vector<std::byte>(count * elementSize); };
+  std::vector<std::byte> send = bytesOf(largest.send);
+  std::vector<std::byte> recvCompressed = bytesOf(largest.recv);
+  std::vector<std::byte> recvDense = bytesOf(largest.recv);
   fillGaussian(send.data(), largest.send, opts.datatype, static_cast<uint64_t>(rank));
-  const Buffers buffers{send.data(), recvCompressed.data(), recvDense.data()};
+  const bool backward = collective.hasBackward();
+  std::vector<std::byte> grad = bytesOf(backward ? largest.recv : 0);
+  std::vector<std::byte> gradCompressed = bytesOf(backward ? largest.send : 0);
+  std::vector<std::byte> gradDense = bytesOf(backward ? largest.send : 0);
+  if (backward)
+    fillGaussian(grad.data(), largest.recv, opts.datatype, static_cast<uint64_t>(nRanks + rank));
+  const Buffers buffers{send.data(), recvCompressed.data(), recvDense.data(),
+                        grad.data(), gradCompressed.data(), gradDense.data()};
 
-  if (root) printHeader(ctx, collective, dense.userDefined());
+  if (root) printHeader(ctx, collective, env);
   std::vector<Row> rows;
   int failures = 0;
   for (size_t bytes : sizes) {
-    const std::optional<Row> row = measureRow(ctx, collective, buffers, bytes);
-    if (!row) continue;
-    rows.push_back(*row);
-    failures += row->ok ? 0 : 1;
-    if (root) printRow(*row);
+    const std::vector<Row> sizeRows = measureSize(ctx, collective, buffers, bytes);
+    if (sizeRows.empty() && root)
+      std::printf("# %11zu B: smaller than one unit of this collective, skipped\n", bytes);
+    for (const Row& row : sizeRows) {
+      rows.push_back(row);
+      failures += row.ok ? 0 : 1;
+      if (root) printRow(row);
+    }
   }
   if (root) {
     printFooter(rows, failures, opts.check);
@@ -690,6 +827,76 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
 }
 
 }  // namespace
+
+// ---- Collective defaults and helpers for descriptors -------------------------
+
+spcclStats_t Collective::stats(const Context& ctx) const {
+  spcclStats_t stats{};
+  SPCCL_PERF_CHECK(spcclCommGetStats(ctx.comm, &stats));
+  return stats;
+}
+
+std::string Collective::algoLabel(Pass /*pass*/, const spcclStats_t& timed) const {
+  if (timed.compressedCalls == 0) return "exact";
+  return timed.compressedCalls == timed.calls ? "sparse" : "mixed";
+}
+
+size_t typeSize(spcclDataType_t datatype) {
+  return visitType(datatype, [](auto v) { return sizeof(v); });
+}
+
+std::string_view allreduceAlgorithmName(int algorithm) { return nameOf(kAlgorithms, algorithm); }
+
+std::string_view wireTypeName(spcclDataType_t wire) { return nameOf(kWireTypes, wire); }
+
+Environment wireEnvironment(const Options& opts) {
+  if (!opts.wireValueType) return {};
+  return {{"SPCCL_VALUE_TYPE", std::string(wireTypeName(*opts.wireValueType))}};
+}
+
+size_t keptPerRow(float density, size_t n) {
+  const double keep = std::ceil(static_cast<double>(density) * static_cast<double>(n));
+  return std::clamp<size_t>(static_cast<size_t>(keep), 1, n);
+}
+
+bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows,
+                  size_t rowLen, size_t keep, spcclDataType_t datatype, spcclDataType_t wire) {
+  return visitType(datatype, [&](auto v) {
+    using T = decltype(v);
+    const T* g = static_cast<const T*>(got);
+    const T* w = static_cast<const T*>(want);
+    const T* m = static_cast<const T*>(maskSource);
+    // NaN and Inf rank above every finite value: the library always keeps them.
+    const auto magnitude = [](T x) {
+      const float f = std::fabs(toFloat(x));
+      return std::isnan(f) ? std::numeric_limits<float>::infinity() : f;
+    };
+    std::vector<uint32_t> order(rowLen);
+    std::vector<char> kept(rowLen);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t base = r * rowLen;
+      std::iota(order.begin(), order.end(), 0u);
+      std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                       [&](uint32_t a, uint32_t b) {
+                         const float ma = magnitude(m[base + a]);
+                         const float mb = magnitude(m[base + b]);
+                         return ma > mb || (ma == mb && a < b);
+                       });
+      std::fill(kept.begin(), kept.end(), 0);
+      for (size_t i = 0; i < keep; ++i) kept[order[i]] = 1;
+      for (size_t i = 0; i < rowLen; ++i) {
+        const float value = toFloat(g[base + i]);
+        if (!kept[i]) {
+          if (value != 0.0f) return false;
+          continue;
+        }
+        const float expected = toFloat(throughWire(w[base + i], wire));
+        if (!(value == expected || (std::isnan(value) && std::isnan(expected)))) return false;
+      }
+    }
+    return true;
+  });
+}
 
 void failSpccl(spcclResult_t result, const char* call, const char* file, int line) {
   int rank = -1;

@@ -13,34 +13,12 @@
 #include <random>
 #include <vector>
 
+#include "monitor.h"
 #include "spccl_mpi.h"
 
 namespace {
 
-struct Monitor {
-  MPI_T_pvar_session session;
-  MPI_T_pvar_handle handle;
-  int count = 0;
-
-  bool open() {
-    int provided = 0, index = -1;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return false;
-    if (MPI_T_pvar_get_index("coll_monitoring_messages_size", MPI_T_PVAR_CLASS_SIZE, &index) != MPI_SUCCESS)
-      return false;
-    if (MPI_T_pvar_session_create(&session) != MPI_SUCCESS) return false;
-    MPI_Comm world = MPI_COMM_WORLD;
-    if (MPI_T_pvar_handle_alloc(session, index, &world, &handle, &count) != MPI_SUCCESS) return false;
-    return MPI_T_pvar_start(session, handle) == MPI_SUCCESS;
-  }
-  // Bytes this rank has sent to all peers so far.
-  unsigned long long sent() {
-    std::vector<unsigned long long> v(count);
-    MPI_T_pvar_read(session, handle, v.data());
-    unsigned long long s = 0;
-    for (auto x : v) s += x;
-    return s;
-  }
-};
+using spccl::monitoring::Monitor;
 
 int fail(int rank, const char* what) {
   std::fprintf(stderr, "[rank %d] FAIL: %s (%s)\n", rank, what, spcclGetLastError(nullptr));
@@ -94,9 +72,7 @@ int main(int argc, char** argv) {
   unsigned long long mine[3] = {t1 - t0, t3 - t2, st.bytesSent}, tot[3];
   MPI_Allreduce(mine, tot, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   const double ratio = static_cast<double>(tot[0]) / static_cast<double>(tot[1]);
-  // MPI adds its own envelope/protocol bytes per message; 4 KiB per peer per
-  // collective stage is generous for that and still tiny next to the data.
-  const unsigned long long slack = 6ull * 4096ull * static_cast<unsigned long long>(ranks) * (ranks - 1);
+  const unsigned long long slack = spccl::monitoring::slackBytes(ranks);
   if (rank == 0) {
     std::printf("ranks=%d count=%zu density=%g algo=split wire=fp32\n", ranks, count, static_cast<double>(density));
     std::printf("bytes crossing ranks (MPI monitoring, all ranks): compressed=%llu dense MPI_Allreduce=%llu ratio=1/%.1f\n",
