@@ -17,8 +17,19 @@ namespace spccl {
 
 namespace {
 
-// Writes v at element i of a user float buffer.
-void storeElement(void* buf, size_t i, spcclDataType_t type, float v) { host::storeFloats(&v, 1, type, static_cast<char*>(buf) + i * dataTypeSize(type)); }
+// Writes v at element i of a user float buffer (fp32, fp16 or bf16).
+inline void storeElement(void* buf, size_t i, spcclDataType_t type, float v) {
+  switch (type) {
+    case spcclFloat16:
+      static_cast<uint16_t*>(buf)[i] = core::floatToHalfBits(v);
+      break;
+    case spcclBfloat16:
+      static_cast<uint16_t*>(buf)[i] = core::floatToBfloat16Bits(v);
+      break;
+    default:
+      static_cast<float*>(buf)[i] = v;
+  }
+}
 
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen,
                               spcclDataType_t type, core::ValueType wire) {

@@ -214,7 +214,38 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
   // One 64-bit rank per entry: magnitude key above, inverted position below,
   // so a larger rank is a larger |x|, then a lower position. NaN/Inf keys
   // exceed every finite key, so they rank first.
+  constexpr uint32_t kSmallKeep = 32;
   uint32_t nonFinite = 0;
+  uint32_t n = 0;
+  if (keep <= kSmallKeep && keep < rowLen) {
+    // Few kept entries (the DCT-MP case, e.g. 8 of 128): keys first (a loop
+    // without branches), then keep the best `keep` ranks in a small array
+    // sorted descending; most entries fail one comparison with the smallest
+    // kept key and are never ranked.
+    uint64_t best[kSmallKeep];
+    auto* keys = reinterpret_cast<uint32_t*>(scratch);  // rowLen uint64 of room
+    withLoader(row, type, [&](auto load) {
+      for (uint32_t i = 0; i < rowLen; ++i) keys[i] = core::magnitudeKey(load(i));
+    });
+    uint32_t minKey = 0;
+    for (uint32_t i = 0; i < rowLen; ++i) {
+      const uint32_t key = keys[i];
+      nonFinite += core::isNonFiniteKey(key);
+      if (n == keep && key < minKey) continue;
+      const uint64_t rank = core::rowRank(key, i);
+      if (n == keep && rank <= best[n - 1]) continue;
+      uint32_t j = n < keep ? n++ : n - 1;  // slot to fill, then sift up
+      for (; j > 0 && best[j - 1] < rank; --j) best[j] = best[j - 1];
+      best[j] = rank;
+      minKey = static_cast<uint32_t>(best[n - 1] >> 32);
+    }
+    if (nonFinite <= keep) {
+      for (uint32_t j = 0; j < n; ++j) positions[j] = core::rowRankPosition(best[j]);
+      std::sort(positions, positions + n);
+      return n;
+    }
+    nonFinite = 0;  // more NaN/Inf than `keep`: all of them stay, the general path below
+  }
   withLoader(row, type, [&](auto load) {
     for (uint32_t i = 0; i < rowLen; ++i) {
       const uint32_t key = core::magnitudeKey(load(i));
@@ -222,7 +253,7 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
       scratch[i] = core::rowRank(key, i);
     }
   });
-  const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
+  n = std::min(rowLen, std::max(keep, nonFinite));
   if (n < rowLen) std::nth_element(scratch, scratch + (n - 1), scratch + rowLen, std::greater<uint64_t>());
   for (uint32_t j = 0; j < n; ++j) positions[j] = core::rowRankPosition(scratch[j]);
   std::sort(positions, positions + n);
