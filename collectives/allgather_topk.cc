@@ -62,24 +62,36 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
                             n, nnz};
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &comm.descriptors));
 
+  // A block goes as pairs, or dense (zeros at the dropped entries) when that
+  // is smaller, as SparCML switches; every rank derives each block's size
+  // from the descriptors the same way.
+  auto streamBytes = [&](uint64_t k) { return std::min(pairsStreamBytes(k, wire), denseStreamBytes(n, wire)); };
   ws.sizes.resize(p);
   ws.offsets.resize(p);
   size_t total = 0;
   for (int r = 0; r < p; ++r) {
-    ws.sizes[r] = pairsStreamBytes(comm.descriptors[r].nnz, wire);
+    ws.sizes[r] = streamBytes(comm.descriptors[r].nnz);
     ws.offsets[r] = total;
     total += ws.sizes[r];
   }
-  const StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
+  StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
   ws.sendBytes.resize(ws.sizes[me]);
-  encodePairs(ws.sendBytes.data(), info, comm.positions.data(), ws.stageBytes.data());
+  comm.floats.resize(n);
+  if (ws.sizes[me] == pairsStreamBytes(nnz, wire)) {
+    encodePairs(ws.sendBytes.data(), info, comm.positions.data(), ws.stageBytes.data());
+  } else {
+    std::fill(comm.floats.begin(), comm.floats.end(), 0.0f);
+    for (uint64_t j = 0; j < nnz; ++j)
+      comm.floats[comm.positions[j]] = core::loadWireValue(ws.stageBytes.data(), j, wire);
+    info.kind = StreamKind::kDense;
+    encodeDense(ws.sendBytes.data(), info, comm.floats.data(), nullptr);
+  }
   ws.recvBytes.resize(total);
   SPCCL_RETURN_IF_ERROR(
       t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
 
   // The send block may be inside recvbuff (in place): it has been consumed.
-  comm.floats.resize(n);
-  const StreamExpect expect{n, 0, n, seq, 0, wire, false};
+  const StreamExpect expect{n, 0, n, seq, 0, wire, true};
   for (int r = 0; r < p; ++r) {
     StreamView view;
     SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
