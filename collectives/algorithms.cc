@@ -25,6 +25,14 @@ const char* algorithmName(int id) {
   return "unknown";
 }
 
+size_t announcedSize(uint64_t announced, size_t most, int peer, const char* what, Status* local) {
+  if (announced <= most && announced % 8 == 0) return static_cast<size_t>(announced);
+  if (local->isOk())
+    *local = remoteError(formatString("%s: rank %d announced a %llu-byte stream, at most %zu fit", what, peer,
+                                      static_cast<unsigned long long>(announced), most));
+  return 0;
+}
+
 Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all) {
   all->resize(t.size());
   SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, all->data()));

@@ -63,6 +63,12 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
 
+// A stream size a peer announced. Plausible (<= most, a multiple of 8): used
+// as is. Otherwise this rank expects 0 bytes from that peer (MPI reports the
+// truncation) and *local records the error: the rank still takes part in
+// every remaining exchange of the call, so no honest rank is left waiting.
+size_t announcedSize(uint64_t announced, size_t most, int peer, const char* what, Status* local);
+
 struct CallDescriptor;
 // Allgathers the descriptors and checks them (codec.h checkDescriptors): the
 // verdict is the same on every rank, so a mismatched call fails everywhere

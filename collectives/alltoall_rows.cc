@@ -118,15 +118,13 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
   ws.recvSizes.resize(p);
   const size_t largest = rowsStreamBytes(rowsPerPeer, rowLen, blockElems, true, wire);
-  for (int j = 0; j < p; ++j) {
-    if (ws.recvCounts[j] > largest || ws.recvCounts[j] % 8 != 0)
-      return remoteError(formatString("alltoall rows: rank %d announced a %llu-byte stream for %zu rows of %zu", j,
-                                      static_cast<unsigned long long>(ws.recvCounts[j]), rowsPerPeer, rowLen));
-    ws.recvSizes[j] = ws.recvCounts[j];
-  }
+  Status local;
+  for (int j = 0; j < p; ++j) ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &local);
   ws.recvBytes.resize(layout(ws.recvSizes, &ws.recvOffsets));
-  SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                    ws.recvSizes.data(), ws.recvOffsets.data()));
+  const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
+                                   ws.recvSizes.data(), ws.recvOffsets.data());
+  SPCCL_RETURN_IF_ERROR(local);  // the exchange is over: nothing left to wait for
+  SPCCL_RETURN_IF_ERROR(moved);
 
   // Dense rows out, zeros at the dropped positions.
   std::memset(recvbuff, 0, static_cast<size_t>(p) * blockElems * esize);

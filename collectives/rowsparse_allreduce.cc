@@ -181,24 +181,21 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     ws.recvCounts.resize(p);
     SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
     ws.recvSizes.resize(p);
-    for (int r = 0; r < p; ++r) {
-      // A peer sends at most its own unique count, announced in the allgather above.
-      if (ws.recvCounts[r] > idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb))
-        return remoteError(formatString("row-sparse: rank %d announced %llu bytes for at most %llu ids", r,
-                                        static_cast<unsigned long long>(ws.recvCounts[r]),
-                                        static_cast<unsigned long long>(ws.nnzPerRank[r])));
-      ws.recvSizes[r] = ws.recvCounts[r];
-    }
+    Status local;
+    for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced above
+      ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb), r,
+                                      "row-sparse stage 1", &local);
     ws.recvBytes.resize(layout(ws.recvSizes, ws.recvOffsets));
-    SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                      ws.recvSizes.data(), ws.recvOffsets.data()));
+    const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
+                                     ws.recvSizes.data(), ws.recvOffsets.data());
+    if (local.isOk()) local = moved;
     for (int r = 0; r < p; ++r)
       if (r != me) bytesSent += sizeof(uint64_t) + ws.sizes[r];
     // Stage 2: the owner sums its ids in rank order. An owner that rejects a
     // piece still takes part in stage 3, with a flagged empty stream, so no
     // rank is left waiting.
     IdRows<Acc> owned;
-    const Status local = parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views);
+    if (local.isOk()) local = parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views);
     if (local.isOk()) mergeStreams<Acc>(views, rowLen, &owned);
     // Stage 3: allgather the owners' results; id sets are disjoint.
     uint64_t ownedBytes = idRowsStreamBytes(owned.ids.size(), rowLen, vb);
@@ -206,15 +203,13 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     encodeIdRows(ws.stageBytes.data(), owned.ids.data(), owned.rows.data(), owned.ids.size(), rowLen, vb, seq);
     if (!local.isOk()) ws.stageBytes[offsetof(RowsHeader, status)] = static_cast<unsigned char>(local.code());
     SPCCL_RETURN_IF_ERROR(t.allGather(&ownedBytes, sizeof ownedBytes, ws.recvCounts.data()));
-    for (int r = 0; r < p; ++r) {
-      if (ws.recvCounts[r] > idRowsStreamBytes(sumUnique, rowLen, vb))
-        return remoteError(formatString("row-sparse: owner %d announced %llu bytes", r,
-                                        static_cast<unsigned long long>(ws.recvCounts[r])));
-      ws.recvSizes[r] = ws.recvCounts[r];
-    }
+    for (int r = 0; r < p; ++r)
+      ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r,
+                                      "row-sparse stage 3", &local);
     ws.recvBytes.resize(layout(ws.recvSizes, ws.recvOffsets));
-    SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(),
-                                       ws.recvOffsets.data()));
+    const Status gathered = t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(),
+                                         ws.recvOffsets.data());
+    if (local.isOk()) local = gathered;
     bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
     SPCCL_RETURN_IF_ERROR(local);
     SPCCL_RETURN_IF_ERROR(parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views));

@@ -100,25 +100,22 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   for (int r = 0; r < p; ++r) ws.counts[r] = ws.sizes[r];
   SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
   const uint64_t myBegin = begin(me), myEnd = begin(me + 1), myLen = myEnd - myBegin;
+  Status local;
   size_t recvTotal = 0;
   for (int r = 0; r < p; ++r) {
-    if (ws.recvCounts[r] > pairsStreamBytes(myLen, ctx->wire) || ws.recvCounts[r] % 8 != 0)
-      return remoteError(formatString("split: rank %d announced a %llu-byte stream for a range of %llu elements", r,
-                                      static_cast<unsigned long long>(ws.recvCounts[r]),
-                                      static_cast<unsigned long long>(myLen)));
-    ws.recvSizes[r] = ws.recvCounts[r];
+    ws.recvSizes[r] = announcedSize(ws.recvCounts[r], pairsStreamBytes(myLen, ctx->wire), r, "split stage 1", &local);
     ws.recvOffsets[r] = recvTotal;
     recvTotal += ws.recvSizes[r];
   }
   ws.recvBytes.resize(recvTotal);
-  SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                    ws.recvSizes.data(), ws.recvOffsets.data()));
+  const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
+                                   ws.recvSizes.data(), ws.recvOffsets.data());
+  if (local.isOk()) local = moved;
   for (int r = 0; r < p; ++r)
     if (r != me) ctx->bytesSent += sizeof(uint64_t) + ws.sizes[r];
 
   // Stage 2: the owner sums its range in rank order.
   ws.rangeAcc.assign(myLen, 0.0f);
-  Status local;
   const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
   for (int r = 0; r < p && local.isOk(); ++r) {
     StreamView view;
@@ -139,20 +136,18 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   SPCCL_RETURN_IF_ERROR(t.allGather(&myBytes64, sizeof myBytes64, ws.recvCounts.data()));
   total = 0;
   for (int r = 0; r < p; ++r) {
-    const uint64_t len = begin(r + 1) - begin(r);
-    if (ws.recvCounts[r] > maxStreamBytes(len, ctx->wire) || ws.recvCounts[r] % 8 != 0)
-      return remoteError(formatString("split: owner %d announced a %llu-byte range stream for %llu elements", r,
-                                      static_cast<unsigned long long>(ws.recvCounts[r]),
-                                      static_cast<unsigned long long>(len)));
-    ws.recvSizes[r] = ws.recvCounts[r];
+    ws.recvSizes[r] =
+        announcedSize(ws.recvCounts[r], maxStreamBytes(begin(r + 1) - begin(r), ctx->wire), r, "split stage 3", &local);
     ws.recvOffsets[r] = total;
     total += ws.recvSizes[r];
   }
   ws.recvBytes.resize(total);
-  SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.stageBytes.data(), myBytes, ws.recvBytes.data(), ws.recvSizes.data(),
-                                     ws.recvOffsets.data()));
+  const Status gathered = t.allGatherV(ws.stageBytes.data(), myBytes, ws.recvBytes.data(), ws.recvSizes.data(),
+                                       ws.recvOffsets.data());
+  if (local.isOk()) local = gathered;
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + myBytes);
 
+  if (!local.isOk()) return local;
   std::fill(ctx->out, ctx->out + n, 0.0f);
   Status remote;
   ctx->mergedNnz = 0;
@@ -170,7 +165,6 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     accumulateStream(view, ctx->out, 0);
     ctx->mergedNnz += view.nnz;
   }
-  if (!local.isOk()) return local;
   return remote;
 }
 
