@@ -30,7 +30,7 @@ void spcclCompressor::estimateThreshold(const void* sendbuff, const float* resid
   // Entries tied at tau are taken in index order up to the capacity: the
   // exact rule {|v| >= tau} unless ties would break the cap.
   *tieBudget = capacity > t.above ? capacity - t.above : 0;
-  ++stats.thresholdUpdates;
+  ++callUpdates;
 }
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
@@ -61,16 +61,15 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     const host::SelectResult r = host::selectPack(a);
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
-      ++stats.thresholdUpdates;
       if (r.selected <= indices.size()) {  // every candidate was captured
         thresholdScratch.resize(std::max<size_t>(thresholdScratch.size(), r.selected));
         const host::ReselectResult rs =
             host::reselectCandidates(a, r.selected, k, capacity, thresholdScratch.data());
         tauKey = rs.tauKey;
+        ++callUpdates;
         *nnz = rs.selected;
         break;
       }
-      --stats.thresholdUpdates;  // counted again by the full estimation
       estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       continue;
     }
@@ -103,6 +102,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   const int p = t.size();
   const uint64_t seq = comm->seq++;
   const core::ValueType wire = toValueType(config.wireValueType);
+  callUpdates = 0;
 
   int algorithm = config.algorithm;
   if (algorithm == SPCCL_ALGO_AUTO) {
@@ -157,7 +157,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   }
   if (dataType != spcclFloat32) host::storeFloats(out, count, dataType, recvbuff);
 
-  call.thresholdUpdates = 0;  // counted on `stats` directly by estimateThreshold
+  call.thresholdUpdates = callUpdates;
   addStats(&stats, call);
   addStats(&comm->stats, call);
   SPCCL_TRACE(comm->rank, "allreduce #%llu count=%zu algo=%s selected=%llu tau=%g bytesSent=%llu",

@@ -521,6 +521,8 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
 
   float storedTau = 0.0f;
   std::vector<float> out(n);
+  spcclStats_t commBefore{};
+  ASSERT_EQ(spcclCommGetStats(comm_.get(), &commBefore), spcclSuccess);
   for (int call = 0; call <= 10; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     std::vector<float> in = distinctMagnitudes(n, seedFor(71, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
@@ -543,6 +545,10 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
           << "test set-up: the stored tau should overflow the capacity here";
     }
     EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
+    spcclStats_t commNow{};
+    ASSERT_EQ(spcclCommGetStats(comm_.get(), &commNow), spcclSuccess);
+    EXPECT_EQ(commNow.thresholdUpdates - commBefore.thresholdUpdates, expectedUpdates)
+        << "the communicator's counters include its compressors' threshold updates";
     if (update) storedTau = exactTau;
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau))
         << "lastThreshold " << s.lastThreshold << ", expected " << storedTau
