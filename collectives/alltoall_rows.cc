@@ -118,12 +118,13 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
   ws.recvSizes.resize(p);
   const size_t largest = rowsStreamBytes(rowsPerPeer, rowLen, blockElems, true, wire);
-  Status local;
-  for (int j = 0; j < p; ++j) ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &local);
+  Status implausible;
+  for (int j = 0; j < p; ++j)
+    ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &implausible);
   ws.recvBytes.resize(layout(ws.recvSizes, &ws.recvOffsets));
   const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                    ws.recvSizes.data(), ws.recvOffsets.data());
-  SPCCL_RETURN_IF_ERROR(local);  // the exchange is over: nothing left to wait for
+  SPCCL_RETURN_IF_ERROR(implausible);  // the exchange is over: nothing left to wait for
   SPCCL_RETURN_IF_ERROR(moved);
 
   // Dense rows out, zeros at the dropped positions.
