@@ -1,0 +1,313 @@
+// DCT-MP rows on the device: per-row top-k (host::selectRowTopK), the
+// offsets and compaction of the kept positions, and the value gather and
+// scatter of the alltoall rows forward and backward passes.
+//
+// Top-k: one block per row. The kept set is the top n = min(rowLen,
+// max(keep, #NaN/Inf)) entries in core::rowRank order (larger |x| first,
+// then lower position): every entry whose rank is at least the n-th largest
+// rank, found by a radix select over the ranks (8-bit digit passes on a
+// shared histogram); a block scan in position order then writes the kept
+// positions ascending. Keys stay in shared memory for rows up to kSharedKeys long;
+// longer rows re-read the row from global memory each pass.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cuda/std/functional>
+
+#include "kernels/core/elementwise.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace spccl::cuda {
+
+namespace {
+
+constexpr uint32_t kSharedKeys = 8192;  // 32 KiB of keys per block
+constexpr int kRadix = 256;
+
+template <class In, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    rowTopKKernel(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen, uint32_t keep, uint32_t* positions,
+                  uint32_t posStride, uint32_t* counts, bool keysInShared) {
+  constexpr int kDigitsPer = kRadix / kThreads;
+  constexpr int kOutPer = kThreads >= 256 ? 4 : 8;  // positions per thread per output chunk
+  using Reduce = cub::BlockReduce<unsigned, kThreads>;
+  using Scan = cub::BlockScan<unsigned, kThreads>;
+  extern __shared__ uint32_t sKeys[];
+  __shared__ unsigned sHist[kRadix];
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Scan::TempStorage scan;
+  } temp;
+  __shared__ unsigned sN, sRemaining;
+  __shared__ unsigned long long sPrefix;
+
+  for (uint64_t row = blockIdx.x; row < nRows; row += gridDim.x) {
+    const typename In::Raw* x = rows + row * rowLen;
+    auto keyAt = [&](uint32_t i) { return keysInShared ? sKeys[i] : core::magnitudeKey(In::convert(x[i])); };
+
+    unsigned nonFinite = 0;
+    for (uint32_t i = threadIdx.x; i < rowLen; i += kThreads) {
+      const uint32_t key = core::magnitudeKey(In::convert(x[i]));
+      if (keysInShared) sKeys[i] = key;
+      nonFinite += core::isNonFiniteKey(key);
+    }
+    const unsigned allNonFinite = Reduce(temp.reduce).Sum(nonFinite);
+    if (threadIdx.x == 0) {
+      const unsigned want = keep > allNonFinite ? keep : allNonFinite;
+      sN = want < rowLen ? want : rowLen;
+      counts[row] = sN;
+    }
+    __syncthreads();
+    const unsigned n = sN;
+    if (n == 0) continue;
+
+    // The n-th largest core::rowRank of the row (ranks are unique: the
+    // position is part of them); kept = rank >= it. Radix select over the
+    // 63 significant bits, 8 at a time; after the key's four digits only the
+    // entries tied with the n-th largest key are still counted.
+    unsigned long long threshold = 0;  // n == rowLen: everything
+    if (n < rowLen) {
+      unsigned long long prefix = 0;
+      unsigned remaining = n;
+#pragma unroll 1
+      for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < kRadix; d += kThreads) sHist[d] = 0;
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < rowLen; i += kThreads) {
+          const unsigned long long rank = core::rowRank(keyAt(i), i);
+          if (shift == 56 || (rank >> (shift + 8)) == (prefix >> (shift + 8)))
+            atomicAdd(&sHist[(rank >> shift) & (kRadix - 1)], 1u);
+        }
+        __syncthreads();
+        unsigned c[kDigitsPer], incl[kDigitsPer];
+#pragma unroll
+        for (int j = 0; j < kDigitsPer; ++j) c[j] = sHist[kRadix - 1 - (threadIdx.x * kDigitsPer + j)];
+        Scan(temp.scan).InclusiveSum(c, incl);
+#pragma unroll
+        for (int j = 0; j < kDigitsPer; ++j) {
+          const unsigned excl = incl[j] - c[j];
+          if (excl < remaining && remaining <= incl[j]) {  // exactly one digit
+            const unsigned long long digit = kRadix - 1 - (threadIdx.x * kDigitsPer + j);
+            sPrefix = prefix | (digit << shift);
+            sRemaining = remaining - excl;
+          }
+        }
+        __syncthreads();
+        prefix = sPrefix;
+        remaining = sRemaining;
+      }
+      threshold = prefix;
+    }
+
+    // Kept positions ascending: a scan of the kept flags in position order.
+    uint32_t* out = positions + row * posStride;
+    unsigned carry = 0;
+    for (uint32_t start = 0; start < rowLen; start += kThreads * kOutPer) {
+      const uint32_t i0 = start + threadIdx.x * kOutPer;
+      unsigned kept = 0;
+#pragma unroll
+      for (int j = 0; j < kOutPer; ++j)
+        kept += i0 + j < rowLen && core::rowRank(keyAt(i0 + j), i0 + j) >= threshold;
+      unsigned before, chunk;
+      Scan(temp.scan).ExclusiveSum(kept, before, chunk);
+      unsigned pos = carry + before;
+#pragma unroll 1
+      for (int j = 0; j < kOutPer; ++j) {
+        const uint32_t i = i0 + j;
+        if (i >= rowLen) break;
+        if (core::rowRank(keyAt(i), i) >= threshold) {
+          if (pos < posStride) out[pos] = i;
+          ++pos;
+        }
+      }
+      carry += chunk;
+      __syncthreads();  // temp.scan is reused by the next chunk
+    }
+  }
+}
+
+template <int kWarpsPerBlock>
+__device__ __forceinline__ uint64_t globalWarp() {
+  return static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+}
+constexpr int kWarps = 8;  // warp-per-row kernels: 256 threads
+
+__global__ void __launch_bounds__(kWarps * 32)
+    compactKernel(const uint32_t* strided, uint32_t posStride, const uint64_t* offsets, uint64_t nRows,
+                  uint32_t* positions) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    const uint64_t begin = offsets[row];
+    uint64_t count = offsets[row + 1] - begin;
+    if (count > posStride) count = posStride;
+    for (uint64_t j = lane; j < count; j += 32) positions[begin + j] = strided[row * posStride + j];
+  }
+}
+
+template <class In, core::ValueType kWire>
+__global__ void __launch_bounds__(kWarps * 32)
+    gatherKernel(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen, const uint32_t* positions,
+                 const uint64_t* offsets, void* values) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    const typename In::Raw* x = rows + row * rowLen;
+    const uint64_t end = offsets[row + 1];
+    for (uint64_t j = offsets[row] + lane; j < end; j += 32) {
+      const uint32_t pos = positions[j];
+      const float v = pos < rowLen ? In::convert(x[pos]) : 0.0f;
+      core::storeWireValue(values, j, v, kWire);
+    }
+  }
+}
+
+// User-type stores with the rounding of host::storeFloats.
+struct F32Out {
+  using Raw = float;
+  __device__ __forceinline__ static float convert(float x) { return x; }
+};
+struct F16Out {
+  using Raw = uint16_t;
+  __device__ __forceinline__ static uint16_t convert(float x) { return core::floatToHalfBits(x); }
+};
+struct Bf16Out {
+  using Raw = uint16_t;
+  __device__ __forceinline__ static uint16_t convert(float x) { return core::floatToBfloat16Bits(x); }
+};
+
+template <class Out, core::ValueType kWire>
+__global__ void __launch_bounds__(kWarps * 32)
+    scatterKernel(const void* values, const uint32_t* positions, const uint64_t* offsets, uint64_t nRows,
+                  uint32_t rowLen, typename Out::Raw* rows) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    typename Out::Raw* y = rows + row * rowLen;
+    for (uint32_t e = lane; e < rowLen; e += 32) y[e] = typename Out::Raw(0);
+    __syncwarp();  // the zeros land before the kept values
+    const uint64_t end = offsets[row + 1];
+    for (uint64_t j = offsets[row] + lane; j < end; j += 32) {
+      const uint32_t pos = positions[j];
+      if (pos < rowLen) y[pos] = Out::convert(core::loadWireValue(values, j, kWire));
+    }
+    __syncwarp();
+  }
+}
+
+template <typename F>
+decltype(auto) withStorer(spcclDataType_t type, F&& f) {
+  switch (type) {
+    case spcclFloat16:
+      return f(F16Out{});
+    case spcclBfloat16:
+      return f(Bf16Out{});
+    default:
+      return f(F32Out{});
+  }
+}
+
+__global__ void lastOffsetKernel(const uint32_t* counts, uint64_t nRows, uint64_t* offsets) {
+  offsets[nRows] = nRows == 0 ? 0 : offsets[nRows - 1] + counts[nRows - 1];
+}
+
+size_t scanTempBytes(uint64_t nRows) {
+  size_t bytes = 0;
+  cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
+                                 static_cast<uint64_t*>(nullptr), ::cuda::std::plus<>{}, uint64_t{0}, nRows);
+  return bytes;
+}
+
+}  // namespace
+
+Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                      uint32_t* positions, uint32_t posStride, uint32_t* counts, cudaStream_t stream) {
+  if (!detail::isFloatInput(type)) return invalidArgument("selectRowsTopK: type must be fp32/fp16/bf16");
+  if (nRows == 0) return Status::ok();
+  if (counts == nullptr || (rowLen > 0 && rows == nullptr) || (posStride > 0 && positions == nullptr))
+    return invalidArgument("selectRowsTopK: null buffer");
+  const bool keysInShared = rowLen <= kSharedKeys;
+  const size_t smem = keysInShared ? static_cast<size_t>(rowLen) * sizeof(uint32_t) : 0;
+  detail::withLoader(type, [&](auto in) {
+    using In = decltype(in);
+    const auto* r = static_cast<const typename In::Raw*>(rows);
+    if (rowLen <= 512) {
+      rowTopKKernel<In, 64><<<detail::gridFor(nRows, 1, 32), 64, smem, stream>>>(r, nRows, rowLen, keep, positions,
+                                                                                  posStride, counts, keysInShared);
+    } else {
+      rowTopKKernel<In, 256><<<detail::gridFor(nRows, 1, 8), 256, smem, stream>>>(r, nRows, rowLen, keep, positions,
+                                                                                  posStride, counts, keysInShared);
+    }
+  });
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+size_t rowOffsetsWorkspaceBytes(uint64_t nRows) { return scanTempBytes(nRows > 0 ? nRows : 1); }
+
+Status rowOffsets(const uint32_t* counts, uint64_t nRows, uint64_t* offsets, void* workspace, size_t workspaceBytes,
+                  cudaStream_t stream) {
+  if (offsets == nullptr || (nRows > 0 && counts == nullptr)) return invalidArgument("rowOffsets: null buffer");
+  if (nRows > 0) {
+    size_t bytes = scanTempBytes(nRows);
+    if (workspace == nullptr || workspaceBytes < bytes)
+      return invalidArgument("rowOffsets: workspace smaller than rowOffsetsWorkspaceBytes(nRows)");
+    SPCCL_CUDA_CHECK(cub::DeviceScan::ExclusiveScan(workspace, bytes, counts, offsets, ::cuda::std::plus<>{},
+                                                    uint64_t{0}, nRows, stream));
+  }
+  lastOffsetKernel<<<1, 1, 0, stream>>>(counts, nRows, offsets);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status compactRowPositions(const uint32_t* strided, uint32_t posStride, const uint64_t* offsets, uint64_t nRows,
+                           uint32_t* positions, cudaStream_t stream) {
+  if (nRows == 0) return Status::ok();
+  if (offsets == nullptr || (posStride > 0 && (strided == nullptr || positions == nullptr)))
+    return invalidArgument("compactRowPositions: null buffer");
+  compactKernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(strided, posStride, offsets, nRows,
+                                                                               positions);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
+                       const uint32_t* positions, const uint64_t* offsets, core::ValueType wire, void* values,
+                       cudaStream_t stream) {
+  if (!detail::isFloatInput(type) || !detail::isWireType(wire))
+    return invalidArgument("gatherRowValues: types must be fp32/fp16/bf16");
+  if (nRows == 0) return Status::ok();
+  if (rows == nullptr || positions == nullptr || offsets == nullptr || values == nullptr)
+    return invalidArgument("gatherRowValues: null buffer");
+  const unsigned grid = detail::gridFor(nRows, kWarps, 8);
+  detail::withLoader(type, [&](auto in) {
+    using In = decltype(in);
+    detail::withWire(wire, [&](auto w) {
+      gatherKernel<In, decltype(w)::value><<<grid, kWarps * 32, 0, stream>>>(
+          static_cast<const typename In::Raw*>(rows), nRows, rowLen, positions, offsets, values);
+    });
+  });
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status scatterRowValues(const void* values, core::ValueType wire, const uint32_t* positions, const uint64_t* offsets,
+                        uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows, cudaStream_t stream) {
+  if (!detail::isFloatInput(type) || !detail::isWireType(wire))
+    return invalidArgument("scatterRowValues: types must be fp32/fp16/bf16");
+  if (nRows == 0) return Status::ok();
+  if (rows == nullptr || positions == nullptr || offsets == nullptr || values == nullptr)
+    return invalidArgument("scatterRowValues: null buffer");
+  const unsigned grid = detail::gridFor(nRows, kWarps, 8);
+  withStorer(type, [&](auto o) {
+    using Out = decltype(o);
+    detail::withWire(wire, [&](auto w) {
+      scatterKernel<Out, decltype(w)::value><<<grid, kWarps * 32, 0, stream>>>(
+          values, positions, offsets, nRows, rowLen, static_cast<typename Out::Raw*>(rows));
+    });
+  });
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+}  // namespace spccl::cuda

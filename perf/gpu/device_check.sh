@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# Device check of the CUDA kernels, one command on a fresh GPU machine (CMake,
+# nvcc and NCCL installed, no internet):
+#   1. build for sm_90 with all cores (the library's CMake build when MPI is
+#      there; otherwise the kernels, tests/gpu and the benchmark straight
+#      with nvcc, since only the library itself needs MPI);
+#   2. tests/gpu (ctest -L gpu), when GoogleTest is installed;
+#   3. perf/gpu/kernel_bench: selectPack, threshold, unpack, row top-k at
+#      16, 64 and 256 Mi floats against a device-to-device copy, each size
+#      also checked bit-exact against kernels/host;
+#   4. an NCCL smoke test on one rank, when libnccl is found;
+# then a short summary, the benchmark's table last. Budget: under 6 minutes
+# on one H200.
+#
+#   perf/gpu/device_check.sh [build dir]        (default: build-device)
+# Environment: GTest_DIR or GTEST_ROOT (a GoogleTest install to use), GTEST_SRC
+# (GoogleTest sources to build when none is installed; .gtest-src and
+# /usr/src/googletest are tried too),
+# NCCL_HOME, SPCCL_BENCH_SIZES (default 16,64,256), OUT (logs go there, else
+# <build dir>/logs), SPCCL_DEVICE_CHECK_DIRECT=1 (skip CMake: the nvcc-only
+# build). Exit status 0 only if everything that ran passed.
+set -euo pipefail
+
+start=$(date +%s)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$(mkdir -p "${1:-$repo/build-device}" && cd "${1:-$repo/build-device}" && pwd)
+logs=${OUT:-$build/logs}
+mkdir -p "$logs"
+jobs=$(nproc)
+sizes=${SPCCL_BENCH_SIZES:-16,64,256}
+status=0
+summary=()
+
+say() { echo "== $* [$(($(date +%s) - start))s]"; }
+add() { summary+=("$*"); }
+
+command -v nvcc >/dev/null 2>&1 || export PATH=/usr/local/cuda/bin:$PATH
+say "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null ||
+  echo "(nvidia-smi unavailable)"
+nvcc --version | tail -1
+cmake --version | head -1
+
+# ---- GoogleTest: a CMake package or headers + library in the usual prefixes.
+any() { # true if any of the (glob-expanded) paths exists
+  local f
+  for f in "$@"; do [ -e "$f" ] && return 0; done
+  return 1
+}
+gtest_prefix=""
+for d in "${GTest_DIR:-}" "${GTEST_ROOT:-}" /usr /usr/local /opt/gtest /opt/googletest; do
+  [ -n "$d" ] && [ -d "$d" ] || continue
+  if any "$d"/GTestConfig.cmake "$d"/lib*/cmake/GTest/GTestConfig.cmake "$d"/lib/*/cmake/GTest/GTestConfig.cmake ||
+    { [ -f "$d/include/gtest/gtest.h" ] && any "$d"/lib*/libgtest.* "$d"/lib/*/libgtest.*; }; then
+    gtest_prefix=$d
+    break
+  fi
+done
+# None installed: build one from a GoogleTest source tree if there is one
+# (GTEST_SRC, or a copy of a machine's /usr/src/googletest carried into the
+# repository as .gtest-src).
+if [ -z "$gtest_prefix" ]; then
+  for src in "${GTEST_SRC:-}" "$repo/.gtest-src" /usr/src/googletest /usr/src/gtest; do
+    [ -n "$src" ] && [ -f "$src/CMakeLists.txt" ] || continue
+    say "GoogleTest: building it from the sources in $src"
+    if cmake -S "$src" -B "$build/gtest-build" -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON \
+      -DCMAKE_INSTALL_PREFIX="$build/gtest-install" >"$logs/gtest.log" 2>&1 &&
+      cmake --build "$build/gtest-build" -j "$jobs" >>"$logs/gtest.log" 2>&1 &&
+      cmake --install "$build/gtest-build" >>"$logs/gtest.log" 2>&1; then
+      gtest_prefix=$build/gtest-install
+      for c in "$gtest_prefix"/lib*/cmake/GTest; do [ -d "$c" ] && export GTest_DIR=$c; done
+    else
+      echo "GoogleTest: building from $src failed (see gtest.log)"
+    fi
+    break
+  done
+fi
+if [ -n "$gtest_prefix" ]; then
+  echo "GoogleTest: found under $gtest_prefix"
+else
+  echo "GoogleTest: NOT FOUND (no GTestConfig.cmake or libgtest + gtest/gtest.h, no sources; apt is unavailable"
+  echo "            offline). tests/gpu will be SKIPPED; kernel_bench still checks every size against kernels/host."
+  echo "            To run them, carry GoogleTest (an install: GTest_DIR/GTEST_ROOT; or its sources: GTEST_SRC,"
+  echo "            e.g. a copy of /usr/src/googletest as .gtest-src in the repository)."
+fi
+tests=OFF
+[ -n "$gtest_prefix" ] && tests=ON
+
+# ---- 1. build
+mode=cmake
+generator=()
+# Ninja where available, unless the build dir was configured already (a
+# generator cannot change there).
+[ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+say "configure (CMake, sm_90, tests $tests)"
+if [ "${SPCCL_DEVICE_CHECK_DIRECT:-0}" = 1 ]; then
+  echo "SPCCL_DEVICE_CHECK_DIRECT=1: skipping CMake"
+  mode=direct
+elif ! cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DSPCCL_WITH_CUDA=ON -DSPCCL_BUILD_PERF=ON -DSPCCL_BUILD_TESTS=$tests -DSPCCL_BUILD_EXAMPLES=OFF \
+  ${GTest_DIR:+-DGTest_DIR=$GTest_DIR} ${GTEST_ROOT:+-DGTEST_ROOT=$GTEST_ROOT} >"$logs/configure.log" 2>&1; then
+  if grep -q "MPI" "$logs/configure.log"; then
+    echo "MPI: NOT FOUND (the library's CMake build requires it; tail of configure.log below)."
+    echo "     Building the kernels, tests/gpu and kernel_bench directly with nvcc instead (they need no MPI)."
+  else
+    echo "CMake configure failed for another reason (tail of configure.log below); trying the direct nvcc build."
+  fi
+  tail -5 "$logs/configure.log"
+  mode=direct
+fi
+
+bin=$build
+if [ "$mode" = cmake ]; then
+  targets=(kernel_bench)
+  [ "$tests" = ON ] && targets+=(spccl_gpu_tests)
+  say "build ${targets[*]} with $jobs jobs"
+  if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1; then
+    tail -40 "$logs/build.log"
+    echo "BUILD FAILED (full log: $logs/build.log)"
+    exit 1
+  fi
+  bench=$build/perf/gpu/kernel_bench
+  gputests=$build/tests/gpu/spccl_gpu_tests
+else
+  bin=$build/direct
+  mkdir -p "$bin/obj"
+  flags=(-std=c++20 -O3 -arch=sm_90 -I"$repo" -I"$repo/include")
+  say "build directly with nvcc ($jobs jobs)"
+  : >"$logs/build.log"
+  pids=()
+  for f in "$repo"/kernels/cuda/*.cu; do
+    nvcc "${flags[@]}" -c "$f" -o "$bin/obj/$(basename "$f" .cu).o" >>"$logs/build.log" 2>&1 &
+    pids+=($!)
+  done
+  nvcc "${flags[@]}" -c "$repo/kernels/host/host_kernels.cc" -o "$bin/obj/host_kernels.o" \
+    >>"$logs/build.log" 2>&1 &
+  pids+=($!)
+  nvcc "${flags[@]}" -c "$repo/perf/gpu/kernel_bench.cc" -o "$bin/kernel_bench.o" >>"$logs/build.log" 2>&1 &
+  pids+=($!)
+  nvcc "${flags[@]}" -c "$repo/perf/gpu/bench_fill.cu" -o "$bin/bench_fill.o" >>"$logs/build.log" 2>&1 &
+  pids+=($!)
+  ok=1
+  for p in "${pids[@]}"; do wait "$p" || ok=0; done
+  if [ $ok = 1 ]; then
+    nvcc "${flags[@]}" "$bin/kernel_bench.o" "$bin/bench_fill.o" "$bin"/obj/*.o -o "$bin/kernel_bench" \
+      >>"$logs/build.log" 2>&1 || ok=0
+  fi
+  if [ $ok = 0 ]; then
+    tail -40 "$logs/build.log"
+    echo "BUILD FAILED (full log: $logs/build.log)"
+    exit 1
+  fi
+  bench=$bin/kernel_bench
+  gputests=$bin/spccl_gpu_tests
+  if [ "$tests" = ON ]; then
+    gflags=(-I"$gtest_prefix/include" -L"$gtest_prefix/lib" -L"$gtest_prefix/lib64")
+    for l in "$gtest_prefix"/lib/*/libgtest.*; do [ -e "$l" ] && gflags+=(-L"$(dirname "$l")") && break; done
+    if ! nvcc "${flags[@]}" "${gflags[@]}" "$repo"/tests/gpu/*.cc "$bin"/obj/*.o \
+      -lgtest_main -lgtest -lpthread -o "$gputests" >>"$logs/build.log" 2>&1; then
+      tail -20 "$logs/build.log"
+      echo "tests/gpu: BUILD FAILED with the GoogleTest under $gtest_prefix; skipping the tests"
+      tests=OFF
+      status=1
+    fi
+  fi
+fi
+
+# ---- 2. tests
+if cmake -DSOURCE_DIR="$repo" -P "$repo/tests/gpu/check_single_definition.cmake" >"$logs/single_definition.log" 2>&1; then
+  add "single definition of the core rules: ok"
+else
+  add "single definition of the core rules: FAILED (see single_definition.log)"
+  status=1
+fi
+if [ "$tests" = ON ]; then
+  say "tests/gpu"
+  set +e
+  if [ "$mode" = cmake ]; then
+    timeout 240 ctest --test-dir "$build" -L gpu -j 4 --output-on-failure >"$logs/tests.log" 2>&1
+  else
+    timeout 240 "$gputests" >"$logs/tests.log" 2>&1
+  fi
+  trc=$?
+  set -e
+  grep -E "tests passed|tests failed|\[  PASSED  \]|\[  FAILED  \]|\[  SKIPPED \]" "$logs/tests.log" | tail -8 || true
+  if [ $trc = 0 ]; then
+    add "tests/gpu: passed ($(grep -E "tests passed|\[  PASSED  \]" "$logs/tests.log" | tail -1))"
+  else
+    [ $trc = 124 ] && add "tests/gpu: TIMED OUT after 240 s" || add "tests/gpu: FAILED (see tests.log)"
+    grep -E "Failure|FAILED|Expected|Which is|actual" "$logs/tests.log" | head -20 || true
+    status=1
+  fi
+else
+  add "tests/gpu: SKIPPED (GoogleTest not installed on this machine)"
+fi
+
+# ---- 4 first (short), so that the benchmark's table is the last thing printed.
+say "NCCL smoke test"
+nccl_inc=""
+nccl_lib=""
+py_nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+for d in "${NCCL_HOME:-}" /usr/local/cuda /usr /usr/local /usr/local/nccl /opt/nccl "$py_nccl"; do
+  [ -n "$d" ] && [ -f "$d/include/nccl.h" ] || continue
+  for l in "$d"/lib64/libnccl.so "$d"/lib/libnccl.so "$d"/lib/x86_64-linux-gnu/libnccl.so "$d"/targets/x86_64-linux/lib/libnccl.so \
+    "$d"/lib64/libnccl.so.2 "$d"/lib/libnccl.so.2 "$d"/lib/x86_64-linux-gnu/libnccl.so.2; do
+    if [ -e "$l" ]; then
+      nccl_inc=$d/include
+      nccl_lib=$l
+      break 2
+    fi
+  done
+done
+if [ -z "$nccl_lib" ] && [ -f /usr/local/cuda/include/nccl.h ]; then
+  l=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so/ {print $NF; exit}')
+  [ -n "$l" ] && nccl_inc=/usr/local/cuda/include && nccl_lib=$l
+fi
+if [ -n "$nccl_lib" ]; then
+  echo "NCCL: $nccl_lib"
+  set +e
+  nvcc -std=c++17 -O2 -I"$nccl_inc" "$repo/perf/gpu/nccl_smoke.cc" "$nccl_lib" \
+    -Xlinker -rpath -Xlinker "$(dirname "$nccl_lib")" -o "$bin/nccl_smoke" >"$logs/nccl.log" 2>&1 &&
+    timeout 90 "$bin/nccl_smoke" >>"$logs/nccl.log" 2>&1
+  nrc=$?
+  set -e
+  tail -1 "$logs/nccl.log"
+  if [ $nrc = 0 ]; then
+    add "$(tail -1 "$logs/nccl.log")"
+  else
+    add "nccl smoke: FAILED (see nccl.log)"
+    status=1
+  fi
+else
+  add "nccl smoke: SKIPPED (no nccl.h + libnccl under NCCL_HOME, the CUDA toolkit, /usr or python's nvidia.nccl)"
+fi
+
+# ---- 3. benchmark
+say "kernel_bench (sizes $sizes Mi floats)"
+set +e
+timeout 180 "$bench" --sizes "$sizes" >"$logs/bench.log" 2>&1
+brc=$?
+set -e
+if [ $brc != 0 ]; then
+  status=1
+  [ $brc = 124 ] && add "kernel_bench: TIMED OUT after 180 s" || add "kernel_bench: exit $brc (see bench.log)"
+fi
+
+say "summary ($mode build, total $(($(date +%s) - start)) s)"
+for line in "${summary[@]}"; do echo "  $line"; done
+echo
+grep -E "^# kernel_bench|^kernel |^d2d copy|^selectPack|^threshold|^unpack|^rowTopK|differs" "$logs/bench.log" ||
+  tail -20 "$logs/bench.log"
+exit $status

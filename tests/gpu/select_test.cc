@@ -1,0 +1,353 @@
+// cuda::kthLargestMagnitude and cuda::selectPack against kernels/host on
+// fresh random data: tau, the packed pairs, the counts and the residual must
+// be bit-identical (a NaN made by arithmetic matches any NaN: see
+// gpu_test_util.h), for every input type, wire type, residual mode, tie
+// budget and capacity, including sizes around the tile boundaries.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/host/host_kernels.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace spccl::gputest {
+namespace {
+
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+constexpr spcclDataType_t kTypes[] = {spcclFloat32, spcclFloat16, spcclBfloat16};
+constexpr core::ValueType kWires[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
+                                      core::ValueType::kBfloat16};
+constexpr Dist kDists[] = {Dist::kNormal,    Dist::kWide,     Dist::kAllEqual,  Dist::kFewValues,
+                           Dist::kNonFinite, Dist::kDenormal, Dist::kRandomBits};
+// 0, 1, odd, just above a warp / a block of threads / a tile (4096), and 2^20 + 7.
+constexpr size_t kSizes[] = {0, 1, 7, 33, 257, 4097, 3 * 4096 + 5, (size_t{1} << 20) + 7};
+
+enum class ResMode { kNone, kInOnly, kOutOnly, kSeparate, kInPlace };
+enum class Budget { kUnlimited, kFromThreshold, kZero, kSmall };
+enum class Cap { kAmple, kTight, kZero };
+
+const char* resName(ResMode m) {
+  switch (m) {
+    case ResMode::kNone: return "no_residual";
+    case ResMode::kInOnly: return "residual_in_only";
+    case ResMode::kOutOnly: return "residual_out_only";
+    case ResMode::kSeparate: return "residual_in_out";
+    default: return "residual_in_place";
+  }
+}
+
+struct Case {
+  size_t n;
+  spcclDataType_t type;
+  core::ValueType wire;
+  Dist dist;
+  ResMode res;
+  Budget budget;
+  Cap cap;
+  bool deviceTau;     // tau and budget read from the device ThresholdOut
+  size_t offset = 0;  // elements to misalign send and residuals by
+  uint64_t k = 0;     // 0: n/100 + 1
+};
+
+std::string describe(const Case& c) {
+  return "n=" + std::to_string(c.n) + " in=" + typeName(c.type) + " wire=" + wireName(c.wire) +
+         " dist=" + distName(c.dist) + " " + resName(c.res) + " budget=" + std::to_string(static_cast<int>(c.budget)) +
+         " cap=" + std::to_string(static_cast<int>(c.cap)) + " deviceTau=" + std::to_string(c.deviceTau) +
+         " offset=" + std::to_string(c.offset) + " " + seedTrace();
+}
+
+struct HostInput {
+  std::vector<unsigned char> send;  // n elements of the type
+  std::vector<float> residual;      // n, or empty
+};
+
+HostInput makeInput(const Case& c, std::mt19937_64& g) {
+  HostInput in;
+  const std::vector<float> f = makeFloats(c.n, c.dist, g);
+  in.send = encodeUser(f, c.type, c.dist, g);
+  const bool hasIn = c.res == ResMode::kInOnly || c.res == ResMode::kSeparate || c.res == ResMode::kInPlace;
+  if (hasIn) {
+    if (c.dist == Dist::kAllEqual || c.dist == Dist::kFewValues) {
+      in.residual.assign(c.n, 0.125f);  // keeps v's ties
+    } else {
+      in.residual = makeFloats(c.n, c.dist == Dist::kRandomBits ? Dist::kRandomBits : Dist::kNormal, g);
+      if (c.dist != Dist::kRandomBits)
+        for (float& r : in.residual) r *= 0.1f;
+    }
+  }
+  return in;
+}
+
+// Reusable device state of one selectPack test (the workspace persists
+// across calls on purpose: each pass must leave it ready for the next).
+struct SelectWorkspace {
+  DeviceBuffer<unsigned char> ws;
+  DeviceBuffer<unsigned char> thresholdWs;
+  size_t capacityFor = 0;
+  bool ensure(size_t n) {
+    if (capacityFor >= n && ws.get() != nullptr) return true;
+    const size_t bytes = cuda::selectPackWorkspaceBytes(n);
+    if (ws.resize(bytes) != cudaSuccess) return false;
+    if (!cuda::initSelectPackWorkspace(ws.get(), bytes, nullptr).isOk()) return false;
+    if (thresholdWs.resize(cuda::thresholdWorkspaceBytes(n)) != cudaSuccess) return false;
+    capacityFor = n;
+    return true;
+  }
+};
+
+void checkThreshold(const Case& c, const HostInput& in, uint64_t k, SelectWorkspace& w,
+                    host::ThresholdResult* hostOut = nullptr, DeviceBuffer<cuda::ThresholdOut>* devOut = nullptr) {
+  SCOPED_TRACE(describe(c) + " k=" + std::to_string(k));
+  const size_t esize = elementBytes(c.type);
+  std::vector<uint32_t> scratch(std::max<size_t>(c.n, 1));
+  const float* res = in.residual.empty() ? nullptr : in.residual.data();
+  const host::ThresholdResult h = host::kthLargestMagnitude(in.send.data(), c.type, res, c.n, k, scratch.data());
+  if (hostOut) *hostOut = h;
+
+  ASSERT_TRUE(w.ensure(c.n));
+  DeviceBuffer<unsigned char> send((c.n + c.offset) * esize);
+  DeviceBuffer<float> residual(c.n + c.offset);
+  CUDA_ASSERT(cudaMemcpy(send.get() + c.offset * esize, in.send.data(), c.n * esize, cudaMemcpyHostToDevice));
+  if (res) {
+    CUDA_ASSERT(cudaMemcpy(residual.get() + c.offset, res, c.n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  DeviceBuffer<cuda::ThresholdOut> local(1);
+  DeviceBuffer<cuda::ThresholdOut>& out = devOut ? *devOut : local;
+  CUDA_ASSERT(out.poison());
+  STATUS_ASSERT(cuda::kthLargestMagnitude(send.get() + c.offset * esize, c.type, res ? residual.get() + c.offset : nullptr,
+                                          c.n, k, out.get(), w.thresholdWs.get(), w.thresholdWs.bytes(), nullptr));
+  SYNC_ASSERT();
+  std::vector<cuda::ThresholdOut> d;
+  CUDA_ASSERT(out.download(d));
+  EXPECT_EQ(d[0].tauKey, h.tauKey);
+  EXPECT_EQ(d[0].above, h.above);
+  EXPECT_EQ(d[0].finite, h.finite);
+}
+
+void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
+  SCOPED_TRACE(describe(c));
+  const HostInput in = makeInput(c, g);
+  const size_t n = c.n, esize = elementBytes(c.type);
+  const uint32_t vb = core::wireValueBytes(c.wire);
+  const uint64_t k = c.k ? c.k : n / 100 + 1;
+  const bool hasIn = !in.residual.empty();
+  const bool hasOut = c.res == ResMode::kOutOnly || c.res == ResMode::kSeparate || c.res == ResMode::kInPlace;
+
+  // tau on both sides (and checked against each other).
+  host::ThresholdResult ht{};
+  DeviceBuffer<cuda::ThresholdOut> dThreshold(1);
+  checkThreshold(c, in, k, w, &ht, &dThreshold);
+  if (::testing::Test::HasFatalFailure()) return;
+
+  const uint64_t tieCapacity = k;
+  uint64_t budget = kNoLimit;
+  switch (c.budget) {
+    case Budget::kFromThreshold: budget = tieCapacity > ht.above ? tieCapacity - ht.above : 0; break;
+    case Budget::kZero: budget = 0; break;
+    case Budget::kSmall: budget = 3; break;
+    default: break;
+  }
+  const uint64_t capacity = c.cap == Cap::kAmple ? n : c.cap == Cap::kTight ? k / 2 + 1 : 0;
+
+  // Host reference.
+  std::vector<float> hostRes = in.residual;  // in place: the host updates its copy
+  std::vector<float> hostOut(hasOut ? n : 0);
+  std::vector<uint32_t> hIdx(capacity);
+  std::vector<unsigned char> hVal(capacity * vb);
+  host::SelectArgs ha{in.send.data(),
+                      c.type,
+                      hasIn ? hostRes.data() : nullptr,
+                      hasOut ? (c.res == ResMode::kInPlace ? hostRes.data() : hostOut.data()) : nullptr,
+                      n,
+                      ht.tauKey,
+                      budget,
+                      capacity,
+                      c.wire,
+                      capacity ? hIdx.data() : nullptr,
+                      capacity ? hVal.data() : nullptr};
+  const host::SelectResult hr = host::selectPack(ha);
+  const std::vector<float>& hostResult = c.res == ResMode::kInPlace ? hostRes : hostOut;
+
+  // Device, twice (the second pass reuses the workspace the first left).
+  DeviceBuffer<unsigned char> send((n + c.offset) * esize);
+  DeviceBuffer<float> resIn(n + c.offset), resOut(n + c.offset);
+  DeviceBuffer<uint32_t> idx(capacity);
+  DeviceBuffer<unsigned char> val(capacity * vb);
+  DeviceBuffer<cuda::SelectCounts> counts(1);
+  CUDA_ASSERT(cudaMemcpy(send.get() + c.offset * esize, in.send.data(), n * esize, cudaMemcpyHostToDevice));
+  for (int pass = 0; pass < 2; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    if (hasIn) {
+      CUDA_ASSERT(cudaMemcpy(resIn.get() + c.offset, in.residual.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    CUDA_ASSERT(resOut.poison());
+    CUDA_ASSERT(idx.poison());
+    CUDA_ASSERT(val.poison());
+    CUDA_ASSERT(counts.poison());
+    cuda::SelectArgs da{};
+    da.send = send.get() + c.offset * esize;
+    da.inType = c.type;
+    da.residualIn = hasIn ? resIn.get() + c.offset : nullptr;
+    da.residualOut = hasOut ? (c.res == ResMode::kInPlace ? resIn.get() : resOut.get()) + c.offset : nullptr;
+    da.n = n;
+    da.tauKey = ht.tauKey;
+    da.tieBudget = budget;
+    if (c.deviceTau) {
+      da.threshold = dThreshold.get();
+      da.tieCapacity = c.budget == Budget::kFromThreshold ? tieCapacity : kNoLimit;
+    }
+    da.capacity = capacity;
+    da.wireType = c.wire;
+    da.indices = capacity ? idx.get() : nullptr;
+    da.values = capacity ? val.get() : nullptr;
+    da.result = counts.get();
+    STATUS_ASSERT(cuda::selectPack(da, w.ws.get(), w.ws.bytes(), nullptr));
+    SYNC_ASSERT();
+
+    std::vector<cuda::SelectCounts> dc;
+    CUDA_ASSERT(counts.download(dc));
+    ASSERT_EQ(dc[0].selected, hr.selected);
+    ASSERT_EQ(dc[0].finiteSelected, hr.finiteSelected);
+    const size_t m = static_cast<size_t>(std::min<uint64_t>(hr.selected, capacity));
+    std::vector<uint32_t> dIdx;
+    std::vector<unsigned char> dVal;
+    CUDA_ASSERT(idx.download(dIdx));
+    CUDA_ASSERT(val.download(dVal));
+    const size_t badIdx = firstBitMismatch(dIdx.data(), hIdx.data(), m, 4);
+    ASSERT_EQ(badIdx, m) << "pair " << badIdx << ": index " << dIdx[badIdx] << ", host " << hIdx[badIdx];
+    const size_t badVal = firstWireMismatch(dVal.data(), hVal.data(), m, c.wire);
+    ASSERT_EQ(badVal, m) << "value of pair " << badVal << " differs";
+    // Nothing written past the pairs (capacity respected, no stray slots).
+    for (size_t j = m; j < capacity; ++j) ASSERT_EQ(dIdx[j], 0xa5a5a5a5u) << "slot " << j << " written";
+    if (hasOut) {
+      std::vector<float> dRes;
+      const DeviceBuffer<float>& outBuf = c.res == ResMode::kInPlace ? resIn : resOut;
+      CUDA_ASSERT(outBuf.download(dRes, n + c.offset));
+      const size_t bad = firstFloatMismatch(dRes.data() + c.offset, hostResult.data(), n);
+      ASSERT_EQ(bad, n) << "residual[" << bad << "] = 0x" << std::hex << bitsOf(dRes[c.offset + bad]) << ", host 0x"
+                        << bitsOf(hostResult[bad]);
+    }
+  }
+}
+
+TEST(GpuThreshold, MatchesHostExactly) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  auto g = rngFor("GpuThreshold.MatchesHostExactly");
+  for (size_t n : kSizes)
+    for (spcclDataType_t t : kTypes)
+      for (Dist d : kDists)
+        for (bool withResidual : {false, true}) {
+          Case c{n, t, core::ValueType::kFloat32, d, withResidual ? ResMode::kSeparate : ResMode::kNone,
+                 Budget::kUnlimited, Cap::kAmple, false};
+          const HostInput in = makeInput(c, g);
+          for (uint64_t k : {uint64_t{0}, uint64_t{1}, uint64_t{n / 100 + 1}, uint64_t{n / 2 + 1}, uint64_t{n},
+                             uint64_t{n + 3}}) {
+            checkThreshold(c, in, k, w);
+            if (HasFatalFailure()) return;
+          }
+        }
+}
+
+TEST(GpuSelectPack, MatchesHostAcrossTypesWiresAndResiduals) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.MatchesHostAcrossTypesWiresAndResiduals");
+  const ResMode modes[] = {ResMode::kNone, ResMode::kInOnly, ResMode::kOutOnly, ResMode::kSeparate, ResMode::kInPlace};
+  int i = 0;
+  for (size_t n : kSizes)
+    for (spcclDataType_t t : kTypes)
+      for (core::ValueType wire : kWires)
+        for (Dist d : kDists) {
+          // All residual modes on the small sizes; one (rotating) on the large one.
+          for (ResMode m : modes) {
+            ++i;
+            if (n > 100000 && (i % 5) != 0) continue;
+            checkSelect(Case{n, t, wire, d, m, Budget::kUnlimited, Cap::kAmple, false}, g, w);
+            if (HasFatalFailure()) return;
+          }
+        }
+}
+
+TEST(GpuSelectPack, TieBudgetAndCapacity) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.TieBudgetAndCapacity");
+  for (size_t n : {size_t{4097}, size_t{3 * 4096 + 5}, size_t{100003}})
+    for (Dist d : {Dist::kFewValues, Dist::kAllEqual, Dist::kNonFinite, Dist::kNormal})
+      for (Budget b : {Budget::kUnlimited, Budget::kFromThreshold, Budget::kZero, Budget::kSmall})
+        for (Cap cap : {Cap::kAmple, Cap::kTight, Cap::kZero})
+          for (bool deviceTau : {false, true}) {
+            if (deviceTau && b != Budget::kFromThreshold && b != Budget::kUnlimited) continue;
+            checkSelect(Case{n, spcclFloat32, core::ValueType::kFloat16, d, ResMode::kSeparate, b, cap, deviceTau}, g,
+                        w);
+            if (HasFatalFailure()) return;
+          }
+}
+
+TEST(GpuSelectPack, UnalignedBuffersTakeTheScalarPath) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.UnalignedBuffersTakeTheScalarPath");
+  for (size_t offset : {size_t{1}, size_t{3}})
+    for (spcclDataType_t t : kTypes)
+      for (ResMode m : {ResMode::kSeparate, ResMode::kInPlace}) {
+        checkSelect(Case{2 * 4096 + 3, t, core::ValueType::kBfloat16, Dist::kNonFinite, m, Budget::kFromThreshold,
+                         Cap::kAmple, true, offset},
+                    g, w);
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST(GpuSelectPack, WorkspaceReusedAcrossSizesWithoutReset) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  ASSERT_TRUE(w.ensure((size_t{1} << 20) + 7));
+  auto g = rngFor("GpuSelectPack.WorkspaceReusedAcrossSizesWithoutReset");
+  for (size_t n : {(size_t{1} << 20) + 7, size_t{5}, size_t{4097}, (size_t{1} << 20), size_t{300001}, size_t{0},
+                   size_t{8192}}) {
+    checkSelect(Case{n, spcclFloat32, core::ValueType::kFloat32, Dist::kWide, ResMode::kSeparate, Budget::kFromThreshold,
+                     Cap::kTight, true},
+                g, w);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(GpuSelectPack, HighDensityAndEverythingSelected) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.HighDensityAndEverythingSelected");
+  const size_t n = 200003;
+  for (uint64_t k : {n / 2, n, n + 10}) {  // k > finite: tau = 0, every non-zero entry goes
+    Case c{n, spcclFloat32, core::ValueType::kFloat32, Dist::kNormal, ResMode::kSeparate, Budget::kFromThreshold,
+           Cap::kAmple, true};
+    c.k = k;
+    checkSelect(c, g, w);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// 2^26 elements: the size where scheduling effects show. Needs ~3 GB on the
+// device; skipped on smaller GPUs.
+TEST(GpuSelectPack, Huge2To26) {
+  SPCCL_REQUIRE_DEVICE();
+  const size_t n = size_t{1} << 26;
+  if (freeDeviceBytes() < (size_t{6} << 30)) GTEST_SKIP() << "needs 6 GiB of free device memory";
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.Huge2To26");
+  checkSelect(Case{n, spcclFloat32, core::ValueType::kFloat32, Dist::kNormal, ResMode::kSeparate, Budget::kUnlimited,
+                   Cap::kAmple, false},
+              g, w);
+  if (HasFatalFailure()) return;
+  checkSelect(Case{n, spcclFloat16, core::ValueType::kBfloat16, Dist::kNonFinite, ResMode::kInPlace,
+                   Budget::kFromThreshold, Cap::kTight, true},
+              g, w);
+  if (HasFatalFailure()) return;
+  checkSelect(Case{n, spcclBfloat16, core::ValueType::kFloat16, Dist::kFewValues, ResMode::kSeparate,
+                   Budget::kFromThreshold, Cap::kTight, true},
+              g, w);
+}
+
+}  // namespace
+}  // namespace spccl::gputest
