@@ -128,7 +128,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   SPCCL_RETURN_IF_ERROR(moved);
 
   // Dense rows out, zeros at the dropped positions.
-  std::memset(recvbuff, 0, static_cast<size_t>(p) * blockElems * esize);
+  if (blockElems > 0) std::memset(recvbuff, 0, static_cast<size_t>(p) * blockElems * esize);  // may be NULL when empty
   s.recvCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
   s.recvPositions.clear();
   s.recvPositions.reserve(s.recvCounts.size() * keep);
@@ -218,7 +218,7 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                     ws.recvSizes.data(), ws.recvOffsets.data()));
 
-  std::memset(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize);
+  if (blockElems > 0) std::memset(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize);
   e = 0;
   for (int j = 0; j < p; ++j) {
     const void* vals = nullptr;

@@ -153,7 +153,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   ctx->mergedNnz = 0;
   for (int r = 0; r < p; ++r) {
     StreamView view;
-    const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true};
+    const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true, true};
     Status st = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
     if (st.isOk() && view.kind == StreamKind::kError)
       st = Status(view.peerStatus, formatString("split: owner rank %d rejected its input (%s)", r,

@@ -61,7 +61,10 @@ typedef enum {
   spcclFloat64 = 8,
   spcclDouble = 8,
   spcclBfloat16 = 9,
-  spcclNumTypes = 10
+  spcclNumTypes = 10,
+  /* Not a type: widens the enum to int, so a bad value passed from C (which
+   * the library rejects) is not undefined behaviour in the C++ library. */
+  spcclDataTypeForceInt = 0x7fffffff
 } spcclDataType_t;
 
 typedef enum {
@@ -70,7 +73,8 @@ typedef enum {
   spcclMax = 2,
   spcclMin = 3,
   spcclAvg = 4,
-  spcclNumOps = 5
+  spcclNumOps = 5,
+  spcclRedOpForceInt = 0x7fffffff /* not an op: see spcclDataTypeForceInt */
 } spcclRedOp_t;
 
 typedef struct spcclComm* spcclComm_t;

@@ -96,6 +96,8 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
     return remoteError(formatString("stream from rank %d has bad magic 0x%08x or version %u", peer, h.magic,
                                     static_cast<unsigned>(h.version)));
   if (h.kind == static_cast<uint8_t>(StreamKind::kError)) {
+    // Elsewhere an error marker is a corrupt stream: never an empty contribution.
+    if (!e.allowError) return remoteError(formatString("rank %d sent an error marker where data was expected", peer));
     out->kind = StreamKind::kError;
     out->peerStatus = (h.status > spcclSuccess && h.status < spcclNumResults) ? static_cast<spcclResult_t>(h.status)
                                                                               : spcclRemoteError;

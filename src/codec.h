@@ -86,7 +86,8 @@ struct StreamExpect {
   uint64_t seq;
   uint8_t algorithm;
   core::ValueType valueType;
-  bool allowDense;  // owner-stage streams may be dense
+  bool allowDense;          // owner-stage streams may be dense
+  bool allowError = false;  // only split's stage 3 carries error markers
 };
 
 struct StreamInfo {

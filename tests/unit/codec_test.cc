@@ -211,7 +211,12 @@ TEST(Codec, ErrorStreamCarriesPeerStatus) {
                           static_cast<spcclResult_t>(code)),
               kErrorStreamBytes);
     StreamView view{};
-    const Status st = parseStream(stream.data(), stream.size(), expectFor(p, ValueType::kFloat32, false), 2, &view);
+    StreamExpect expect = expectFor(p, ValueType::kFloat32, false);
+    // Where data is expected, an error marker is a corrupt stream, never an
+    // empty contribution; only split's owner stage accepts one.
+    EXPECT_EQ(parseStream(stream.data(), stream.size(), expect, 2, &view).code(), spcclRemoteError);
+    expect.allowError = true;
+    const Status st = parseStream(stream.data(), stream.size(), expect, 2, &view);
     ASSERT_TRUE(st.isOk()) << st.message();
     EXPECT_EQ(view.kind, StreamKind::kError);
     EXPECT_EQ(view.peerStatus, code);
@@ -222,7 +227,9 @@ TEST(Codec, ErrorStreamCarriesPeerStatus) {
     encodeError(stream.data(), infoFor(p, ValueType::kFloat32, StreamKind::kError), spcclInternalError);
     stream[offsetof(StreamHeader, status)] = static_cast<unsigned char>(code);
     StreamView view{};
-    ASSERT_TRUE(parseStream(stream.data(), stream.size(), expectFor(p, ValueType::kFloat32, false), 2, &view).isOk());
+    StreamExpect expect = expectFor(p, ValueType::kFloat32, false);
+    expect.allowError = true;
+    ASSERT_TRUE(parseStream(stream.data(), stream.size(), expect, 2, &view).isOk());
     EXPECT_EQ(view.kind, StreamKind::kError);
     EXPECT_EQ(view.peerStatus, spcclRemoteError) << "status byte " << code;
   }
