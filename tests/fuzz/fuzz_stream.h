@@ -1,0 +1,66 @@
+// The body of the three parseStream targets (pairs, dense, error streams):
+// they differ in whether the receiver accepts a dense stream and in their
+// seed corpus, not in what is checked.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tests/fuzz/fuzz_common.h"
+
+namespace spccl::fuzz {
+
+enum class DenseRule { kFromPrefix, kAlways };
+
+inline int fuzzStream(const uint8_t* data, size_t size, DenseRule rule) {
+  if (size < StreamPrefix::kBytes) return 0;
+  StreamExpect e = readStreamPrefix(data).expect;
+  if (rule == DenseRule::kAlways) e.allowDense = true;
+  const StreamCopy s(data + StreamPrefix::kBytes, size - StreamPrefix::kBytes);
+  StreamView v;
+  const Status st = parseStream(s.data(), s.size(), e, 1, &v);
+  if (!st.isOk()) {
+    checkRejection(st);
+    return 0;
+  }
+  if (v.kind == StreamKind::kError) {
+    // The sender's code, never success: a receiver turns it into its own failure.
+    SPCCL_FUZZ_CHECK(v.peerStatus > spcclSuccess && v.peerStatus < spcclNumResults);
+    return 0;
+  }
+  const uint64_t len = e.rangeEnd - e.rangeBegin;
+  const uint64_t wb = core::wireValueBytes(e.valueType);
+  SPCCL_FUZZ_CHECK(v.valueType == e.valueType && v.rangeBegin == e.rangeBegin && v.rangeEnd == e.rangeEnd);
+  SPCCL_FUZZ_CHECK(v.peerStatus == spcclSuccess);
+  if (v.kind == StreamKind::kDense) {
+    SPCCL_FUZZ_CHECK(e.allowDense);
+    SPCCL_FUZZ_CHECK(v.nnz == len && v.indices == nullptr);
+    SPCCL_FUZZ_CHECK(s.size() == denseStreamBytes(len, e.valueType));
+    SPCCL_FUZZ_CHECK(s.contains(v.values, len * wb));
+  } else {
+    SPCCL_FUZZ_CHECK(v.kind == StreamKind::kPairs);
+    SPCCL_FUZZ_CHECK(v.nnz <= len);
+    SPCCL_FUZZ_CHECK(s.size() == pairsStreamBytes(v.nnz, e.valueType));
+    SPCCL_FUZZ_CHECK(s.contains(v.indices, v.nnz * sizeof(uint32_t)));
+    SPCCL_FUZZ_CHECK(s.contains(v.values, v.nnz * wb));
+    for (uint64_t j = 0; j < v.nnz; ++j) {
+      SPCCL_FUZZ_CHECK(v.indices[j] >= e.rangeBegin && v.indices[j] < e.rangeEnd);
+      SPCCL_FUZZ_CHECK(j == 0 || v.indices[j] > v.indices[j - 1]);
+    }
+  }
+  // Consume the view as the library does: the split owner accumulates into a
+  // buffer of its range, the allgather algorithms into one of the whole count.
+  // Both blocks are exactly as large as the expectation says.
+  std::unique_ptr<float[]> range(new float[len]());
+  accumulateStream(v, range.get(), e.rangeBegin);
+  std::unique_ptr<float[]> whole(new float[e.denseCount]());
+  accumulateStream(v, whole.get(), 0);
+  float sum = 0.0f;
+  for (uint64_t j = 0; j < v.nnz; ++j) sum += core::loadWireValue(v.values, j, e.valueType);
+  volatile float sink = sum;
+  (void)sink;
+  return 0;
+}
+
+}  // namespace spccl::fuzz
