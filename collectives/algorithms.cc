@@ -25,6 +25,16 @@ const char* algorithmName(int id) {
   return "unknown";
 }
 
+size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets) {
+  offsets->resize(sizes.size());
+  size_t total = 0;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    (*offsets)[r] = total;
+    total += sizes[r];
+  }
+  return total;
+}
+
 size_t announcedSize(uint64_t announced, size_t most, int peer, const char* what, Status* local) {
   if (announced <= most && announced % 8 == 0) return static_cast<size_t>(announced);
   if (local->isOk())

@@ -63,6 +63,9 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
 
+// Offsets of streams laid end to end in one buffer; returns the total bytes.
+size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets);
+
 // A stream size a peer announced. Plausible (<= most, a multiple of 8): used
 // as is. Otherwise this rank expects 0 bytes from that peer (MPI reports the
 // truncation) and *local records the error: the rank still takes part in

@@ -38,17 +38,6 @@ CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer,
                         static_cast<uint64_t>(rowsPerPeer) * rowLen, rowLen};
 }
 
-// Sizes and offsets of P streams into ws.sizes/offsets; returns the total.
-size_t layout(const std::vector<size_t>& sizes, std::vector<size_t>* offsets) {
-  offsets->resize(sizes.size());
-  size_t total = 0;
-  for (size_t j = 0; j < sizes.size(); ++j) {
-    (*offsets)[j] = total;
-    total += sizes[j];
-  }
-  return total;
-}
-
 }  // namespace
 
 Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
@@ -103,7 +92,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
     ws.cuts[j + 1] = ws.cuts[j] + nnz;
     ws.sizes[j] = rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
   }
-  ws.sendBytes.resize(layout(ws.sizes, &ws.offsets));
+  ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
   for (int j = 0; j < p; ++j) {
     const uint64_t nnz = ws.cuts[j + 1] - ws.cuts[j];
     const bool fixed = nnz == rowsPerPeer * keep &&
@@ -121,7 +110,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   Status implausible;
   for (int j = 0; j < p; ++j)
     ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &implausible);
-  ws.recvBytes.resize(layout(ws.recvSizes, &ws.recvOffsets));
+  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
   const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                    ws.recvSizes.data(), ws.recvOffsets.data());
   SPCCL_RETURN_IF_ERROR(implausible);  // the exchange is over: nothing left to wait for
@@ -202,7 +191,7 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
     ws.sizes[j] = valuesStreamBytes(in, s.wire);
     ws.recvSizes[j] = valuesStreamBytes(out, s.wire);
   }
-  ws.sendBytes.resize(layout(ws.sizes, &ws.offsets));
+  ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
   std::vector<float>& values = ws.rangeAcc;
   values.resize(ws.cuts[p]);
   comm.floats.resize(rowLen);
@@ -214,7 +203,7 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   for (int j = 0; j < p; ++j)
     encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j], ws.cuts[j + 1] - ws.cuts[j],
                  rowsPerPeer, rowLen, s.wire, seq);
-  ws.recvBytes.resize(layout(ws.recvSizes, &ws.recvOffsets));
+  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
   SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                     ws.recvSizes.data(), ws.recvOffsets.data()));
 

@@ -113,16 +113,6 @@ Status parseAll(const std::vector<unsigned char>& bytes, const std::vector<size_
   return Status::ok();
 }
 
-size_t layout(std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
-  offsets.resize(sizes.size());
-  size_t total = 0;
-  for (size_t r = 0; r < sizes.size(); ++r) {
-    offsets[r] = total;
-    total += sizes[r];
-  }
-  return total;
-}
-
 template <typename Acc>
 Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                      spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
@@ -155,7 +145,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   if (algo == kRowSparseAllgather) {
     ws.sizes.resize(p);
     for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb);
-    ws.recvBytes.resize(layout(ws.sizes, ws.offsets));
+    ws.recvBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
     ws.sendBytes.resize(ws.sizes[me]);
     encodeIdRows(ws.sendBytes.data(), mine.ids.data(), mine.rows.data(), myUnique, rowLen, vb, seq);
     SPCCL_RETURN_IF_ERROR(
@@ -173,7 +163,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     }
     ws.sizes.resize(p);
     for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(parts[r].ids.size(), rowLen, vb);
-    ws.sendBytes.resize(layout(ws.sizes, ws.offsets));
+    ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
     for (int r = 0; r < p; ++r)
       encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(),
                    parts[r].ids.size(), rowLen, vb, seq);
@@ -185,7 +175,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced above
       ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb), r,
                                       "row-sparse stage 1", &local);
-    ws.recvBytes.resize(layout(ws.recvSizes, ws.recvOffsets));
+    ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
     const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                      ws.recvSizes.data(), ws.recvOffsets.data());
     if (local.isOk()) local = moved;
@@ -206,7 +196,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     for (int r = 0; r < p; ++r)
       ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r,
                                       "row-sparse stage 3", &local);
-    ws.recvBytes.resize(layout(ws.recvSizes, ws.recvOffsets));
+    ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
     const Status gathered = t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(),
                                          ws.recvOffsets.data());
     if (local.isOk()) local = gathered;

@@ -100,8 +100,13 @@ Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, si
   return Status::ok();
 }
 
-Status checkTypeAndOp(int datatype, int op) {
+Status checkDataType(int datatype) {
   if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+  return Status::ok();
+}
+
+Status checkTypeAndOp(int datatype, int op) {
+  SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
   if (!isValidRedOp(op)) return invalidArgument(formatString("op=%d is not an spcclRedOp_t", op));
   return Status::ok();
 }
@@ -353,7 +358,7 @@ spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, 
   return guarded([&]() -> Status {
     if (selection) *selection = nullptr;
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
-    if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (!isSupportedRowType(datatype))
       return invalidArgument(formatString("datatype=%s: row compression takes float32, float16 or bfloat16",
                                           dataTypeName(datatype)));
@@ -430,7 +435,7 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     if (outNrows == nullptr) return invalidArgument("outNrows is NULL");
     *outNrows = 0;
-    if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (!isCompressibleType(datatype) && datatype != spcclFloat64)
       return invalidArgument(formatString("datatype=%s: rows must be float32, float64, float16 or bfloat16",
                                           dataTypeName(datatype)));
@@ -464,7 +469,7 @@ spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataTyp
     if (out == nullptr) return invalidArgument("out is NULL");
     *out = nullptr;
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
-    if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (count > SIZE_MAX / 16) return invalidArgument(formatString("count=%zu is too large", count));
     if (count > UINT32_MAX)
       return invalidArgument(formatString("count=%zu exceeds the 32-bit index encoding (at most %u)", count, UINT32_MAX));
