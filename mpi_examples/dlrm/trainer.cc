@@ -1,0 +1,491 @@
+#include "trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+
+namespace dlrm {
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+Bytes statsDelta(const spcclStats_t& a, const spcclStats_t& b, bool dp) {
+  Bytes d;
+  const double sent = static_cast<double>(b.bytesSent - a.bytesSent);
+  const double dense = static_cast<double>(b.denseBytes - a.denseBytes);
+  if (dp) {
+    d.dp = sent;
+    d.dpDense = dense;
+  } else {
+    d.mp = sent;
+    d.mpDense = dense;
+  }
+  return d;
+}
+
+}  // namespace
+
+bool MpiMonitor::open(std::string* error) {
+  int provided = 0, index = -1;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) {
+    *error = "MPI_T_init_thread failed";
+    return false;
+  }
+  if (MPI_T_pvar_get_index("coll_monitoring_messages_size", MPI_T_PVAR_CLASS_SIZE, &index) != MPI_SUCCESS) {
+    *error = "MPI_T variable coll_monitoring_messages_size not found: run under mpirun --mca pml_monitoring_enable 1";
+    return false;
+  }
+  MPI_Comm world = MPI_COMM_WORLD;
+  if (MPI_T_pvar_session_create(&session_) != MPI_SUCCESS ||
+      MPI_T_pvar_handle_alloc(session_, index, &world, &handle_, &count_) != MPI_SUCCESS ||
+      MPI_T_pvar_start(session_, handle_) != MPI_SUCCESS) {
+    *error = "could not start the coll_monitoring_messages_size counter";
+    return false;
+  }
+  values_.assign(static_cast<size_t>(count_), 0);
+  active_ = true;
+  return true;
+}
+
+unsigned long long MpiMonitor::sent() {
+  if (!active_) return 0;
+  MPI_T_pvar_read(session_, handle_, values_.data());
+  unsigned long long s = 0;
+  for (unsigned long long v : values_) s += v;
+  return s;
+}
+
+std::vector<int> assignTables(const std::vector<int64_t>& sizes, int ranks) {
+  std::vector<int> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> owner(sizes.size(), 0);
+  for (int t : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[t] = r;
+    load[r] += sizes[t];
+  }
+  return owner;
+}
+
+double computeAuc(const std::vector<float>& scores, const std::vector<float>& labels) {
+  const size_t n = scores.size();
+  std::vector<size_t> idx(n);
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  double rankSumPos = 0, pos = 0;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && scores[idx[j]] == scores[idx[i]]) ++j;
+    const double avgRank = 0.5 * static_cast<double>(i + 1 + j);  // ranks i+1..j
+    for (size_t k = i; k < j; ++k)
+      if (labels[idx[k]] > 0.5f) {
+        rankSumPos += avgRank;
+        pos += 1;
+      }
+    i = j;
+  }
+  const double neg = static_cast<double>(n) - pos;
+  if (pos == 0 || neg == 0) return 0.5;
+  return (rankSumPos - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+Trainer::Trainer(const Config& config, const Source& source, spcclComm_t comm, MPI_Comm mpiComm,
+                 MpiMonitor* monitor)
+    : config_(config), source_(source), comm_(comm), mpiComm_(mpiComm), monitor_(monitor) {}
+
+bool Trainer::fail(const char* what, spcclResult_t r, std::string* error) {
+  *error = std::string(what) + ": " + spcclGetErrorString(r) + ": " + spcclGetLastError(comm_);
+  return false;
+}
+
+bool Trainer::setup(std::string* error) {
+  MPI_Comm_rank(mpiComm_, &rank_);
+  MPI_Comm_size(mpiComm_, &ranks_);
+  tables_ = static_cast<int>(config_.tableSizes.size());
+  local_ = config_.batch / ranks_;
+  owner_ = assignTables(config_.tableSizes, ranks_);
+  ownedBy_.assign(static_cast<size_t>(ranks_), {});
+  for (int t = 0; t < tables_; ++t) ownedBy_[owner_[t]].push_back(t);
+  maxOwned_ = 1;
+  for (const auto& v : ownedBy_) maxOwned_ = std::max(maxOwned_, static_cast<int>(v.size()));
+
+  const int dim = config_.dim;
+  owned_.clear();
+  for (int t : ownedBy_[rank_]) {
+    Table table;
+    table.index = t;
+    table.rows = config_.tableSizes[t];
+    table.weights.resize(static_cast<size_t>(table.rows) * dim);
+    table.accum.assign(static_cast<size_t>(table.rows), 0.0f);
+    // DLRM's initialisation, U(-1/sqrt(rows), 1/sqrt(rows)), from a stream
+    // that depends on (seed, table) only, so any rank count builds the same table.
+    const double scale = 1.0 / std::sqrt(static_cast<double>(table.rows));
+    const uint64_t base = mix(config_.seed * 0x100000001b3ull + static_cast<uint64_t>(t) + 17);
+    for (size_t i = 0; i < table.weights.size(); ++i) {
+      const double u = static_cast<double>(mix(base + i) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+      table.weights[i] = static_cast<float>(u * scale);
+    }
+    owned_.push_back(std::move(table));
+  }
+
+  std::vector<int> bottomSizes{kDenseFeatures};
+  bottomSizes.insert(bottomSizes.end(), config_.bottom.begin(), config_.bottom.end());
+  const int interactionOut = dim + (tables_ + 1) * tables_ / 2;
+  std::vector<int> topSizes{interactionOut};
+  topSizes.insert(topSizes.end(), config_.top.begin(), config_.top.end());
+  bottom_.init(bottomSizes, /*lastRelu=*/true, config_.seed * 2 + 1);
+  top_.init(topSizes, /*lastRelu=*/false, config_.seed * 2 + 2);
+
+  // One compressor per gradient bucket (= MLP layer), error feedback on.
+  // Density 1 (the dense run) takes the library's exact path.
+  spcclCompressConfig_t cc;
+  spcclResult_t r = spcclCompressConfigInit(&cc);
+  if (r != spcclSuccess) return fail("spcclCompressConfigInit", r, error);
+  cc.density = config_.compressed ? config_.dpDensity : 1.0f;
+  cc.errorFeedback = 1;
+  cc.thresholdInterval = config_.tauInterval;
+  for (Mlp* mlp : {&bottom_, &top_})
+    for (Layer& layer : mlp->layers()) {
+      spcclCompressor_t c = nullptr;
+      r = spcclCompressorCreate(comm_, layer.grad.size(), spcclFloat32, &cc, &c);
+      if (r != spcclSuccess) return fail("spcclCompressorCreate", r, error);
+      compressors_.push_back(c);
+      reduced_.emplace_back(layer.grad.size());
+    }
+  return true;
+}
+
+// Every rank pools its tables for every sample of the global batch; the rows
+// for the samples of rank j form block j: row (i * maxOwned + slot) holds
+// table ownedBy[rank][slot] of rank j's local sample i (zeros in the padding
+// slots of ranks that own fewer tables).
+bool Trainer::forwardExchange(const Batch& batch, bool training, std::string* error) {
+  const int dim = config_.dim;
+  const int local = batch.n / ranks_;
+  const size_t rowsPerPeer = static_cast<size_t>(local) * maxOwned_;
+  const size_t total = rowsPerPeer * ranks_ * dim;
+  send_.assign(total, 0.0f);
+  recv_.resize(total);
+  for (size_t s = 0; s < owned_.size(); ++s) {
+    const Table& table = owned_[s];
+    for (int g = 0; g < batch.n; ++g) {
+      // The negative control of the parity test: rows of sample g go where
+      // sample g + local belongs.
+      const int dst = config_.injectRoutingBug && ranks_ > 1 ? (g + local) % batch.n : g;
+      float* row = &send_[(static_cast<size_t>(dst) * maxOwned_ + s) * dim];
+      for (int k = 0; k < batch.bag; ++k) {
+        const float* w = &table.weights[static_cast<size_t>(batch.id(g, table.index, k)) * dim];
+        for (int d = 0; d < dim; ++d) row[d] += w[d];
+      }
+    }
+  }
+  spcclResult_t r;
+  if (config_.compressed && config_.mpDensity < 1.0f) {
+    r = spcclAlltoAllRowsCompressed(send_.data(), recv_.data(), rowsPerPeer, static_cast<size_t>(dim), spcclFloat32,
+                                    config_.mpDensity, training ? &selection_ : nullptr, comm_, nullptr);
+    if (r != spcclSuccess) return fail("spcclAlltoAllRowsCompressed", r, error);
+  } else {
+    r = spcclAlltoAll(send_.data(), recv_.data(), rowsPerPeer * dim, spcclFloat32, comm_, nullptr);
+    if (r != spcclSuccess) return fail("spcclAlltoAll", r, error);
+  }
+  // Unpack into emb_ (local x tables*dim, table-major per sample).
+  emb_.resize(local, static_cast<Eigen::Index>(tables_) * dim);
+  for (int j = 0; j < ranks_; ++j)
+    for (int i = 0; i < local; ++i)
+      for (size_t s = 0; s < ownedBy_[j].size(); ++s) {
+        const float* src = &recv_[((static_cast<size_t>(j) * local + i) * maxOwned_ + s) * dim];
+        std::memcpy(emb_.row(i).data() + static_cast<size_t>(ownedBy_[j][s]) * dim, src, sizeof(float) * dim);
+      }
+  return true;
+}
+
+void Trainer::forwardLocal(const Batch& batch, int firstLocal) {
+  const int local = static_cast<int>(emb_.rows());
+  denseIn_ = ConstMatrixMap(&batch.dense[static_cast<size_t>(firstLocal) * kDenseFeatures], local, kDenseFeatures);
+  const Matrix& z = bottom_.forward(denseIn_);
+  interactForward(z, emb_, tables_, config_.dim, &inter_);
+  top_.forward(inter_);
+}
+
+bool Trainer::step(int s, double* lossSum, Bytes* bytes, std::string* error) {
+  Batch batch;
+  source_.train(static_cast<uint64_t>(s) * config_.batch, config_.batch, &batch);
+  const int dim = config_.dim;
+  const int first = rank_ * local_;
+
+  spcclStats_t st0{}, st1{}, st2{}, st3{}, st4{};
+  unsigned long long m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0;
+  spcclCommGetStats(comm_, &st0);
+  if (monitor_) m0 = monitor_->sent();
+  if (!forwardExchange(batch, true, error)) return false;
+  if (monitor_) m1 = monitor_->sent();
+  spcclCommGetStats(comm_, &st1);
+
+  forwardLocal(batch, first);
+  bceForwardBackward(top_.layers().back().output, &batch.labels[first], 1.0f / static_cast<float>(config_.batch),
+                     lossSum, &dlogit_, &probs_);
+  dinter_ = top_.backward(dlogit_);
+  interactBackward(bottom_.layers().back().output, emb_, tables_, dim, dinter_, &dz_, &demb_);
+  bottom_.backward(dz_);
+
+  // Embedding gradients back in the forward's receive layout.
+  const size_t total = static_cast<size_t>(local_) * maxOwned_ * ranks_ * dim;
+  gradSend_.assign(total, 0.0f);
+  gradRecv_.resize(total);
+  for (int j = 0; j < ranks_; ++j)
+    for (int i = 0; i < local_; ++i)
+      for (size_t sl = 0; sl < ownedBy_[j].size(); ++sl)
+        std::memcpy(&gradSend_[((static_cast<size_t>(j) * local_ + i) * maxOwned_ + sl) * dim],
+                    demb_.row(i).data() + static_cast<size_t>(ownedBy_[j][sl]) * dim, sizeof(float) * dim);
+  spcclCommGetStats(comm_, &st2);
+  if (monitor_) m2 = monitor_->sent();
+  spcclResult_t r;
+  if (selection_ != nullptr) {
+    r = spcclAlltoAllRowsBackward(gradSend_.data(), gradRecv_.data(), selection_, nullptr);
+    spcclSelectionDestroy(selection_);
+    selection_ = nullptr;
+    if (r != spcclSuccess) return fail("spcclAlltoAllRowsBackward", r, error);
+  } else {
+    r = spcclAlltoAll(gradSend_.data(), gradRecv_.data(), total / ranks_, spcclFloat32, comm_, nullptr);
+    if (r != spcclSuccess) return fail("spcclAlltoAll (backward)", r, error);
+  }
+  if (monitor_) m3 = monitor_->sent();
+  spcclCommGetStats(comm_, &st3);
+
+  // Data parallel: sum the MLP gradients (already scaled by 1/global batch).
+  size_t c = 0;
+  for (Mlp* mlp : {&bottom_, &top_})
+    for (Layer& layer : mlp->layers()) {
+      r = spcclAllReduceCompressed(layer.grad.data(), reduced_[c].data(), spcclSum, compressors_[c], nullptr);
+      if (r != spcclSuccess) return fail("spcclAllReduceCompressed", r, error);
+      layer.grad.swap(reduced_[c]);
+      ++c;
+    }
+  if (monitor_) m4 = monitor_->sent();
+  spcclCommGetStats(comm_, &st4);
+
+  bottom_.step(config_.optimizer, config_.lr);
+  top_.step(config_.optimizer, config_.lr);
+
+  // Sparse row updates of the owned tables, in global sample order.
+  for (size_t sl = 0; sl < owned_.size(); ++sl) {
+    Table& table = owned_[sl];
+    for (int g = 0; g < config_.batch; ++g) {
+      const int src = config_.injectRoutingBug && ranks_ > 1 ? (g + local_) % config_.batch : g;
+      const float* grad = &gradRecv_[(static_cast<size_t>(src) * maxOwned_ + sl) * dim];
+      float sq = 0;
+      for (int d = 0; d < dim; ++d) sq += grad[d] * grad[d];
+      if (sq == 0.0f) continue;
+      for (int k = 0; k < batch.bag; ++k) {
+        const int32_t id = batch.id(g, table.index, k);
+        float* w = &table.weights[static_cast<size_t>(id) * dim];
+        float step = config_.embLr;
+        if (config_.optimizer == Optimizer::kAdagrad) {
+          table.accum[id] += sq / static_cast<float>(dim);
+          step = config_.embLr / (std::sqrt(table.accum[id]) + 1e-8f);
+        }
+        for (int d = 0; d < dim; ++d) w[d] -= step * grad[d];
+      }
+    }
+  }
+
+  const Bytes mpF = statsDelta(st0, st1, false), mpB = statsDelta(st2, st3, false), dp = statsDelta(st3, st4, true);
+  bytes->mp += mpF.mp + mpB.mp;
+  bytes->mpDense += mpF.mpDense + mpB.mpDense;
+  bytes->dp += dp.dp;
+  bytes->dpDense += dp.dpDense;
+  if (monitor_) {
+    bytes->mpiMp += static_cast<double>((m1 - m0) + (m3 - m2));
+    bytes->mpiDp += static_cast<double>(m4 - m3);
+  }
+  return true;
+}
+
+bool Trainer::evaluate(RunResult* result, std::string* error) {
+  const uint64_t total = source_.evalSize() / ranks_ * ranks_;
+  if (total == 0) {
+    *error = "no held-out samples to evaluate (need at least one per rank)";
+    return false;
+  }
+  std::vector<float> labels, mine, all;
+  Batch batch;
+  for (uint64_t first = 0; first < total;) {
+    const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(config_.batch), total - first));
+    source_.eval(first, n, &batch);
+    if (!forwardExchange(batch, false, error)) return false;
+    const int local = n / ranks_;
+    forwardLocal(batch, rank_ * local);
+    const Matrix& logits = top_.layers().back().output;
+    mine.resize(static_cast<size_t>(local) * 2);
+    for (int i = 0; i < local; ++i) {
+      mine[i] = 1.0f / (1.0f + std::exp(-logits(i, 0)));
+      mine[static_cast<size_t>(local) + i] = batch.labels[static_cast<size_t>(rank_) * local + i];
+    }
+    // Gathered in global sample order: chunk by chunk, rank by rank.
+    all.resize(rank_ == 0 ? static_cast<size_t>(n) * 2 : 0);
+    MPI_Gather(mine.data(), 2 * local, MPI_FLOAT, all.data(), 2 * local, MPI_FLOAT, 0, mpiComm_);
+    if (rank_ == 0)
+      for (int j = 0; j < ranks_; ++j)
+        for (int i = 0; i < local; ++i) {
+          result->evalProbs.push_back(all[static_cast<size_t>(j) * 2 * local + i]);
+          labels.push_back(all[static_cast<size_t>(j) * 2 * local + local + i]);
+        }
+    first += static_cast<uint64_t>(n);
+  }
+  double metrics[5] = {0, 0, 0, -1, 0};
+  if (rank_ == 0) {
+    const std::vector<float>& p = result->evalProbs;
+    double ll = 0, correct = 0, positives = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double q = std::min(std::max(static_cast<double>(p[i]), 1e-7), 1.0 - 1e-7);
+      ll -= labels[i] > 0.5f ? std::log(q) : std::log(1.0 - q);
+      correct += (p[i] >= 0.5f) == (labels[i] > 0.5f);
+      positives += labels[i] > 0.5f;
+    }
+    metrics[0] = computeAuc(p, labels);
+    metrics[1] = ll / static_cast<double>(p.size());
+    metrics[2] = correct / static_cast<double>(p.size());
+    metrics[4] = positives / static_cast<double>(p.size());
+    const std::vector<float> teacher = source_.evalTeacherScores(0, static_cast<int>(total));
+    if (!teacher.empty()) metrics[3] = computeAuc(teacher, labels);
+  }
+  MPI_Bcast(metrics, 5, MPI_DOUBLE, 0, mpiComm_);
+  result->auc = metrics[0];
+  result->logloss = metrics[1];
+  result->accuracy = metrics[2];
+  result->teacherAuc = metrics[3];
+  result->positiveRate = metrics[4];
+  return true;
+}
+
+void Trainer::checksums(RunResult* result) {
+  // Two checksums per table: the sum of its weights and a position-weighted
+  // sum (a row moved to the wrong place changes the second).
+  std::vector<double> mine(static_cast<size_t>(tables_) * 2, 0.0), all(mine.size(), 0.0);
+  for (const Table& t : owned_) {
+    double sum = 0, weighted = 0;
+    for (size_t i = 0; i < t.weights.size(); ++i) {
+      sum += t.weights[i];
+      weighted += t.weights[i] * static_cast<double>(static_cast<int>(mix(i) % 7) - 3);
+    }
+    mine[static_cast<size_t>(t.index) * 2] = sum;
+    mine[static_cast<size_t>(t.index) * 2 + 1] = weighted;
+  }
+  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM, 0, mpiComm_);
+  result->tableChecksums = rank_ == 0 ? all : std::vector<double>{};
+
+  std::vector<float> params;
+  for (Mlp* mlp : {&bottom_, &top_})
+    for (const Layer& layer : mlp->layers()) params.insert(params.end(), layer.param.begin(), layer.param.end());
+  // Replicas must be bitwise identical: compare every rank's parameters with rank 0's.
+  std::vector<float> root(params);
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, mpiComm_);
+  int same = std::memcmp(root.data(), params.data(), params.size() * sizeof(float)) == 0 ? 1 : 0, allSame = 0;
+  MPI_Allreduce(&same, &allSame, 1, MPI_INT, MPI_MIN, mpiComm_);
+  result->replicasIdentical = allSame == 1;
+  if (rank_ == 0) result->mlpParams = std::move(params);
+}
+
+RunResult Trainer::run(const std::string& label) {
+  RunResult result;
+  std::string error;
+  bool ok = setup(&error);
+  Bytes bytes, window;
+  double lossSum = 0, windowLoss = 0;
+  const double start = MPI_Wtime();
+  double windowStart = start;
+  int windowSteps = 0;
+  if (monitor_) bytes.mpiDp = bytes.mpiMp = 0;
+  for (int s = 0; ok && s < config_.steps; ++s) {
+    Bytes b;
+    if (monitor_) b.mpiDp = b.mpiMp = 0;
+    double loss = 0;
+    ok = step(s, &loss, &b, &error);
+    lossSum += loss;
+    windowLoss += loss;
+    ++windowSteps;
+    for (Bytes* acc : {&bytes, &window}) {
+      acc->dp += b.dp;
+      acc->dpDense += b.dpDense;
+      acc->mp += b.mp;
+      acc->mpDense += b.mpDense;
+      acc->mpiDp += b.mpiDp;
+      acc->mpiMp += b.mpiMp;
+    }
+    // Every rank takes part in the progress reduction, so a rank that failed
+    // stops the others here instead of leaving them in a collective.
+    const bool last = s + 1 == config_.steps;
+    if (!ok || (config_.printEvery > 0 && ((s + 1) % config_.printEvery == 0 || last))) {
+      double v[5] = {windowLoss, window.dp, window.mp, ok ? 0.0 : 1.0, 0}, sum[5];
+      MPI_Allreduce(v, sum, 5, MPI_DOUBLE, MPI_SUM, mpiComm_);
+      if (sum[3] > 0) {
+        ok = false;
+        if (error.empty()) error = "another rank failed";
+        break;
+      }
+      const double now = MPI_Wtime(), elapsed = now - start;
+      if (rank_ == 0 && !config_.quiet) {
+        const double eta = elapsed / (s + 1) * (config_.steps - s - 1);
+        std::printf("[%s] step %5d/%d  loss %.5f  %8.0f samples/s  bytes/step/rank DP %10.0f  MP %10.0f  elapsed %6.1fs  ETA %6.1fs\n",
+                    label.c_str(), s + 1, config_.steps, sum[0] / (static_cast<double>(windowSteps) * config_.batch),
+                    windowSteps * static_cast<double>(config_.batch) / (now - windowStart),
+                    sum[1] / (ranks_ * windowSteps), sum[2] / (ranks_ * windowSteps), elapsed, eta);
+        std::fflush(stdout);
+      }
+      window = Bytes{};
+      if (monitor_) window.mpiDp = window.mpiMp = 0;
+      windowLoss = 0;
+      windowSteps = 0;
+      windowStart = now;
+    }
+  }
+  const double loopSeconds = MPI_Wtime() - start;
+  {
+    int bad = ok ? 0 : 1, anyBad = 0;
+    MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, mpiComm_);
+    if (anyBad && ok) {
+      ok = false;
+      error = "another rank failed";
+    }
+  }
+  if (ok) {
+    double v[7] = {bytes.dp, bytes.dpDense, bytes.mp, bytes.mpDense, bytes.mpiDp, bytes.mpiMp, lossSum}, sum[7];
+    MPI_Allreduce(v, sum, 7, MPI_DOUBLE, MPI_SUM, mpiComm_);
+    const double per = static_cast<double>(ranks_) * std::max(config_.steps, 1);
+    result.bytes.dp = sum[0] / per;
+    result.bytes.dpDense = sum[1] / per;
+    result.bytes.mp = sum[2] / per;
+    result.bytes.mpDense = sum[3] / per;
+    result.bytes.mpiDp = monitor_ ? sum[4] / per : -1;
+    result.bytes.mpiMp = monitor_ ? sum[5] / per : -1;
+    result.finalTrainLoss = sum[6] / (static_cast<double>(std::max(config_.steps, 1)) * config_.batch);
+    MPI_Allreduce(&loopSeconds, &result.stepSeconds, 1, MPI_DOUBLE, MPI_MAX, mpiComm_);
+    result.stepSeconds /= std::max(config_.steps, 1);
+    ok = evaluate(&result, &error);
+    int bad = ok ? 0 : 1, anyBad = 0;
+    MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, mpiComm_);
+    if (anyBad && ok) {
+      ok = false;
+      error = "another rank failed in evaluation";
+    }
+  }
+  if (ok) checksums(&result);
+  if (selection_ != nullptr) spcclSelectionDestroy(selection_);
+  selection_ = nullptr;
+  for (spcclCompressor_t c : compressors_) spcclCompressorDestroy(c);
+  compressors_.clear();
+  result.ok = ok;
+  result.error = error;
+  return result;
+}
+
+}  // namespace dlrm

@@ -1,0 +1,129 @@
+// Hybrid-parallel DLRM training over spccl: embedding tables model-parallel
+// (each table on one rank), MLPs data-parallel (replicated), the pooled
+// embeddings moved to the ranks that hold their samples by an alltoall of rows
+// and their gradients moved back by its backward, the MLP gradients summed by
+// one allreduce per layer.
+#ifndef SPCCL_DLRM_TRAINER_H_
+#define SPCCL_DLRM_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <spccl_mpi.h>
+
+#include "data.h"
+#include "model.h"
+
+namespace dlrm {
+
+struct Config {
+  std::vector<int> bottom{512, 256, 64};  // after the 13 dense inputs; last = dim
+  std::vector<int> top{512, 256, 1};      // after the interaction; last = 1
+  int dim = 64;
+  std::vector<int64_t> tableSizes;
+  int bag = 1;
+  int batch = 1024;  // global
+  int steps = 300;
+  float lr = 0.05f;
+  float embLr = 0.05f;
+  Optimizer optimizer = Optimizer::kAdagrad;
+  bool compressed = true;  // false: exact collectives (the dense baseline)
+  float dpDensity = 0.01f;
+  float mpDensity = 0.0625f;
+  int tauInterval = 100;
+  uint64_t seed = 1;
+  uint64_t evalSamples = 32768;
+  int printEvery = 50;
+  bool monitor = false;      // read Open MPI's coll_monitoring counters around each exchange
+  bool injectRoutingBug = false;  // test-only: sends each sample's rows to the wrong rank
+  bool quiet = false;
+};
+
+// Open MPI's own count of bytes this rank handed to peers inside collective
+// calls (MPI_T pvar coll_monitoring_messages_size, every communicator), under
+// `mpirun --mca pml_monitoring_enable 1`.
+class MpiMonitor {
+ public:
+  bool open(std::string* error);
+  bool active() const { return active_; }
+  unsigned long long sent();
+
+ private:
+  bool active_ = false;
+  MPI_T_pvar_session session_{};
+  MPI_T_pvar_handle handle_{};
+  int count_ = 0;
+  std::vector<unsigned long long> values_;
+};
+
+// Per rank and step, averaged over ranks.
+struct Bytes {
+  double dp = 0, dpDense = 0, mp = 0, mpDense = 0;
+  double mpiDp = -1, mpiMp = -1;  // Open MPI's count, -1 without --monitor
+};
+
+struct RunResult {
+  bool ok = false;
+  std::string error;
+  double auc = 0, logloss = 0, accuracy = 0, teacherAuc = -1, positiveRate = 0;
+  double finalTrainLoss = 0;
+  double stepSeconds = 0;  // slowest rank's training-loop time / steps
+  Bytes bytes;
+  // Rank 0 only, for the parity check: held-out probabilities, every MLP
+  // parameter, two checksums per table (sum, position-weighted sum).
+  std::vector<float> evalProbs;
+  std::vector<float> mlpParams;
+  std::vector<double> tableChecksums;
+  bool replicasIdentical = true;  // MLP parameters bitwise equal on every rank
+};
+
+// The greedy balance: tables by size, largest first, each to the rank with
+// the fewest rows so far (lowest rank on ties). owner[t] = rank.
+std::vector<int> assignTables(const std::vector<int64_t>& sizes, int ranks);
+
+class Trainer {
+ public:
+  // comm is a spccl communicator over mpiComm; monitor may be null.
+  Trainer(const Config& config, const Source& source, spcclComm_t comm, MPI_Comm mpiComm, MpiMonitor* monitor);
+  RunResult run(const std::string& label);
+
+ private:
+  struct Table {
+    int index = 0;
+    int64_t rows = 0;
+    std::vector<float> weights;
+    std::vector<float> accum;  // row-wise Adagrad
+  };
+  bool setup(std::string* error);
+  bool step(int s, double* lossSum, Bytes* bytes, std::string* error);
+  bool forwardExchange(const Batch& batch, bool training, std::string* error);
+  void forwardLocal(const Batch& batch, int firstLocal);
+  bool evaluate(RunResult* result, std::string* error);
+  void checksums(RunResult* result);
+  bool fail(const char* what, spcclResult_t r, std::string* error);
+
+  Config config_;
+  const Source& source_;
+  spcclComm_t comm_;
+  MPI_Comm mpiComm_;
+  MpiMonitor* monitor_;
+  int rank_ = 0, ranks_ = 1, tables_ = 0, maxOwned_ = 1, local_ = 0;
+  std::vector<int> owner_;
+  std::vector<Table> owned_;                // this rank's tables, by index
+  std::vector<std::vector<int>> ownedBy_;   // ownedBy_[r] = tables of rank r, by index
+  Mlp bottom_, top_;
+  std::vector<spcclCompressor_t> compressors_;  // one per MLP layer (bottom, then top)
+  std::vector<std::vector<float>> reduced_;
+  std::vector<float> send_, recv_, gradSend_, gradRecv_;
+  spcclSelection_t selection_ = nullptr;
+  Matrix denseIn_, emb_, inter_, dinter_, dz_, demb_, dlogit_;
+  std::vector<float> probs_;
+};
+
+// Rank-order AUC with ties averaged; logloss and accuracy at 0.5.
+double computeAuc(const std::vector<float>& scores, const std::vector<float>& labels);
+
+}  // namespace dlrm
+
+#endif  // SPCCL_DLRM_TRAINER_H_
