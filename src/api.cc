@@ -72,7 +72,9 @@ int worldRank() {
 
 Status checkComm(const spcclComm* comm) {
   if (comm == nullptr) return invalidArgument("comm is NULL");
-  if (!commAlive(comm)) return invalidUsage("comm is not a live communicator (destroyed, or never created)");
+  if (!commAlive(comm))
+    return invalidUsage(formatString("comm=%p is not a live communicator (destroyed, or never created)",
+                                     static_cast<const void*>(comm)));
   return Status::ok();
 }
 
@@ -81,22 +83,30 @@ Status checkCompressor(const spcclCompressor* c) {
   {
     std::lock_guard<std::mutex> lock(registry().mu);
     if (registry().compressors.count(c) == 0)
-      return invalidUsage("compressor is not a live compressor (destroyed, or never created)");
+      return invalidUsage(formatString("compressor=%p is not a live compressor (destroyed, or never created)",
+                                       static_cast<const void*>(c)));
     auto it = registry().comms.find(c->comm);
     if (it == registry().comms.end() || it->second != c->commId)
-      return invalidUsage("the compressor's communicator has been destroyed");
+      return invalidUsage(formatString("compressor=%p: its communicator has been destroyed",
+                                       static_cast<const void*>(c)));
   }
   return Status::ok();
 }
 
-Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, size_t elemSize, void* stream) {
-  if (count > 0 && sendbuff == nullptr) return invalidArgument("sendbuff is NULL with count > 0");
-  if (count > 0 && recvbuff == nullptr) return invalidArgument("recvbuff is NULL with count > 0");
+// The names are the caller's argument names, for the messages.
+Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, size_t elemSize, void* stream,
+                    const char* sendName = "sendbuff", const char* recvName = "recvbuff",
+                    const char* countName = "count") {
+  if (count > 0 && sendbuff == nullptr)
+    return invalidArgument(formatString("%s is NULL with %s=%zu", sendName, countName, count));
+  if (count > 0 && recvbuff == nullptr)
+    return invalidArgument(formatString("%s is NULL with %s=%zu", recvName, countName, count));
   if (count > SIZE_MAX / (elemSize ? elemSize : 1) / 2)
-    return invalidArgument(formatString("count=%zu overflows the buffer size", count));
+    return invalidArgument(formatString("%s=%zu x %zu-byte elements overflows size_t", countName, count, elemSize));
   if (stream != nullptr)
-    return invalidArgument("stream must be NULL on an MPI communicator (host buffers); device buffers need "
-                           "a communicator from spcclCommInitNccl");
+    return invalidArgument(formatString("stream=%p must be NULL on an MPI communicator (host buffers); device "
+                                        "buffers need a communicator from spcclCommInitNccl",
+                                        stream));
   return Status::ok();
 }
 
@@ -127,8 +137,8 @@ Status exactCall(spcclComm* comm, size_t denseBytes, const Status& st) {
 bool isSupportedRowType(spcclDataType_t t) { return isCompressibleType(t); }
 
 Status checkSizes(size_t a, size_t b, size_t c, const char* what) {
-  if (b != 0 && a > SIZE_MAX / b) return invalidArgument(formatString("%s overflows size_t", what));
-  if (c != 0 && a * b > SIZE_MAX / c) return invalidArgument(formatString("%s overflows size_t", what));
+  if ((b != 0 && a > SIZE_MAX / b) || (c != 0 && a * b > SIZE_MAX / c))
+    return invalidArgument(formatString("%s (%zu x %zu x %zu bytes) overflows size_t", what, a, b, c));
   return Status::ok();
 }
 
@@ -163,7 +173,10 @@ bool takesExactPath(const spcclComm& comm, size_t count, spcclDataType_t type, s
 
 Status spcclComm::exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                  spcclRedOp_t op, spcclStats_t* call) {
-  ++seq;
+  // Every rank agrees on the call first (codec.h exactAllReduceDescriptor), so
+  // a mismatch fails everywhere rather than reaching MPI with other shapes.
+  const uint64_t callSeq = seq++;
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(*transport, exactAllReduceDescriptor(callSeq, count, type, op), &descriptors));
   if (count > 0) SPCCL_RETURN_IF_ERROR(transport->allReduceDense(sendbuff, recvbuff, count, type, op));
   *call = spcclStats_t{};
   call->calls = 1;
@@ -322,7 +335,9 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
       return counted(comm, alltoAllRowsForward(*comm, sendbuff, recvbuff, count / rowLen, rowLen, datatype,
                                                p.alltoallDensity, nullptr, &call), call);
     }
-    ++comm->seq;
+    SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm->transport,
+                                      exactCollectiveDescriptor(Collective::kAlltoAll, comm->seq++, count, datatype),
+                                      &comm->descriptors));
     const size_t block = count * dataTypeSize(datatype);
     return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
                      count ? comm->transport->allToAll(sendbuff, block, recvbuff) : Status::ok());
@@ -336,7 +351,8 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
     SPCCL_RETURN_IF_ERROR(
         checkSizes(sendcount, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "sendcount * ranks"));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, sendcount, dataTypeSize(datatype), stream));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, sendcount, dataTypeSize(datatype), stream, "sendbuff",
+                                       "recvbuff", "sendcount"));
     const Params& p = comm->params;
     if (!p.disable && p.allgatherDensity < 1.0f && sendcount > 0 && isCompressibleType(datatype)) {
       if (sendcount > UINT32_MAX)
@@ -345,7 +361,9 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
       return counted(comm, allGatherTopK(*comm, sendbuff, recvbuff, sendcount, datatype, p.allgatherDensity, &call),
                      call);
     }
-    ++comm->seq;
+    SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm->transport,
+                                      exactCollectiveDescriptor(Collective::kAllGather, comm->seq++, sendcount, datatype),
+                                      &comm->descriptors));
     const size_t block = sendcount * dataTypeSize(datatype);
     return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
                      sendcount ? comm->transport->allGather(sendbuff, block, recvbuff) : Status::ok());
@@ -362,13 +380,14 @@ spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, 
     if (!isSupportedRowType(datatype))
       return invalidArgument(formatString("datatype=%s: row compression takes float32, float16 or bfloat16",
                                           dataTypeName(datatype)));
-    if (rowLen == 0) return invalidArgument("rowLen is 0");
+    if (rowLen == 0) return invalidArgument("rowLen=0: rows must have at least one element");
     if (rowLen > UINT32_MAX) return invalidArgument(formatString("rowLen=%zu exceeds 2^32-1", rowLen));
     if (!(density > 0.0f && density <= 1.0f))
       return invalidArgument(formatString("density=%g must be in (0, 1]", static_cast<double>(density)));
     SPCCL_RETURN_IF_ERROR(checkSizes(rowsPerPeer, rowLen, static_cast<size_t>(comm->ranks) * dataTypeSize(datatype),
-                                     "rowsPerPeer * rowLen * ranks"));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, rowsPerPeer * rowLen, dataTypeSize(datatype), stream));
+                                     "rowsPerPeer * rowLen * (ranks x element size)"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, rowsPerPeer * rowLen, dataTypeSize(datatype), stream,
+                                       "sendbuff", "recvbuff", "rowsPerPeer*rowLen"));
     if (sendbuff == recvbuff && rowsPerPeer > 0)
       return invalidArgument("sendbuff == recvbuff: the rows alltoall is not in place");
     std::unique_ptr<spcclSelection> sel;
@@ -397,15 +416,20 @@ spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecv
     {
       std::lock_guard<std::mutex> lock(registry().mu);
       if (registry().selections.count(selection) == 0)
-        return invalidUsage("selection is not a live selection (destroyed, or never created)");
+        return invalidUsage(formatString("selection=%p is not a live selection (destroyed, or never created)",
+                                         static_cast<const void*>(selection)));
       auto it = registry().comms.find(selection->comm);
       if (it == registry().comms.end() || it->second != selection->commId)
-        return invalidUsage("the selection's communicator has been destroyed");
+        return invalidUsage(formatString("selection=%p: its communicator has been destroyed",
+                                         static_cast<const void*>(selection)));
     }
     rank = selection->comm->rank;
-    if (selection->used) return invalidUsage("this selection has already served a backward (a selection serves one)");
+    if (selection->used)
+      return invalidUsage(formatString("selection=%p has already served a backward (a selection serves one)",
+                                       static_cast<const void*>(selection)));
     const size_t elems = selection->rowsPerPeer * selection->rowLen;
-    SPCCL_RETURN_IF_ERROR(checkBuffers(gradSendbuff, gradRecvbuff, elems, dataTypeSize(selection->dataType), stream));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(gradSendbuff, gradRecvbuff, elems, dataTypeSize(selection->dataType), stream,
+                                       "gradSendbuff", "gradRecvbuff", "the selection's rowsPerPeer*rowLen"));
     if (gradSendbuff == gradRecvbuff && elems > 0)
       return invalidArgument("gradSendbuff == gradRecvbuff: the rows backward is not in place");
     selection->used = true;
@@ -421,7 +445,8 @@ spcclResult_t spcclSelectionDestroy(spcclSelection_t selection) {
     {
       std::lock_guard<std::mutex> lock(registry().mu);
       if (registry().selections.erase(selection) == 0)
-        return invalidUsage("selection is not a live selection (destroyed twice, or never created)");
+        return invalidUsage(formatString("selection=%p is not a live selection (destroyed twice, or never created)",
+                                         static_cast<const void*>(selection)));
     }
     delete selection;
     return Status::ok();
@@ -439,14 +464,17 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
     if (!isCompressibleType(datatype) && datatype != spcclFloat64)
       return invalidArgument(formatString("datatype=%s: rows must be float32, float64, float16 or bfloat16",
                                           dataTypeName(datatype)));
-    if (rowLen == 0) return invalidArgument("rowLen is 0");
+    if (rowLen == 0) return invalidArgument("rowLen=0: rows must have at least one element");
     SPCCL_RETURN_IF_ERROR(checkSizes(nrows, rowLen, 8, "nrows * rowLen"));
     SPCCL_RETURN_IF_ERROR(checkSizes(outCapacity, rowLen, 8, "outCapacity * rowLen"));
-    if (nrows > 0 && (rowIds == nullptr || rows == nullptr))
-      return invalidArgument("rowIds or rows is NULL with nrows > 0");
-    if (outCapacity > 0 && (outRowIds == nullptr || outRows == nullptr))
-      return invalidArgument("outRowIds or outRows is NULL with outCapacity > 0");
-    if (stream != nullptr) return invalidArgument("stream must be NULL on an MPI communicator (host buffers)");
+    if (nrows > 0 && rowIds == nullptr) return invalidArgument(formatString("rowIds is NULL with nrows=%zu", nrows));
+    if (nrows > 0 && rows == nullptr) return invalidArgument(formatString("rows is NULL with nrows=%zu", nrows));
+    if (outCapacity > 0 && outRowIds == nullptr)
+      return invalidArgument(formatString("outRowIds is NULL with outCapacity=%zu", outCapacity));
+    if (outCapacity > 0 && outRows == nullptr)
+      return invalidArgument(formatString("outRows is NULL with outCapacity=%zu", outCapacity));
+    if (stream != nullptr)
+      return invalidArgument(formatString("stream=%p must be NULL on an MPI communicator (host buffers)", stream));
     spcclStats_t call{};
     return counted(comm, allReduceRowSparse(*comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows,
                                             outCapacity, outNrows, &call), call);
@@ -515,7 +543,7 @@ spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* resid
     SPCCL_RETURN_IF_ERROR(checkCompressor(c));
     if (count != c->count)
       return invalidArgument(formatString("count=%zu differs from the compressor's count %zu", count, c->count));
-    if (residual == nullptr && count > 0) return invalidArgument("residual is NULL");
+    if (residual == nullptr && count > 0) return invalidArgument(formatString("residual is NULL with count=%zu", count));
     if (c->config.errorFeedback)
       std::memcpy(residual, c->residual[c->current].data(), count * sizeof(float));
     else
@@ -530,8 +558,11 @@ spcclResult_t spcclCompressorDestroy(spcclCompressor_t c) {
     {
       std::lock_guard<std::mutex> lock(registry().mu);
       if (registry().compressors.count(c) == 0)
-        return invalidUsage("compressor is not a live compressor (destroyed twice, or never created)");
-      if (c->implicit) return invalidUsage("implicit compressors belong to their communicator");
+        return invalidUsage(formatString("compressor=%p is not a live compressor (destroyed twice, or never created)",
+                                         static_cast<const void*>(c)));
+      if (c->implicit)
+        return invalidUsage(formatString("compressor=%p is implicit: it belongs to its communicator",
+                                         static_cast<const void*>(c)));
       registry().compressors.erase(c);
     }
     delete c;

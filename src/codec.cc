@@ -171,6 +171,16 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
   return Status::ok();
 }
 
+CallDescriptor exactAllReduceDescriptor(uint64_t seq, uint64_t count, int dataType, int op) {
+  return CallDescriptor{kStreamMagic, SPCCL_ALGO_DENSE, kExactValueType, static_cast<uint8_t>(dataType),
+                        static_cast<uint8_t>(op), seq, count, 0};
+}
+
+CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t count, int dataType) {
+  return CallDescriptor{kStreamMagic, SPCCL_ALGO_DENSE, kExactValueType, static_cast<uint8_t>(dataType),
+                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)), seq, count, 0};
+}
+
 Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine) {
   // Compare against rank 0's, not this rank's, so every rank reports the same mismatch.
   const CallDescriptor& ref = all[0];

@@ -150,7 +150,23 @@ struct RowsHeader {
 };
 static_assert(sizeof(RowsHeader) == sizeof(StreamHeader), "row streams share the header size");
 
-enum class Collective : uint8_t { kAlltoAllRows = 1, kAlltoAllRowsBackward = 2, kAllGather = 3, kRowSparse = 4 };
+enum class Collective : uint8_t {
+  kAlltoAllRows = 1,
+  kAlltoAllRowsBackward = 2,
+  kAllGather = 3,
+  kRowSparse = 4,
+  kAlltoAll = 5,  // the exact drop-in alltoall
+};
+
+// Exact (uncompressed) calls move no streams, but every rank still agrees on
+// the call first: a mismatched exact call (other count, datatype, op, or
+// another collective) then fails on every rank instead of reaching MPI with
+// shapes that differ. Their descriptors carry algorithm SPCCL_ALGO_DENSE and
+// valueType kExactValueType (no wire type), nnz 0.
+constexpr uint8_t kExactValueType = 0;
+CallDescriptor exactAllReduceDescriptor(uint64_t seq, uint64_t count, int dataType, int op);
+// coll: Collective::kAlltoAll or Collective::kAllGather.
+CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t count, int dataType);
 
 // Bytes of an index entry for rows of rowLen elements: 1 up to 256, 2 up to 65536, else 4.
 uint32_t rowIndexBytes(uint64_t rowLen);
