@@ -80,6 +80,10 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
       --ties;
     }
     finite += pick != Pick::kNonFinite;
+    if (written >= a.capacity && a.keepOverflow) {  // counted, not sent: the residual keeps v
+      ++written;
+      return;
+    }
     float sent = core::roundToWire(v, Wire::value);
     if (written < a.capacity) {
       a.indices[written] = static_cast<uint32_t>(i);

@@ -26,6 +26,12 @@ struct SelectArgs {
   core::ValueType wireType;
   uint32_t* indices;
   void* values;             // capacity slots of the wire type
+  // Selected entries past the capacity are counted either way. false: the
+  // residual is written as if they were sent (the caller must redo the pass
+  // with more room, as the compressor does); true: they keep all of v in the
+  // residual, so a pass that overflows loses nothing and needs no redo (the
+  // device path's fixed-capacity mode).
+  bool keepOverflow = false;
 };
 
 struct SelectResult {

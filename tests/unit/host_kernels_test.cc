@@ -392,6 +392,48 @@ TEST(SelectPack, ThresholdPlusTieBudgetSelectsExactlyK) {
   }
 }
 
+// Fixed-capacity mode: with keepOverflow, the first `capacity` entries the
+// rule selects (index order) are sent exactly as without it, and every
+// selected entry past them keeps all of v in the residual, so send +
+// residualIn == sent + residualOut holds element by element.
+TEST(SelectPack, KeepOverflowLeavesTheOverflowInTheResidual) {
+  auto g = rng(31);
+  std::vector<float> values = randomNormal(g, 5000);
+  sprinkleNonFinite(g, values, 0.005);
+  const std::vector<float> residualIn = randomNormal(g, 5000);
+  std::vector<float> v(values.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = values[i] + residualIn[i];
+  for (core::ValueType wire : {core::ValueType::kFloat32, core::ValueType::kFloat16}) {
+    for (uint64_t capacity : {uint64_t{0}, uint64_t{7}, uint64_t{100}}) {
+      SCOPED_TRACE("capacity=" + std::to_string(capacity) + " wire=" + std::to_string(static_cast<int>(wire)));
+      const float tau = 1.5f;  // ~13% of N(0, 2) pass: far more than the capacity
+      const RefSelect all = referenceSelect(v, tau, kNoLimit, wire);
+      ASSERT_GT(all.indices.size(), capacity + 50);
+      std::vector<uint32_t> idx(capacity + 1, 0xdeadbeefu);
+      std::vector<unsigned char> vals((capacity + 1) * core::wireValueBytes(wire));
+      std::vector<float> residualOut(v.size(), 777.0f);
+      host::SelectArgs a{values.data(), spcclFloat32, residualIn.data(), residualOut.data(), values.size(),
+                         core::magnitudeKey(tau), kNoLimit, capacity, wire, idx.data(), vals.data()};
+      a.keepOverflow = true;
+      const host::SelectResult r = host::selectPack(a);
+      EXPECT_EQ(r.selected, all.indices.size());  // counted past the capacity
+      EXPECT_EQ(r.finiteSelected, all.finite);
+      EXPECT_EQ(idx[capacity], 0xdeadbeefu) << "wrote past the capacity";
+      std::vector<bool> sent(v.size(), false);
+      for (uint64_t j = 0; j < capacity; ++j) {
+        ASSERT_EQ(idx[j], all.indices[j]) << "pair " << j;
+        ASSERT_TRUE(sameFloat(decodeWire(vals, j, wire), all.sent[j])) << "pair " << j;
+        sent[idx[j]] = true;
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        const float want = sent[i] ? all.residual[i] : v[i];
+        ASSERT_TRUE(sameFloat(residualOut[i], want)) << "residual[" << i << "] = " << residualOut[i] << ", want "
+                                                      << want << " (v=" << v[i] << ")";
+      }
+    }
+  }
+}
+
 // A stale tau captured more than `capacity` candidates: re-selecting among
 // them must give exactly what a fresh exact estimate and a fresh pass give
 // (indices, values, residual, tau).
