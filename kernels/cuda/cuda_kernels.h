@@ -79,6 +79,10 @@ struct SelectArgs {
   const ThresholdOut* threshold;
   uint64_t tieCapacity;
   uint64_t capacity;  // pairs that fit in indices/values; counting goes on past it
+  // What happens to selected entries past the capacity (host::SelectArgs):
+  // false, the residual assumes they were sent (the caller redoes the pass);
+  // true, they stay in the residual whole (fixed-capacity mode, no redo).
+  bool keepOverflow;
   core::ValueType wireType;
   uint32_t* indices;     // capacity slots
   void* values;          // capacity slots of the wire type
@@ -190,5 +194,47 @@ size_t mergeRowsByIdWorkspaceBytes(uint64_t n);
 Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
                      int64_t* outIds, void* outRows, uint64_t* outCount, void* workspace, size_t workspaceBytes,
                      cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// Collective steps of the NCCL path (src/nccl/device_collectives.cc)
+// ---------------------------------------------------------------------------
+
+// What every rank publishes (one ncclAllGather) at the start of a compressed
+// allreduce on device buffers: its call descriptor (src/codec.h
+// CallDescriptor, 32 bytes, nnz unused), its pair capacity and slots,
+// whether it estimated tau in this round, and selectPack's counts, which the
+// kernel writes straight into the record on the device.
+struct CallRecordHeader {
+  unsigned char descriptor[32];
+  uint64_t capacity;   // pairs a rank may send (capacity factor x k)
+  uint64_t slots;      // pairs its buffers hold in this round
+  uint32_t estimated;  // 1: tau was estimated exactly in this round
+};
+struct CallRecord {
+  unsigned char descriptor[32];
+  uint64_t capacity;
+  uint64_t slots;
+  uint32_t estimated;
+  uint32_t reserved;
+  SelectCounts counts;
+};
+static_assert(sizeof(CallRecord) == 72, "the call record is exchanged as 72 bytes");
+// Descriptor bytes every rank must agree on: all but the trailing nnz.
+constexpr int kRecordCheckedBytes = 24;
+// Bits of a communicator's asynchronous error word (fixed-capacity calls
+// cannot return errors without a host round trip; the next call reports them).
+constexpr uint32_t kAsyncBadStream = 1u;  // a peer's stream failed unpackAccumulate's checks
+constexpr uint32_t kAsyncMismatch = 2u;   // ranks disagreed on the call
+
+// Writes the header fields of *dst (not the counts) on the stream.
+Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, cudaStream_t stream);
+// Fixed-capacity verdict: if every record matches rank 0's (checked
+// descriptor bytes and capacity), nnz[r] = min(selected_r, capacity_r);
+// otherwise every nnz[r] = 0 (nothing is accumulated) and kAsyncMismatch is
+// or-ed into *errorFlags (device-visible, e.g. mapped host memory).
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* errorFlags,
+                          cudaStream_t stream);
+// x[i] = x[i] / divisor (the average), bit-identical to the host loop.
+Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream);
 
 }  // namespace spccl::cuda

@@ -90,6 +90,7 @@ struct Params {
   const ThresholdOut* threshold;
   uint64_t tieCapacity;
   uint64_t capacity;
+  bool keepOverflow;
   uint32_t* indices;
   void* values;
   SelectCounts* result;
@@ -298,6 +299,8 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       if (pos < p.capacity) {
         p.indices[pos] = static_cast<uint32_t>(e0 + jj);
         sent = core::storeWireValue(p.values, pos, x, kWire);
+      } else if (p.keepOverflow) {
+        continue;  // counted, not sent: all of v stays in the residual
       } else {
         sent = core::roundToWire(x, kWire);
       }
@@ -378,6 +381,7 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
            a.threshold,
            a.tieCapacity,
            a.capacity,
+           a.keepOverflow,
            a.indices,
            a.values,
            a.result,

@@ -8,6 +8,8 @@
 #   3. perf/gpu/kernel_bench: selectPack, threshold, unpack, row top-k at
 #      16, 64 and 256 Mi floats against a device-to-device copy, each size
 #      also checked bit-exact against kernels/host;
+#      plus, in the CMake build with NCCL, the spccl collectives end to end
+#      on an NCCL communicator against the MPI path (spccl_gpu_nccl_tests);
 #   4. an NCCL smoke test on one rank, when libnccl is found;
 # then a short summary, the benchmark's table last. Budget: under 6 minutes
 # on one H200.
@@ -113,6 +115,13 @@ bin=$build
 if [ "$mode" = cmake ]; then
   targets=(kernel_bench)
   [ "$tests" = ON ] && targets+=(spccl_gpu_tests)
+  # The collectives end to end over NCCL (tests/gpu/nccl_collectives_test.cc):
+  # built where CMake found NCCL (and MPI, which the library needs anyway).
+  if [ "$tests" = ON ] && grep -q "NCCL transport ON" "$logs/configure.log"; then
+    targets+=(spccl_gpu_nccl_tests)
+  else
+    add "NCCL collectives (spcclCommInitNccl): NOT BUILT (CMake found no NCCL, or tests are off)"
+  fi
   say "build ${targets[*]} with $jobs jobs"
   if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1; then
     tail -40 "$logs/build.log"

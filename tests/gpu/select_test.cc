@@ -48,13 +48,15 @@ struct Case {
   bool deviceTau;     // tau and budget read from the device ThresholdOut
   size_t offset = 0;  // elements to misalign send and residuals by
   uint64_t k = 0;     // 0: n/100 + 1
+  bool keepOverflow = false;  // entries past the capacity stay in the residual
 };
 
 std::string describe(const Case& c) {
   return "n=" + std::to_string(c.n) + " in=" + typeName(c.type) + " wire=" + wireName(c.wire) +
          " dist=" + distName(c.dist) + " " + resName(c.res) + " budget=" + std::to_string(static_cast<int>(c.budget)) +
          " cap=" + std::to_string(static_cast<int>(c.cap)) + " deviceTau=" + std::to_string(c.deviceTau) +
-         " offset=" + std::to_string(c.offset) + " " + seedTrace();
+         " offset=" + std::to_string(c.offset) + " keepOverflow=" + std::to_string(c.keepOverflow) + " " +
+         seedTrace();
 }
 
 struct HostInput {
@@ -165,7 +167,8 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
                       capacity,
                       c.wire,
                       capacity ? hIdx.data() : nullptr,
-                      capacity ? hVal.data() : nullptr};
+                      capacity ? hVal.data() : nullptr,
+                      c.keepOverflow};
   const host::SelectResult hr = host::selectPack(ha);
   const std::vector<float>& hostResult = c.res == ResMode::kInPlace ? hostRes : hostOut;
 
@@ -198,6 +201,7 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
       da.tieCapacity = c.budget == Budget::kFromThreshold ? tieCapacity : kNoLimit;
     }
     da.capacity = capacity;
+    da.keepOverflow = c.keepOverflow;
     da.wireType = c.wire;
     da.indices = capacity ? idx.get() : nullptr;
     da.values = capacity ? val.get() : nullptr;
@@ -278,12 +282,15 @@ TEST(GpuSelectPack, TieBudgetAndCapacity) {
     for (Dist d : {Dist::kFewValues, Dist::kAllEqual, Dist::kNonFinite, Dist::kNormal})
       for (Budget b : {Budget::kUnlimited, Budget::kFromThreshold, Budget::kZero, Budget::kSmall})
         for (Cap cap : {Cap::kAmple, Cap::kTight, Cap::kZero})
-          for (bool deviceTau : {false, true}) {
-            if (deviceTau && b != Budget::kFromThreshold && b != Budget::kUnlimited) continue;
-            checkSelect(Case{n, spcclFloat32, core::ValueType::kFloat16, d, ResMode::kSeparate, b, cap, deviceTau}, g,
-                        w);
-            if (HasFatalFailure()) return;
-          }
+          for (bool deviceTau : {false, true})
+            for (bool keep : {false, true}) {
+              if (deviceTau && b != Budget::kFromThreshold && b != Budget::kUnlimited) continue;
+              if (keep && cap == Cap::kAmple) continue;  // nothing overflows
+              Case c{n, spcclFloat32, core::ValueType::kFloat16, d, ResMode::kSeparate, b, cap, deviceTau};
+              c.keepOverflow = keep;
+              checkSelect(c, g, w);
+              if (HasFatalFailure()) return;
+            }
 }
 
 TEST(GpuSelectPack, UnalignedBuffersTakeTheScalarPath) {

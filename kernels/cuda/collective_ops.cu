@@ -1,0 +1,76 @@
+// Small device steps of the NCCL path's collectives (src/nccl): the call
+// record every rank publishes, the fixed-capacity verdict computed on the
+// device (no host round trip), and the average's division.
+#include <cstring>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace spccl::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// The header arrives as a kernel parameter, copied at launch: no pinned
+// staging buffer to race with the next call, and a captured graph replays
+// the value it was captured with.
+__global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h) {
+  if (threadIdx.x == 0) {
+    std::memcpy(dst->descriptor, h.descriptor, sizeof h.descriptor);
+    dst->capacity = h.capacity;
+    dst->slots = h.slots;
+    dst->estimated = h.estimated;
+    dst->reserved = 0;
+  }
+}
+
+__global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* errorFlags) {
+  __shared__ int mismatch;
+  if (threadIdx.x == 0) mismatch = 0;
+  __syncthreads();
+  for (int r = static_cast<int>(threadIdx.x); r < ranks; r += blockDim.x) {
+    bool same = records[r].capacity == records[0].capacity;
+    for (int b = 0; b < kRecordCheckedBytes; ++b) same = same && records[r].descriptor[b] == records[0].descriptor[b];
+    if (!same) atomicOr(&mismatch, 1);
+  }
+  __syncthreads();
+  for (int r = static_cast<int>(threadIdx.x); r < ranks; r += blockDim.x) {
+    const uint64_t selected = records[r].counts.selected;
+    const uint64_t cap = records[r].capacity;
+    nnz[r] = mismatch ? 0 : (selected < cap ? selected : cap);
+  }
+  if (threadIdx.x == 0 && mismatch && errorFlags != nullptr) atomicOr(errorFlags, kAsyncMismatch);
+}
+
+__global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
+    x[i] = x[i] / divisor;  // a division, as the host path does: not a multiply by 1/p
+}
+
+}  // namespace
+
+Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, cudaStream_t stream) {
+  if (dst == nullptr) return invalidArgument("writeCallRecordHeader: null record");
+  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* errorFlags,
+                          cudaStream_t stream) {
+  if (records == nullptr || nnz == nullptr || ranks < 1) return invalidArgument("resolveFixedCounts: bad arguments");
+  resolveFixedKernel<<<1, kThreads, 0, stream>>>(records, ranks, nnz, errorFlags);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (x == nullptr) return invalidArgument("divideFloats: null buffer");
+  divideKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(x, n, divisor);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+}  // namespace spccl::cuda

@@ -1,0 +1,559 @@
+// Collectives on device buffers over NCCL. The compressed allreduce follows
+// the host compressor (src/compressor.cc) rule for rule: the same selection
+// count, capacity, schedule of exact tau estimates, tie budget, residual
+// double-buffering and commit point, the same call descriptor check, and the
+// same accumulation order (rank 0 first, into zeros), so for the same inputs
+// the device and host paths produce the same bits. What differs is how
+// sizes are learned (docs/GPU.md):
+//
+// exact mode (default): every rank publishes a 72-byte call record (its
+//   descriptor plus selectPack's counts, written by the kernel on the device)
+//   with one ncclAllGather; one device-to-host copy of the records and one
+//   stream synchronisation per call size the pair exchange. A rank whose
+//   stale tau selected more than the capacity (or whose NaN/Inf overflowed
+//   its slots) redoes its pass, and every rank sees that from the records,
+//   so all ranks run the extra round together.
+// fixed mode (SPCCL_DEVICE_MODE=fixed): every rank sends exactly capacity
+//   slots (padded with kPadIndex), the records travel in the same NCCL group,
+//   and a one-block kernel turns them into per-rank counts. No host
+//   synchronisation and no allocation after the first call: capturable in a
+//   CUDA graph. Selected entries past the capacity stay in the residual.
+#include "src/nccl/device_collectives.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "src/codec.h"
+#include "src/comm.h"
+#include "src/log.h"
+#include "src/nccl/nccl_transport.h"
+#include "src/tuner.h"
+#include "src/types.h"
+
+namespace spccl {
+
+namespace {
+
+// Grow-only device allocation (freed with its owner).
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  // Callers make sure no queued work still uses the old allocation
+  // (cudaFree waits for the device; growth happens only after a
+  // stream synchronisation or on the first call).
+  Status ensure(size_t bytes) {
+    if (bytes <= bytes_ && ptr_ != nullptr) return Status::ok();
+    if (ptr_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(ptr_));
+    ptr_ = nullptr;
+    bytes_ = 0;
+    SPCCL_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)));
+    bytes_ = std::max<size_t>(bytes, 256);
+    return Status::ok();
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  ~PinnedMemory() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  Status ensure(size_t bytes, unsigned flags = cudaHostAllocDefault) {
+    if (bytes <= bytes_ && ptr_ != nullptr) return Status::ok();
+    if (ptr_ != nullptr) SPCCL_CUDA_CHECK(cudaFreeHost(ptr_));
+    ptr_ = nullptr;
+    bytes_ = 0;
+    SPCCL_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, flags));
+    bytes_ = bytes;
+    return Status::ok();
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Makes the communicator's device current for the length of a call.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
+      if (cudaSetDevice(device) == cudaSuccess) switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+}  // namespace
+
+struct DeviceCommState {
+  NcclTransport* transport = nullptr;  // owned by the comm
+  // Asynchronous error word, in mapped host memory: kernels of
+  // fixed-capacity calls or-in kAsync* bits, the next call reads them.
+  PinnedMemory errorWord;
+  uint32_t* errorDevice = nullptr;
+  PinnedMemory staging;  // exact collectives: small host copies
+};
+
+struct DeviceCompressorState {
+  DeviceMemory residual[2];
+  int current = 0;
+  DeviceMemory indices, values;  // exact mode: this rank's pairs
+  uint64_t slots = 0;
+  DeviceMemory selectWorkspace, thresholdWorkspace, threshold;
+  DeviceMemory records;         // ranks x CallRecord
+  PinnedMemory hostRecords;     // exact mode: their copy
+  DeviceMemory recvIndices, recvValues;  // exact mode: the peers' pairs
+  DeviceMemory fixedIndices, fixedValues, fixedCounts;  // fixed mode: ranks x capacity slots
+  DeviceMemory accumulator;     // fp32 result for fp16/bf16 user buffers
+  bool initialised = false;
+  bool fixedReady = false;
+  bool warnedSplit = false;
+};
+
+namespace gpu {
+
+namespace {
+
+NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
+
+uint64_t selectCountOf(const spcclCompressor& c) {
+  const double k = std::ceil(static_cast<double>(c.config.density) * static_cast<double>(c.count));
+  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(c.count, 1));
+}
+
+uint64_t capacityOf(const spcclCompressor& c, uint64_t k) {
+  return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(c.config.capacityFactor) * k)));
+}
+
+cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
+  cuda::CallRecordHeader h{};
+  static_assert(sizeof(d) == sizeof(h.descriptor));
+  std::memcpy(h.descriptor, &d, sizeof d);
+  h.capacity = capacity;
+  h.slots = slots;
+  h.estimated = estimated ? 1u : 0u;
+  return h;
+}
+
+Status initCompressor(spcclCompressor* c) {
+  DeviceCompressorState& s = *c->device;
+  if (s.initialised) return Status::ok();
+  const size_t n = c->count;
+  if (c->config.errorFeedback) {
+    SPCCL_RETURN_IF_ERROR(s.residual[0].ensure(n * sizeof(float)));
+    SPCCL_RETURN_IF_ERROR(s.residual[1].ensure(n * sizeof(float)));
+    SPCCL_CUDA_CHECK(cudaMemset(s.residual[0].get(), 0, n * sizeof(float)));
+  }
+  const size_t selectBytes = cuda::selectPackWorkspaceBytes(n);
+  SPCCL_RETURN_IF_ERROR(s.selectWorkspace.ensure(selectBytes));
+  SPCCL_RETURN_IF_ERROR(cuda::initSelectPackWorkspace(s.selectWorkspace.get(), s.selectWorkspace.bytes(), nullptr));
+  SPCCL_RETURN_IF_ERROR(s.thresholdWorkspace.ensure(cuda::thresholdWorkspaceBytes(n)));
+  SPCCL_RETURN_IF_ERROR(s.threshold.ensure(sizeof(cuda::ThresholdOut)));
+  SPCCL_CUDA_CHECK(cudaMemset(s.threshold.get(), 0, sizeof(cuda::ThresholdOut)));
+  const int p = c->comm->ranks;
+  SPCCL_RETURN_IF_ERROR(s.records.ensure(static_cast<size_t>(p) * sizeof(cuda::CallRecord)));
+  SPCCL_RETURN_IF_ERROR(s.hostRecords.ensure(static_cast<size_t>(p) * sizeof(cuda::CallRecord)));
+  if (c->dataType != spcclFloat32) SPCCL_RETURN_IF_ERROR(s.accumulator.ensure(n * sizeof(float)));
+  SPCCL_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
+  s.initialised = true;
+  return Status::ok();
+}
+
+// v = send + residual; tau (device) = the k-th largest finite |v|.
+Status estimate(spcclCompressor* c, const void* send, cudaStream_t stream) {
+  DeviceCompressorState& s = *c->device;
+  const float* resIn = c->config.errorFeedback ? s.residual[s.current].get<float>() : nullptr;
+  ++c->callUpdates;
+  return cuda::kthLargestMagnitude(send, c->dataType, resIn, c->count, selectCountOf(*c),
+                                   s.threshold.get<cuda::ThresholdOut>(), s.thresholdWorkspace.get(),
+                                   s.thresholdWorkspace.bytes(), stream);
+}
+
+Status selectInto(spcclCompressor* c, const void* send, bool estimated, bool keepOverflow, float* residualOut,
+                  uint64_t capacity, uint64_t slots, uint32_t* indices, void* values, cuda::SelectCounts* result,
+                  cudaStream_t stream) {
+  DeviceCompressorState& s = *c->device;
+  cuda::SelectArgs a{};
+  a.send = send;
+  a.inType = c->dataType;
+  a.residualIn = c->config.errorFeedback ? s.residual[s.current].get<float>() : nullptr;
+  a.residualOut = c->config.errorFeedback ? residualOut : nullptr;
+  a.n = c->count;
+  a.threshold = s.threshold.get<cuda::ThresholdOut>();
+  // Right after an exact estimate, ties at tau fill the capacity in index
+  // order; with a stored tau every tie goes (the host compressor's rule).
+  a.tieCapacity = estimated ? capacity : std::numeric_limits<uint64_t>::max();
+  a.capacity = slots;
+  a.keepOverflow = keepOverflow;
+  a.wireType = toValueType(c->config.wireValueType);
+  a.indices = indices;
+  a.values = values;
+  a.result = result;
+  return cuda::selectPack(a, s.selectWorkspace.get(), s.selectWorkspace.bytes(), stream);
+}
+
+// Sum (rank order, into zeros) of every rank's pairs, then average and
+// conversion to the user's type.
+Status finishReduce(spcclCompressor* c, float* acc, void* recv, spcclRedOp_t op, cudaStream_t stream) {
+  if (op == spcclAvg) SPCCL_RETURN_IF_ERROR(cuda::divideFloats(acc, c->count, static_cast<float>(c->comm->ranks), stream));
+  if (c->dataType != spcclFloat32) SPCCL_RETURN_IF_ERROR(cuda::storeFloats(acc, c->count, c->dataType, recv, stream));
+  return Status::ok();
+}
+
+Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStream_t stream) {
+  DeviceCompressorState& s = *c->device;
+  SPCCL_RETURN_IF_ERROR(cuda::loadFloats(send, c->dataType, c->count, acc, stream));
+  if (c->config.errorFeedback) {
+    float* r = s.residual[s.current].get<float>();
+    SPCCL_RETURN_IF_ERROR(cuda::denseAccumulate(r, core::ValueType::kFloat32, c->count, acc, stream));
+    SPCCL_CUDA_CHECK(cudaMemsetAsync(r, 0, c->count * sizeof(float), stream));
+  }
+  ++c->callIndex;
+  return transportOf(c->comm).allReduceDense(acc, acc, c->count, spcclFloat32, spcclSum);
+}
+
+Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const CallDescriptor& mine, int algorithm,
+                     cudaStream_t stream, spcclStats_t* call) {
+  DeviceCompressorState& s = *c->device;
+  spcclComm& comm = *c->comm;
+  NcclTransport& t = transportOf(&comm);
+  const int p = comm.ranks, me = comm.rank;
+  const bool sparse = algorithm != SPCCL_ALGO_DENSE;
+  const core::ValueType wire = toValueType(c->config.wireValueType);
+  const uint32_t vb = core::wireValueBytes(wire);
+  const uint64_t k = selectCountOf(*c), capacity = capacityOf(*c, k);
+  auto* records = s.records.get<cuda::CallRecord>();
+  auto* host = s.hostRecords.get<cuda::CallRecord>();
+
+  if (sparse && s.slots == 0) {
+    s.slots = std::min<uint64_t>(c->count, capacity);
+    SPCCL_RETURN_IF_ERROR(s.indices.ensure(s.slots * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(s.values.ensure(s.slots * vb));
+  }
+  bool estimated = false;
+  bool estimateNow = sparse && c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0;
+  bool selectNow = sparse;
+  std::vector<CallDescriptor> all(static_cast<size_t>(p));
+  for (int round = 0;; ++round) {
+    if (round == 4) return internalError("compressed allreduce: the selection did not settle in 4 rounds");
+    if (estimateNow) {
+      SPCCL_RETURN_IF_ERROR(estimate(c, send, stream));
+      estimated = true;
+      estimateNow = false;
+    }
+    if (selectNow) {
+      SPCCL_RETURN_IF_ERROR(selectInto(c, send, estimated, false, s.residual[1 - s.current].get<float>(), capacity,
+                                       s.slots, s.indices.get<uint32_t>(), s.values.get(), &records[me].counts,
+                                       stream));
+      selectNow = false;
+    } else if (!sparse && round == 0) {
+      SPCCL_CUDA_CHECK(cudaMemsetAsync(&records[me].counts, 0, sizeof(cuda::SelectCounts), stream));
+    }
+    SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated),
+                                                      stream));
+    SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
+                                     cudaMemcpyDeviceToHost, stream));
+    SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int r = 0; r < p; ++r) {
+      std::memcpy(&all[r], host[r].descriptor, sizeof(CallDescriptor));
+      all[r].nnz = host[r].counts.selected;
+    }
+    // Same records on every rank: the same verdict everywhere.
+    SPCCL_RETURN_IF_ERROR(checkDescriptors(all.data(), p, mine));
+    bool anyRetry = false;
+    for (int r = 0; r < p; ++r) {
+      const cuda::CallRecord& rec = host[r];
+      const bool stale = !rec.estimated && rec.counts.finiteSelected > rec.capacity;
+      const bool overflow = rec.counts.selected > rec.slots;
+      anyRetry = anyRetry || (sparse && (stale || overflow));
+      if (r != me || !(stale || overflow) || !sparse) continue;
+      if (stale) {
+        estimateNow = true;  // exactly in this call, as the host compressor does
+      } else {
+        // NaN/Inf beyond the slots (rare): grow and redo. The stream is idle.
+        s.slots = rec.counts.selected;
+        SPCCL_RETURN_IF_ERROR(s.indices.ensure(s.slots * sizeof(uint32_t)));
+        SPCCL_RETURN_IF_ERROR(s.values.ensure(s.slots * vb));
+      }
+      selectNow = true;
+    }
+    if (!anyRetry) break;
+  }
+  // The call is consistent everywhere: commit the residual the pass wrote.
+  if (sparse) ++c->callIndex;  // (the dense path counts its call itself)
+  if (sparse && c->config.errorFeedback) s.current = 1 - s.current;
+  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
+  if (!sparse) {
+    SPCCL_RETURN_IF_ERROR(denseAllReduce(c, send, acc, stream));
+    call->bytesSent += call->denseBytes;
+    call->lastSelected = c->count;
+    return Status::ok();
+  }
+
+  // Allgather of the pairs: every rank's exact counts are known.
+  std::vector<uint64_t> nnz(static_cast<size_t>(p)), offset(static_cast<size_t>(p) + 1, 0);
+  for (int r = 0; r < p; ++r) {
+    nnz[r] = host[r].counts.selected;
+    offset[r + 1] = offset[r] + (r == me ? 0 : nnz[r]);
+  }
+  SPCCL_RETURN_IF_ERROR(s.recvIndices.ensure(offset[p] * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(s.recvValues.ensure(offset[p] * vb));
+  auto* recvIdx = s.recvIndices.get<uint32_t>();
+  auto* recvVal = s.recvValues.get<unsigned char>();
+  ncclComm_t nc = t.nccl();
+  SPCCL_NCCL_CHECK(ncclGroupStart(), nc);
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    if (nnz[me] > 0) {
+      SPCCL_NCCL_CHECK(ncclSend(s.indices.get(), nnz[me] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK(ncclSend(s.values.get(), nnz[me] * vb, ncclUint8, q, nc, stream), nc);
+    }
+    if (nnz[q] > 0) {
+      SPCCL_NCCL_CHECK(ncclRecv(recvIdx + offset[q], nnz[q] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK(ncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
+    }
+  }
+  SPCCL_NCCL_CHECK(ncclGroupEnd(), nc);
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
+  for (int r = 0; r < p; ++r) {
+    const uint32_t* idx = r == me ? s.indices.get<uint32_t>() : recvIdx + offset[r];
+    const void* val = r == me ? s.values.get() : static_cast<const void*>(recvVal + offset[r] * vb);
+    SPCCL_RETURN_IF_ERROR(cuda::unpackAccumulate(idx, val, wire, nnz[r], nullptr, acc, 0, c->count,
+                                                 comm.device->errorDevice, stream));
+  }
+  call->bytesSent += static_cast<uint64_t>(p - 1) * nnz[me] * (sizeof(uint32_t) + vb);
+  call->lastSelected = nnz[me];
+  return Status::ok();
+}
+
+Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const CallDescriptor& mine, int algorithm,
+                     cudaStream_t stream, spcclStats_t* call) {
+  DeviceCompressorState& s = *c->device;
+  spcclComm& comm = *c->comm;
+  NcclTransport& t = transportOf(&comm);
+  const int p = comm.ranks, me = comm.rank;
+  if (algorithm == SPCCL_ALGO_DENSE) {  // nothing to size: the dense allreduce as it is
+    SPCCL_RETURN_IF_ERROR(denseAllReduce(c, send, acc, stream));
+    call->bytesSent = call->denseBytes;
+    call->lastSelected = c->count;
+    return Status::ok();
+  }
+  const core::ValueType wire = toValueType(c->config.wireValueType);
+  const uint32_t vb = core::wireValueBytes(wire);
+  const uint64_t k = selectCountOf(*c), capacity = capacityOf(*c, k);
+  if (!s.fixedReady) {  // the only allocations: run one call before capturing a graph
+    SPCCL_RETURN_IF_ERROR(s.fixedIndices.ensure(static_cast<size_t>(p) * capacity * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(s.fixedValues.ensure(static_cast<size_t>(p) * capacity * vb));
+    SPCCL_RETURN_IF_ERROR(s.fixedCounts.ensure(static_cast<size_t>(p) * sizeof(uint64_t)));
+    s.fixedReady = true;
+  }
+  auto* records = s.records.get<cuda::CallRecord>();
+  auto* idxAll = s.fixedIndices.get<uint32_t>();
+  auto* valAll = s.fixedValues.get<unsigned char>();
+  uint32_t* myIdx = idxAll + static_cast<size_t>(me) * capacity;
+  void* myVal = valAll + static_cast<size_t>(me) * capacity * vb;
+
+  const bool estimated = c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0;
+  if (estimated) SPCCL_RETURN_IF_ERROR(estimate(c, send, stream));
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(myIdx, 0xff, capacity * sizeof(uint32_t), stream));  // kPadIndex
+  // In place: no pass is ever redone here, so one residual buffer serves.
+  SPCCL_RETURN_IF_ERROR(selectInto(c, send, estimated, true, s.residual[s.current].get<float>(), capacity, capacity,
+                                   myIdx, myVal, &records[me].counts, stream));
+  SPCCL_RETURN_IF_ERROR(
+      cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated), stream));
+  ncclComm_t nc = t.nccl();
+  SPCCL_NCCL_CHECK(ncclGroupStart(), nc);
+  SPCCL_NCCL_CHECK(ncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK(ncclAllGather(myIdx, idxAll, capacity * sizeof(uint32_t), ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK(ncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK(ncclGroupEnd(), nc);
+  auto* counts = s.fixedCounts.get<uint64_t>();
+  SPCCL_RETURN_IF_ERROR(cuda::resolveFixedCounts(records, p, counts, comm.device->errorDevice, stream));
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
+  for (int r = 0; r < p; ++r)
+    SPCCL_RETURN_IF_ERROR(cuda::unpackAccumulate(idxAll + static_cast<size_t>(r) * capacity,
+                                                 valAll + static_cast<size_t>(r) * capacity * vb, wire, capacity,
+                                                 counts + r, acc, 0, c->count, comm.device->errorDevice, stream));
+  ++c->callIndex;
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(cuda::CallRecord) + capacity * (sizeof(uint32_t) + vb));
+  call->lastSelected = 0;  // on the device only: reading it would cost the synchronisation this mode avoids
+  return Status::ok();
+}
+
+}  // namespace
+
+Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
+  std::unique_ptr<NcclTransport> t;
+  SPCCL_RETURN_IF_ERROR(NcclTransport::create(nccl, &t));
+  DeviceGuard guard(t->device());
+  auto state = std::make_shared<DeviceCommState>();
+  SPCCL_RETURN_IF_ERROR(state->errorWord.ensure(sizeof(uint32_t), cudaHostAllocMapped));
+  *state->errorWord.get<uint32_t>() = 0;
+  SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->errorDevice),
+                                            state->errorWord.get(), 0));
+  SPCCL_RETURN_IF_ERROR(state->staging.ensure(sizeof(int)));
+  // Every rank learns whether any rank's environment was bad.
+  DeviceMemory flag;
+  SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof(int)));
+  int bad = envOk ? 0 : 1;
+  SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), &bad, sizeof bad, cudaMemcpyHostToDevice));
+  SPCCL_NCCL_CHECK(ncclAllReduce(flag.get(), flag.get(), 1, ncclInt32, ncclMax, nccl, nullptr), nccl);
+  SPCCL_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  SPCCL_CUDA_CHECK(cudaMemcpy(&bad, flag.get(), sizeof bad, cudaMemcpyDeviceToHost));
+  if (!envOk) return invalidUsage("this rank's SPCCL_* environment is invalid (see the log)");
+  if (bad) return invalidUsage("another rank rejected its SPCCL_* environment (see its log)");
+  comm->rank = t->rank();
+  comm->ranks = t->size();
+  state->transport = t.get();
+  comm->transport = std::move(t);
+  comm->onDevice = true;
+  comm->device = std::move(state);
+  return Status::ok();
+}
+
+Status takeAsyncError(spcclComm* comm) {
+  volatile uint32_t* word = comm->device->errorWord.get<uint32_t>();
+  const uint32_t bits = *word;
+  if (bits == 0) return Status::ok();
+  *word = 0;
+  if (bits & cuda::kAsyncMismatch)
+    return invalidUsage("an earlier fixed-capacity compressed allreduce (SPCCL_DEVICE_MODE=fixed) was called "
+                        "inconsistently across ranks (count, datatype, op, algorithm, wire type, density or call "
+                        "order): its output was left zero and the compressor state is undefined");
+  return remoteError("a peer's pairs stream in an earlier call on this communicator failed the bounds and order "
+                     "checks; the bad pairs were not applied");
+}
+
+Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t count, spcclDataType_t type,
+                      spcclRedOp_t op, cudaStream_t stream, spcclStats_t* call) {
+  NcclTransport& t = transportOf(comm);
+  DeviceGuard guard(t.device());
+  t.setStream(stream);
+  ++comm->seq;
+  if (count > 0) SPCCL_RETURN_IF_ERROR(t.allReduceDense(send, recv, count, type, op));
+  *call = spcclStats_t{};
+  call->calls = 1;
+  call->denseBytes = denseBytesPerCall(comm->ranks, count, type);
+  call->bytesSent = call->denseBytes;
+  call->lastAlgorithm = SPCCL_ALGO_DENSE;
+  call->lastSelected = count;
+  addStats(&comm->stats, *call);
+  return Status::ok();
+}
+
+Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spcclRedOp_t op, cudaStream_t stream) {
+  spcclComm& comm = *c->comm;
+  NcclTransport& t = transportOf(&comm);
+  DeviceGuard guard(t.device());
+  t.setStream(stream);
+  SPCCL_RETURN_IF_ERROR(takeAsyncError(&comm));
+  if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
+  SPCCL_RETURN_IF_ERROR(initCompressor(c));
+  DeviceCompressorState& s = *c->device;
+  const int p = comm.ranks;
+  const uint64_t seq = comm.seq++;
+  const core::ValueType wire = toValueType(c->config.wireValueType);
+  c->callUpdates = 0;
+
+  int algorithm = c->config.algorithm;
+  if (algorithm == SPCCL_ALGO_AUTO) {
+    CostInputs in{p, c->count, selectCountOf(*c), static_cast<uint32_t>(dataTypeSize(c->dataType)),
+                  core::wireValueBytes(wire), -1};
+    algorithm = chooseAlgorithm(in);
+  }
+  if (algorithm == SPCCL_ALGO_SPLIT) {  // not on the device yet: same result, allgather traffic
+    if (!s.warnedSplit)
+      SPCCL_INFO(comm.rank, "device buffers: the split algorithm runs as allgather (docs/GPU.md)");
+    s.warnedSplit = true;
+    algorithm = SPCCL_ALGO_ALLGATHER;
+  }
+  float* acc = c->dataType == spcclFloat32 ? static_cast<float*>(recv) : s.accumulator.get<float>();
+  const CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
+                            static_cast<uint8_t>(c->dataType), static_cast<uint8_t>(op), seq, c->count, 0};
+  spcclStats_t call{};
+  call.calls = 1;
+  call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;
+  call.denseBytes = denseBytesPerCall(p, c->count, c->dataType);
+  call.lastAlgorithm = algorithm;
+  if (comm.params.deviceMode == kDeviceModeFixed)
+    SPCCL_RETURN_IF_ERROR(fixedModeCall(c, send, acc, mine, algorithm, stream, &call));
+  else
+    SPCCL_RETURN_IF_ERROR(exactModeCall(c, send, acc, mine, algorithm, stream, &call));
+  SPCCL_RETURN_IF_ERROR(finishReduce(c, acc, recv, op, stream));
+  call.thresholdUpdates = c->callUpdates;
+  addStats(&c->stats, call);
+  addStats(&comm.stats, call);
+  SPCCL_TRACE(comm.rank, "device allreduce #%llu count=%zu algo=%s selected=%llu bytesSent=%llu",
+              static_cast<unsigned long long>(seq), c->count, algorithmName(algorithm),
+              static_cast<unsigned long long>(call.lastSelected), static_cast<unsigned long long>(call.bytesSent));
+  return Status::ok();
+}
+
+Status allToAll(spcclComm* comm, const void* send, void* recv, size_t bytesPerPeer, cudaStream_t stream) {
+  NcclTransport& t = transportOf(comm);
+  DeviceGuard guard(t.device());
+  t.setStream(stream);
+  return bytesPerPeer ? t.allToAll(send, bytesPerPeer, recv) : Status::ok();
+}
+
+Status allGather(spcclComm* comm, const void* send, void* recv, size_t bytesPerRank, cudaStream_t stream) {
+  NcclTransport& t = transportOf(comm);
+  DeviceGuard guard(t.device());
+  t.setStream(stream);
+  return bytesPerRank ? t.allGather(send, bytesPerRank, recv) : Status::ok();
+}
+
+Status copyResidual(const spcclCompressor* c, float* out) {
+  const size_t bytes = c->count * sizeof(float);
+  if (bytes == 0) return Status::ok();
+  DeviceGuard guard(static_cast<NcclTransport*>(c->comm->transport.get())->device());
+  SPCCL_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!c->device || !c->device->initialised || !c->config.errorFeedback) {  // no residual: zeros
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, out) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
+      SPCCL_CUDA_CHECK(cudaMemset(out, 0, bytes));
+    } else {
+      (void)cudaGetLastError();
+      std::memset(out, 0, bytes);
+    }
+    return Status::ok();
+  }
+  SPCCL_CUDA_CHECK(cudaMemcpy(out, c->device->residual[c->device->current].get(), bytes, cudaMemcpyDefault));
+  return Status::ok();
+}
+
+}  // namespace gpu
+
+}  // namespace spccl

@@ -1,0 +1,116 @@
+#include "src/nccl/nccl_transport.h"
+
+#include <cstdio>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace spccl {
+
+Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char* file, int line) {
+  spcclResult_t code = spcclInternalError;
+  switch (r) {
+    case ncclUnhandledCudaError: code = spcclUnhandledCudaError; break;
+    case ncclSystemError: code = spcclSystemError; break;
+    case ncclInvalidArgument: code = spcclInvalidArgument; break;
+    case ncclInvalidUsage: code = spcclInvalidUsage; break;
+    case ncclRemoteError: code = spcclRemoteError; break;
+    default: break;
+  }
+  const char* detail = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  return Status(code, formatString("NCCL call %s failed at %s:%d: %s%s%s", call, file, line, ncclGetErrorString(r),
+                                   detail && *detail ? " - " : "", detail ? detail : ""));
+}
+
+Status NcclTransport::create(ncclComm_t comm, std::unique_ptr<NcclTransport>* out) {
+  std::unique_ptr<NcclTransport> t(new NcclTransport());
+  t->comm_ = comm;
+  SPCCL_NCCL_CHECK(ncclCommUserRank(comm, &t->rank_), comm);
+  SPCCL_NCCL_CHECK(ncclCommCount(comm, &t->size_), comm);
+  SPCCL_NCCL_CHECK(ncclCommCuDevice(comm, &t->device_), comm);
+  *out = std::move(t);
+  return Status::ok();
+}
+
+NcclTransport::~NcclTransport() {
+  if (scratch_ != nullptr) cudaFree(scratch_);
+}
+
+Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
+                                     spcclRedOp_t op) {
+  // spcclDataType_t and spcclRedOp_t carry NCCL's values (include/spccl.h).
+  SPCCL_NCCL_CHECK(ncclAllReduce(sendbuff, recvbuff, count, static_cast<ncclDataType_t>(type),
+                                 static_cast<ncclRedOp_t>(op), comm_, stream_),
+                   comm_);
+  return Status::ok();
+}
+
+Status NcclTransport::allGather(const void* send, size_t bytes, void* recv) {
+  // NCCL's in-place form is the same as ours: send == recv + rank * bytes.
+  SPCCL_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), comm_);
+  return Status::ok();
+}
+
+Status NcclTransport::allGatherV(const void* send, size_t sendBytes, void* recv, const size_t* recvBytes,
+                                 const size_t* recvOffsets) {
+  auto* out = static_cast<unsigned char*>(recv);
+  if (sendBytes > 0 && out + recvOffsets[rank_] != send)
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + recvOffsets[rank_], send, sendBytes, cudaMemcpyDeviceToDevice, stream_));
+  SPCCL_NCCL_CHECK(ncclGroupStart(), comm_);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (sendBytes > 0) SPCCL_NCCL_CHECK(ncclSend(send, sendBytes, ncclUint8, q, comm_, stream_), comm_);
+    if (recvBytes[q] > 0)
+      SPCCL_NCCL_CHECK(ncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
+  }
+  SPCCL_NCCL_CHECK(ncclGroupEnd(), comm_);
+  return Status::ok();
+}
+
+Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
+  const unsigned char* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  const size_t total = bytes * static_cast<size_t>(size_);
+  if (send == recv && total > 0) {  // in place: send/recv pairs must not overlap
+    if (scratchBytes_ < total) {
+      if (scratch_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = nullptr;
+      scratchBytes_ = 0;
+      SPCCL_CUDA_CHECK(cudaMalloc(&scratch_, total));
+      scratchBytes_ = total;
+    }
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, send, total, cudaMemcpyDeviceToDevice, stream_));
+    in = static_cast<const unsigned char*>(scratch_);
+  }
+  if (bytes > 0)
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + rank_ * bytes, in + rank_ * bytes, bytes, cudaMemcpyDeviceToDevice,
+                                     stream_));
+  SPCCL_NCCL_CHECK(ncclGroupStart(), comm_);
+  for (int q = 0; q < size_ && bytes > 0; ++q) {
+    if (q == rank_) continue;
+    SPCCL_NCCL_CHECK(ncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
+    SPCCL_NCCL_CHECK(ncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
+  }
+  SPCCL_NCCL_CHECK(ncclGroupEnd(), comm_);
+  return Status::ok();
+}
+
+Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const size_t* sendOffsets, void* recv,
+                                const size_t* recvBytes, const size_t* recvOffsets) {
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  if (sendBytes[rank_] > 0)
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + recvOffsets[rank_], in + sendOffsets[rank_], sendBytes[rank_],
+                                     cudaMemcpyDeviceToDevice, stream_));
+  SPCCL_NCCL_CHECK(ncclGroupStart(), comm_);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (sendBytes[q] > 0)
+      SPCCL_NCCL_CHECK(ncclSend(in + sendOffsets[q], sendBytes[q], ncclUint8, q, comm_, stream_), comm_);
+    if (recvBytes[q] > 0)
+      SPCCL_NCCL_CHECK(ncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
+  }
+  SPCCL_NCCL_CHECK(ncclGroupEnd(), comm_);
+  return Status::ok();
+}
+
+}  // namespace spccl

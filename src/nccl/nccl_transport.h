@@ -1,0 +1,61 @@
+// Transport over NCCL on device memory (the GPU path). Every call enqueues on
+// the stream set by setStream() (the caller's stream of the current
+// collective) and returns without waiting: completion is stream-ordered, as
+// with NCCL itself. Variable-size exchanges are ncclSend/ncclRecv pairs
+// inside one ncclGroupStart/End.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "src/status.h"
+#include "src/transport/transport.h"
+
+namespace spccl {
+
+// NCCL result -> Status with NCCL's own message (ncclGetLastError).
+Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char* file, int line);
+
+#define SPCCL_NCCL_CHECK(call, comm)                                                    \
+  do {                                                                                \
+    ncclResult_t _spccl_nres = (call);                                                \
+    if (_spccl_nres != ncclSuccess && _spccl_nres != ncclInProgress)                  \
+      return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__);    \
+  } while (0)
+
+class NcclTransport final : public Transport {
+ public:
+  // Does not own `comm` (spcclCommInitNccl wraps the application's).
+  static Status create(ncclComm_t comm, std::unique_ptr<NcclTransport>* out);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int device() const { return device_; }
+  ncclComm_t nccl() const { return comm_; }
+  cudaStream_t stream() const { return stream_; }
+  void setStream(cudaStream_t s) { stream_ = s; }
+
+  Status allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
+                        spcclRedOp_t op) override;
+  Status allGather(const void* send, size_t bytes, void* recv) override;
+  Status allGatherV(const void* send, size_t sendBytes, void* recv, const size_t* recvBytes,
+                    const size_t* recvOffsets) override;
+  Status allToAll(const void* send, size_t bytes, void* recv) override;
+  Status allToAllV(const void* send, const size_t* sendBytes, const size_t* sendOffsets, void* recv,
+                   const size_t* recvBytes, const size_t* recvOffsets) override;
+
+ private:
+  NcclTransport() = default;
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1, device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;  // in-place alltoall: a copy of the send blocks
+  size_t scratchBytes_ = 0;
+
+ public:
+  ~NcclTransport() override;
+};
+
+}  // namespace spccl

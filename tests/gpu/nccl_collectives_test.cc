@@ -1,0 +1,447 @@
+// End-to-end collectives on an NCCL communicator (device buffers), through
+// the public API only, against the same calls on an MPI communicator (host
+// buffers) over the same ranks and data. Run under mpirun with one rank per
+// GPU; with fewer GPUs than ranks (or none, as in CI) the device tests skip
+// themselves on every rank. Arguments that fail before any device work (a
+// NULL ncclComm_t) are checked everywhere.
+//
+// What "the same" means: the device path follows the host compressor rule
+// for rule (docs/GPU.md), so compressed outputs and residuals are compared
+// bit for bit. The dense algorithm is NCCL's allreduce against MPI's, whose
+// summation orders differ: compared with a tolerance when ranks > 1.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spccl.h"
+#include "spccl_mpi.h"
+#include "spccl_nccl.h"
+
+namespace {
+
+int deviceCount() {
+  int c = 0;
+  if (cudaGetDeviceCount(&c) != cudaSuccess) {
+    (void)cudaGetLastError();
+    c = 0;
+  }
+  return c;
+}
+
+int worldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int worldSize() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+#define SPCCL_ASSERT_OK(call) ASSERT_EQ(spcclSuccess, (call)) << #call << ": " << spcclGetLastError(nullptr)
+#define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
+
+// One NCCL communicator over MPI_COMM_WORLD (one GPU per rank) wrapped by
+// spccl, and an MPI communicator over the same ranks.
+class NcclWorld : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rank_ = worldRank();
+    ranks_ = worldSize();
+    const int gpus = deviceCount();
+    if (gpus < ranks_) GTEST_SKIP() << ranks_ << " ranks need as many CUDA devices; " << gpus << " present";
+    CUDA_OK(cudaSetDevice(rank_ % gpus));
+    ncclUniqueId id;
+    if (rank_ == 0) {
+      ASSERT_EQ(ncclSuccess, ncclGetUniqueId(&id));
+    }
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ASSERT_EQ(ncclSuccess, ncclCommInitRank(&nccl_, ranks_, id, rank_));
+    SPCCL_ASSERT_OK(spcclCommInitNccl(&dev_, nccl_));
+    SPCCL_ASSERT_OK(spcclCommInitMPI(&host_, MPI_COMM_WORLD));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (dev_) {
+      EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev_));
+    }
+    if (devFixed_) {
+      EXPECT_EQ(spcclSuccess, spcclCommDestroy(devFixed_));
+    }
+    if (host_) {
+      EXPECT_EQ(spcclSuccess, spcclCommDestroy(host_));
+    }
+    if (nccl_) ncclCommDestroy(nccl_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  // A second spccl communicator over the same NCCL one, in fixed mode.
+  void makeFixed() {
+    setenv("SPCCL_DEVICE_MODE", "fixed", 1);
+    const spcclResult_t r = spcclCommInitNccl(&devFixed_, nccl_);
+    unsetenv("SPCCL_DEVICE_MODE");
+    ASSERT_EQ(spcclSuccess, r) << spcclGetLastError(nullptr);
+  }
+
+  int rank_ = 0, ranks_ = 1;
+  ncclComm_t nccl_ = nullptr;
+  spcclComm_t dev_ = nullptr, devFixed_ = nullptr, host_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)); }
+  ~Dev() { cudaFree(p); }
+  void upload(const std::vector<T>& h) { cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+};
+
+size_t elemBytes(spcclDataType_t t) { return t == spcclFloat32 ? 4 : 2; }
+
+// Raw user-type bytes of normal floats (rounded to fp16/bf16 by truncating
+// the conversion through the library's own host path is not available here,
+// so fp16/bf16 inputs are built from their bit patterns directly).
+std::vector<unsigned char> randomInput(size_t n, spcclDataType_t t, std::mt19937_64& g, bool nonFinite) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<unsigned char> out(n * elemBytes(t));
+  for (size_t i = 0; i < n; ++i) {
+    float f = normal(g);
+    if (nonFinite && g() % 997 == 0) f = (g() & 1) ? INFINITY : NAN;
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if (t == spcclFloat32) {
+      std::memcpy(out.data() + 4 * i, &f, 4);
+    } else if (t == spcclBfloat16) {
+      const uint16_t b = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    } else {  // fp16: a normal value in range, built from sign, exponent, mantissa
+      const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+      const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+      uint16_t h = sign;
+      if (!std::isfinite(f)) h = static_cast<uint16_t>(sign | (std::isnan(f) ? 0x7e00u : 0x7c00u));
+      else if (e > 0 && e < 31) h = static_cast<uint16_t>(sign | (e << 10) | ((bits >> 13) & 0x3ffu));
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+struct Config {
+  spcclDataType_t type;
+  spcclDataType_t wire;
+  spcclRedOp_t op;
+  int algorithm;
+  int errorFeedback;
+  int interval;
+  size_t count;
+  bool nonFinite;
+};
+
+std::string describe(const Config& c) {
+  return "type=" + std::to_string(c.type) + " wire=" + std::to_string(c.wire) + " op=" + std::to_string(c.op) +
+         " algo=" + std::to_string(c.algorithm) + " ef=" + std::to_string(c.errorFeedback) +
+         " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count);
+}
+
+// Runs `calls` compressed allreduces of fresh data on the device comm and
+// the host comm; outputs and residuals must agree bit for bit (the dense
+// algorithm on > 1 rank: within a tolerance).
+void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int calls, cudaStream_t stream, int rank,
+                     int ranks, bool fixedMode = false) {
+  SCOPED_TRACE(describe(cfg));
+  spcclCompressConfig_t c;
+  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
+  c.density = 0.01f;
+  c.thresholdInterval = cfg.interval;
+  c.errorFeedback = cfg.errorFeedback;
+  c.algorithm = cfg.algorithm;
+  c.wireValueType = cfg.wire;
+  spcclCompressor_t dc = nullptr, hc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev, cfg.count, cfg.type, &c, &dc)) << spcclGetLastError(nullptr);
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(host, cfg.count, cfg.type, &c, &hc)) << spcclGetLastError(nullptr);
+  std::mt19937_64 g(1234 + 7919 * static_cast<uint64_t>(rank) + cfg.count);
+  const size_t bytes = cfg.count * elemBytes(cfg.type);
+  Dev<unsigned char> dSend(bytes), dRecv(bytes);
+  std::vector<unsigned char> hRecv(bytes);
+  std::vector<float> hRes(cfg.count), dRes(cfg.count);
+  const bool exact = cfg.algorithm != SPCCL_ALGO_DENSE || ranks == 1;
+  for (int call = 0; call < calls; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    // Drift: later calls are smaller, so a stored tau goes stale.
+    std::vector<unsigned char> in = randomInput(cfg.count, cfg.type, g, cfg.nonFinite);
+    if (call % 3 == 2 && cfg.type == spcclFloat32)
+      for (size_t i = 0; i < cfg.count; ++i) {
+        float f;
+        std::memcpy(&f, in.data() + 4 * i, 4);
+        f *= (i % 2) ? 4.0f : 0.25f;
+        std::memcpy(in.data() + 4 * i, &f, 4);
+      }
+    dSend.upload(in);
+    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, cfg.op, dc, stream)) << spcclGetLastError(dev);
+    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), cfg.op, hc, nullptr))
+        << spcclGetLastError(host);
+    ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+    const std::vector<unsigned char> dOut = dRecv.download();
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(dc, dRes.data(), cfg.count));
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(hc, hRes.data(), cfg.count));
+    if (exact) {
+      ASSERT_EQ(0, std::memcmp(dOut.data(), hRecv.data(), bytes)) << "output differs from the host path";
+      ASSERT_EQ(0, std::memcmp(dRes.data(), hRes.data(), cfg.count * sizeof(float))) << "residual differs";
+    } else if (cfg.type == spcclFloat32) {
+      for (size_t i = 0; i < cfg.count; ++i) {
+        float a, b;
+        std::memcpy(&a, dOut.data() + 4 * i, 4);
+        std::memcpy(&b, hRecv.data() + 4 * i, 4);
+        if (!std::isfinite(a) || !std::isfinite(b)) {
+          ASSERT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << "element " << i << ": " << a << " vs " << b;
+          continue;
+        }
+        ASSERT_NEAR(a, b, 1e-5f * (1.0f + std::fabs(b))) << "element " << i;
+      }
+    }
+    spcclStats_t ds, hs;
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(dc, &ds));
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(hc, &hs));
+    ASSERT_EQ(ds.thresholdUpdates, hs.thresholdUpdates) << "tau estimated on different calls";
+    if (!fixedMode) {  // fixed mode keeps the count on the device
+      ASSERT_EQ(ds.lastSelected, hs.lastSelected);
+    }
+  }
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
+}
+
+TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
+  const size_t counts[] = {1, 1000, 3 * 4096 + 5, (size_t{1} << 20) + 7};
+  for (size_t n : counts)
+    for (spcclDataType_t type : {spcclFloat32, spcclFloat16, spcclBfloat16})
+      for (spcclDataType_t wire : {spcclFloat32, spcclFloat16, spcclBfloat16}) {
+        if (n > 100000 && wire != type) continue;  // large size: one wire per type
+        compareWithHost(dev_, host_, {type, wire, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 3, n, false}, 7, stream_, rank_,
+                        ranks_);
+        if (HasFatalFailure()) return;
+      }
+  for (spcclRedOp_t op : {spcclSum, spcclAvg})
+    // (Not auto: the host's auto learns from its split calls, which the
+    // device runs as allgather, so the two may choose differently.)
+    for (int algo : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_DENSE})
+      for (int ef : {0, 1}) {
+        compareWithHost(dev_, host_, {spcclFloat32, spcclFloat32, op, algo, ef, 2, 50001, true}, 5, stream_, rank_,
+                        ranks_);
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST_F(NcclWorld, DropInAllReduceCompressesOnTheDevice) {
+  const size_t n = 200000;  // above SPCCL_MIN_COMPRESS_COUNT's default
+  std::mt19937_64 g(99 + rank_);
+  std::vector<unsigned char> in = randomInput(n, spcclFloat32, g, false);
+  Dev<unsigned char> d(n * 4);
+  d.upload(in);
+  std::vector<unsigned char> h = in;
+  ASSERT_EQ(spcclSuccess, spcclAllReduce(d.p, d.p, n, spcclFloat32, spcclSum, dev_, stream_))
+      << spcclGetLastError(dev_);
+  ASSERT_EQ(spcclSuccess, spcclAllReduce(h.data(), h.data(), n, spcclFloat32, spcclSum, host_, nullptr));
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+  EXPECT_EQ(0, std::memcmp(d.download().data(), h.data(), n * 4)) << "in-place drop-in differs from the host path";
+  spcclStats_t s;
+  ASSERT_EQ(spcclSuccess, spcclCommGetStats(dev_, &s));
+  EXPECT_EQ(s.compressedCalls, 1u);
+  if (ranks_ > 1) {
+    EXPECT_LT(s.bytesSent * 10, s.denseBytes);
+  }
+}
+
+TEST_F(NcclWorld, FixedCapacityModeMatchesHostWhenNothingOverflows) {
+  ASSERT_NO_FATAL_FAILURE(makeFixed());
+  // Tau estimated on every call: no stale tau, so nothing overflows and the
+  // fixed-capacity result is the host result.
+  for (spcclDataType_t wire : {spcclFloat32, spcclBfloat16}) {
+    compareWithHost(devFixed_, host_, {spcclFloat32, wire, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 1, 70001, false}, 4,
+                    stream_, rank_, ranks_, true);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(NcclWorld, FixedCapacityModeIsGraphCapturableAndConserves) {
+  ASSERT_NO_FATAL_FAILURE(makeFixed());
+  const size_t n = 100003;
+  spcclCompressConfig_t c;
+  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
+  c.density = 0.01f;
+  c.thresholdInterval = 1000000;  // one estimate (the warm-up call); the graph replays the stored tau
+  c.algorithm = SPCCL_ALGO_ALLGATHER;
+  spcclCompressor_t dc = nullptr, hc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(devFixed_, n, spcclFloat32, &c, &dc));
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(host_, n, spcclFloat32, &c, &hc));
+  std::mt19937_64 g(5 + rank_);
+  Dev<unsigned char> dSend(n * 4), dRecv(n * 4);
+  std::vector<unsigned char> hRecv(n * 4);
+  // Warm-up (allocates, estimates tau), outside the graph.
+  std::vector<unsigned char> in = randomInput(n, spcclFloat32, g, false);
+  dSend.upload(in);
+  ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, spcclSum, dc, stream_))
+      << spcclGetLastError(devFixed_);
+  ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), spcclSum, hc, nullptr));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  ASSERT_EQ(0, std::memcmp(dRecv.download().data(), hRecv.data(), n * 4));
+  // Capture one call, replay it on new data three times.
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const spcclResult_t captured = spcclAllReduceCompressed(dSend.p, dRecv.p, spcclSum, dc, stream_);
+  CUDA_OK(cudaStreamEndCapture(stream_, &graph));
+  ASSERT_EQ(spcclSuccess, captured) << spcclGetLastError(devFixed_);
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<float> dRes(n), hRes(n);
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    in = randomInput(n, spcclFloat32, g, false);
+    dSend.upload(in);
+    CUDA_OK(cudaGraphLaunch(exec, stream_));
+    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), spcclSum, hc, nullptr));
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    const std::vector<unsigned char> dOut = dRecv.download();
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(dc, dRes.data(), n));
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(hc, hRes.data(), n));
+    // Nothing overflows at a fresh tau on same-distribution data only by
+    // luck; where it does, the fixed mode keeps the overflow in the residual
+    // while the host re-estimates. Conservation holds either way; equality
+    // with the host only where the host did not re-estimate.
+    spcclStats_t hs;
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(hc, &hs));
+    if (hs.thresholdUpdates == 1) {
+      ASSERT_EQ(0, std::memcmp(dOut.data(), hRecv.data(), n * 4)) << "graph replay differs from the host path";
+      ASSERT_EQ(0, std::memcmp(dRes.data(), hRes.data(), n * 4));
+    }
+    if (ranks_ == 1) {  // fp32 wire, one rank: out + residual == send + previous residual, element by element
+      for (size_t i = 0; i < n; i += 101) {
+        float o, r = dRes[i];
+        std::memcpy(&o, dOut.data() + 4 * i, 4);
+        ASSERT_TRUE(o == 0.0f || r == 0.0f) << "element " << i << " both sent and kept";
+      }
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
+}
+
+TEST_F(NcclWorld, ExactCollectivesMatchMpi) {
+  const size_t n = 4099;
+  std::vector<int32_t> in(n), out(n * ranks_), want(n * ranks_);
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i * 7 + rank_ * 1000003);
+  Dev<int32_t> dIn(n), dOut(n * ranks_);
+  dIn.upload(in);
+  // allreduce (int: exact in any order), max
+  ASSERT_EQ(spcclSuccess, spcclAllReduce(dIn.p, dOut.p, n, spcclInt32, spcclMax, dev_, stream_));
+  ASSERT_EQ(spcclSuccess, spcclAllReduce(in.data(), want.data(), n, spcclInt32, spcclMax, host_, nullptr));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  out = dOut.download();
+  ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * 4)) << "allreduce";
+  // allgather
+  ASSERT_EQ(spcclSuccess, spcclAllGather(dIn.p, dOut.p, n, spcclInt32, dev_, stream_));
+  ASSERT_EQ(spcclSuccess, spcclAllGather(in.data(), want.data(), n, spcclInt32, host_, nullptr));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  out = dOut.download();
+  ASSERT_EQ(out, want) << "allgather";
+  // alltoall, out of place and in place
+  std::vector<int32_t> blocks(n * ranks_);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i + 31 * rank_);
+  Dev<int32_t> dBlocks(n * ranks_);
+  dBlocks.upload(blocks);
+  ASSERT_EQ(spcclSuccess, spcclAlltoAll(dBlocks.p, dOut.p, n, spcclInt32, dev_, stream_));
+  ASSERT_EQ(spcclSuccess, spcclAlltoAll(blocks.data(), want.data(), n, spcclInt32, host_, nullptr));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  ASSERT_EQ(dOut.download(), want) << "alltoall";
+  ASSERT_EQ(spcclSuccess, spcclAlltoAll(dBlocks.p, dBlocks.p, n, spcclInt32, dev_, stream_));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  ASSERT_EQ(dBlocks.download(), want) << "in-place alltoall";
+}
+
+TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {
+  Dev<float> d(1000);
+  std::vector<float> h(1000, 1.0f);
+  // Compressed path: never (host kernels cannot read device memory).
+  spcclCompressor_t hc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(host_, 1000, spcclFloat32, nullptr, &hc));
+  EXPECT_EQ(spcclInvalidUsage, spcclAllReduceCompressed(d.p, h.data(), spcclSum, hc, nullptr));
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(host_), "sendbuff=")) << spcclGetLastError(host_);
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(host_), "spcclCommInitNccl")) << spcclGetLastError(host_);
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
+  // Exact path: only where the MPI is CUDA-aware (Debian's Open MPI is not).
+  const spcclResult_t r = spcclAllReduce(h.data(), d.p, 1000, spcclInt32, spcclSum, host_, nullptr);
+  EXPECT_TRUE(r == spcclInvalidUsage || r == spcclSuccess) << spcclGetErrorString(r);
+  // A stream on an MPI communicator.
+  EXPECT_EQ(spcclInvalidArgument,
+            spcclAllReduce(h.data(), h.data(), 1000, spcclFloat32, spcclSum, host_, static_cast<void*>(stream_)));
+}
+
+TEST_F(NcclWorld, NotYetOnTheDeviceIsAClearError) {
+  Dev<float> a(64 * ranks_), b(64 * ranks_);
+  spcclSelection_t sel = nullptr;
+  EXPECT_EQ(spcclInvalidUsage,
+            spcclAlltoAllRowsCompressed(a.p, b.p, 4, 16, spcclFloat32, 0.25f, &sel, dev_, stream_));
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev_), "not implemented yet")) << spcclGetLastError(dev_);
+  Dev<int64_t> ids(4), outIds(64);
+  size_t outN = 0;
+  EXPECT_EQ(spcclInvalidUsage, spcclAllReduceRowSparse(ids.p, a.p, 4, 16, spcclFloat32, outIds.p, b.p, 4, &outN,
+                                                       dev_, stream_));
+}
+
+TEST_F(NcclWorld, MismatchedCallsFailOnEveryRank) {
+  if (ranks_ < 2) GTEST_SKIP() << "needs 2 ranks";
+  const size_t n = 30000;
+  spcclCompressConfig_t c;
+  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
+  c.algorithm = SPCCL_ALGO_ALLGATHER;
+  spcclCompressor_t dc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &c, &dc));
+  Dev<float> d(n);
+  cudaMemset(d.p, 0, n * 4);
+  std::vector<float> before(n), after(n);
+  ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(dc, before.data(), n));
+  // Exact mode: rank 0 sums, the others average -> spcclInvalidUsage everywhere.
+  const spcclRedOp_t op = rank_ == 0 ? spcclSum : spcclAvg;
+  EXPECT_EQ(spcclInvalidUsage, spcclAllReduceCompressed(d.p, d.p, op, dc, stream_));
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev_), "mismatched")) << spcclGetLastError(dev_);
+  ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(dc, after.data(), n));
+  EXPECT_EQ(before, after) << "a rejected call changed the residual";
+  EXPECT_EQ(spcclSuccess, spcclAllReduceCompressed(d.p, d.p, spcclSum, dc, stream_)) << spcclGetLastError(dev_);
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+  // Fixed mode: found on the device, reported by the next call.
+  ASSERT_NO_FATAL_FAILURE(makeFixed());
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(devFixed_, n, spcclFloat32, &c, &dc));
+  EXPECT_EQ(spcclSuccess, spcclAllReduceCompressed(d.p, d.p, op, dc, stream_));
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+  EXPECT_EQ(spcclInvalidUsage, spcclAllReduceCompressed(d.p, d.p, spcclSum, dc, stream_));
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(devFixed_), "fixed-capacity")) << spcclGetLastError(devFixed_);
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+}
+
+// Needs no device: the arguments are checked before any CUDA or NCCL call.
+TEST(NcclArguments, NullHandlesAreInvalidArguments) {
+  spcclComm_t comm = reinterpret_cast<spcclComm_t>(0x1);
+  EXPECT_EQ(spcclInvalidArgument, spcclCommInitNccl(&comm, nullptr));
+  EXPECT_EQ(nullptr, comm) << "the output is cleared on failure";
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(nullptr), "nccl")) << spcclGetLastError(nullptr);
+  EXPECT_EQ(spcclInvalidArgument, spcclCommInitNccl(nullptr, reinterpret_cast<ncclComm_t>(0x1)));
+}
+
+}  // namespace
