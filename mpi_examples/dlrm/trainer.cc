@@ -66,12 +66,19 @@ std::vector<int> assignTables(const std::vector<int64_t>& sizes, int ranks) {
   std::vector<int> order(sizes.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b]; });
+  // At most ceil(T/P) tables per rank: the alltoall's blocks are padded to the
+  // largest rank's table count, so an uneven count would send zero rows.
+  const int cap = static_cast<int>((sizes.size() + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks));
   std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> count(static_cast<size_t>(ranks), 0);
   std::vector<int> owner(sizes.size(), 0);
   for (int t : order) {
-    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    owner[t] = r;
-    load[r] += sizes[t];
+    int best = -1;
+    for (int r = 0; r < ranks; ++r)
+      if (count[r] < cap && (best < 0 || load[r] < load[best])) best = r;
+    owner[t] = best;
+    load[best] += sizes[t];
+    ++count[best];
   }
   return owner;
 }

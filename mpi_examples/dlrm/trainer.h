@@ -24,8 +24,8 @@ struct Config {
   std::vector<int64_t> tableSizes;
   int bag = 1;
   int batch = 1024;  // global
-  int steps = 300;
-  float lr = 0.05f;
+  int steps = 500;
+  float lr = 0.01f;
   float embLr = 0.05f;
   Optimizer optimizer = Optimizer::kAdagrad;
   bool compressed = true;  // false: exact collectives (the dense baseline)
@@ -79,7 +79,8 @@ struct RunResult {
 };
 
 // The greedy balance: tables by size, largest first, each to the rank with
-// the fewest rows so far (lowest rank on ties). owner[t] = rank.
+// the fewest rows so far among those holding fewer than ceil(T/P) tables
+// (lowest rank on ties). owner[t] = rank.
 std::vector<int> assignTables(const std::vector<int64_t>& sizes, int ranks);
 
 class Trainer {
