@@ -117,6 +117,9 @@ if [ "$mode" = cmake ]; then
   [ "$tests" = ON ] && targets+=(spccl_gpu_tests)
   # The collectives end to end over NCCL (tests/gpu/nccl_collectives_test.cc):
   # built where CMake found NCCL (and MPI, which the library needs anyway).
+  if grep -q "NCCL transport ON" "$logs/configure.log"; then
+    targets+=(spccl_nccl)  # libspccl_nccl.so, for the unmodified-program run below
+  fi
   if [ "$tests" = ON ] && grep -q "NCCL transport ON" "$logs/configure.log"; then
     targets+=(spccl_gpu_nccl_tests)
   else
@@ -240,6 +243,32 @@ if [ -n "$nccl_lib" ]; then
   fi
 else
   add "nccl smoke: SKIPPED (no nccl.h + libnccl under NCCL_HOME, the CUDA toolkit, /usr or python's nvidia.nccl)"
+fi
+
+# ---- 4b. an unmodified NCCL program, plain and under LD_PRELOAD=libspccl_nccl.so
+interposer=$build/interpose/libspccl_nccl.so
+if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
+  say "unmodified NCCL program under LD_PRELOAD=libspccl_nccl.so"
+  set +e
+  nvcc -std=c++17 -O2 -I"$nccl_inc" "$repo/perf/gpu/nccl_plain_sgd.cc" "$nccl_lib" \
+    -Xlinker -rpath -Xlinker "$(dirname "$nccl_lib")" -o "$bin/nccl_plain_sgd" >"$logs/preload.log" 2>&1 &&
+    timeout 90 "$bin/nccl_plain_sgd" >"$logs/plain.log" 2>&1 &&
+    SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO LD_PRELOAD="$interposer" timeout 90 "$bin/nccl_plain_sgd" \
+      >"$logs/preloaded.log" 2>&1
+  prc=$?
+  set -e
+  plain=$(grep "final loss" "$logs/plain.log" 2>/dev/null | awk '{print $3}')
+  pre=$(grep "final loss" "$logs/preloaded.log" 2>/dev/null | awk '{print $3}')
+  used=$(grep -c "handed to spccl" "$logs/preloaded.log" 2>/dev/null || true)
+  grep "libspccl_nccl" "$logs/preloaded.log" | tail -2 || true
+  if [ $prc = 0 ] && [ "${used:-0}" -ge 1 ]; then
+    add "LD_PRELOAD libspccl_nccl.so: ok, final loss plain $plain, compressed $pre (preloaded.log)"
+  else
+    add "LD_PRELOAD libspccl_nccl.so: FAILED (exit $prc, spccl report lines: ${used:-0}; see preload/plain/preloaded.log)"
+    status=1
+  fi
+else
+  add "LD_PRELOAD libspccl_nccl.so: SKIPPED (needs NCCL and the CMake build of interpose/)"
 fi
 
 # ---- 3. benchmark

@@ -333,19 +333,19 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   auto* recvIdx = s.recvIndices.get<uint32_t>();
   auto* recvVal = s.recvValues.get<unsigned char>();
   ncclComm_t nc = t.nccl();
-  SPCCL_NCCL_CHECK(ncclGroupStart(), nc);
+  SPCCL_NCCL_CHECK(pncclGroupStart(), nc);
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
     if (nnz[me] > 0) {
-      SPCCL_NCCL_CHECK(ncclSend(s.indices.get(), nnz[me] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
-      SPCCL_NCCL_CHECK(ncclSend(s.values.get(), nnz[me] * vb, ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK(pncclSend(s.indices.get(), nnz[me] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK(pncclSend(s.values.get(), nnz[me] * vb, ncclUint8, q, nc, stream), nc);
     }
     if (nnz[q] > 0) {
-      SPCCL_NCCL_CHECK(ncclRecv(recvIdx + offset[q], nnz[q] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
-      SPCCL_NCCL_CHECK(ncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK(pncclRecv(recvIdx + offset[q], nnz[q] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK(pncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
     }
   }
-  SPCCL_NCCL_CHECK(ncclGroupEnd(), nc);
+  SPCCL_NCCL_CHECK(pncclGroupEnd(), nc);
   SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
   for (int r = 0; r < p; ++r) {
     const uint32_t* idx = r == me ? s.indices.get<uint32_t>() : recvIdx + offset[r];
@@ -394,11 +394,11 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   SPCCL_RETURN_IF_ERROR(
       cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated), stream));
   ncclComm_t nc = t.nccl();
-  SPCCL_NCCL_CHECK(ncclGroupStart(), nc);
-  SPCCL_NCCL_CHECK(ncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);
-  SPCCL_NCCL_CHECK(ncclAllGather(myIdx, idxAll, capacity * sizeof(uint32_t), ncclUint8, nc, stream), nc);
-  SPCCL_NCCL_CHECK(ncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
-  SPCCL_NCCL_CHECK(ncclGroupEnd(), nc);
+  SPCCL_NCCL_CHECK(pncclGroupStart(), nc);
+  SPCCL_NCCL_CHECK(pncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK(pncclAllGather(myIdx, idxAll, capacity * sizeof(uint32_t), ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK(pncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK(pncclGroupEnd(), nc);
   auto* counts = s.fixedCounts.get<uint64_t>();
   SPCCL_RETURN_IF_ERROR(cuda::resolveFixedCounts(records, p, counts, comm.device->errorDevice, stream));
   SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
@@ -429,7 +429,7 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof(int)));
   int bad = envOk ? 0 : 1;
   SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), &bad, sizeof bad, cudaMemcpyHostToDevice));
-  SPCCL_NCCL_CHECK(ncclAllReduce(flag.get(), flag.get(), 1, ncclInt32, ncclMax, nccl, nullptr), nccl);
+  SPCCL_NCCL_CHECK(pncclAllReduce(flag.get(), flag.get(), 1, ncclInt32, ncclMax, nccl, nullptr), nccl);
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   SPCCL_CUDA_CHECK(cudaMemcpy(&bad, flag.get(), sizeof bad, cudaMemcpyDeviceToHost));
   if (!envOk) return invalidUsage("this rank's SPCCL_* environment is invalid (see the log)");

@@ -16,17 +16,17 @@ Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char
     case ncclRemoteError: code = spcclRemoteError; break;
     default: break;
   }
-  const char* detail = comm != nullptr ? ncclGetLastError(comm) : nullptr;
-  return Status(code, formatString("NCCL call %s failed at %s:%d: %s%s%s", call, file, line, ncclGetErrorString(r),
+  const char* detail = comm != nullptr ? pncclGetLastError(comm) : nullptr;
+  return Status(code, formatString("NCCL call %s failed at %s:%d: %s%s%s", call, file, line, pncclGetErrorString(r),
                                    detail && *detail ? " - " : "", detail ? detail : ""));
 }
 
 Status NcclTransport::create(ncclComm_t comm, std::unique_ptr<NcclTransport>* out) {
   std::unique_ptr<NcclTransport> t(new NcclTransport());
   t->comm_ = comm;
-  SPCCL_NCCL_CHECK(ncclCommUserRank(comm, &t->rank_), comm);
-  SPCCL_NCCL_CHECK(ncclCommCount(comm, &t->size_), comm);
-  SPCCL_NCCL_CHECK(ncclCommCuDevice(comm, &t->device_), comm);
+  SPCCL_NCCL_CHECK(pncclCommUserRank(comm, &t->rank_), comm);
+  SPCCL_NCCL_CHECK(pncclCommCount(comm, &t->size_), comm);
+  SPCCL_NCCL_CHECK(pncclCommCuDevice(comm, &t->device_), comm);
   *out = std::move(t);
   return Status::ok();
 }
@@ -38,7 +38,7 @@ NcclTransport::~NcclTransport() {
 Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                      spcclRedOp_t op) {
   // spcclDataType_t and spcclRedOp_t carry NCCL's values (include/spccl.h).
-  SPCCL_NCCL_CHECK(ncclAllReduce(sendbuff, recvbuff, count, static_cast<ncclDataType_t>(type),
+  SPCCL_NCCL_CHECK(pncclAllReduce(sendbuff, recvbuff, count, static_cast<ncclDataType_t>(type),
                                  static_cast<ncclRedOp_t>(op), comm_, stream_),
                    comm_);
   return Status::ok();
@@ -46,7 +46,7 @@ Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_
 
 Status NcclTransport::allGather(const void* send, size_t bytes, void* recv) {
   // NCCL's in-place form is the same as ours: send == recv + rank * bytes.
-  SPCCL_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), comm_);
+  SPCCL_NCCL_CHECK(pncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), comm_);
   return Status::ok();
 }
 
@@ -55,14 +55,14 @@ Status NcclTransport::allGatherV(const void* send, size_t sendBytes, void* recv,
   auto* out = static_cast<unsigned char*>(recv);
   if (sendBytes > 0 && out + recvOffsets[rank_] != send)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + recvOffsets[rank_], send, sendBytes, cudaMemcpyDeviceToDevice, stream_));
-  SPCCL_NCCL_CHECK(ncclGroupStart(), comm_);
+  SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
-    if (sendBytes > 0) SPCCL_NCCL_CHECK(ncclSend(send, sendBytes, ncclUint8, q, comm_, stream_), comm_);
+    if (sendBytes > 0) SPCCL_NCCL_CHECK(pncclSend(send, sendBytes, ncclUint8, q, comm_, stream_), comm_);
     if (recvBytes[q] > 0)
-      SPCCL_NCCL_CHECK(ncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
+      SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_NCCL_CHECK(ncclGroupEnd(), comm_);
+  SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
   return Status::ok();
 }
 
@@ -84,13 +84,13 @@ Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
   if (bytes > 0)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + rank_ * bytes, in + rank_ * bytes, bytes, cudaMemcpyDeviceToDevice,
                                      stream_));
-  SPCCL_NCCL_CHECK(ncclGroupStart(), comm_);
+  SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
   for (int q = 0; q < size_ && bytes > 0; ++q) {
     if (q == rank_) continue;
-    SPCCL_NCCL_CHECK(ncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
-    SPCCL_NCCL_CHECK(ncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
+    SPCCL_NCCL_CHECK(pncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
+    SPCCL_NCCL_CHECK(pncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_NCCL_CHECK(ncclGroupEnd(), comm_);
+  SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
   return Status::ok();
 }
 
@@ -101,15 +101,15 @@ Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const
   if (sendBytes[rank_] > 0)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + recvOffsets[rank_], in + sendOffsets[rank_], sendBytes[rank_],
                                      cudaMemcpyDeviceToDevice, stream_));
-  SPCCL_NCCL_CHECK(ncclGroupStart(), comm_);
+  SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     if (sendBytes[q] > 0)
-      SPCCL_NCCL_CHECK(ncclSend(in + sendOffsets[q], sendBytes[q], ncclUint8, q, comm_, stream_), comm_);
+      SPCCL_NCCL_CHECK(pncclSend(in + sendOffsets[q], sendBytes[q], ncclUint8, q, comm_, stream_), comm_);
     if (recvBytes[q] > 0)
-      SPCCL_NCCL_CHECK(ncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
+      SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_NCCL_CHECK(ncclGroupEnd(), comm_);
+  SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
   return Status::ok();
 }
 

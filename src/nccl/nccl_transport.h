@@ -3,6 +3,10 @@
 // collective) and returns without waiting: completion is stream-ordered, as
 // with NCCL itself. Variable-size exchanges are ncclSend/ncclRecv pairs
 // inside one ncclGroupStart/End.
+//
+// spccl calls NCCL only by its profiling names (pncclAllGather, ...): its own
+// traffic must never come back through an interposer of the nccl* names,
+// libspccl_nccl.so's or a profiler's.
 #pragma once
 
 #include <cuda_runtime_api.h>

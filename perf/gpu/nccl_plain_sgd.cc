@@ -1,0 +1,69 @@
+// An unmodified NCCL program for the interposer's device check: it knows
+// nothing of spccl. One rank, one GPU: gradient descent on a least-squares
+// problem whose gradient goes through ncclAllReduce (avg) every step.
+// Prints the loss every 10 steps and the final loss. Run it plain and with
+//   LD_PRELOAD=libspccl_nccl.so SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO
+// (perf/gpu/device_check.sh does both): the compressed gradient (1% of the
+// entries per step, error feedback) must still drive the loss down.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#define PLAIN_CHECK(call, ok, msg)                        \
+  do {                                                    \
+    if (!(ok)) {                                          \
+      std::printf("nccl_plain_sgd: FAILED: %s: %s\n", #call, msg); \
+      return 1;                                           \
+    }                                                     \
+  } while (0)
+#define CUDA_CALL(call)                                   \
+  do {                                                    \
+    cudaError_t e_ = (call);                              \
+    PLAIN_CHECK(call, e_ == cudaSuccess, cudaGetErrorString(e_)); \
+  } while (0)
+#define NCCL_CALL(call)                                   \
+  do {                                                    \
+    ncclResult_t r_ = (call);                             \
+    PLAIN_CHECK(call, r_ == ncclSuccess, ncclGetErrorString(r_)); \
+  } while (0)
+
+int main() {
+  const size_t n = size_t{1} << 20;
+  const int steps = 60;
+  const float lr = 0.5f;
+  std::mt19937 g(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> target(n), w(n, 0.0f), grad(n);
+  for (float& t : target) t = normal(g);
+  ncclComm_t comm;
+  int dev = 0;
+  NCCL_CALL(ncclCommInitAll(&comm, 1, &dev));
+  cudaStream_t stream;
+  CUDA_CALL(cudaStreamCreate(&stream));
+  float* d = nullptr;
+  CUDA_CALL(cudaMalloc(&d, n * sizeof(float)));
+  double loss = 0;
+  for (int step = 0; step <= steps; ++step) {
+    loss = 0;
+    for (size_t i = 0; i < n; ++i) {
+      grad[i] = w[i] - target[i];
+      loss += 0.5 * static_cast<double>(grad[i]) * grad[i];
+    }
+    loss /= static_cast<double>(n);
+    if (step % 10 == 0) std::printf("step %3d loss %.6f\n", step, loss);
+    if (step == steps) break;
+    CUDA_CALL(cudaMemcpy(d, grad.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    NCCL_CALL(ncclAllReduce(d, d, n, ncclFloat32, ncclAvg, comm, stream));
+    CUDA_CALL(cudaStreamSynchronize(stream));
+    CUDA_CALL(cudaMemcpy(grad.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) w[i] -= lr * grad[i];
+  }
+  std::printf("final loss %.6f\n", loss);
+  CUDA_CALL(cudaFree(d));
+  NCCL_CALL(ncclCommDestroy(comm));
+  return std::isfinite(loss) ? 0 : 1;
+}
