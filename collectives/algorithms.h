@@ -14,6 +14,8 @@
 
 namespace spccl {
 
+struct Integrity;  // src/codec.h
+
 struct AlgorithmInfo {
   int id;  // SPCCL_ALGO_*
   const char* name;
@@ -52,6 +54,7 @@ struct ReduceContext {
   Workspace* ws;
   uint64_t bytesSent = 0;      // out: bytes put on the wire to other ranks
   uint64_t mergedNnz = 0;      // out (split): pairs after the owners' merge, all ranges
+  Integrity* integrity = nullptr;  // seals every stream sent (SPCCL_CHECKSUM); nullptr = none
 };
 
 // [begin, end) of the index range rank r owns in the split algorithm: P

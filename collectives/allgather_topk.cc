@@ -86,6 +86,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
     info.kind = StreamKind::kDense;
     encodeDense(ws.sendBytes.data(), info, comm.floats.data(), nullptr);
   }
+  sealStream(&comm.integrity, ws.sendBytes.data(), ws.sizes[me]);
   ws.recvBytes.resize(total);
   SPCCL_RETURN_IF_ERROR(
       t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));

@@ -101,6 +101,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
     encodeRows(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
                s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
                values.data() + ws.cuts[j], nnz, wire, seq);
+    sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
   }
   ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
   ws.recvCounts.resize(p);
@@ -200,9 +201,11 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
     host::loadFloats(static_cast<const char*>(gradSend) + row * rowLen * esize, s.dataType, rowLen, comm.floats.data());
     for (uint32_t k = 0; k < s.recvCounts[row]; ++k, ++e) values[e] = comm.floats[s.recvPositions[e]];
   }
-  for (int j = 0; j < p; ++j)
+  for (int j = 0; j < p; ++j) {
     encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j], ws.cuts[j + 1] - ws.cuts[j],
                  rowsPerPeer, rowLen, s.wire, seq);
+    sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
+  }
   ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
   SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                     ws.recvSizes.data(), ws.recvOffsets.data()));

@@ -148,6 +148,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     ws.recvBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
     ws.sendBytes.resize(ws.sizes[me]);
     encodeIdRows(ws.sendBytes.data(), mine.ids.data(), mine.rows.data(), myUnique, rowLen, vb, seq);
+    sealStream(&comm.integrity, ws.sendBytes.data(), ws.sizes[me]);
     SPCCL_RETURN_IF_ERROR(
         t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
     bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
@@ -164,9 +165,11 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     ws.sizes.resize(p);
     for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(parts[r].ids.size(), rowLen, vb);
     ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
-    for (int r = 0; r < p; ++r)
+    for (int r = 0; r < p; ++r) {
       encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(),
                    parts[r].ids.size(), rowLen, vb, seq);
+      sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
+    }
     ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
     ws.recvCounts.resize(p);
     SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
@@ -192,6 +195,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     ws.stageBytes.resize(ownedBytes);
     encodeIdRows(ws.stageBytes.data(), owned.ids.data(), owned.rows.data(), owned.ids.size(), rowLen, vb, seq);
     if (!local.isOk()) ws.stageBytes[offsetof(RowsHeader, status)] = static_cast<unsigned char>(local.code());
+    sealStream(&comm.integrity, ws.stageBytes.data(), ownedBytes);  // after the status byte
     SPCCL_RETURN_IF_ERROR(t.allGather(&ownedBytes, sizeof ownedBytes, ws.recvCounts.data()));
     for (int r = 0; r < p; ++r)
       ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r,

@@ -24,6 +24,7 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
                         ctx->wire, StreamKind::kPairs};
   ws.sendBytes.resize(ws.sizes[me]);
   encodePairs(ws.sendBytes.data(), info, mine.indices, mine.values);
+  sealStream(ctx->integrity, ws.sendBytes.data(), ws.sizes[me]);
   ws.recvBytes.resize(total);
   SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(),
                                      ws.offsets.data()));

@@ -96,6 +96,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
                           StreamKind::kPairs};
     encodePairs(ws.sendBytes.data() + ws.offsets[r], info, mine.indices + starts[r],
                 static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
+    sealStream(ctx->integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
   }
   for (int r = 0; r < p; ++r) ws.counts[r] = ws.sizes[r];
   SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
@@ -132,6 +133,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     ws.stageBytes.resize(kErrorStreamBytes);
     myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());
   }
+  sealStream(ctx->integrity, ws.stageBytes.data(), myBytes);
   uint64_t myBytes64 = myBytes;
   SPCCL_RETURN_IF_ERROR(t.allGather(&myBytes64, sizeof myBytes64, ws.recvCounts.data()));
   total = 0;

@@ -243,6 +243,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     c->ranks = t->size();
     c->transport = std::move(t);
     c->params = params;
+    c->integrity = Integrity{params.checksum, params.testCorruptStreams};
     {
       std::lock_guard<std::mutex> lock(registry().mu);
       c->id = registry().nextId++;

@@ -2,6 +2,11 @@
 
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define SPCCL_CRC32C_X86 1
+#endif
+
 #include "include/spccl.h"
 #include "kernels/host/host_kernels.h"
 #include "collectives/algorithms.h"
@@ -90,11 +95,15 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
   if (bytes < sizeof(StreamHeader) || data == nullptr)
     return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its %zu-byte header", peer,
                                     bytes, sizeof(StreamHeader)));
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   StreamHeader h;
   std::memcpy(&h, data, sizeof h);
   if (h.magic != kStreamMagic || h.version != kStreamVersion)
     return remoteError(formatString("stream from rank %d has bad magic 0x%08x or version %u", peer, h.magic,
                                     static_cast<unsigned>(h.version)));
+  const bool sealed = (h.reserved0 & kChecksumFlag) != 0;  // reserved1 holds the (verified) CRC
+  if ((h.reserved0 & ~kChecksumFlag) != 0 || (!sealed && h.reserved1 != 0))
+    return remoteError(formatString("stream from rank %d has non-zero reserved header fields", peer));
   if (h.kind == static_cast<uint8_t>(StreamKind::kError)) {
     // Elsewhere an error marker is a corrupt stream: never an empty contribution.
     if (!e.allowError) return remoteError(formatString("rank %d sent an error marker where data was expected", peer));
@@ -103,7 +112,7 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
                                                                               : spcclRemoteError;
     return Status::ok();
   }
-  if (h.reserved0 != 0 || h.reserved1 != 0 || h.status != 0)
+  if (h.status != 0)
     return remoteError(formatString("stream from rank %d has non-zero reserved header fields", peer));
   if (h.seq != e.seq)
     return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
@@ -216,5 +225,122 @@ void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
     host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase);
 }
 
-}  // namespace spccl
+// ---- CRC32C ----
 
+namespace {
+
+// Slicing-by-8 tables of the reflected Castagnoli polynomial.
+struct Crc32cTables {
+  uint32_t t[8][256];
+  Crc32cTables() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1u) ? 0x82F63B78u : 0u);
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFFu];
+  }
+};
+
+const Crc32cTables& crcTables() {
+  static const Crc32cTables tables;
+  return tables;
+}
+
+#if SPCCL_CRC32C_X86
+__attribute__((target("sse4.2"))) uint32_t crc32cSse42(uint32_t crc, const unsigned char* p, size_t n) {
+  uint64_t c = ~crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    c = _mm_crc32_u64(c, w);
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+  return ~c32;
+}
+#endif
+
+}  // namespace
+
+uint32_t crc32cSoftware(uint32_t crc, const void* data, size_t n) {
+  const Crc32cTables& T = crcTables();
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t c = ~crc;
+  for (; n >= 8; n -= 8, p += 8) {  // little-endian word loads
+    uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + 4, 4);
+    lo ^= c;
+    c = T.t[7][lo & 0xFFu] ^ T.t[6][(lo >> 8) & 0xFFu] ^ T.t[5][(lo >> 16) & 0xFFu] ^ T.t[4][lo >> 24] ^
+        T.t[3][hi & 0xFFu] ^ T.t[2][(hi >> 8) & 0xFFu] ^ T.t[1][(hi >> 16) & 0xFFu] ^ T.t[0][hi >> 24];
+  }
+  for (; n > 0; --n, ++p) c = (c >> 8) ^ T.t[0][(c ^ *p) & 0xFFu];
+  return ~c;
+}
+
+bool crc32cHardwareAvailable() {
+#if SPCCL_CRC32C_X86
+  static const bool available = __builtin_cpu_supports("sse4.2");
+  return available;
+#else
+  return false;
+#endif
+}
+
+uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes) {
+#if SPCCL_CRC32C_X86
+  if (crc32cHardwareAvailable()) return crc32cSse42(crc, static_cast<const unsigned char*>(data), bytes);
+#endif
+  return crc32cSoftware(crc, data, bytes);
+}
+
+uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes) {
+  return crc32cHardwareAvailable() ? crc32cHardware(crc, data, bytes) : crc32cSoftware(crc, data, bytes);
+}
+
+uint32_t crc32c(const void* data, size_t bytes) { return crc32cExtend(0, data, bytes); }
+
+namespace {
+
+// CRC of a stream with the 4 bytes at kCrcOffset read as zero.
+uint32_t streamCrc(const unsigned char* p, size_t bytes) {
+  static const unsigned char kZero[4] = {0, 0, 0, 0};
+  uint32_t c = crc32cExtend(0, p, kCrcOffset);
+  c = crc32cExtend(c, kZero, sizeof kZero);
+  return crc32cExtend(c, p + kCrcOffset + 4, bytes - kCrcOffset - 4);
+}
+
+}  // namespace
+
+void Integrity::seal(void* stream, size_t bytes) {
+  if (bytes < sizeof(StreamHeader)) return;
+  auto* p = static_cast<unsigned char*>(stream);
+  if (checksum) {
+    p[kFlagsOffset] |= kChecksumFlag;
+    const uint32_t crc = streamCrc(p, bytes);
+    std::memcpy(p + kCrcOffset, &crc, sizeof crc);
+  }
+  if (corruptLeft > 0) {  // SPCCL_TEST_CORRUPT_STREAMS: a bit flipped in transit
+    --corruptLeft;
+    p[bytes / 2] ^= 0x10;
+  }
+}
+
+Status verifyStream(const void* data, size_t bytes, int peer) {
+  if (data == nullptr || bytes < sizeof(StreamHeader)) return Status::ok();  // the parser reports the size
+  const auto* p = static_cast<const unsigned char*>(data);
+  if ((p[kFlagsOffset] & kChecksumFlag) == 0) return Status::ok();
+  uint32_t carried;
+  std::memcpy(&carried, p + kCrcOffset, sizeof carried);
+  const uint32_t computed = streamCrc(p, bytes);
+  if (computed != carried)
+    return remoteError(formatString("stream from rank %d failed its CRC32C check (SPCCL_CHECKSUM=1): %zu bytes "
+                                    "hash to 0x%08x, the stream carries 0x%08x; it was corrupted in transit or "
+                                    "in memory",
+                                    peer, bytes, computed, carried));
+  return Status::ok();
+}
+
+}  // namespace spccl

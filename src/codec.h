@@ -48,6 +48,9 @@ struct StreamHeader {
   uint64_t seq;  // the communicator's call sequence number
 };
 static_assert(sizeof(StreamHeader) == 56, "wire header must stay 56 bytes");
+// Where both header layouts keep the checksum flag and the CRC32C (SPCCL_CHECKSUM, below).
+constexpr size_t kFlagsOffset = 11;
+constexpr size_t kCrcOffset = 12;
 
 constexpr size_t alignStream(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 
@@ -149,6 +152,9 @@ struct RowsHeader {
   uint64_t seq;
 };
 static_assert(sizeof(RowsHeader) == sizeof(StreamHeader), "row streams share the header size");
+static_assert(offsetof(StreamHeader, reserved0) == kFlagsOffset && offsetof(StreamHeader, reserved1) == kCrcOffset &&
+                  offsetof(RowsHeader, flags) == kFlagsOffset && offsetof(RowsHeader, reserved1) == kCrcOffset,
+              "the checksum flag and CRC sit at the same offsets in both header layouts");
 
 enum class Collective : uint8_t {
   kAlltoAllRows = 1,
@@ -210,5 +216,39 @@ struct IdRowsView {
 Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq, int peer,
                    IdRowsView* out);
 int64_t idAt(const IdRowsView& v, uint64_t i);
+
+// ---- Stream integrity (SPCCL_CHECKSUM=1) ----
+// CRC32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and
+// final xor ~0; crc32c("123456789") == 0xE3069283). The SSE4.2 instruction
+// where the CPU has it (checked once at run time), else slicing-by-8 tables.
+uint32_t crc32c(const void* data, size_t bytes);
+// Continues a CRC: crc32cExtend(crc32c(a), b) == crc32c(a followed by b).
+uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes);
+uint32_t crc32cSoftware(uint32_t crc, const void* data, size_t bytes);
+bool crc32cHardwareAvailable();
+uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes);  // only where available
+
+// Both header layouts have a flags byte at offset 11 (StreamHeader::reserved0,
+// RowsHeader::flags) and a 32-bit field at offset 12 (reserved1). A sealed
+// stream has kChecksumFlag set there and, at offset 16, the CRC32C of the
+// whole stream (padding included) computed with those 4 bytes as zero.
+// Receivers verify every stream that carries the flag before reading any
+// other field; a mismatch is spcclRemoteError.
+constexpr uint8_t kChecksumFlag = 0x01;
+
+// A communicator's integrity settings; the collectives seal every stream
+// they send with it after encoding.
+struct Integrity {
+  bool checksum = false;     // SPCCL_CHECKSUM
+  uint64_t corruptLeft = 0;  // SPCCL_TEST_CORRUPT_STREAMS: test hook, flips one bit in
+                             // each of the next N streams sealed (after the CRC)
+  void seal(void* stream, size_t bytes);
+};
+inline void sealStream(Integrity* integrity, void* stream, size_t bytes) {
+  if (integrity != nullptr) integrity->seal(stream, bytes);
+}
+
+// Checks the CRC of a stream that carries kChecksumFlag; other streams pass.
+Status verifyStream(const void* data, size_t bytes, int peer);
 
 }  // namespace spccl

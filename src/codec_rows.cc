@@ -55,6 +55,7 @@ uint32_t loadU32(const unsigned char* p) {
 Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t seq, int peer, RowsHeader* h) {
   if (data == nullptr || bytes < sizeof(RowsHeader))
     return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   std::memcpy(h, data, sizeof *h);
   if (h->magic != kStreamMagic || h->version != kStreamVersion)
     return remoteError(formatString("stream from rank %d has bad magic or version", peer));
@@ -63,7 +64,13 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
                                      "sequences differ",
                                      peer, static_cast<unsigned long long>(h->seq),
                                      static_cast<unsigned long long>(seq)));
-  if (h->kind != static_cast<uint8_t>(kind) || h->status != 0 || h->flags != 0 || h->reserved1 != 0)
+  if (h->status != 0)  // the row-sparse partition's flagged stage-3 stream
+    return remoteError(formatString("rank %d reports that it rejected its input (%s); see its log", peer,
+                                    h->status < spcclNumResults ? spcclGetErrorString(static_cast<spcclResult_t>(h->status))
+                                                                : "unknown code"));
+  const bool sealed = (h->flags & kChecksumFlag) != 0;  // reserved1 holds the (verified) CRC
+  if (h->kind != static_cast<uint8_t>(kind) || h->status != 0 || (h->flags & ~kChecksumFlag) != 0 ||
+      (!sealed && h->reserved1 != 0))
     return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)",
                                     peer, static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
   return Status::ok();

@@ -82,6 +82,7 @@ struct spcclComm {
   std::vector<uint64_t> ranks64;
   std::vector<spccl::CallDescriptor> descriptors;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
+  spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation
 
   spccl::Status exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                spcclRedOp_t op, spcclStats_t* call);

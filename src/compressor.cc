@@ -144,6 +144,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
     for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
     ReduceContext ctx{&t, seq, count, wire, algorithm, nnzPerRank.data(), out,
                       config.errorFeedback ? residual[current].data() : nullptr, &workspace};
+    ctx.integrity = &comm->integrity;
     SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit({indices.data(), values.data(), nnz}, &ctx)
                                                         : sparseAllgather({indices.data(), values.data(), nnz}, &ctx));
     if (algorithm == SPCCL_ALGO_SPLIT) mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;

@@ -57,6 +57,13 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_ROWSPARSE_ALGO", ParamType::kChoice, "auto", 0, 0, false, "auto|allgather|partition",
      "Row-sparse allreduce algorithm; auto picks by the cost model in docs/ALGORITHMS.md.",
      [](Params* p, double v) { p->rowSparseAlgorithm = static_cast<int>(v); }},
+    {"SPCCL_CHECKSUM", ParamType::kBool, "0", 0, 1, false, nullptr,
+     "1: every stream carries a CRC32C, verified on receipt; a mismatch is spcclRemoteError (docs/RELIABILITY.md).",
+     [](Params* p, double v) { p->checksum = v != 0; }},
+    {"SPCCL_TEST_CORRUPT_STREAMS", ParamType::kInt, "0", 0, 1e18, false, nullptr,
+     "Testing only: flip one bit in each of the first N streams this rank sends per communicator, as corruption "
+     "in transit would; 0 = off.",
+     [](Params* p, double v) { p->testCorruptStreams = static_cast<uint64_t>(v); }},
 };
 
 int choiceIndex(const char* choices, const char* value) {
@@ -146,7 +153,9 @@ std::string describeParams(const Params& p) {
       static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
       p.rowSparseAlgorithm == kRowSparseAllgather   ? "allgather"
       : p.rowSparseAlgorithm == kRowSparsePartition ? "partition"
-                                                    : "auto");
+                                                    : "auto") +
+         " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
+         " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams);
 }
 
 std::string renderParamTable() {

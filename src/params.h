@@ -28,6 +28,8 @@ struct Params {
   uint64_t alltoallRowLen = 0;  // 0: unset
   float allgatherDensity = 1.0f;
   int rowSparseAlgorithm = 0;  // kRowSparse*
+  bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
+  uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
 };
 
 // Row-sparse allreduce algorithms (SPCCL_ROWSPARSE_ALGO choice order).
