@@ -17,6 +17,21 @@ namespace {
 constexpr core::ValueType kValueTypeChoices[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
                                                  core::ValueType::kBfloat16};
 
+// SPCCL_INTERCEPT's choices "off|allreduce|alltoall|allgather|all", listed bits -> kIntercept*.
+constexpr unsigned interceptBits(unsigned listed) {
+  constexpr unsigned kAll = kInterceptAllreduce | kInterceptAlltoall | kInterceptAllgather;
+  return ((listed & 2u) ? kInterceptAllreduce : 0u) | ((listed & 4u) ? kInterceptAlltoall : 0u) |
+         ((listed & 8u) ? kInterceptAllgather : 0u) | ((listed & 16u) ? kAll : 0u);
+}
+
+std::string interceptNames(unsigned bits) {
+  std::string out;
+  if (bits & kInterceptAllreduce) out += ",allreduce";
+  if (bits & kInterceptAlltoall) out += ",alltoall";
+  if (bits & kInterceptAllgather) out += ",allgather";
+  return out.empty() ? "off" : out.substr(1);
+}
+
 constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_DISABLE", ParamType::kBool, "0", 0, 1, false, nullptr,
      "1: every collective takes the exact dense path (no compression at all).",
@@ -45,6 +60,9 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_MIN_COMPRESS_COUNT", ParamType::kInt, "65536", 0, 1e18, false, nullptr,
      "Drop-in calls with fewer elements than this take the exact dense path.",
      [](Params* p, double v) { p->minCompressCount = static_cast<uint64_t>(v); }},
+    {"SPCCL_INTERCEPT", ParamType::kList, "off", 0, 0, false, "off|allreduce|alltoall|allgather|all",
+     "libspccl_mpi.so only: the MPI collectives it hands to spccl (MPI_FLOAT, MPI_SUM, large enough); off = none.",
+     [](Params* p, double v) { p->intercept = interceptBits(static_cast<unsigned>(v)); }},
     {"SPCCL_ALLTOALL_DENSITY", ParamType::kFloat, "1", 0, 1, true, nullptr,
      "Drop-in spcclAlltoAll keeps this fraction of each row (needs SPCCL_ALLTOALL_ROW_LEN); 1 = exact.",
      [](Params* p, double v) { p->alltoallDensity = static_cast<float>(v); }},
@@ -84,6 +102,21 @@ int choiceIndex(const char* choices, const char* value) {
 // Parses one value per its spec; *number gets the numeric value or choice index.
 Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double* number) {
   const char* where = fromEnv ? "environment variable" : "default of";
+  if (spec.type == ParamType::kList) {
+    unsigned listed = 0;
+    for (const char* item = text;;) {
+      const char* comma = std::strchr(item, ',');
+      const int idx = choiceIndex(spec.choices, std::string(item, comma ? comma - item : std::strlen(item)).c_str());
+      if (idx < 0)
+        return invalidArgument(formatString("%s %s='%s' is invalid: expected a comma-separated list of %s", where,
+                                            spec.name, text, spec.choices));
+      listed |= 1u << idx;
+      if (!comma) break;
+      item = comma + 1;
+    }
+    *number = listed;
+    return Status::ok();
+  }
   if (spec.type == ParamType::kChoice) {
     const int idx = choiceIndex(spec.choices, text);
     if (idx < 0)
@@ -154,6 +187,7 @@ std::string describeParams(const Params& p) {
       p.rowSparseAlgorithm == kRowSparseAllgather   ? "allgather"
       : p.rowSparseAlgorithm == kRowSparsePartition ? "partition"
                                                     : "auto") +
+         " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams);
 }
@@ -176,10 +210,12 @@ std::string renderParamTable() {
         allowed = formatString("%s%g, %g]", s.minExclusive ? "(" : "[", s.minValue, s.maxValue);
         break;
       case ParamType::kChoice:
-        type = "choice";
+      case ParamType::kList:
+        type = s.type == ParamType::kChoice ? "choice" : "list";
         allowed = s.choices;
         for (auto pos = allowed.find('|'); pos != std::string::npos; pos = allowed.find('|', pos + 3))
           allowed.replace(pos, 1, ", ");
+        if (s.type == ParamType::kList) allowed = "comma-separated: " + allowed;
         break;
     }
     out += formatString("| `%s` | %s | `%s` | %s | %s |\n", s.name, type.c_str(), s.defaultValue,

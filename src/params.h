@@ -24,6 +24,7 @@ struct Params {
   int algorithm = 0;  // SPCCL_ALGO_*
   core::ValueType valueType = core::ValueType::kFloat32;
   uint64_t minCompressCount = 65536;
+  unsigned intercept = 0;  // kIntercept* bits (SPCCL_INTERCEPT, read by libspccl_mpi.so)
   float alltoallDensity = 1.0f;
   uint64_t alltoallRowLen = 0;  // 0: unset
   float allgatherDensity = 1.0f;
@@ -37,7 +38,13 @@ constexpr int kRowSparseAuto = 0;
 constexpr int kRowSparseAllgather = 1;
 constexpr int kRowSparsePartition = 2;
 
-enum class ParamType { kBool, kInt, kFloat, kChoice };
+// SPCCL_INTERCEPT: the MPI collectives libspccl_mpi.so hands to spccl.
+constexpr unsigned kInterceptAllreduce = 1;
+constexpr unsigned kInterceptAlltoall = 2;
+constexpr unsigned kInterceptAllgather = 4;
+
+// kList: comma-separated choices; the parsed value has bit i set for choice i.
+enum class ParamType { kBool, kInt, kFloat, kChoice, kList };
 
 struct ParamSpec {
   const char* name;
@@ -46,7 +53,7 @@ struct ParamSpec {
   double minValue;      // kInt/kFloat: inclusive bounds
   double maxValue;
   bool minExclusive;    // kFloat: (min, max] instead of [min, max]
-  const char* choices;  // kChoice: '|'-separated, case-insensitive
+  const char* choices;  // kChoice, kList: '|'-separated, case-insensitive
   const char* help;
   void (*apply)(Params* p, double value);  // stores the parsed value (choice: its index)
 };

@@ -122,6 +122,13 @@ constexpr size_t kMaxChunk = size_t{1} << 30;  // elements per MPI call: int cou
 
 }  // namespace
 
+// The collectives below call PMPI_* directly: spccl's own traffic must never
+// come back through an interposed MPI_Allreduce/MPI_Alltoall/MPI_Allgather
+// (interpose/mpi_interpose.cc, libspccl_mpi.so), which would compress an
+// exact path the caller asked for, or recurse. The cost: a PMPI-based
+// profiler does not see these collectives as MPI_* calls.
+// Object creation and frees stay on MPI_* (tests/sanitize counts them).
+
 Status MpiTransport::create(MPI_Comm parent, std::unique_ptr<MpiTransport>* out) {
   std::unique_ptr<MpiTransport> t(new MpiTransport());
   SPCCL_MPI_CHECK(MPI_Comm_dup(parent, &t->comm_));
@@ -166,7 +173,7 @@ Status MpiTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t
     const int n = static_cast<int>(std::min(kMaxChunk, count - off));
     char* r = static_cast<char*>(recvbuff) + off * esize;
     const void* s = sendbuff == recvbuff ? MPI_IN_PLACE : static_cast<const char*>(sendbuff) + off * esize;
-    SPCCL_MPI_CHECK(MPI_Allreduce(s, r, n, dt, mop, comm_));
+    SPCCL_MPI_CHECK(PMPI_Allreduce(s, r, n, dt, mop, comm_));
   }
   if (op == spcclAvg) divideByRanks(recvbuff, count, type, size_);
   return Status::ok();
@@ -204,7 +211,7 @@ Status MpiTransport::allGather(const void* send, size_t bytes, void* recv) {
   SPCCL_RETURN_IF_ERROR(blockType(bytes, &type, &count));
   // In place when this rank's block already sits at its slot of recv.
   const bool inPlace = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
-  SPCCL_MPI_CHECK(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
+  SPCCL_MPI_CHECK(PMPI_Allgather(inPlace ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
   return Status::ok();
 }
 
@@ -212,7 +219,7 @@ Status MpiTransport::allGatherV(const void* send, size_t sendBytes, void* recv, 
                                 const size_t* recvOffsets) {
   SPCCL_RETURN_IF_ERROR(toWords(recvBytes, recvOffsets, &rcounts_, &rdispls_));
   if (sendBytes != recvBytes[rank_]) return internalError("transport: allGatherV send size disagrees with its slot");
-  SPCCL_MPI_CHECK(MPI_Allgatherv(send, rcounts_[rank_], word_, recv, rcounts_.data(), rdispls_.data(), word_, comm_));
+  SPCCL_MPI_CHECK(PMPI_Allgatherv(send, rcounts_[rank_], word_, recv, rcounts_.data(), rdispls_.data(), word_, comm_));
   return Status::ok();
 }
 
@@ -220,7 +227,7 @@ Status MpiTransport::allToAll(const void* send, size_t bytes, void* recv) {
   MPI_Datatype type;
   int count;
   SPCCL_RETURN_IF_ERROR(blockType(bytes, &type, &count));
-  SPCCL_MPI_CHECK(MPI_Alltoall(send == recv ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
+  SPCCL_MPI_CHECK(PMPI_Alltoall(send == recv ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
   return Status::ok();
 }
 
@@ -228,7 +235,7 @@ Status MpiTransport::allToAllV(const void* send, const size_t* sendBytes, const 
                                const size_t* recvBytes, const size_t* recvOffsets) {
   SPCCL_RETURN_IF_ERROR(toWords(sendBytes, sendOffsets, &counts_, &displs_));
   SPCCL_RETURN_IF_ERROR(toWords(recvBytes, recvOffsets, &rcounts_, &rdispls_));
-  SPCCL_MPI_CHECK(MPI_Alltoallv(send, counts_.data(), displs_.data(), word_, recv, rcounts_.data(), rdispls_.data(),
+  SPCCL_MPI_CHECK(PMPI_Alltoallv(send, counts_.data(), displs_.data(), word_, recv, rcounts_.data(), rdispls_.data(),
                                 word_, comm_));
   return Status::ok();
 }

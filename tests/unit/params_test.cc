@@ -115,6 +115,14 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(loadOk({}).rowSparseAlgorithm, kRowSparseAuto);
   EXPECT_EQ(loadOk({}).alltoallRowLen, 0u);
   EXPECT_EQ(loadOk({{"SPCCL_MIN_COMPRESS_COUNT", "1000000"}}).minCompressCount, 1000000u);
+  EXPECT_EQ(loadOk({}).intercept, 0u);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "off"}}).intercept, 0u);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "allreduce"}}).intercept, kInterceptAllreduce);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "AllGather,alltoall"}}).intercept, kInterceptAllgather | kInterceptAlltoall);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "all"}}).intercept, kInterceptAllreduce | kInterceptAlltoall | kInterceptAllgather);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "allreduce,alltoall,allgather"}}).intercept, loadOk({{"SPCCL_INTERCEPT", "all"}}).intercept);
+  EXPECT_NE(describeParams(loadOk({{"SPCCL_INTERCEPT", "alltoall,allreduce"}})).find("SPCCL_INTERCEPT=allreduce,alltoall"),
+            std::string::npos);
 
   // All at once: each lands in its own field.
   const Params p = loadOk({{"SPCCL_DISABLE", "1"},
@@ -152,6 +160,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_ALLTOALL_ROW_LEN", {"-1", "2.5", "5e9", "L"}},
       {"SPCCL_ALLGATHER_DENSITY", {"0", "2", "nan"}},
       {"SPCCL_ROWSPARSE_ALGO", {"hash", "split", "1"}},
+      {"SPCCL_INTERCEPT", {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on"}},
       {"SPCCL_CHECKSUM", {"2", "yes", "-1", "0.5"}},
       {"SPCCL_TEST_CORRUPT_STREAMS", {"-1", "1.5", "abc", "1e19"}},
   };
