@@ -65,9 +65,8 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
                                      peer, static_cast<unsigned long long>(h->seq),
                                      static_cast<unsigned long long>(seq)));
   if (h->status != 0)  // the row-sparse partition's flagged stage-3 stream
-    return remoteError(formatString("rank %d reports that it rejected its input (%s); see its log", peer,
-                                    h->status < spcclNumResults ? spcclGetErrorString(static_cast<spcclResult_t>(h->status))
-                                                                : "unknown code"));
+    return remoteError(formatString("rank %d reports that it rejected its input (spcclResult_t %u); see its log",
+                                    peer, static_cast<unsigned>(h->status)));
   const bool sealed = (h->flags & kChecksumFlag) != 0;  // reserved1 holds the (verified) CRC
   if (h->kind != static_cast<uint8_t>(kind) || h->status != 0 || (h->flags & ~kChecksumFlag) != 0 ||
       (!sealed && h->reserved1 != 0))
