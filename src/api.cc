@@ -243,6 +243,8 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     c->ranks = t->size();
     c->transport = std::move(t);
     c->params = params;
+    std::string modelOrigin;  // collective: SPCCL_CALIBRATE / SPCCL_NET_* (src/tuner.h)
+    SPCCL_RETURN_IF_ERROR(resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin));
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};
     {
       std::lock_guard<std::mutex> lock(registry().mu);
@@ -250,6 +252,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
       registry().comms[c.get()] = c->id;
     }
     SPCCL_INFO(c->rank, "spccl %s, MPI transport, %d ranks", SPCCL_VERSION_STRING, c->ranks);
+    SPCCL_INFO(c->rank, "cost model (%s): %s", modelOrigin.c_str(), describeCostModel(c->costModel).c_str());
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
     *comm = c.release();
     return Status::ok();

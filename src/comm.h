@@ -13,6 +13,7 @@
 #include "src/params.h"
 #include "src/status.h"
 #include "src/transport/transport.h"
+#include "src/tuner.h"
 
 struct spcclComm;
 
@@ -82,6 +83,7 @@ struct spcclComm {
   std::vector<uint64_t> ranks64;
   std::vector<spccl::CallDescriptor> descriptors;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
+  spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation
 
   spccl::Status exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,

@@ -108,7 +108,9 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   if (algorithm == SPCCL_ALGO_AUTO) {
     CostInputs in{p, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
                   mergedPerRange};
-    algorithm = chooseAlgorithm(in);
+    algorithm = chooseAlgorithm(in, comm->costModel);
+    if (stats.calls == 0 || stats.lastAlgorithm != algorithm)  // why, once per change of mind
+      SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
   }
   // fp32 results accumulate straight into the user's buffer (the input has
   // been consumed by the fused pass first, so in-place is safe).

@@ -54,6 +54,16 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_ALGO", ParamType::kChoice, "auto", 0, 0, false, "auto|dense|allgather|split",
      "Allreduce algorithm; auto picks by the cost model in docs/ALGORITHMS.md.",
      [](Params* p, double v) { p->algorithm = static_cast<int>(v); }},
+    {"SPCCL_CALIBRATE", ParamType::kInt, "0", 0, 2, false, nullptr,
+     "Cost model for SPCCL_ALGO=auto: 1 = measure links and host selection at communicator creation, or reuse "
+     "the cached result for this host set and rank count; 2 = always measure; 0 = defaults (docs/ALGORITHMS.md).",
+     [](Params* p, double v) { p->calibrate = static_cast<int>(v); }},
+    {"SPCCL_NET_GBPS", ParamType::kFloat, "0", 0, 1e6, false, nullptr,
+     "Link bandwidth per rank in Gbit/s for the cost model (overrides calibration); 0 = not set.",
+     [](Params* p, double v) { p->netGbps = v; }},
+    {"SPCCL_NET_LATENCY_US", ParamType::kFloat, "0", 0, 1e6, false, nullptr,
+     "Latency per message round in microseconds for the cost model (overrides calibration); 0 = not set.",
+     [](Params* p, double v) { p->netLatencyUs = v; }},
     {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16",
      "Type of the values on the wire; fp16/bf16 rounding error goes back to the residual.",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
@@ -176,12 +186,13 @@ std::string describeParams(const Params& p) {
   static const char* kLevels[] = {"NONE", "WARN", "INFO", "TRACE"};
   return formatString(
       "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
-      "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_VALUE_TYPE=%s "
+      "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_NET_GBPS=%g "
+      "SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
       "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
       "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
       p.disable ? 1 : 0, kLevels[static_cast<int>(p.debug)], static_cast<double>(p.allreduceDensity),
       p.thresholdInterval, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
-      algorithmName(p.algorithm), valueTypeName(p.valueType),
+      algorithmName(p.algorithm), p.calibrate, p.netGbps, p.netLatencyUs, valueTypeName(p.valueType),
       static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),
       static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
       p.rowSparseAlgorithm == kRowSparseAllgather   ? "allgather"

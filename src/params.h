@@ -22,6 +22,9 @@ struct Params {
   float capacityFactor = 2.0f;
   bool errorFeedback = true;
   int algorithm = 0;  // SPCCL_ALGO_*
+  int calibrate = 0;        // SPCCL_CALIBRATE: 0 off, 1 measure or reuse the cache, 2 always measure
+  double netGbps = 0;       // SPCCL_NET_GBPS; 0: not set
+  double netLatencyUs = 0;  // SPCCL_NET_LATENCY_US; 0: not set
   core::ValueType valueType = core::ValueType::kFloat32;
   uint64_t minCompressCount = 65536;
   unsigned intercept = 0;  // kIntercept* bits (SPCCL_INTERCEPT, read by libspccl_mpi.so)

@@ -1,11 +1,26 @@
 #include "src/tuner.h"
 
-#include <algorithm>
-#include <cmath>
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "collectives/algorithms.h"
 #include "include/spccl.h"
+#include "kernels/host/host_kernels.h"
 #include "src/codec.h"
+#include "src/log.h"
 #include "src/params.h"
+#include "src/transport/transport.h"
 
 namespace spccl {
 
@@ -39,26 +54,49 @@ double rounds(int algorithm, int p) {
 
 }  // namespace
 
-double modelBytes(int algorithm, const CostInputs& in) {
-  const double p = in.ranks;
-  if (in.ranks <= 1) return 0;
-  const double pair = 4.0 + in.wireBytes, k = static_cast<double>(in.k), n = static_cast<double>(in.count);
+CostTerms modelTerms(int algorithm, const CostInputs& in) {
+  CostTerms t;
+  const double p = in.ranks, pair = 4.0 + in.wireBytes, k = static_cast<double>(in.k),
+               n = static_cast<double>(in.count);
+  t.rounds = rounds(algorithm, in.ranks);
+  // Local work. Dense: v = send + residual (read both, write both) and the
+  // reduce-scatter's additions. Sparse: the fused pass reads send and the
+  // residual and writes the new residual; every rank zeroes its output and
+  // accumulates what it receives.
+  const double pass = n * (in.elemBytes + 8.0);
+  if (algorithm == SPCCL_ALGO_DENSE) {
+    t.unpackBytes = pass + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
+  } else {
+    t.selectBytes = pass;
+    if (algorithm == SPCCL_ALGO_ALLGATHER) {
+      t.unpackBytes = n * 4.0 + p * k * pair;
+    } else {  // owners sum ~k pairs of their range, then every rank unpacks the P ranges
+      t.unpackBytes = n * 4.0 + k * pair + p * std::min(mergedPerRange(in) * pair, n / p * in.wireBytes);
+    }
+  }
+  if (in.ranks <= 1) return t;
   const double desc = (p - 1) * static_cast<double>(sizeof(CallDescriptor));
   switch (algorithm) {
     case SPCCL_ALGO_DENSE:
-      return desc + 2.0 * (p - 1) / p * n * in.elemBytes;
+      t.wireBytes = desc + 2.0 * (p - 1) / p * n * in.elemBytes;
+      break;
     case SPCCL_ALGO_ALLGATHER:
-      return desc + (p - 1) * (kHeader + k * pair);
+      t.wireBytes = desc + (p - 1) * (kHeader + k * pair);
+      break;
     default: {
       const double stage1 = (p - 1) / p * k * pair + (p - 1) * (kHeader + kSizeWord);
       const double range = std::min(mergedPerRange(in) * pair, n / p * in.wireBytes);
-      return desc + stage1 + (p - 1) * (kSizeWord + kHeader + range);
+      t.wireBytes = desc + stage1 + (p - 1) * (kSizeWord + kHeader + range);
     }
   }
+  return t;
 }
 
+double modelBytes(int algorithm, const CostInputs& in) { return modelTerms(algorithm, in).wireBytes; }
+
 double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m) {
-  return rounds(algorithm, in.ranks) * m.alpha + modelBytes(algorithm, in) * m.beta;
+  const CostTerms t = modelTerms(algorithm, in);
+  return t.rounds * m.alpha + t.wireBytes * m.beta + t.selectBytes * m.gammaSelect + t.unpackBytes * m.gammaUnpack;
 }
 
 int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
@@ -66,6 +104,27 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
   for (int a : {SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE})
     if (modelSeconds(a, in, m) < modelSeconds(best, in, m)) best = a;
   return best;
+}
+
+std::string explainChoice(const CostInputs& in, const CostModel& m) {
+  std::string out = formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks,
+                                 static_cast<unsigned long long>(in.count), static_cast<unsigned long long>(in.k),
+                                 in.wireBytes);
+  for (int a : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
+    const CostTerms t = modelTerms(a, in);
+    out += formatString(" %s %.4g ms (latency %.3g + wire %.3g [%.4g MB] + select %.3g + unpack %.3g);",
+                        algorithmName(a), 1e3 * modelSeconds(a, in, m), 1e3 * t.rounds * m.alpha,
+                        1e3 * t.wireBytes * m.beta, t.wireBytes / 1e6, 1e3 * t.selectBytes * m.gammaSelect,
+                        1e3 * t.unpackBytes * m.gammaUnpack);
+  }
+  return out + " -> " + algorithmName(chooseAlgorithm(in, m));
+}
+
+std::string describeCostModel(const CostModel& m) {
+  auto rate = [](double secondsPerByte) { return secondsPerByte > 0 ? 1e-9 / secondsPerByte : 0.0; };
+  return formatString("latency %.3g us per round, wire %.4g GB/s (%.4g Gbit/s), selection %.4g GB/s, unpack %.4g GB/s "
+                      "(0 = not modelled)",
+                      m.alpha * 1e6, rate(m.beta), 8 * rate(m.beta), rate(m.gammaSelect), rate(m.gammaUnpack));
 }
 
 int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uint32_t valueBytes, double overlap,
@@ -76,6 +135,280 @@ int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uin
   const double allgather = (p - 1) * u * row * m.beta + (p - 1) * m.alpha;
   const double partition = ((p - 1) / p * u + (p - 1) * u / ov) * row * m.beta + 2 * (p - 1) * m.alpha;
   return partition < allgather ? kRowSparsePartition : kRowSparseAllgather;
+}
+
+// ---------------------------------------------------------------- parameter sources
+
+CostModel applyNetworkParams(CostModel m, double gbps, double latencyUs) {
+  if (gbps > 0) m.beta = 8.0 / (gbps * 1e9);
+  if (latencyUs > 0) m.alpha = latencyUs * 1e-6;
+  return m;
+}
+
+std::string calibrationCacheDir(const std::function<const char*(const char*)>& env) {
+  const char* xdg = env("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/spccl";  // the XDG spec ignores relative paths
+  const char* home = env("HOME");
+  if (home != nullptr && home[0] != '\0') return std::string(home) + "/.cache/spccl";
+  return "";
+}
+
+std::string hostSetKey(std::vector<std::string> hosts, int ranks) {
+  // FNV-1a over the sorted names: the same set of hosts (with as many ranks
+  // on each) gives the same key whatever the rank order.
+  std::sort(hosts.begin(), hosts.end());
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xffu) * 1099511628211ull;  // separator: {"ab","c"} != {"a","bc"}
+  };
+  for (const std::string& s : hosts) mix(s);
+  mix(std::to_string(ranks));
+  return formatString("%016llx", static_cast<unsigned long long>(h));
+}
+
+std::string calibrationCachePath(const std::string& dir, const std::string& key, int ranks) {
+  if (dir.empty()) return "";
+  return formatString("%s/calibration-%s-np%d.txt", dir.c_str(), key.c_str(), ranks);
+}
+
+namespace {
+constexpr const char* kCacheMagic = "spccl-cost-model";
+constexpr int kCacheVersion = 1;
+
+bool validModel(const CostModel& m) {
+  for (double v : {m.alpha, m.beta, m.gammaSelect, m.gammaUnpack})
+    if (!std::isfinite(v) || v < 0 || v > 1.0) return false;  // > 1 s per byte or round: corrupt
+  return true;
+}
+
+bool makeDirs(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  struct stat st{};
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+}  // namespace
+
+bool readCalibrationCache(const std::string& path, const std::string& key, int ranks, CostModel* out) {
+  if (path.empty()) return false;
+  std::ifstream f(path);
+  if (!f) return false;
+  std::string magic, fileKey, field;
+  int version = 0, fileRanks = 0;
+  CostModel m;
+  if (!(f >> magic >> version) || magic != kCacheMagic || version != kCacheVersion) return false;
+  int seen = 0;
+  while (f >> field) {
+    if (field == "key") {
+      if (!(f >> fileKey)) return false;
+      seen |= 1;
+    } else if (field == "ranks") {
+      if (!(f >> fileRanks)) return false;
+      seen |= 2;
+    } else {
+      double v = 0;
+      if (!(f >> v)) return false;
+      if (field == "alpha_s") {
+        m.alpha = v;
+        seen |= 4;
+      } else if (field == "beta_s_per_byte") {
+        m.beta = v;
+        seen |= 8;
+      } else if (field == "select_s_per_byte") {
+        m.gammaSelect = v;
+        seen |= 16;
+      } else if (field == "unpack_s_per_byte") {
+        m.gammaUnpack = v;
+        seen |= 32;
+      }
+    }
+  }
+  if (seen != 63 || fileKey != key || fileRanks != ranks || !validModel(m)) return false;
+  *out = m;
+  return true;
+}
+
+bool writeCalibrationCache(const std::string& path, const std::string& key, int ranks, const CostModel& m) {
+  if (path.empty()) return false;
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || !makeDirs(path.substr(0, slash))) return false;
+  const std::string tmp = formatString("%s.tmp.%ld", path.c_str(), static_cast<long>(::getpid()));
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return false;
+    f << kCacheMagic << ' ' << kCacheVersion << '\n'
+      << "key " << key << '\n'
+      << "ranks " << ranks << '\n';
+    f << formatString("alpha_s %.17g\nbeta_s_per_byte %.17g\nselect_s_per_byte %.17g\nunpack_s_per_byte %.17g\n",
+                      m.alpha, m.beta, m.gammaSelect, m.gammaUnpack);
+    f.flush();
+    if (!f) {
+      ::unlink(tmp.c_str());
+      return false;
+    }
+  }
+  // rename is atomic: a concurrent reader sees the old file or the new one.
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Median seconds of `reps` allgathers of `bytes` per rank (after one warm-up),
+// each started right after a small allgather so the ranks start together.
+Status timeAllGather(Transport& t, size_t bytes, int reps, double* seconds) {
+  std::vector<unsigned char> send(bytes, 0x5a), recv(bytes * static_cast<size_t>(t.size()));
+  uint64_t token = 0;
+  std::vector<uint64_t> tokens(static_cast<size_t>(t.size()));
+  std::vector<double> times;
+  for (int i = 0; i <= reps; ++i) {
+    SPCCL_RETURN_IF_ERROR(t.allGather(&token, sizeof token, tokens.data()));
+    const Clock::time_point t0 = Clock::now();
+    SPCCL_RETURN_IF_ERROR(t.allGather(send.data(), bytes, recv.data()));
+    if (i > 0) times.push_back(since(t0));
+  }
+  *seconds = median(times);
+  return Status::ok();
+}
+
+// Seconds per byte of the fused selection pass and of the accumulation, on
+// Gaussian-like data at about 1% density: the minimum of a few passes.
+void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
+  constexpr size_t n = size_t{1} << 21;
+  constexpr size_t capacity = n / 32;
+  std::vector<float> send(n), resIn(n), resOut(n), acc(n);
+  std::vector<uint32_t> indices(capacity);
+  std::vector<float> values(capacity);
+  uint64_t s = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(rank + 1);
+  auto uniform = [&s]() {  // xorshift64*: cheap, deterministic
+    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+    return static_cast<float>((s * 2685821657736338717ull) >> 40) * (1.0f / 16777216.0f);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    // Sum of four uniforms, scaled to unit variance: close enough to Gaussian.
+    send[i] = (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
+    resIn[i] = 0.1f * (uniform() - 0.5f);
+  }
+  host::SelectArgs a{send.data(), spcclFloat32, resIn.data(), resOut.data(), n, core::magnitudeKey(2.5f),
+                     std::numeric_limits<uint64_t>::max(), capacity, core::ValueType::kFloat32, indices.data(),
+                     values.data()};
+  // The median, not the minimum: with more ranks than cores (or other jobs)
+  // the passes share the cores in real calls too.
+  std::vector<double> selectTimes, unpackTimes;
+  uint64_t nnz = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const Clock::time_point t0 = Clock::now();
+    nnz = std::min<uint64_t>(host::selectPack(a).selected, capacity);
+    selectTimes.push_back(since(t0));
+    const Clock::time_point t1 = Clock::now();
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    host::unpackAccumulate(indices.data(), values.data(), core::ValueType::kFloat32, nnz, acc.data(), 0);
+    unpackTimes.push_back(since(t1));
+  }
+  *selectPerByte = median(selectTimes) / (static_cast<double>(n) * (4.0 + 8.0));
+  *unpackPerByte = median(unpackTimes) / (static_cast<double>(n) * 4.0 + static_cast<double>(nnz) * 8.0);
+}
+
+}  // namespace
+
+Status measureCostModel(Transport& t, CostModel* out) {
+  const int p = t.size();
+  CostModel m;
+  if (p > 1) {
+    // Small allgathers take log2(P) rounds (recursive doubling / Bruck);
+    // large ones a ring: P-1 rounds of `large` bytes each.
+    constexpr size_t kSmall = 8, kLarge = size_t{1} << 20;
+    double small = 0, large = 0;
+    SPCCL_RETURN_IF_ERROR(timeAllGather(t, kSmall, 15, &small));
+    SPCCL_RETURN_IF_ERROR(timeAllGather(t, kLarge, 5, &large));
+    m.alpha = small / log2Rounds(p);
+    const double ring = static_cast<double>(p - 1);
+    m.beta = std::max(large - ring * m.alpha, 0.25 * large) / (ring * static_cast<double>(kLarge));
+  }
+  timeLocalPasses(t.rank(), &m.gammaSelect, &m.gammaUnpack);
+  // Each parameter's maximum over ranks: the slowest rank sets a
+  // collective's pace, and every rank ends with the same bits.
+  double mine[4] = {m.alpha, m.beta, m.gammaSelect, m.gammaUnpack};
+  std::vector<double> all(4 * static_cast<size_t>(p));
+  SPCCL_RETURN_IF_ERROR(t.allGather(mine, sizeof mine, all.data()));
+  for (int r = 0; r < p; ++r)
+    for (int j = 0; j < 4; ++j) mine[j] = std::max(mine[j], all[4 * static_cast<size_t>(r) + j]);
+  *out = CostModel{mine[0], mine[1], mine[2], mine[3]};
+  return Status::ok();
+}
+
+Status resolveCostModel(Transport& t, const Params& p, const std::function<const char*(const char*)>& env,
+                        CostModel* out, std::string* origin) {
+  const int ranks = t.size(), rank = t.rank();
+  // Rank 0's settings decide: the choice must agree on every rank, or the
+  // call descriptor check would reject every auto call.
+  const double mine[4] = {static_cast<double>(p.calibrate), p.netGbps, p.netLatencyUs, 0};
+  std::vector<double> all(4 * static_cast<size_t>(ranks));
+  SPCCL_RETURN_IF_ERROR(t.allGather(mine, sizeof mine, all.data()));
+  const int calibrate = static_cast<int>(all[0]);
+  const double gbps = all[1], latencyUs = all[2];
+  if (std::memcmp(mine, all.data(), sizeof mine) != 0)
+    SPCCL_WARN(rank, "SPCCL_CALIBRATE/SPCCL_NET_GBPS/SPCCL_NET_LATENCY_US differ from rank 0's; rank 0's are used");
+
+  CostModel m;
+  std::string from = "defaults";
+  if (calibrate > 0) {
+    char name[64] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) std::snprintf(name, sizeof name, "unknown");
+    std::vector<char> names(sizeof name * static_cast<size_t>(ranks));
+    SPCCL_RETURN_IF_ERROR(t.allGather(name, sizeof name, names.data()));
+    std::vector<std::string> hosts;
+    for (int r = 0; r < ranks; ++r) hosts.emplace_back(names.data() + sizeof name * static_cast<size_t>(r));
+    const std::string key = hostSetKey(hosts, ranks);
+    // Only rank 0's file counts: home directories may differ between hosts.
+    std::string path;
+    double cached[5] = {};
+    if (rank == 0) {
+      path = calibrationCachePath(calibrationCacheDir(env), key, ranks);
+      CostModel c;
+      if (calibrate == 1 && readCalibrationCache(path, key, ranks, &c))
+        cached[0] = 1, cached[1] = c.alpha, cached[2] = c.beta, cached[3] = c.gammaSelect, cached[4] = c.gammaUnpack;
+    }
+    std::vector<double> shared(5 * static_cast<size_t>(ranks));
+    SPCCL_RETURN_IF_ERROR(t.allGather(cached, sizeof cached, shared.data()));
+    if (shared[0] == 1) {
+      m = CostModel{shared[1], shared[2], shared[3], shared[4]};
+      from = rank == 0 ? "calibration cache " + path : "rank 0's calibration cache";
+    } else {
+      SPCCL_RETURN_IF_ERROR(measureCostModel(t, &m));
+      from = "calibrated at creation";
+      if (rank == 0) {
+        if (writeCalibrationCache(path, key, ranks, m))
+          from += ", cached in " + path;
+        else
+          SPCCL_INFO(rank, "could not write the calibration cache '%s' (not an error)", path.c_str());
+      }
+    }
+  }
+  if (gbps > 0 || latencyUs > 0) from += " + SPCCL_NET_*";
+  *out = applyNetworkParams(m, gbps, latencyUs);
+  *origin = from;
+  return Status::ok();
+}
+
+Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin) {
+  return resolveCostModel(t, p, [](const char* name) -> const char* { return std::getenv(name); }, out, origin);
 }
 
 }  // namespace spccl

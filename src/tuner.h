@@ -1,13 +1,23 @@
-// Cost model of the allreduce algorithms: bytes and message rounds per rank,
-// turned into time with an alpha-beta model. SPCCL_ALGO=auto picks the
-// cheapest. Inputs are the same on every rank (config, count, ranks and
-// globally exchanged sizes), so every rank picks the same algorithm.
-// docs/ALGORITHMS.md states the formulas.
+// Cost model of the allreduce algorithms: message rounds, bytes on the wire
+// and bytes of local work (selection, unpack) per rank, turned into time with
+// an alpha-beta-gamma model. SPCCL_ALGO=auto picks the cheapest. Inputs are
+// the same on every rank (config, count, ranks, globally exchanged sizes, and
+// a CostModel every rank took from rank 0 or from a max over ranks), so every
+// rank picks the same algorithm. docs/ALGORITHMS.md states the formulas and
+// where the parameters come from.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "src/status.h"
 
 namespace spccl {
+
+class Transport;
+struct Params;
 
 struct CostInputs {
   int ranks;
@@ -18,16 +28,33 @@ struct CostInputs {
   double mergedPerRange = -1;  // measured pairs per owner range after merge; < 0: unknown
 };
 
+// The model's parameters. The defaults (used unless SPCCL_CALIBRATE or
+// SPCCL_NET_* say otherwise) compare wire costs only: local work is free.
 struct CostModel {
-  double alpha = 20e-6;      // seconds per message round
-  double beta = 1.0 / 5e9;   // seconds per byte
+  double alpha = 20e-6;       // seconds per message round
+  double beta = 1.0 / 5e9;    // seconds per byte one rank sends
+  double gammaSelect = 0;     // seconds per byte of the fused selection pass (n (e + 8) bytes)
+  double gammaUnpack = 0;     // seconds per byte of local accumulation (zeroing, unpacking, dense adds)
 };
 
+// What one algorithm costs one rank, in the model's units.
+struct CostTerms {
+  double rounds = 0;       // message rounds (latency terms)
+  double wireBytes = 0;    // bytes sent to other ranks
+  double selectBytes = 0;  // bytes the selection pass streams
+  double unpackBytes = 0;  // bytes of local accumulation
+};
+
+CostTerms modelTerms(int algorithm, const CostInputs& in);
 // Bytes one rank sends to others for one call (headers and size exchanges included).
 double modelBytes(int algorithm, const CostInputs& in);
 double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m = {});
-// SPCCL_ALGO_DENSE, _ALLGATHER or _SPLIT.
+// SPCCL_ALGO_DENSE, _ALLGATHER or _SPLIT. Ties go to allgather, then split.
 int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
+// One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
+// and its parts, and the pick.
+std::string explainChoice(const CostInputs& in, const CostModel& m);
+std::string describeCostModel(const CostModel& m);
 
 // Row-sparse allreduce: kRowSparseAllgather or kRowSparsePartition. Per rank,
 // with U unique ids on average and overlap = (sum of unique ids) / union:
@@ -36,5 +63,41 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 // overlap < 0 (no earlier call) is taken as 1: no shared ids.
 int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uint32_t valueBytes, double overlap,
                              const CostModel& m = {});
+
+// ---- where the parameters come from (communicator creation) ----
+
+// SPCCL_NET_GBPS (Gbit/s, sets beta) and SPCCL_NET_LATENCY_US (sets alpha)
+// over `m`; a value <= 0 leaves that parameter as it is.
+CostModel applyNetworkParams(CostModel m, double gbps, double latencyUs);
+
+// The calibration cache: one file per host set and rank count. The
+// directory is $XDG_CACHE_HOME/spccl, else $HOME/.cache/spccl; "" when
+// neither variable is set.
+std::string calibrationCacheDir(const std::function<const char*(const char*)>& env);
+// A key for the sorted multiset of host names (one entry per rank) and the rank count.
+std::string hostSetKey(std::vector<std::string> hosts, int ranks);
+std::string calibrationCachePath(const std::string& dir, const std::string& key, int ranks);
+// False (and *out untouched) when the file is missing, unreadable, of
+// another format version, key or rank count, or holds an invalid value.
+bool readCalibrationCache(const std::string& path, const std::string& key, int ranks, CostModel* out);
+// Creates the directory if needed and replaces the file atomically; false on
+// any failure (the caller only logs it).
+bool writeCalibrationCache(const std::string& path, const std::string& key, int ranks, const CostModel& m);
+
+// Collective over `t`: times small and large allgathers and a host
+// selection/unpack pass, then takes each parameter's maximum over ranks, so
+// every rank returns bitwise the same model.
+Status measureCostModel(Transport& t, CostModel* out);
+
+// Communicator creation: rank 0's SPCCL_CALIBRATE / SPCCL_NET_* settings
+// decide for every rank (one small allgather); with SPCCL_CALIBRATE=1 the
+// model comes from rank 0's cache file or, failing that, from
+// measureCostModel (then rank 0 writes the cache); =2 always measures.
+// SPCCL_NET_* override the wire parameters last. *origin says where each
+// part came from. Collective: every rank must call it.
+Status resolveCostModel(Transport& t, const Params& p, const std::function<const char*(const char*)>& env,
+                        CostModel* out, std::string* origin);
+// The same, reading XDG_CACHE_HOME and HOME from the process environment.
+Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin);
 
 }  // namespace spccl

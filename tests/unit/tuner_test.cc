@@ -1,10 +1,21 @@
 // src/tuner: the byte model against formulas worked by hand from what each
-// algorithm puts on the wire, and the choice at the two ends of density.
+// algorithm puts on the wire, the local-work terms, the choice at the two ends
+// of density and as the parameters move, and the parameter sources
+// (SPCCL_NET_*, SPCCL_CALIBRATE's measurement and its cache file).
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "include/spccl.h"
+#include "src/params.h"
+#include "src/transport/transport.h"
 #include "src/tuner.h"
 
 namespace spccl::test {
@@ -73,6 +84,287 @@ TEST(Tuner, ChoosesDenseWhenDenseAndSparseWhenSparse) {
   EXPECT_EQ(chooseAlgorithm(sparse), a);
   // fp16 wire keeps the sparse choice.
   EXPECT_NE(chooseAlgorithm({4, n, static_cast<uint64_t>(std::ceil(0.01 * n)), 4, 2}), SPCCL_ALGO_DENSE);
+}
+
+// Local work per rank (bytes), P=4, n=1000, k=10, fp32 in and on the wire:
+//   selection (sparse only)   = n * (4 + 8)                        = 12000
+//   dense accumulation        = n * (4 + 8) + (P-1)/P * n * 4       = 15000
+//   allgather accumulation    = n * 4 + P * k * 8                   = 4320
+//   split accumulation        = n * 4 + k * 8 + P * min(m * 8, n/P * 4)
+TEST(Tuner, LocalWorkTerms) {
+  const CostInputs in{4, 1000, 10, 4, 4};
+  const CostTerms d = modelTerms(SPCCL_ALGO_DENSE, in), a = modelTerms(SPCCL_ALGO_ALLGATHER, in),
+                  s = modelTerms(SPCCL_ALGO_SPLIT, in);
+  EXPECT_DOUBLE_EQ(d.selectBytes, 0.0);
+  EXPECT_DOUBLE_EQ(d.unpackBytes, 15000.0);
+  EXPECT_DOUBLE_EQ(a.selectBytes, 12000.0);
+  EXPECT_DOUBLE_EQ(a.unpackBytes, 4320.0);
+  const double m = 250.0 * (1.0 - std::pow(0.99, 4));
+  EXPECT_DOUBLE_EQ(s.selectBytes, 12000.0);
+  EXPECT_NEAR(s.unpackBytes, 4000.0 + 80.0 + 4 * m * 8.0, 1e-9);
+  // Rounds as docs/ALGORITHMS.md states: 2(P-1)+log2 P, (P-1)+log2 P, 2(P-1)+3 log2 P.
+  EXPECT_DOUBLE_EQ(d.rounds, 8.0);
+  EXPECT_DOUBLE_EQ(a.rounds, 5.0);
+  EXPECT_DOUBLE_EQ(s.rounds, 12.0);
+  // fp16 user data: the pass reads 2-byte inputs.
+  EXPECT_DOUBLE_EQ(modelTerms(SPCCL_ALGO_ALLGATHER, {4, 1000, 10, 2, 2}).selectBytes, 10000.0);
+
+  // modelSeconds is exactly the weighted sum of the four terms.
+  const CostModel w{1e-6, 1e-9, 2e-10, 5e-11};
+  for (int alg : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
+    const CostTerms t = modelTerms(alg, in);
+    EXPECT_DOUBLE_EQ(modelSeconds(alg, in, w),
+                     t.rounds * 1e-6 + t.wireBytes * 1e-9 + t.selectBytes * 2e-10 + t.unpackBytes * 5e-11)
+        << alg;
+    EXPECT_DOUBLE_EQ(t.wireBytes, modelBytes(alg, in)) << alg;
+  }
+}
+
+// The pick moves with the parameters the way the trade-off says it should.
+TEST(Tuner, ChoiceFollowsTheParameters) {
+  const uint64_t n = 16u << 20;
+  const CostInputs sparse{4, n, n / 100, 4, 4};
+  // A slow link and free selection: sparse.
+  const CostModel slow = applyNetworkParams({}, 1.0, 50.0);
+  EXPECT_NE(chooseAlgorithm(sparse, slow), SPCCL_ALGO_DENSE);
+  // A wire as fast as memory and a selection pass at 0.5 GB/s: the pass alone
+  // (16M x 12 B) costs more than the whole dense allreduce, so dense.
+  CostModel fastWire = applyNetworkParams({}, 800.0, 1.0);
+  fastWire.gammaSelect = 1.0 / 0.5e9;
+  fastWire.gammaUnpack = 1.0 / 20e9;
+  EXPECT_EQ(chooseAlgorithm(sparse, fastWire), SPCCL_ALGO_DENSE);
+  // The same fast wire with a selection as fast as a GPU's: sparse again.
+  fastWire.gammaSelect = 1.0 / 3000e9;
+  fastWire.gammaUnpack = 1.0 / 3000e9;
+  EXPECT_NE(chooseAlgorithm(sparse, fastWire), SPCCL_ALGO_DENSE);
+  // Tiny buffers are latency-bound: allgather's fewer rounds beat split's
+  // and dense's whatever the bandwidth.
+  const CostInputs tiny{8, 4096, 41, 4, 4};
+  EXPECT_EQ(chooseAlgorithm(tiny, applyNetworkParams({}, 100.0, 10.0)), SPCCL_ALGO_ALLGATHER);
+  // Many ranks at moderate density: allgather's P k pairs grow with P,
+  // split's do not, so split wins on a slow link.
+  const CostInputs wide{64, n, n / 100, 4, 4};
+  EXPECT_EQ(chooseAlgorithm(wide, slow), SPCCL_ALGO_SPLIT);
+  // Every choice is the argmin of modelSeconds.
+  for (const CostModel& m : {slow, fastWire, CostModel{}})
+    for (const CostInputs& in : {sparse, tiny, wide}) {
+      const int c = chooseAlgorithm(in, m);
+      for (int alg : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT})
+        EXPECT_LE(modelSeconds(c, in, m), modelSeconds(alg, in, m)) << c << " vs " << alg;
+    }
+}
+
+TEST(Tuner, ExplainNamesEveryAlgorithmAndThePick) {
+  const CostInputs in{4, 1u << 20, 1u << 14, 4, 4};
+  const CostModel m = applyNetworkParams({}, 10.0, 5.0);
+  const std::string why = explainChoice(in, m);
+  for (const char* name : {"dense", "allgather", "split"}) EXPECT_NE(why.find(name), std::string::npos) << why;
+  const std::string pick = std::string("-> ") + (chooseAlgorithm(in, m) == SPCCL_ALGO_DENSE       ? "dense"
+                                                 : chooseAlgorithm(in, m) == SPCCL_ALGO_ALLGATHER ? "allgather"
+                                                                                                   : "split");
+  EXPECT_NE(why.find(pick), std::string::npos) << why;
+  EXPECT_NE(describeCostModel(m).find("10 Gbit/s"), std::string::npos) << describeCostModel(m);
+}
+
+// ---------------------------------------------------------------- parameter sources
+
+using Env = std::map<std::string, std::string>;
+
+std::function<const char*(const char*)> lookupIn(const Env& env) {
+  return [&env](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(TunerParams, NetworkVariablesParseAndApply) {
+  Params p;
+  ASSERT_TRUE(loadParams(lookupIn({}), &p).isOk());
+  EXPECT_EQ(p.calibrate, 0);
+  EXPECT_EQ(p.netGbps, 0.0);
+  EXPECT_EQ(p.netLatencyUs, 0.0);
+  const Env env{{"SPCCL_NET_GBPS", "25"}, {"SPCCL_NET_LATENCY_US", "2.5"}, {"SPCCL_CALIBRATE", "2"}};
+  ASSERT_TRUE(loadParams(lookupIn(env), &p).isOk());
+  EXPECT_EQ(p.netGbps, 25.0);
+  EXPECT_EQ(p.netLatencyUs, 2.5);
+  EXPECT_EQ(p.calibrate, 2);
+  const std::string described = describeParams(p);
+  EXPECT_NE(described.find("SPCCL_NET_GBPS=25"), std::string::npos) << described;
+  EXPECT_NE(described.find("SPCCL_CALIBRATE=2"), std::string::npos) << described;
+
+  const CostModel m = applyNetworkParams({}, p.netGbps, p.netLatencyUs);
+  EXPECT_DOUBLE_EQ(m.beta, 8.0 / 25e9);  // Gbit/s -> seconds per byte
+  EXPECT_DOUBLE_EQ(m.alpha, 2.5e-6);
+  // 0 leaves a parameter alone, and the gammas are never touched.
+  CostModel base{1.0, 2.0, 3.0, 4.0};
+  const CostModel same = applyNetworkParams(base, 0, 0);
+  EXPECT_EQ(same.alpha, 1.0);
+  EXPECT_EQ(same.beta, 2.0);
+  const CostModel onlyRate = applyNetworkParams(base, 8.0, 0);
+  EXPECT_DOUBLE_EQ(onlyRate.beta, 1e-9);
+  EXPECT_EQ(onlyRate.alpha, 1.0);
+  EXPECT_EQ(onlyRate.gammaSelect, 3.0);
+  EXPECT_EQ(onlyRate.gammaUnpack, 4.0);
+
+  for (const Env& bad : {Env{{"SPCCL_NET_GBPS", "-1"}}, Env{{"SPCCL_NET_LATENCY_US", "fast"}},
+                         Env{{"SPCCL_CALIBRATE", "3"}}, Env{{"SPCCL_CALIBRATE", "0.5"}}}) {
+    const Status st = loadParams(lookupIn(bad), &p);
+    ASSERT_FALSE(st.isOk()) << bad.begin()->first;
+    EXPECT_NE(st.message().find(bad.begin()->first), std::string::npos) << st.message();
+  }
+}
+
+TEST(TunerCache, DirectoryFollowsXdgThenHome) {
+  EXPECT_EQ(calibrationCacheDir(lookupIn({{"XDG_CACHE_HOME", "/x/cache"}, {"HOME", "/home/u"}})), "/x/cache/spccl");
+  // The XDG spec: a relative XDG_CACHE_HOME is ignored.
+  EXPECT_EQ(calibrationCacheDir(lookupIn({{"XDG_CACHE_HOME", "rel"}, {"HOME", "/home/u"}})), "/home/u/.cache/spccl");
+  EXPECT_EQ(calibrationCacheDir(lookupIn({{"HOME", "/home/u"}})), "/home/u/.cache/spccl");
+  EXPECT_EQ(calibrationCacheDir(lookupIn({})), "");
+  EXPECT_EQ(calibrationCachePath("", "k", 4), "");
+  EXPECT_EQ(calibrationCachePath("/d", "0123", 4), "/d/calibration-0123-np4.txt");
+}
+
+TEST(TunerCache, KeyIsTheHostMultisetAndRankCount) {
+  const std::string k = hostSetKey({"a", "b", "b"}, 3);
+  EXPECT_EQ(k.size(), 16u);
+  EXPECT_EQ(hostSetKey({"b", "a", "b"}, 3), k);  // rank order does not matter
+  EXPECT_NE(hostSetKey({"a", "a", "b"}, 3), k);  // ranks per host do
+  EXPECT_NE(hostSetKey({"a", "b", "b"}, 4), k);
+  EXPECT_NE(hostSetKey({"ab"}, 1), hostSetKey({"a", "b"}, 1));
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/spccl_tuner_XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    path = d ? d : "";
+  }
+  ~TempDir() {
+    if (!path.empty()) (void)std::system(("rm -rf '" + path + "'").c_str());
+  }
+};
+
+TEST(TunerCache, RoundTripIsBitExactAndRejectsOtherFiles) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path.empty());
+  const std::string path = calibrationCachePath(tmp.path + "/nested/spccl", "00ff00ff00ff00ff", 4);
+  const CostModel m{1.0 / 3.0 * 1e-5, 1.0 / 7.0 * 1e-9, 1.0 / 11.0 * 1e-9, 1.0 / 13.0 * 1e-10};
+  ASSERT_TRUE(writeCalibrationCache(path, "00ff00ff00ff00ff", 4, m));  // creates the directories
+  CostModel r{};
+  ASSERT_TRUE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &r));
+  EXPECT_EQ(std::memcmp(&r, &m, sizeof m), 0);
+  // Another key or rank count: not this file's model.
+  CostModel untouched{9, 9, 9, 9};
+  EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00fe", 4, &untouched));
+  EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 3, &untouched));
+  EXPECT_EQ(untouched.alpha, 9.0);
+  EXPECT_FALSE(readCalibrationCache(tmp.path + "/missing.txt", "00ff00ff00ff00ff", 4, &untouched));
+  // Corrupt contents: a negative value, a missing field, a future version.
+  auto writeRaw = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
+  const std::string head = "spccl-cost-model 1\nkey 00ff00ff00ff00ff\nranks 4\n";
+  writeRaw(head + "alpha_s -1\nbeta_s_per_byte 1e-9\nselect_s_per_byte 0\nunpack_s_per_byte 0\n");
+  EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
+  writeRaw(head + "alpha_s 1e-6\nbeta_s_per_byte 1e-9\nselect_s_per_byte 0\n");
+  EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
+  writeRaw("spccl-cost-model 2\nkey 00ff00ff00ff00ff\nranks 4\nalpha_s 1e-6\nbeta_s_per_byte 1e-9\n"
+           "select_s_per_byte 0\nunpack_s_per_byte 0\n");
+  EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
+  writeRaw(head + "alpha_s 1e-6\nbeta_s_per_byte 1e-9\nselect_s_per_byte 0\nunpack_s_per_byte 0\n");
+  EXPECT_TRUE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
+  EXPECT_EQ(untouched.alpha, 1e-6);
+  // Unwritable places fail quietly.
+  EXPECT_FALSE(writeCalibrationCache("/dev/null/spccl/x.txt", "k", 4, m));
+  EXPECT_FALSE(writeCalibrationCache("", "k", 4, m));
+}
+
+// One rank: allgather is a copy. Enough to run the calibration end to end;
+// the multi-rank agreement is tests/mpi/calibrate_test.cc.
+class SelfTransport final : public Transport {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Status allReduceDense(const void* s, void* r, size_t count, spcclDataType_t type, spcclRedOp_t) override {
+    if (s != r) std::memmove(r, s, count * (type == spcclFloat64 ? 8 : 4));
+    return Status::ok();
+  }
+  Status allGather(const void* send, size_t bytes, void* recv) override {
+    ++allGathers;
+    if (send != recv) std::memmove(recv, send, bytes);
+    return Status::ok();
+  }
+  Status allGatherV(const void* send, size_t sendBytes, void* recv, const size_t*, const size_t* offsets) override {
+    std::memmove(static_cast<char*>(recv) + offsets[0], send, sendBytes);
+    return Status::ok();
+  }
+  Status allToAll(const void* send, size_t bytes, void* recv) override { return allGather(send, bytes, recv); }
+  Status allToAllV(const void* send, const size_t*, const size_t* so, void* recv, const size_t* rb,
+                   const size_t* ro) override {
+    std::memmove(static_cast<char*>(recv) + ro[0], static_cast<const char*>(send) + so[0], rb[0]);
+    return Status::ok();
+  }
+  int allGathers = 0;
+};
+
+TEST(TunerCalibrate, MeasuresCachesAndReuses) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path.empty());
+  const Env env{{"XDG_CACHE_HOME", tmp.path}};
+  SelfTransport t;
+  Params p;
+  ASSERT_TRUE(loadParams(lookupIn({}), &p).isOk());
+
+  // SPCCL_CALIBRATE=0: the defaults, no measurement.
+  CostModel m;
+  std::string origin;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn(env), &m, &origin).isOk());
+  EXPECT_EQ(origin, "defaults");
+  EXPECT_EQ(m.alpha, CostModel{}.alpha);
+  EXPECT_EQ(m.gammaSelect, 0.0);
+
+  // =1 with an empty cache: measured (local passes timed: positive, finite),
+  // then written under $XDG_CACHE_HOME/spccl.
+  p.calibrate = 1;
+  CostModel first;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn(env), &first, &origin).isOk());
+  EXPECT_NE(origin.find("calibrated"), std::string::npos) << origin;
+  EXPECT_NE(origin.find(tmp.path + "/spccl/calibration-"), std::string::npos) << origin;
+  EXPECT_GT(first.gammaSelect, 0.0);
+  EXPECT_GT(first.gammaUnpack, 0.0);
+  EXPECT_LT(first.gammaSelect, 1e-6);  // slower than 1 MB/s would be a broken timer
+  EXPECT_TRUE(std::isfinite(first.alpha) && std::isfinite(first.beta));
+
+  // =1 again: read back from the cache, bit for bit.
+  CostModel second;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn(env), &second, &origin).isOk());
+  EXPECT_NE(origin.find("calibration cache"), std::string::npos) << origin;
+  EXPECT_EQ(std::memcmp(&first, &second, sizeof first), 0);
+
+  // =2 measures again even though the cache exists.
+  p.calibrate = 2;
+  CostModel third;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn(env), &third, &origin).isOk());
+  EXPECT_EQ(origin.find("calibration cache"), std::string::npos) << origin;
+  EXPECT_NE(origin.find("calibrated"), std::string::npos) << origin;
+
+  // SPCCL_NET_* win over the cache for the wire; the gammas stay measured.
+  p.calibrate = 1;
+  p.netGbps = 10;
+  p.netLatencyUs = 3;
+  CostModel net;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn(env), &net, &origin).isOk());
+  EXPECT_NE(origin.find("SPCCL_NET_*"), std::string::npos) << origin;
+  EXPECT_DOUBLE_EQ(net.beta, 8.0 / 10e9);
+  EXPECT_DOUBLE_EQ(net.alpha, 3e-6);
+  EXPECT_GT(net.gammaSelect, 0.0);
+
+  // No usable cache directory: calibration still succeeds.
+  p.netGbps = p.netLatencyUs = 0;
+  CostModel nowhere;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn({{"XDG_CACHE_HOME", "/dev/null/x"}}), &nowhere, &origin).isOk());
+  EXPECT_NE(origin.find("calibrated"), std::string::npos) << origin;
+  ASSERT_TRUE(resolveCostModel(t, p, lookupIn({}), &nowhere, &origin).isOk());
+  EXPECT_GT(nowhere.gammaSelect, 0.0);
 }
 
 }  // namespace
