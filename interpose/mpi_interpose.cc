@@ -179,10 +179,13 @@ void drainPending() {
     done.swap(s.pending);
   }
   for (Entry* e : done) {
-    InsideSpccl inside;
-    spcclCommDestroy(e->comm);
+    {
+      InsideSpccl inside;
+      spcclCommDestroy(e->comm);
+    }
     delete e;
   }
+  if (s.trace) logLine("TRACE", "released %zu spccl communicator(s) of freed MPI communicators", done.size());
 }
 
 // Called once, right after PMPI_Init*/PMPI_Init_thread succeeded.
