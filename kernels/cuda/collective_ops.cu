@@ -3,6 +3,7 @@
 // device (no host round trip), and the average's division.
 #include <cstring>
 
+#include "kernels/core/elementwise.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace spccl::cuda {
