@@ -31,14 +31,14 @@ inline void storeElement(void* buf, size_t i, spcclDataType_t type, float v) {
   }
 }
 
+}  // namespace
+
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen,
                               spcclDataType_t type, core::ValueType wire) {
   return CallDescriptor{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
                         static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)), seq,
                         static_cast<uint64_t>(rowsPerPeer) * rowLen, rowLen};
 }
-
-}  // namespace
 
 Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                            spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call) {

@@ -8,12 +8,23 @@
 #include <cstdint>
 
 #include "include/spccl.h"
+#include "kernels/core/elementwise.h"
 #include "src/status.h"
 
 struct spcclComm;
 struct spcclSelection;
 
 namespace spccl {
+
+struct CallDescriptor;
+enum class Collective : uint8_t;
+
+// The call descriptor of an alltoall-rows call (forward or backward), one
+// definition for the host path and the NCCL path.
+CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
+                              core::ValueType wire);
+// The same for the row-sparse allreduce (algorithmSetting: SPCCL_ROWSPARSE_ALGO).
+CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t rowLen, spcclDataType_t type);
 
 // sel may be nullptr (the selection is not kept).
 Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,

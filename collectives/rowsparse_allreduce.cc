@@ -122,11 +122,8 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   const int p = t.size(), me = t.rank();
   const uint32_t vb = sizeof(Acc);
   const uint64_t seq = comm.seq++;
-  const CallDescriptor desc{kStreamMagic, static_cast<uint8_t>(comm.params.rowSparseAlgorithm),
-                            static_cast<uint8_t>(vb == 8 ? spcclFloat64 : spcclFloat32), static_cast<uint8_t>(type),
-                            static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse)), seq,
-                            rowLen, rowLen};
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, desc, &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowSparseDescriptor(comm.params.rowSparseAlgorithm, seq, rowLen, type),
+                                    &comm.descriptors));
 
   IdRows<Acc> mine, result;
   std::vector<Acc> rowBuf;
@@ -235,6 +232,15 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
 }
 
 }  // namespace
+
+CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t rowLen, spcclDataType_t type) {
+  // Rows travel as their accumulation type: fp64 for fp64 input, else fp32.
+  return CallDescriptor{kStreamMagic, static_cast<uint8_t>(algorithmSetting),
+                        static_cast<uint8_t>(type == spcclFloat64 ? spcclFloat64 : spcclFloat32),
+                        static_cast<uint8_t>(type),
+                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse)), seq,
+                        rowLen, rowLen};
+}
 
 Status allReduceRowSparse(spcclComm& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                           spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,

@@ -13,9 +13,14 @@
 #include "kernels/host/host_kernels.h"
 #include "collectives/other_collectives.h"
 #include "src/comm.h"
+#include "src/device.h"
 #include "src/log.h"
 #include "src/transport/mpi_transport.h"
 #include "src/types.h"
+#if SPCCL_WITH_NCCL
+#include "include/spccl_nccl.h"
+#include "src/nccl/device_collectives.h"
+#endif
 
 using namespace spccl;
 
@@ -136,6 +141,79 @@ Status exactCall(spcclComm* comm, size_t denseBytes, const Status& st) {
 
 bool isSupportedRowType(spcclDataType_t t) { return isCompressibleType(t); }
 
+// The stream as checkBuffers sees it: NCCL communicators take any stream,
+// MPI ones only NULL.
+void* hostStream(const spcclComm* comm, void* stream) { return comm->onDevice ? nullptr : stream; }
+
+// MPI communicators work on host memory: a CUDA device buffer is rejected by
+// name, unless the call is an exact one (handed to MPI as is) and the MPI is
+// CUDA-aware. Managed memory is host-accessible and passes.
+Status checkHostMemory(const spcclComm& comm, bool exactPath,
+                       std::initializer_list<std::pair<const char*, const void*>> buffers) {
+  if (comm.onDevice) return Status::ok();
+  for (const auto& [name, ptr] : buffers) {
+    if (!isDevicePointer(ptr)) continue;
+    if (exactPath && mpiCudaAware()) continue;
+    return invalidUsage(formatString(
+        "%s=%p is CUDA device memory, but comm is an MPI communicator (host buffers)%s", name, ptr,
+        exactPath ? " and this MPI is not CUDA-aware: use a communicator from spcclCommInitNccl"
+                  : ": compressed collectives on device buffers need a communicator from spcclCommInitNccl"));
+  }
+  return Status::ok();
+}
+
+// One compressed allreduce through c, on the device or the host.
+Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, spcclRedOp_t op, void* stream) {
+#if SPCCL_WITH_NCCL
+  if (c->comm->onDevice)
+    return gpu::compressedAllReduce(c, sendbuff, recvbuff, op, static_cast<cudaStream_t>(stream));
+#else
+  (void)stream;
+#endif
+  SPCCL_RETURN_IF_ERROR(checkHostMemory(*c->comm, false, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
+  return c->allReduce(sendbuff, recvbuff, op);
+}
+
+// DCT-MP rows, on the device or the host.
+Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
+                      spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
+#if SPCCL_WITH_NCCL
+  if (comm->onDevice)
+    return gpu::rowsForward(comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel,
+                            static_cast<cudaStream_t>(stream), call);
+#else
+  (void)stream;
+#endif
+  SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, false, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
+  return alltoAllRowsForward(*comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call);
+}
+
+Status runRowsBackward(spcclSelection* sel, const void* gradSendbuff, void* gradRecvbuff, void* stream,
+                       spcclStats_t* call) {
+#if SPCCL_WITH_NCCL
+  if (sel->comm->onDevice)
+    return gpu::rowsBackward(sel->comm, gradSendbuff, gradRecvbuff, *sel, static_cast<cudaStream_t>(stream), call);
+#else
+  (void)stream;
+#endif
+  SPCCL_RETURN_IF_ERROR(
+      checkHostMemory(*sel->comm, false, {{"gradSendbuff", gradSendbuff}, {"gradRecvbuff", gradRecvbuff}}));
+  return alltoAllRowsBackward(*sel->comm, gradSendbuff, gradRecvbuff, *sel, call);
+}
+
+// The exact allreduce of comm, on the device or the host.
+Status runExactAllReduce(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
+                         spcclRedOp_t op, void* stream, spcclStats_t* call) {
+#if SPCCL_WITH_NCCL
+  if (comm->onDevice)
+    return gpu::exactAllReduce(comm, sendbuff, recvbuff, count, type, op, static_cast<cudaStream_t>(stream), call);
+#else
+  (void)stream;
+#endif
+  SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, true, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
+  return comm->exactAllReduce(sendbuff, recvbuff, count, type, op, call);
+}
+
 Status checkSizes(size_t a, size_t b, size_t c, const char* what) {
   if ((b != 0 && a > SIZE_MAX / b) || (c != 0 && a * b > SIZE_MAX / c))
     return invalidArgument(formatString("%s (%zu x %zu x %zu bytes) overflows size_t", what, a, b, c));
@@ -156,7 +234,7 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
   c->dataType = type;
   c->config = config;
   c->implicit = implicit;
-  if (config.errorFeedback) {
+  if (config.errorFeedback && !comm->onDevice) {  // device compressors keep it on the device
     c->residual[0].assign(count, 0.0f);
     c->residual[1].resize(count);
   }
@@ -259,6 +337,36 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
   }, worldRank());
 }
 
+#if SPCCL_WITH_NCCL
+spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
+  return guarded([&]() -> Status {
+    if (comm == nullptr) return invalidArgument("comm (output pointer) is NULL");
+    *comm = nullptr;
+    if (nccl == nullptr) return invalidArgument("nccl is NULL: pass an initialised ncclComm_t");
+    Params params;
+    Status envStatus = loadParamsFromEnv(&params);
+    setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
+    auto c = std::make_unique<spcclComm>();
+    c->params = params;
+    c->integrity = Integrity{params.checksum, params.testCorruptStreams};
+    // Collective: every rank learns whether any rank's environment was bad.
+    const Status st = gpu::initComm(c.get(), nccl, envStatus.isOk());
+    if (!envStatus.isOk()) return envStatus;
+    SPCCL_RETURN_IF_ERROR(st);
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      c->id = registry().nextId++;
+      registry().comms[c.get()] = c->id;
+    }
+    SPCCL_INFO(c->rank, "spccl %s, NCCL transport, %d ranks, device mode %s", SPCCL_VERSION_STRING, c->ranks,
+               params.deviceMode == kDeviceModeFixed ? "fixed" : "exact");
+    SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
+    *comm = c.release();
+    return Status::ok();
+  });
+}
+#endif
+
 spcclResult_t spcclCommCount(const spcclComm_t comm, int* count) {
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
@@ -304,11 +412,11 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, op));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), stream));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), hostStream(comm, stream)));
     const Params& p = comm->params;
     if (takesExactPath(*comm, count, datatype, op, p.allreduceDensity) || count < p.minCompressCount) {
       spcclStats_t call{};
-      return comm->exactAllReduce(sendbuff, recvbuff, count, datatype, op, &call);
+      return runExactAllReduce(comm, sendbuff, recvbuff, count, datatype, op, stream, &call);
     }
     auto key = std::make_tuple(recvbuff, count, static_cast<int>(datatype));
     auto it = comm->implicitCompressors.find(key);
@@ -320,7 +428,7 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
       SPCCL_INFO(comm->rank, "implicit compressor for buffer %p, count %zu, %s", recvbuff, count,
                  dataTypeName(datatype));
     }
-    return it->second->allReduce(sendbuff, recvbuff, op);
+    return runCompressed(it->second.get(), sendbuff, recvbuff, op, stream);
   }, comm && commAlive(comm) ? comm->rank : -1);
 }
 
@@ -330,15 +438,25 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
     SPCCL_RETURN_IF_ERROR(checkSizes(count, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "count * ranks"));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), stream));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), hostStream(comm, stream)));
     const Params& p = comm->params;
     const uint64_t rowLen = p.alltoallRowLen;
-    if (!p.disable && p.alltoallDensity < 1.0f && rowLen > 0 && count > 0 && count % rowLen == 0 &&
-        isSupportedRowType(datatype)) {
-      spcclStats_t call{};
-      return counted(comm, alltoAllRowsForward(*comm, sendbuff, recvbuff, count / rowLen, rowLen, datatype,
-                                               p.alltoallDensity, nullptr, &call), call);
+    const bool rows = !p.disable && p.alltoallDensity < 1.0f && rowLen > 0 && count > 0 && count % rowLen == 0 &&
+                      isSupportedRowType(datatype);
+#if SPCCL_WITH_NCCL
+    if (comm->onDevice && !rows) {
+      ++comm->seq;
+      const size_t bytes = count * dataTypeSize(datatype);
+      return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * bytes,
+                       gpu::allToAll(comm, sendbuff, recvbuff, bytes, static_cast<cudaStream_t>(stream)));
     }
+#endif
+    if (rows) {  // (in place too: every row is selected and gathered before any is written)
+      spcclStats_t call{};
+      return counted(comm, runRowsForward(comm, sendbuff, recvbuff, count / rowLen, rowLen, datatype,
+                                          p.alltoallDensity, nullptr, stream, &call), call);
+    }
+    SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, true, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm->transport,
                                       exactCollectiveDescriptor(Collective::kAlltoAll, comm->seq++, count, datatype),
                                       &comm->descriptors));
@@ -355,10 +473,27 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
     SPCCL_RETURN_IF_ERROR(
         checkSizes(sendcount, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "sendcount * ranks"));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, sendcount, dataTypeSize(datatype), stream, "sendbuff",
-                                       "recvbuff", "sendcount"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, sendcount, dataTypeSize(datatype), hostStream(comm, stream),
+                                       "sendbuff", "recvbuff", "sendcount"));
     const Params& p = comm->params;
-    if (!p.disable && p.allgatherDensity < 1.0f && sendcount > 0 && isCompressibleType(datatype)) {
+    const bool topk = !p.disable && p.allgatherDensity < 1.0f && sendcount > 0 && isCompressibleType(datatype);
+#if SPCCL_WITH_NCCL
+    if (comm->onDevice && topk) {
+      if (sendcount > UINT32_MAX)
+        return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
+      spcclStats_t call{};
+      return counted(comm, gpu::allGatherTopK(comm, sendbuff, recvbuff, sendcount, datatype, p.allgatherDensity,
+                                              static_cast<cudaStream_t>(stream), &call), call);
+    }
+    if (comm->onDevice) {
+      ++comm->seq;
+      const size_t bytes = sendcount * dataTypeSize(datatype);
+      return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * bytes,
+                       gpu::allGather(comm, sendbuff, recvbuff, bytes, static_cast<cudaStream_t>(stream)));
+    }
+#endif
+    SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, !topk, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
+    if (topk) {
       if (sendcount > UINT32_MAX)
         return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
       spcclStats_t call{};
@@ -390,8 +525,8 @@ spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, 
       return invalidArgument(formatString("density=%g must be in (0, 1]", static_cast<double>(density)));
     SPCCL_RETURN_IF_ERROR(checkSizes(rowsPerPeer, rowLen, static_cast<size_t>(comm->ranks) * dataTypeSize(datatype),
                                      "rowsPerPeer * rowLen * (ranks x element size)"));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, rowsPerPeer * rowLen, dataTypeSize(datatype), stream,
-                                       "sendbuff", "recvbuff", "rowsPerPeer*rowLen"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, rowsPerPeer * rowLen, dataTypeSize(datatype),
+                                       hostStream(comm, stream), "sendbuff", "recvbuff", "rowsPerPeer*rowLen"));
     if (sendbuff == recvbuff && rowsPerPeer > 0)
       return invalidArgument("sendbuff == recvbuff: the rows alltoall is not in place");
     std::unique_ptr<spcclSelection> sel;
@@ -401,8 +536,8 @@ spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, 
       sel->commId = comm->id;
     }
     spcclStats_t call{};
-    SPCCL_RETURN_IF_ERROR(counted(comm, alltoAllRowsForward(*comm, sendbuff, recvbuff, rowsPerPeer, rowLen, datatype,
-                                                            density, sel.get(), &call), call));
+    SPCCL_RETURN_IF_ERROR(counted(comm, runRowsForward(comm, sendbuff, recvbuff, rowsPerPeer, rowLen, datatype,
+                                                       density, sel.get(), stream, &call), call));
     if (selection) {
       std::lock_guard<std::mutex> lock(registry().mu);
       registry().selections[sel.get()] = true;
@@ -432,14 +567,14 @@ spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecv
       return invalidUsage(formatString("selection=%p has already served a backward (a selection serves one)",
                                        static_cast<const void*>(selection)));
     const size_t elems = selection->rowsPerPeer * selection->rowLen;
-    SPCCL_RETURN_IF_ERROR(checkBuffers(gradSendbuff, gradRecvbuff, elems, dataTypeSize(selection->dataType), stream,
-                                       "gradSendbuff", "gradRecvbuff", "the selection's rowsPerPeer*rowLen"));
+    SPCCL_RETURN_IF_ERROR(checkBuffers(gradSendbuff, gradRecvbuff, elems, dataTypeSize(selection->dataType),
+                                       hostStream(selection->comm, stream), "gradSendbuff", "gradRecvbuff",
+                                       "the selection's rowsPerPeer*rowLen"));
     if (gradSendbuff == gradRecvbuff && elems > 0)
       return invalidArgument("gradSendbuff == gradRecvbuff: the rows backward is not in place");
     selection->used = true;
     spcclStats_t call{};
-    return counted(selection->comm,
-                   alltoAllRowsBackward(*selection->comm, gradSendbuff, gradRecvbuff, *selection, &call), call);
+    return counted(selection->comm, runRowsBackward(selection, gradSendbuff, gradRecvbuff, stream, &call), call);
   }, rank);
 }
 
@@ -477,9 +612,17 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
       return invalidArgument(formatString("outRowIds is NULL with outCapacity=%zu", outCapacity));
     if (outCapacity > 0 && outRows == nullptr)
       return invalidArgument(formatString("outRows is NULL with outCapacity=%zu", outCapacity));
+    spcclStats_t call{};
+#if SPCCL_WITH_NCCL
+    if (comm->onDevice)
+      return counted(comm, gpu::rowSparse(comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows, outCapacity,
+                                          outNrows, static_cast<cudaStream_t>(stream), &call), call);
+#endif
     if (stream != nullptr)
       return invalidArgument(formatString("stream=%p must be NULL on an MPI communicator (host buffers)", stream));
-    spcclStats_t call{};
+    SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, false,
+                                          {{"rowIds", rowIds}, {"rows", rows}, {"outRowIds", outRowIds},
+                                           {"outRows", outRows}}));
     return counted(comm, allReduceRowSparse(*comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows,
                                             outCapacity, outNrows, &call), call);
   }, comm && commAlive(comm) ? comm->rank : -1);
@@ -520,16 +663,17 @@ spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spc
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkCompressor(c));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(c->dataType, op));
-    SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, c->count, dataTypeSize(c->dataType), stream));
+    SPCCL_RETURN_IF_ERROR(
+        checkBuffers(sendbuff, recvbuff, c->count, dataTypeSize(c->dataType), hostStream(c->comm, stream)));
     spcclComm& comm = *c->comm;
     if (takesExactPath(comm, c->count, c->dataType, op, c->config.density)) {
       // Exact: the residual (if any) is not involved; it waits for the next compressed call.
       spcclStats_t call{};
-      SPCCL_RETURN_IF_ERROR(comm.exactAllReduce(sendbuff, recvbuff, c->count, c->dataType, op, &call));
+      SPCCL_RETURN_IF_ERROR(runExactAllReduce(&comm, sendbuff, recvbuff, c->count, c->dataType, op, stream, &call));
       addStats(&c->stats, call);
       return Status::ok();
     }
-    return c->allReduce(sendbuff, recvbuff, op);
+    return runCompressed(c, sendbuff, recvbuff, op, stream);
   }, c && checkCompressor(c).isOk() ? c->comm->rank : -1);
 }
 
@@ -548,6 +692,9 @@ spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* resid
     if (count != c->count)
       return invalidArgument(formatString("count=%zu differs from the compressor's count %zu", count, c->count));
     if (residual == nullptr && count > 0) return invalidArgument(formatString("residual is NULL with count=%zu", count));
+#if SPCCL_WITH_NCCL
+    if (c->comm->onDevice) return gpu::copyResidual(c, residual);
+#endif
     if (c->config.errorFeedback)
       std::memcpy(residual, c->residual[c->current].data(), count * sizeof(float));
     else

@@ -17,6 +17,14 @@
 
 struct spcclComm;
 
+namespace spccl {
+// Device-side state of NCCL communicators and their compressors
+// (src/nccl/device_collectives.cc; empty in host-only builds).
+struct DeviceCommState;
+struct DeviceCompressorState;
+struct DeviceSelectionState;
+}  // namespace spccl
+
 struct spcclCompressor {
   spcclComm* comm;
   uint64_t commId;  // the communicator's unique id: detects use after its destroy
@@ -42,6 +50,9 @@ struct spcclCompressor {
   std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
   spccl::Workspace workspace;
   spcclStats_t stats{};
+  // Compressors of NCCL communicators keep their residual and scratch here
+  // (device memory) instead of in the host vectors above.
+  std::shared_ptr<spccl::DeviceCompressorState> device;
 
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
 
@@ -65,6 +76,8 @@ struct spcclSelection {
   // positions each row kept, and the positions.
   std::vector<uint32_t> sentCounts, sentPositions;
   std::vector<uint32_t> recvCounts, recvPositions;
+  // A forward on an NCCL communicator keeps them on the device instead.
+  std::shared_ptr<spccl::DeviceSelectionState> device;
 };
 
 struct spcclComm {
@@ -85,6 +98,9 @@ struct spcclComm {
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation
+  // Made by spcclCommInitNccl: device buffers, NCCL transport, CUDA kernels.
+  bool onDevice = false;
+  std::shared_ptr<spccl::DeviceCommState> device;
 
   spccl::Status exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                spcclRedOp_t op, spcclStats_t* call);

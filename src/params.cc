@@ -92,6 +92,10 @@ constexpr ParamSpec kParamSpecs[] = {
      "Testing only: flip one bit in each of the first N streams this rank sends per communicator, as corruption "
      "in transit would; 0 = off.",
      [](Params* p, double v) { p->testCorruptStreams = static_cast<uint64_t>(v); }},
+    {"SPCCL_DEVICE_MODE", ParamType::kChoice, "exact", 0, 0, false, "exact|fixed",
+     "Device buffers (NCCL): exact = one small device-to-host copy per call sizes the exchange; fixed = "
+     "capacity-factor x k slots per rank, no host synchronisation, CUDA-graph capturable (docs/GPU.md).",
+     [](Params* p, double v) { p->deviceMode = static_cast<int>(v); }},
 };
 
 int choiceIndex(const char* choices, const char* value) {
@@ -199,6 +203,7 @@ std::string describeParams(const Params& p) {
       : p.rowSparseAlgorithm == kRowSparsePartition ? "partition"
                                                     : "auto") +
          " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
+         " SPCCL_DEVICE_MODE=" + (p.deviceMode == kDeviceModeFixed ? "fixed" : "exact") +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams);
 }

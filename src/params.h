@@ -34,7 +34,12 @@ struct Params {
   int rowSparseAlgorithm = 0;  // kRowSparse*
   bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
+  int deviceMode = 0;          // kDeviceMode*: compressed allreduce on device buffers
 };
+
+// SPCCL_DEVICE_MODE (choice order).
+constexpr int kDeviceModeExact = 0;
+constexpr int kDeviceModeFixed = 1;
 
 // Row-sparse allreduce algorithms (SPCCL_ROWSPARSE_ALGO choice order).
 constexpr int kRowSparseAuto = 0;

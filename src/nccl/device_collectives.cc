@@ -30,100 +30,12 @@
 #include "src/codec.h"
 #include "src/comm.h"
 #include "src/log.h"
+#include "src/nccl/device_state.h"
 #include "src/nccl/nccl_transport.h"
 #include "src/tuner.h"
 #include "src/types.h"
 
 namespace spccl {
-
-namespace {
-
-// Grow-only device allocation (freed with its owner).
-class DeviceMemory {
- public:
-  DeviceMemory() = default;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  ~DeviceMemory() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  // Callers make sure no queued work still uses the old allocation
-  // (cudaFree waits for the device; growth happens only after a
-  // stream synchronisation or on the first call).
-  Status ensure(size_t bytes) {
-    if (bytes <= bytes_ && ptr_ != nullptr) return Status::ok();
-    if (ptr_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(ptr_));
-    ptr_ = nullptr;
-    bytes_ = 0;
-    SPCCL_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)));
-    bytes_ = std::max<size_t>(bytes, 256);
-    return Status::ok();
-  }
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-class PinnedMemory {
- public:
-  PinnedMemory() = default;
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-  ~PinnedMemory() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-  }
-  Status ensure(size_t bytes, unsigned flags = cudaHostAllocDefault) {
-    if (bytes <= bytes_ && ptr_ != nullptr) return Status::ok();
-    if (ptr_ != nullptr) SPCCL_CUDA_CHECK(cudaFreeHost(ptr_));
-    ptr_ = nullptr;
-    bytes_ = 0;
-    SPCCL_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, flags));
-    bytes_ = bytes;
-    return Status::ok();
-  }
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Makes the communicator's device current for the length of a call.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      if (cudaSetDevice(device) == cudaSuccess) switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-};
-
-}  // namespace
-
-struct DeviceCommState {
-  NcclTransport* transport = nullptr;  // owned by the comm
-  // Asynchronous error word, in mapped host memory: kernels of
-  // fixed-capacity calls or-in kAsync* bits, the next call reads them.
-  PinnedMemory errorWord;
-  uint32_t* errorDevice = nullptr;
-  PinnedMemory staging;  // exact collectives: small host copies
-};
 
 struct DeviceCompressorState {
   DeviceMemory residual[2];
@@ -144,8 +56,6 @@ struct DeviceCompressorState {
 namespace gpu {
 
 namespace {
-
-NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
 
 uint64_t selectCountOf(const spcclCompressor& c) {
   const double k = std::ceil(static_cast<double>(c.config.density) * static_cast<double>(c.count));

@@ -8,12 +8,14 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "include/spccl.h"
 #include "src/status.h"
 
 struct spcclComm;
 struct spcclCompressor;
+struct spcclSelection;
 
 namespace spccl::gpu {
 
@@ -31,6 +33,22 @@ Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t coun
 Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spcclRedOp_t op, cudaStream_t stream);
 Status allToAll(spcclComm* comm, const void* send, void* recv, size_t bytesPerPeer, cudaStream_t stream);
 Status allGather(spcclComm* comm, const void* send, void* recv, size_t bytesPerRank, cudaStream_t stream);
+
+// DCT-MP rows alltoall (the host path's rules, collectives/alltoall_rows.cc).
+// sel may be nullptr (nothing kept for a backward).
+Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPerPeer, size_t rowLen,
+                   spcclDataType_t type, float density, spcclSelection* sel, cudaStream_t stream, spcclStats_t* call);
+Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
+                    cudaStream_t stream, spcclStats_t* call);
+
+// Sparsified allgather (SPCCL_ALLGATHER_DENSITY), the host path's selection.
+Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,
+                     cudaStream_t stream, spcclStats_t* call);
+
+// Row-sparse allreduce (the host path's result; the allgather algorithm).
+Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
+                 spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
+                 cudaStream_t stream, spcclStats_t* call);
 
 // The compressor's residual (count fp32) into `out`, host or device memory;
 // waits for the device first.

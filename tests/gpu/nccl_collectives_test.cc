@@ -393,16 +393,141 @@ TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {
             spcclAllReduce(h.data(), h.data(), 1000, spcclFloat32, spcclSum, host_, static_cast<void*>(stream_)));
 }
 
-TEST_F(NcclWorld, NotYetOnTheDeviceIsAClearError) {
-  Dev<float> a(64 * ranks_), b(64 * ranks_);
-  spcclSelection_t sel = nullptr;
-  EXPECT_EQ(spcclInvalidUsage,
-            spcclAlltoAllRowsCompressed(a.p, b.p, 4, 16, spcclFloat32, 0.25f, &sel, dev_, stream_));
-  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev_), "not implemented yet")) << spcclGetLastError(dev_);
-  Dev<int64_t> ids(4), outIds(64);
-  size_t outN = 0;
-  EXPECT_EQ(spcclInvalidUsage, spcclAllReduceRowSparse(ids.p, a.p, 4, 16, spcclFloat32, outIds.p, b.p, 4, &outN,
-                                                       dev_, stream_));
+// DCT-MP rows: forward and backward on the device against the host path,
+// bit for bit (dense rows out, gradients back at exactly the kept positions).
+TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
+  struct RowsCase {
+    size_t rowsPerPeer, rowLen;
+    float density;
+    spcclDataType_t type;
+    bool nonFinite;
+  };
+  const RowsCase cases[] = {{7, 64, 1.0f / 16, spcclFloat32, false}, {3, 1024, 0.01f, spcclFloat32, true},
+                            {5, 1500, 0.25f, spcclFloat16, false}, {0, 32, 0.5f, spcclFloat32, false},
+                            {64, 128, 1.0f / 16, spcclBfloat16, true}};
+  std::mt19937_64 g(4242 + rank_);
+  for (const RowsCase& rc : cases) {
+    SCOPED_TRACE("rowsPerPeer=" + std::to_string(rc.rowsPerPeer) + " rowLen=" + std::to_string(rc.rowLen) +
+                 " density=" + std::to_string(rc.density) + " type=" + std::to_string(rc.type));
+    const size_t elems = rc.rowsPerPeer * rc.rowLen * ranks_, bytes = elems * elemBytes(rc.type);
+    const std::vector<unsigned char> in = randomInput(elems, rc.type, g, rc.nonFinite);
+    const std::vector<unsigned char> grad = randomInput(elems, rc.type, g, false);
+    Dev<unsigned char> dIn(bytes), dOut(bytes), dGrad(bytes), dGradOut(bytes);
+    dIn.upload(in);
+    dGrad.upload(grad);
+    std::vector<unsigned char> hOut(bytes), hGradOut(bytes);
+    spcclSelection_t ds = nullptr, hs = nullptr;
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(dIn.p, dOut.p, rc.rowsPerPeer, rc.rowLen, rc.type,
+                                                        rc.density, &ds, dev_, stream_))
+        << spcclGetLastError(dev_);
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(in.data(), hOut.data(), rc.rowsPerPeer, rc.rowLen, rc.type,
+                                                        rc.density, &hs, host_, nullptr))
+        << spcclGetLastError(host_);
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsBackward(dGrad.p, dGradOut.p, ds, stream_)) << spcclGetLastError(dev_);
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsBackward(grad.data(), hGradOut.data(), hs, nullptr));
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    ASSERT_EQ(0, std::memcmp(dOut.download().data(), hOut.data(), bytes)) << "forward rows differ";
+    ASSERT_EQ(0, std::memcmp(dGradOut.download().data(), hGradOut.data(), bytes)) << "backward gradients differ";
+    EXPECT_EQ(spcclSuccess, spcclSelectionDestroy(ds));
+    EXPECT_EQ(spcclSuccess, spcclSelectionDestroy(hs));
+  }
+  // The drop-in alltoall with SPCCL_ALLTOALL_* unset stays exact (checked in
+  // ExactCollectivesMatchMpi); repeated forwards reuse pooled selection memory.
+  for (int step = 0; step < 3; ++step) {
+    Dev<float> a(64 * 16 * ranks_), b(64 * 16 * ranks_);
+    cudaMemset(a.p, 0, 64 * 16 * ranks_ * sizeof(float));
+    spcclSelection_t s = nullptr;
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(a.p, b.p, 16, 64, spcclFloat32, 0.25f, &s, dev_, stream_));
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsBackward(b.p, a.p, s, stream_));
+    ASSERT_EQ(spcclSuccess, spcclSelectionDestroy(s));
+  }
+  CUDA_OK(cudaStreamSynchronize(stream_));
+}
+
+// Row-sparse allreduce on the device against the host path: same union,
+// same sums in rank order, bit for bit; too small an output on both.
+TEST_F(NcclWorld, RowSparseMatchesHostPathBitForBit) {
+  std::mt19937_64 g(777 + rank_);
+  for (spcclDataType_t type : {spcclFloat32, spcclFloat16, spcclFloat64}) {
+    for (size_t rowLen : {size_t{1}, size_t{16}, size_t{130}}) {
+      SCOPED_TRACE("type=" + std::to_string(type) + " rowLen=" + std::to_string(rowLen));
+      const size_t nrows = rank_ == 1 ? 0 : 300 + 17 * rank_;  // rank 1 contributes nothing
+      std::vector<int64_t> ids(nrows);
+      for (int64_t& id : ids) id = static_cast<int64_t>(g() % 500) - 100;  // duplicates, negatives, overlaps
+      const size_t eb = type == spcclFloat64 ? 8 : elemBytes(type);
+      std::vector<unsigned char> rows;
+      if (type == spcclFloat64) {
+        std::normal_distribution<double> normal;
+        rows.resize(nrows * rowLen * 8);
+        for (size_t i = 0; i < nrows * rowLen; ++i) {
+          const double x = normal(g);
+          std::memcpy(rows.data() + 8 * i, &x, 8);
+        }
+      } else {
+        rows = randomInput(nrows * rowLen, type, g, false);
+      }
+      const size_t cap = 600;
+      Dev<int64_t> dIds(nrows), dOutIds(cap);
+      Dev<unsigned char> dRows(nrows * rowLen * eb), dOutRows(cap * rowLen * eb);
+      if (nrows) {
+        dIds.upload(ids);
+        dRows.upload(rows);
+      }
+      std::vector<int64_t> hOutIds(cap);
+      std::vector<unsigned char> hOutRows(cap * rowLen * eb);
+      size_t dN = 0, hN = 0;
+      ASSERT_EQ(spcclSuccess, spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows,
+                                                      rowLen, type, dOutIds.p, dOutRows.p, cap, &dN, dev_, stream_))
+          << spcclGetLastError(dev_);
+      ASSERT_EQ(spcclSuccess, spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, type, hOutIds.data(),
+                                                      hOutRows.data(), cap, &hN, host_, nullptr))
+          << spcclGetLastError(host_);
+      CUDA_OK(cudaStreamSynchronize(stream_));
+      ASSERT_EQ(dN, hN);
+      const std::vector<int64_t> gotIds = dOutIds.download();
+      const std::vector<unsigned char> gotRows = dOutRows.download();
+      ASSERT_EQ(0, std::memcmp(gotIds.data(), hOutIds.data(), hN * 8)) << "ids differ";
+      ASSERT_EQ(0, std::memcmp(gotRows.data(), hOutRows.data(), hN * rowLen * eb)) << "rows differ";
+      // Too small an output: spcclInvalidUsage on every rank, the size needed in outNrows.
+      EXPECT_EQ(spcclInvalidUsage, spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows,
+                                                           rowLen, type, dOutIds.p, dOutRows.p, 10, &dN, dev_,
+                                                           stream_));
+      EXPECT_EQ(dN, hN);
+    }
+  }
+}
+
+// SPCCL_ALLGATHER_DENSITY: the sparsified allgather on the device against
+// the host path, bit for bit (NaN/Inf always kept, ties by lower index).
+TEST_F(NcclWorld, SparsifiedAllGatherMatchesHostPath) {
+  setenv("SPCCL_ALLGATHER_DENSITY", "0.05", 1);
+  spcclComm_t d2 = nullptr, h2 = nullptr;
+  const spcclResult_t r1 = spcclCommInitNccl(&d2, nccl_);
+  const spcclResult_t r2 = spcclCommInitMPI(&h2, MPI_COMM_WORLD);
+  unsetenv("SPCCL_ALLGATHER_DENSITY");
+  ASSERT_EQ(spcclSuccess, r1);
+  ASSERT_EQ(spcclSuccess, r2);
+  std::mt19937_64 g(31337 + rank_);
+  for (spcclDataType_t type : {spcclFloat32, spcclBfloat16})
+    for (size_t n : {size_t{1}, size_t{1000}, size_t{3 * 4096 + 1}})
+      for (bool nonFinite : {false, true}) {
+        SCOPED_TRACE("type=" + std::to_string(type) + " n=" + std::to_string(n) + " nonFinite=" +
+                     std::to_string(nonFinite));
+        const size_t eb = elemBytes(type);
+        const std::vector<unsigned char> in = randomInput(n, type, g, nonFinite);
+        Dev<unsigned char> dIn(n * eb), dOut(n * eb * ranks_);
+        dIn.upload(in);
+        std::vector<unsigned char> hOut(n * eb * ranks_);
+        ASSERT_EQ(spcclSuccess, spcclAllGather(dIn.p, dOut.p, n, type, d2, stream_)) << spcclGetLastError(d2);
+        ASSERT_EQ(spcclSuccess, spcclAllGather(in.data(), hOut.data(), n, type, h2, nullptr));
+        CUDA_OK(cudaStreamSynchronize(stream_));
+        ASSERT_EQ(0, std::memcmp(dOut.download().data(), hOut.data(), hOut.size())) << "allgather blocks differ";
+      }
+  spcclStats_t st;
+  ASSERT_EQ(spcclSuccess, spcclCommGetStats(d2, &st));
+  EXPECT_GT(st.compressedCalls, 0u);
+  EXPECT_EQ(spcclSuccess, spcclCommDestroy(d2));
+  EXPECT_EQ(spcclSuccess, spcclCommDestroy(h2));
 }
 
 TEST_F(NcclWorld, MismatchedCallsFailOnEveryRank) {

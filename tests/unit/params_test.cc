@@ -163,9 +163,10 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_ALLTOALL_ROW_LEN", {"-1", "2.5", "5e9", "L"}},
       {"SPCCL_ALLGATHER_DENSITY", {"0", "2", "nan"}},
       {"SPCCL_ROWSPARSE_ALGO", {"hash", "split", "1"}},
-      {"SPCCL_INTERCEPT", {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on"}},
       {"SPCCL_CHECKSUM", {"2", "yes", "-1", "0.5"}},
       {"SPCCL_TEST_CORRUPT_STREAMS", {"-1", "1.5", "abc", "1e19"}},
+      {"SPCCL_INTERCEPT", {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on"}},
+      {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {

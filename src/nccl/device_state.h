@@ -1,0 +1,138 @@
+// Device-side state of the NCCL path (src/nccl): memory owners, the
+// communicator's state, and the helpers every device collective shares.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "src/codec.h"
+#include "src/comm.h"
+#include "src/nccl/nccl_transport.h"
+#include "src/status.h"
+
+namespace spccl {
+
+// Grow-only device allocation (freed with its owner).
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  // Callers make sure no queued work still uses the old allocation
+  // (cudaFree waits for the device; growth happens only after a
+  // stream synchronisation or on the first call).
+  Status ensure(size_t bytes) {
+    if (bytes <= bytes_ && ptr_ != nullptr) return Status::ok();
+    if (ptr_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(ptr_));
+    ptr_ = nullptr;
+    bytes_ = 0;
+    SPCCL_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 256)));
+    bytes_ = std::max<size_t>(bytes, 256);
+    return Status::ok();
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  ~PinnedMemory() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  Status ensure(size_t bytes, unsigned flags = cudaHostAllocDefault) {
+    if (bytes <= bytes_ && ptr_ != nullptr) return Status::ok();
+    if (ptr_ != nullptr) SPCCL_CUDA_CHECK(cudaFreeHost(ptr_));
+    ptr_ = nullptr;
+    bytes_ = 0;
+    SPCCL_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, flags));
+    bytes_ = bytes;
+    return Status::ok();
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Makes the communicator's device current for the length of a call.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
+      if (cudaSetDevice(device) == cudaSuccess) switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+// Positions of one rows forward, for its backward: per-row offsets and
+// positions on the device, per-peer totals on the host. A forward without a
+// selection keeps them in the communicator's (comm.device->unkept).
+struct DeviceSelectionState {
+  DeviceMemory sentPositions, sentOffsets, recvPositions, recvOffsets;
+  std::vector<uint64_t> sentPerPeer, recvPerPeer;  // entries to / from each peer
+};
+
+struct DeviceCommState {
+  NcclTransport* transport = nullptr;  // owned by the comm
+  // Asynchronous error word, in mapped host memory: kernels of
+  // fixed-capacity calls or-in kAsync* bits, the next call reads them.
+  PinnedMemory errorWord;
+  uint32_t* errorDevice = nullptr;
+  PinnedMemory staging;  // exact collectives: small host copies
+  // Call descriptors of the rows collectives: ranks x 32 bytes each way.
+  DeviceMemory descriptors;
+  PinnedMemory hostDescriptors;
+  // Rows forward scratch (grow-only): strided positions, per-row counts,
+  // kept values, the peers' counts and values, and a scan workspace.
+  DeviceMemory stridedPositions, counts, sendValues, recvCounts, recvValues, offsetsWorkspace;
+  PinnedMemory hostCounts, hostRecvCounts;
+  DeviceSelectionState unkept;
+  std::vector<std::shared_ptr<DeviceSelectionState>> selectionPool;
+  // Row-sparse allreduce scratch (grow-only): this rank's merged ids and
+  // rows, every rank's counts, the gathered lists, their merge, a workspace.
+  DeviceMemory mergedIds, mergedRows, mergedCount, allCounts, allIds, allRows, unionIds, unionRows, unionCount,
+      mergeWorkspace;
+  PinnedMemory hostRowSparse;
+  // Sparsified allgather scratch (grow-only): threshold, selection, pairs.
+  DeviceMemory agThreshold, agThresholdWorkspace, agSelectWorkspace, agCounts, agIndices, agValues, agRecvIndices,
+      agRecvValues, agAccumulator;
+  PinnedMemory agHost;
+};
+
+inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
+
+// The descriptor allgather and check of the host path (agreeOnCall), over
+// NCCL on the caller's stream: one small copy each way and a synchronisation.
+Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream);
+
+}  // namespace spccl
