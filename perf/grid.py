@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Is SPCCL_ALGO=auto within 10% of the best fixed algorithm? (issue 5, section 4)
+
+For every point of a grid (buffer size x density x ranks) this runs
+perf/allreduce_perf once per fixed algorithm (dense, allgather, split) and once
+with auto, reads each run's JSON (-J), and prints a markdown table: each
+algorithm's median time, auto's pick, auto / best fixed, and whether that is
+within the tolerance. Auto runs with SPCCL_CALIBRATE=1 unless --no-calibrate
+(the first run per rank count measures and caches, the rest reuse the cache).
+
+  perf/grid.py --build build --sizes 64K,1M,16M,256M --densities 0.001,0.01,0.1 --ranks 2,4,8
+  perf/grid.py --build build --sizes 1M,16M --densities 0.01 --ranks 4 -n 5 -w 2 --json out.json
+  # on the emulated network, one rank per namespace:
+  perf/grid.py --build build-netem --launcher "perf/netem/run.sh --ranks {np} --rate 10gbit --" ...
+
+The runs of one point are separate processes one after the other, so on a
+shared or oversubscribed machine the comparison carries that noise; --repeat
+R runs every algorithm R times, interleaved, and keeps each one's best median.
+Exit status 1 when some point is outside the tolerance.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+ALGOS = ["dense", "allgather", "split", "auto"]
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+
+
+def size_label(n):
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def run_one(args, np_, size, density, algo, tmpdir):
+    out = os.path.join(tmpdir, f"r{np_}_{size}_{density}_{algo}.json")
+    binary = os.path.join(args.build, "perf", "allreduce_perf")
+    bench = [binary, "-b", str(size), "-e", str(size), "-D", str(density), "-a", algo,
+             "-n", str(args.iters), "-w", str(args.warmup), "-c", "0", "-J", out]
+    if args.launcher:
+        cmd = shlex.split(args.launcher.format(np=np_)) + bench
+    else:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + bench
+    env = dict(os.environ)
+    if algo == "auto" and not args.no_calibrate:
+        env["SPCCL_CALIBRATE"] = "1"
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0 or not os.path.exists(out):
+        sys.stderr.write(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-2000:]}{res.stderr[-2000:]}\n")
+        return None
+    with open(out) as f:
+        row = json.load(f)["rows"][0]
+    return row
+
+
+HEADER = ("| ranks | size | density | dense (ms) | allgather (ms) | split (ms) | auto (ms) | fastest fixed | "
+          "auto took | auto / fastest | within {tol}% |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def render(point, tolerance):
+    times = point["times_us"]
+    fixed = {a: times[a] for a in ALGOS[:3] if a in times}
+    fastest = min(fixed, key=fixed.get)
+    cells = [f"{times[a] / 1e3:.3g}" if a in times else "-" for a in ALGOS]
+    took = point["auto_algo"]
+    mark = "" if took == fastest else " (other)"
+    return (f"| {point['ranks']} | {size_label(point['size'])} | {point['density']:g} | " + " | ".join(cells) +
+            f" | {fastest} | {took}{mark} | {point['auto_over_best']:.2f} | {'yes' if point['within'] else 'NO'} |")
+
+
+def summary(points, tolerance):
+    within = sum(1 for p in points if p["within"])
+    same = sum(1 for p in points
+               if p["auto_algo"] == min((a for a in ALGOS[:3] if a in p["times_us"]), key=p["times_us"].get))
+    return (f"{within} of {len(points)} points within {round(100 * tolerance)}% of the fastest fixed algorithm; "
+            f"auto took the fastest fixed algorithm at {same} of {len(points)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory holding perf/allreduce_perf")
+    ap.add_argument("--sizes", default="64K,1M,16M,256M", help="buffer sizes per rank (K/M/G)")
+    ap.add_argument("--densities", default="0.001,0.01,0.1")
+    ap.add_argument("--ranks", default="2,4,8")
+    ap.add_argument("-n", "--iters", type=int, default=10)
+    ap.add_argument("-w", "--warmup", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per algorithm and point (best median kept)")
+    ap.add_argument("--tolerance", type=float, default=0.10, help="auto may be this much slower than the best")
+    ap.add_argument("--launcher", help="command before the binary instead of mpirun; {np} is the rank count")
+    ap.add_argument("--no-calibrate", action="store_true", help="auto with the default model (no SPCCL_CALIBRATE)")
+    ap.add_argument("--json", help="also write every point as JSON here")
+    ap.add_argument("--render", help="print the table of an earlier run's --json file; run nothing")
+    args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            points = json.load(f)
+        print(HEADER.format(tol=round(100 * args.tolerance)))
+        for p in points:
+            print(render(p, args.tolerance))
+        print("\n" + summary(points, args.tolerance))
+        return 0 if all(p["within"] for p in points) else 1
+
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    densities = [float(d) for d in args.densities.split(",")]
+    ranks = [int(r) for r in args.ranks.split(",")]
+    points, misses = [], 0
+    print(HEADER.format(tol=round(100 * args.tolerance)))
+    with tempfile.TemporaryDirectory(prefix="spccl_grid_") as tmpdir:
+        for np_ in ranks:
+            for size in sizes:
+                for density in densities:
+                    best = {}
+                    took = "?"
+                    for _ in range(args.repeat):
+                        for algo in ALGOS:
+                            row = run_one(args, np_, size, density, algo, tmpdir)
+                            if row is None or row.get("time_us") is None:
+                                continue
+                            t = row["time_us"]
+                            if algo not in best or t < best[algo]:
+                                best[algo] = t
+                                if algo == "auto":
+                                    took = row["algo"]
+                    fixed = [best[a] for a in ALGOS[:3] if a in best]
+                    if "auto" not in best or not fixed:
+                        print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | |")
+                        misses += 1
+                        continue
+                    ratio = best["auto"] / min(fixed)
+                    ok = ratio <= 1.0 + args.tolerance
+                    misses += 0 if ok else 1
+                    points.append({"ranks": np_, "size": size, "density": density, "times_us": best,
+                                   "auto_algo": took, "auto_over_best": ratio, "within": ok})
+                    print(render(points[-1], args.tolerance), flush=True)
+    failed = misses - sum(1 for p in points if not p["within"])
+    print("\n" + summary(points, args.tolerance) + (f"; {failed} points failed to run" if failed else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(points, f, indent=1)
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
