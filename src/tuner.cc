@@ -392,8 +392,9 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
       m = CostModel{shared[1], shared[2], shared[3], shared[4]};
       from = rank == 0 ? "calibration cache " + path : "rank 0's calibration cache";
     } else {
+      const Clock::time_point t0 = Clock::now();
       SPCCL_RETURN_IF_ERROR(measureCostModel(t, &m));
-      from = "calibrated at creation";
+      from = formatString("calibrated at creation in %.2f s", since(t0));
       if (rank == 0) {
         if (writeCalibrationCache(path, key, ranks, m))
           from += ", cached in " + path;
