@@ -547,6 +547,7 @@ int runMain(int argc, char** argv, Env& env) {
       if (n.malformed() > 0)
         std::printf("criteo reader: %llu malformed rows skipped (not used for training or evaluation)\n",
                     static_cast<unsigned long long>(n.malformed()));
+      std::fflush(stdout);
     }
     if (criteo->trainSize() == 0 || criteo->evalSize() < static_cast<uint64_t>(env.ranks)) {
       if (env.rank == 0)
