@@ -62,9 +62,11 @@ typedef enum {
   spcclDouble = 8,
   spcclBfloat16 = 9,
   spcclNumTypes = 10,
-  /* Not a type: widens the enum to int, so a bad value passed from C (which
-   * the library rejects) is not undefined behaviour in the C++ library. */
-  spcclDataTypeForceInt = 0x7fffffff
+  /* Not types: widen the enum to every int, negative ones included, so a bad
+   * value passed from C (which the library rejects) is not undefined behaviour
+   * in the C++ library. */
+  spcclDataTypeForceInt = 0x7fffffff,
+  spcclDataTypeForceIntMin = -0x7fffffff - 1
 } spcclDataType_t;
 
 typedef enum {
@@ -74,7 +76,8 @@ typedef enum {
   spcclMin = 3,
   spcclAvg = 4,
   spcclNumOps = 5,
-  spcclRedOpForceInt = 0x7fffffff /* not an op: see spcclDataTypeForceInt */
+  spcclRedOpForceInt = 0x7fffffff, /* not ops: see spcclDataTypeForceInt */
+  spcclRedOpForceIntMin = -0x7fffffff - 1
 } spcclRedOp_t;
 
 typedef struct spcclComm* spcclComm_t;

@@ -695,6 +695,7 @@ spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* resid
 #if SPCCL_WITH_NCCL
     if (c->comm->onDevice) return gpu::copyResidual(c, residual);
 #endif
+    if (count == 0) return Status::ok();  // residual may be NULL: no 0-byte memcpy/memset on it
     if (c->config.errorFeedback)
       std::memcpy(residual, c->residual[c->current].data(), count * sizeof(float));
     else
