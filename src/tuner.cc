@@ -333,14 +333,29 @@ Status measureCostModel(Transport& t, CostModel* out) {
   CostModel m;
   if (p > 1) {
     // Small allgathers take log2(P) rounds (recursive doubling / Bruck);
-    // large ones a ring: P-1 rounds of `large` bytes each.
-    constexpr size_t kSmall = 8, kLarge = size_t{1} << 20;
+    // large ones a ring: P-1 rounds of `bytes` each.
+    constexpr size_t kSmall = 8;
     double small = 0, large = 0;
     SPCCL_RETURN_IF_ERROR(timeAllGather(t, kSmall, 15, &small));
-    SPCCL_RETURN_IF_ERROR(timeAllGather(t, kLarge, 8, &large));
+    // The large message grows (x4) until one allgather takes 4 ms: over
+    // shared memory 1 MiB stays in cache and is several times faster than
+    // the buffers auto decides for; on a slow link 1 MiB is already enough.
+    // Every rank must pick the same size, so the probe times are agreed
+    // (maximum over ranks). At most 64 MiB received per rank.
+    size_t bytes = size_t{1} << 20;
+    const size_t maxBytes = std::max<size_t>(bytes, (size_t{64} << 20) / static_cast<size_t>(p));
+    for (;;) {
+      double probe = 0;
+      SPCCL_RETURN_IF_ERROR(timeAllGather(t, bytes, 1, &probe));
+      std::vector<double> probes(static_cast<size_t>(p));
+      SPCCL_RETURN_IF_ERROR(t.allGather(&probe, sizeof probe, probes.data()));
+      if (*std::max_element(probes.begin(), probes.end()) >= 4e-3 || bytes * 4 > maxBytes) break;
+      bytes *= 4;
+    }
+    SPCCL_RETURN_IF_ERROR(timeAllGather(t, bytes, 8, &large));
     m.alpha = small / log2Rounds(p);
     const double ring = static_cast<double>(p - 1);
-    m.beta = std::max(large - ring * m.alpha, 0.25 * large) / (ring * static_cast<double>(kLarge));
+    m.beta = std::max(large - ring * m.alpha, 0.25 * large) / (ring * static_cast<double>(bytes));
   }
   timeLocalPasses(t.rank(), &m.gammaSelect, &m.gammaUnpack);
   // Each parameter's maximum over ranks: the slowest rank sets a
