@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/elementwise.h"
+#include "src/codec.h"
 #include "src/status.h"
 #include "src/transport/transport.h"
 
@@ -55,6 +56,12 @@ struct ReduceContext {
   uint64_t bytesSent = 0;      // out: bytes put on the wire to other ranks
   uint64_t mergedNnz = 0;      // out (split): pairs after the owners' merge, all ranges
   Integrity* integrity = nullptr;  // seals every stream sent (SPCCL_CHECKSUM); nullptr = none
+  int indexEncoding = 0;           // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*)
+  // allgather: every rank's stream size and this rank's encoding, decided
+  // before the descriptors went out (a compact encoding's size depends on
+  // the indices, which only the sender has). nullptr: 32-bit indices.
+  const uint64_t* streamBytesPerRank = nullptr;
+  IndexEncoding myEncoding = IndexEncoding::kCoo32;
 };
 
 // [begin, end) of the index range rank r owns in the split algorithm: P

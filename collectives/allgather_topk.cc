@@ -57,27 +57,37 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
     comm.positions.resize(r.selected);  // more NaN/Inf than the slack: grow once
   }
 
-  const CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
-                            static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
-                            n, nnz};
+  // A block goes as pairs (in the smallest index encoding, or as
+  // SPCCL_INDEX_ENCODING says), or dense (zeros at the dropped entries) when
+  // that is smaller, as SparCML switches. Only the sender knows the encoded
+  // size: it travels in the descriptor.
+  size_t pairsBytes = 0;
+  const IndexEncoding encoding =
+      choosePairsEncoding(comm.params.indexEncoding, comm.positions.data(), nnz, 0, n, wire, &pairsBytes);
+  const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
+  CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
+                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
+                      n, nnz};
+  mine.streamBytes = sendDense ? denseStreamBytes(n, wire) : pairsBytes;
+  mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &comm.descriptors));
 
-  // A block goes as pairs, or dense (zeros at the dropped entries) when that
-  // is smaller, as SparCML switches; every rank derives each block's size
-  // from the descriptors the same way.
-  auto streamBytes = [&](uint64_t k) { return std::min(pairsStreamBytes(k, wire), denseStreamBytes(n, wire)); };
   ws.sizes.resize(p);
   ws.offsets.resize(p);
   size_t total = 0;
+  Status implausible;  // the same verdict on every rank: nothing has moved yet
   for (int r = 0; r < p; ++r) {
-    ws.sizes[r] = streamBytes(comm.descriptors[r].nnz);
+    const size_t most = std::max(maxPairsStreamBytes(comm.descriptors[r].nnz, n, wire), denseStreamBytes(n, wire));
+    ws.sizes[r] = announcedSize(comm.descriptors[r].streamBytes, most, r, "sparsified allgather", &implausible);
     ws.offsets[r] = total;
     total += ws.sizes[r];
   }
+  SPCCL_RETURN_IF_ERROR(implausible);
   StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
+  info.encoding = encoding;
   ws.sendBytes.resize(ws.sizes[me]);
   comm.floats.resize(n);
-  if (ws.sizes[me] == pairsStreamBytes(nnz, wire)) {
+  if (!sendDense) {
     encodePairs(ws.sendBytes.data(), info, comm.positions.data(), ws.stageBytes.data());
   } else {
     std::fill(comm.floats.begin(), comm.floats.end(), 0.0f);

@@ -15,15 +15,25 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
   ws.sizes.resize(p);
   ws.offsets.resize(p);
   size_t total = 0;
+  // Sizes from the descriptors, the same on every rank: an implausible one
+  // fails every rank here, before anything moves.
+  Status implausible;
   for (int r = 0; r < p; ++r) {
-    ws.sizes[r] = pairsStreamBytes(ctx->nnzPerRank[r], ctx->wire);
+    ws.sizes[r] = ctx->streamBytesPerRank
+                      ? announcedSize(ctx->streamBytesPerRank[r],
+                                      maxPairsStreamBytes(ctx->nnzPerRank[r], ctx->count, ctx->wire), r,
+                                      "allgather", &implausible)
+                      : pairsStreamBytes(ctx->nnzPerRank[r], ctx->wire);
     ws.offsets[r] = total;
     total += ws.sizes[r];
   }
-  const StreamInfo info{ctx->count, 0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
-                        ctx->wire, StreamKind::kPairs};
+  SPCCL_RETURN_IF_ERROR(implausible);
+  StreamInfo info{ctx->count, 0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
+                  ctx->wire, StreamKind::kPairs};
+  info.encoding = ctx->streamBytesPerRank ? ctx->myEncoding : IndexEncoding::kCoo32;
   ws.sendBytes.resize(ws.sizes[me]);
-  encodePairs(ws.sendBytes.data(), info, mine.indices, mine.values);
+  if (encodePairs(ws.sendBytes.data(), info, mine.indices, mine.values) != ws.sizes[me])
+    return internalError("allgather: the encoded stream differs from its announced size");
   sealStream(ctx->integrity, ws.sendBytes.data(), ws.sizes[me]);
   ws.recvBytes.resize(total);
   SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(),

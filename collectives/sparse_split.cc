@@ -21,16 +21,22 @@ namespace {
 
 // Largest stream a rank can honestly send for a range of `len` elements.
 size_t maxStreamBytes(uint64_t len, core::ValueType vt) {
-  return std::max(pairsStreamBytes(len, vt), denseStreamBytes(len, vt));
+  return std::max(maxPairsStreamBytes(len, len, vt), denseStreamBytes(len, vt));
 }
 
 // Encodes the owner's reduced range [b, e) of `acc` into ws.stageBytes as
 // pairs or dense, returning rounding error to `residual` (when given).
-size_t encodeOwnerRange(const StreamInfo& base, const float* acc, float* residual, Workspace& ws) {
+size_t encodeOwnerRange(const StreamInfo& base, const float* acc, float* residual, Workspace& ws,
+                        int indexEncoding) {
   const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
-  uint64_t m = 0;
-  for (uint64_t i = 0; i < len; ++i) m += acc[i] != 0.0f;  // NaN != 0: kept
-  const bool dense = pairsStreamBytes(m, base.valueType) >= denseStreamBytes(len, base.valueType);
+  ws.rangeIndices.clear();
+  for (uint64_t i = 0; i < len; ++i)
+    if (acc[i] != 0.0f) ws.rangeIndices.push_back(static_cast<uint32_t>(b + i));  // NaN != 0: kept
+  const uint64_t m = ws.rangeIndices.size();
+  size_t pairsBytes = 0;
+  const IndexEncoding encoding =
+      choosePairsEncoding(indexEncoding, ws.rangeIndices.data(), m, b, base.rangeEnd, base.valueType, &pairsBytes);
+  const bool dense = pairsBytes >= denseStreamBytes(len, base.valueType);
   const bool rounds = base.valueType != core::ValueType::kFloat32;
   if (residual && rounds) {
     for (uint64_t i = 0; i < len; ++i) {
@@ -44,19 +50,13 @@ size_t encodeOwnerRange(const StreamInfo& base, const float* acc, float* residua
     ws.stageBytes.resize(denseStreamBytes(len, base.valueType));
     return encodeDense(ws.stageBytes.data(), info, acc, nullptr);
   }
-  ws.rangeIndices.resize(m);
   std::vector<unsigned char>& values = ws.sendBytes;  // stage 1 is done with it
   values.resize(m * core::wireValueBytes(base.valueType));
-  uint64_t j = 0;
-  for (uint64_t i = 0; i < len; ++i) {
-    if (acc[i] == 0.0f) continue;
-    ws.rangeIndices[j] = static_cast<uint32_t>(b + i);
-    core::storeWireValue(values.data(), j, acc[i], base.valueType);
-    ++j;
-  }
+  for (uint64_t j = 0; j < m; ++j) core::storeWireValue(values.data(), j, acc[ws.rangeIndices[j] - b], base.valueType);
   info.kind = StreamKind::kPairs;
   info.nnz = m;
-  ws.stageBytes.resize(pairsStreamBytes(m, base.valueType));
+  info.encoding = encoding;
+  ws.stageBytes.resize(pairsBytes);
   return encodePairs(ws.stageBytes.data(), info, ws.rangeIndices.data(), values.data());
 }
 
@@ -84,16 +84,19 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     starts[r] = r == p ? mine.nnz
                        : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) -
                                                mine.indices);
+  std::vector<IndexEncoding> encodings(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) {
-    ws.sizes[r] = pairsStreamBytes(starts[r + 1] - starts[r], ctx->wire);
+    encodings[r] = choosePairsEncoding(ctx->indexEncoding, mine.indices + starts[r], starts[r + 1] - starts[r],
+                                       begin(r), begin(r + 1), ctx->wire, &ws.sizes[r]);
     ws.offsets[r] = total;
     total += ws.sizes[r];
   }
   ws.sendBytes.resize(total);
   const uint32_t valueBytes = core::wireValueBytes(ctx->wire);
   for (int r = 0; r < p; ++r) {
-    const StreamInfo info{n, begin(r), begin(r + 1), starts[r + 1] - starts[r], ctx->seq, algo, ctx->wire,
-                          StreamKind::kPairs};
+    StreamInfo info{n, begin(r), begin(r + 1), starts[r + 1] - starts[r], ctx->seq, algo, ctx->wire,
+                    StreamKind::kPairs};
+    info.encoding = encodings[r];
     encodePairs(ws.sendBytes.data() + ws.offsets[r], info, mine.indices + starts[r],
                 static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
     sealStream(ctx->integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
@@ -104,7 +107,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   Status local;
   size_t recvTotal = 0;
   for (int r = 0; r < p; ++r) {
-    ws.recvSizes[r] = announcedSize(ws.recvCounts[r], pairsStreamBytes(myLen, ctx->wire), r, "split stage 1", &local);
+    ws.recvSizes[r] =
+        announcedSize(ws.recvCounts[r], maxPairsStreamBytes(myLen, myLen, ctx->wire), r, "split stage 1", &local);
     ws.recvOffsets[r] = recvTotal;
     recvTotal += ws.recvSizes[r];
   }
@@ -128,7 +132,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
   size_t myBytes;
   if (local.isOk()) {
-    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws);
+    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding);
   } else {
     ws.stageBytes.resize(kErrorStreamBytes);
     myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());

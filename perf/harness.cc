@@ -298,6 +298,7 @@ void printUsage(const char* program, const Collective& collective) {
     std::printf("  -a, --algo <algo>         %s (default auto)\n", joinNames(kAlgorithms).c_str());
   std::printf(
       "  -V, --wire <type>         wire value type %s (default: SPCCL_VALUE_TYPE)\n"
+      "  -E, --encoding <enc>      index encoding auto, coo, delta or bitmap (default: SPCCL_INDEX_ENCODING)\n"
       "  -J, --json <file>         also write the rows as JSON (rank 0)\n"
       "  -h, --help                this text\n",
       joinNames(kWireTypes).c_str());
@@ -318,6 +319,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       {"algo", required_argument, nullptr, 'a'},
       {"rowlen", required_argument, nullptr, 'R'},
       {"wire", required_argument, nullptr, 'V'},
+      {"encoding", required_argument, nullptr, 'E'},
       {"json", required_argument, nullptr, 'J'},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
@@ -325,7 +327,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   opts.density = collective.defaultDensity();
   opterr = 0;  // every rank parses; only rank 0 reports
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:S:d:o:D:a:R:V:J:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:S:d:o:D:a:R:V:E:J:h", kLongOptions, nullptr)) != -1) {
     const char flag = static_cast<char>(c);
     const unsigned needs = c == 'o' ? kFlagOp : c == 'a' ? kFlagAlgo : c == 'R' ? kFlagRowLen : 0u;
     if ((needs & ~collective.flags()) != 0)
@@ -344,6 +346,13 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       case 'a': opts.algorithm = parseNamed(flag, optarg, kAlgorithms); break;
       case 'R': opts.rowLen = static_cast<size_t>(parseInteger(flag, optarg, 1, INT_MAX)); break;
       case 'V': opts.wireValueType = parseNamed(flag, optarg, kWireTypes); break;
+      case 'E': {
+        const std::string e = optarg;
+        if (e != "auto" && e != "coo" && e != "delta" && e != "bitmap")
+          throw UsageError(strPrintf("-E '%s': expected auto, coo, delta or bitmap", optarg));
+        opts.indexEncoding = e;
+        break;
+      }
       case 'J': opts.jsonPath = optarg; break;
       case 'h': opts.help = true; break;
       case ':': throw UsageError(strPrintf("%s: missing value", argv[optind - 1]));
@@ -712,9 +721,12 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
   if (flags & kFlagRowLen) std::fprintf(file, "  \"row_len\": %zu,\n", opts.rowLen);
   if (flags & kFlagAlgo)
     std::fprintf(file, "  \"algo\": \"%s\",\n", allreduceAlgorithmName(opts.algorithm).data());
+  const char* encoding = std::getenv("SPCCL_INDEX_ENCODING");  // -E sets it; else the user's, else auto
   std::fprintf(file,
-               "  \"wire\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"rows\": [",
-               wireTypeName(ctx.wireValueType).data(), opts.iters, opts.warmupIters);
+               "  \"wire\": \"%s\",\n  \"index_encoding\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n"
+               "  \"rows\": [",
+               wireTypeName(ctx.wireValueType).data(), encoding && *encoding ? encoding : "auto", opts.iters,
+               opts.warmupIters);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     std::fprintf(file,
@@ -780,6 +792,7 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   // The library reads its SPCCL_* variables when the communicator is created.
   const Environment env = collective.environment(opts);
   for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
+  if (!opts.indexEncoding.empty()) setenv("SPCCL_INDEX_ENCODING", opts.indexEncoding.c_str(), /*overwrite=*/1);
   spcclComm_t comm = nullptr;
   SPCCL_PERF_CHECK(spcclCommInitMPI(&comm, MPI_COMM_WORLD));
   const DenseReduction dense(opts.datatype);

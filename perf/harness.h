@@ -41,6 +41,7 @@ struct Options {
   int algorithm = SPCCL_ALGO_AUTO;
   size_t rowLen = 128;
   std::optional<spcclDataType_t> wireValueType;  // unset: the SPCCL_* env default
+  std::string indexEncoding;                     // -E: SPCCL_INDEX_ENCODING for the run; empty: the env's
   std::string jsonPath;
   bool help = false;
 };

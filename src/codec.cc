@@ -1,5 +1,6 @@
 #include "src/codec.h"
 
+#include <algorithm>
 #include <cstring>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -21,6 +22,74 @@ size_t pairsStreamBytes(uint64_t nnz, ValueType vt) {
 
 size_t denseStreamBytes(uint64_t len, ValueType vt) {
   return alignStream(sizeof(StreamHeader) + len * core::wireValueBytes(vt));
+}
+
+namespace {
+
+uint32_t varintBytes(uint64_t v) {
+  uint32_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// Gap j of sorted indices: the first from rangeBegin, then from the previous index + 1.
+inline uint64_t gapAt(const uint32_t* indices, uint64_t j, uint64_t rangeBegin) {
+  return j == 0 ? indices[0] - rangeBegin : static_cast<uint64_t>(indices[j]) - indices[j - 1] - 1;
+}
+
+size_t deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin) {
+  size_t total = 0;
+  for (uint64_t j = 0; j < nnz; ++j) total += varintBytes(gapAt(indices, j, rangeBegin));
+  return total;
+}
+
+size_t bitmapIndexBytes(uint64_t len) { return static_cast<size_t>((len + 7) / 8); }
+
+size_t compactStreamBytes(uint64_t nnz, size_t indexBytes, ValueType vt) {
+  return alignStream(sizeof(StreamHeader) + nnz * core::wireValueBytes(vt) + indexBytes);
+}
+
+}  // namespace
+
+size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                         uint64_t rangeEnd, ValueType vt) {
+  switch (e) {
+    case IndexEncoding::kDelta:
+      return compactStreamBytes(nnz, deltaIndexBytes(indices, nnz, rangeBegin), vt);
+    case IndexEncoding::kBitmap:
+      return compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
+    default:
+      return pairsStreamBytes(nnz, vt);
+  }
+}
+
+IndexEncoding choosePairsEncoding(int setting, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                                  uint64_t rangeEnd, ValueType vt, size_t* bytes) {
+  IndexEncoding best = IndexEncoding::kCoo32;
+  if (setting == kIndexEncodingDelta) best = IndexEncoding::kDelta;
+  if (setting == kIndexEncodingBitmap) best = IndexEncoding::kBitmap;
+  size_t bestBytes = encodedPairsBytes(best, indices, nnz, rangeBegin, rangeEnd, vt);
+  if (setting == kIndexEncodingAuto) {
+    // The bitmap's size needs no pass over the indices; the varints' one
+    // does, and is skipped when it cannot win (>= 1 byte per index).
+    const size_t bitmap = encodedPairsBytes(IndexEncoding::kBitmap, indices, nnz, rangeBegin, rangeEnd, vt);
+    const size_t deltaFloor = compactStreamBytes(nnz, nnz, vt);
+    if (deltaFloor < std::min(bestBytes, bitmap)) {
+      const size_t delta = encodedPairsBytes(IndexEncoding::kDelta, indices, nnz, rangeBegin, rangeEnd, vt);
+      if (delta < bestBytes) best = IndexEncoding::kDelta, bestBytes = delta;
+    }
+    if (bitmap < bestBytes) best = IndexEncoding::kBitmap, bestBytes = bitmap;
+  }
+  *bytes = bestBytes;
+  return best;
+}
+
+size_t maxPairsStreamBytes(uint64_t nnz, uint64_t len, ValueType vt) {
+  return std::max({pairsStreamBytes(nnz, vt), compactStreamBytes(nnz, 5 * nnz, vt),
+                   compactStreamBytes(nnz, bitmapIndexBytes(len), vt)});
 }
 
 namespace {
@@ -54,15 +123,41 @@ bool knownValueType(uint8_t v) {
 
 size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues) {
   auto* p = static_cast<unsigned char*>(dst);
-  const StreamHeader h = makeHeader(info, StreamKind::kPairs, info.nnz);
+  StreamHeader h = makeHeader(info, StreamKind::kPairs, info.nnz);
+  h.indexEncoding = static_cast<uint8_t>(info.encoding);
   std::memcpy(p, &h, sizeof h);
   size_t off = sizeof h;
-  const size_t ibytes = info.nnz * sizeof(uint32_t), vbytes = info.nnz * core::wireValueBytes(info.valueType);
-  if (info.nnz > 0) {  // empty vectors may hand over NULL: memcpy(NULL, 0) is undefined
-    std::memcpy(p + off, indices, ibytes);
-    std::memcpy(p + off + ibytes, wireValues, vbytes);
+  const size_t vbytes = info.nnz * core::wireValueBytes(info.valueType);
+  if (info.encoding == IndexEncoding::kCoo32) {
+    const size_t ibytes = info.nnz * sizeof(uint32_t);
+    if (info.nnz > 0) {  // empty vectors may hand over NULL: memcpy(NULL, 0) is undefined
+      std::memcpy(p + off, indices, ibytes);
+      std::memcpy(p + off + ibytes, wireValues, vbytes);
+    }
+    off += ibytes + vbytes;
+  } else {
+    // Compact encodings: values first (they keep their alignment), then the index bytes.
+    if (info.nnz > 0) std::memcpy(p + off, wireValues, vbytes);
+    off += vbytes;
+    if (info.encoding == IndexEncoding::kDelta) {
+      for (uint64_t j = 0; j < info.nnz; ++j) {
+        uint64_t gap = gapAt(indices, j, info.rangeBegin);
+        while (gap >= 0x80) {
+          p[off++] = static_cast<unsigned char>(gap | 0x80);
+          gap >>= 7;
+        }
+        p[off++] = static_cast<unsigned char>(gap);
+      }
+    } else {  // kBitmap
+      const size_t mapBytes = bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
+      std::memset(p + off, 0, mapBytes);
+      for (uint64_t j = 0; j < info.nnz; ++j) {
+        const uint64_t bit = indices[j] - info.rangeBegin;
+        p[off + bit / 8] |= static_cast<unsigned char>(1u << (bit % 8));
+      }
+      off += mapBytes;
+    }
   }
-  off += ibytes + vbytes;
   const size_t total = alignStream(off);
   zeroPad(p, off, total);
   return total;
@@ -148,35 +243,86 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
                                       denseStreamBytes(len, e.valueType)));
     out->kind = StreamKind::kDense;
     out->nnz = len;
+    out->encoding = IndexEncoding::kCoo32;
+    out->indexBytes = nullptr;
     out->indices = nullptr;
     out->values = base + sizeof h;
     return Status::ok();
   }
   if (h.kind != static_cast<uint8_t>(StreamKind::kPairs) ||
-      h.indexEncoding != static_cast<uint8_t>(IndexEncoding::kCoo32))
+      (h.indexEncoding != static_cast<uint8_t>(IndexEncoding::kCoo32) &&
+       h.indexEncoding != static_cast<uint8_t>(IndexEncoding::kDelta) &&
+       h.indexEncoding != static_cast<uint8_t>(IndexEncoding::kBitmap)))
     return remoteError(formatString("stream from rank %d has unknown kind %u or index encoding %u", peer,
                                     static_cast<unsigned>(h.kind), static_cast<unsigned>(h.indexEncoding)));
-  // nnz bounded by the range length first, so the size computation cannot overflow.
-  if (h.nnz > len || bytes != pairsStreamBytes(h.nnz, e.valueType))
+  // nnz bounded by the range length first, so no size computation can overflow.
+  const IndexEncoding enc = static_cast<IndexEncoding>(h.indexEncoding);
+  const size_t vbytes = h.nnz <= len ? h.nnz * core::wireValueBytes(e.valueType) : 0;
+  if (h.nnz > len || (enc == IndexEncoding::kCoo32 && bytes != pairsStreamBytes(h.nnz, e.valueType)) ||
+      (enc != IndexEncoding::kCoo32 && bytes < sizeof h + vbytes))
     return remoteError(formatString("stream from rank %d claims %llu pairs in %zu bytes for a range of %llu", peer,
                                     static_cast<unsigned long long>(h.nnz), bytes,
                                     static_cast<unsigned long long>(len)));
-  const auto* idx = reinterpret_cast<const uint32_t*>(base + sizeof h);
-  uint64_t prev = 0;
-  for (uint64_t j = 0; j < h.nnz; ++j) {
-    const uint64_t i = idx[j];
-    if (i < e.rangeBegin || i >= e.rangeEnd || (j > 0 && i <= prev))
-      return remoteError(formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
-                                      "or not increasing",
-                                      peer, static_cast<unsigned long long>(i), static_cast<unsigned long long>(j),
-                                      static_cast<unsigned long long>(e.rangeBegin),
-                                      static_cast<unsigned long long>(e.rangeEnd)));
-    prev = i;
-  }
+  auto badIndex = [&](uint64_t i, uint64_t j) {
+    return remoteError(formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
+                                    "or not increasing",
+                                    peer, static_cast<unsigned long long>(i), static_cast<unsigned long long>(j),
+                                    static_cast<unsigned long long>(e.rangeBegin),
+                                    static_cast<unsigned long long>(e.rangeEnd)));
+  };
+  auto badLayout = [&](const char* what) {
+    return remoteError(formatString("stream from rank %d: %s (%llu pairs, %zu bytes, range of %llu)", peer, what,
+                                    static_cast<unsigned long long>(h.nnz), bytes,
+                                    static_cast<unsigned long long>(len)));
+  };
   out->kind = StreamKind::kPairs;
   out->nnz = h.nnz;
-  out->indices = idx;
-  out->values = base + sizeof h + h.nnz * sizeof(uint32_t);
+  out->encoding = enc;
+  out->indices = nullptr;
+  out->indexBytes = nullptr;
+  if (enc == IndexEncoding::kCoo32) {
+    const auto* idx = reinterpret_cast<const uint32_t*>(base + sizeof h);
+    uint64_t prev = 0;
+    for (uint64_t j = 0; j < h.nnz; ++j) {
+      const uint64_t i = idx[j];
+      if (i < e.rangeBegin || i >= e.rangeEnd || (j > 0 && i <= prev)) return badIndex(i, j);
+      prev = i;
+    }
+    out->indices = idx;
+    out->values = base + sizeof h + h.nnz * sizeof(uint32_t);
+    return Status::ok();
+  }
+  const size_t indexStart = sizeof h + vbytes;
+  size_t end = indexStart;  // one past the index section
+  if (enc == IndexEncoding::kDelta) {
+    uint64_t index = e.rangeBegin;
+    for (uint64_t j = 0; j < h.nnz; ++j) {
+      uint64_t gap = 0;
+      for (int shift = 0;; shift += 7) {
+        if (end >= bytes) return badLayout("truncated index varints");
+        const unsigned char b = base[end++];
+        if (shift == 28 && (b & 0xf0) != 0) return badLayout("an index gap of more than 32 bits");
+        gap |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) break;
+      }
+      index += gap + (j > 0 ? 1 : 0);  // <= 2^33 + range end: no overflow
+      if (index >= e.rangeEnd) return badIndex(index, j);
+    }
+  } else {  // kBitmap
+    const size_t mapBytes = bitmapIndexBytes(len);
+    if (bytes - indexStart < mapBytes) return badLayout("truncated index bitmap");
+    end = indexStart + mapBytes;
+    uint64_t set = 0;
+    for (size_t b = 0; b < mapBytes; ++b) set += static_cast<uint64_t>(__builtin_popcount(base[indexStart + b]));
+    const unsigned tail = static_cast<unsigned>(len % 8);
+    if (tail != 0 && (base[end - 1] >> tail) != 0) return badLayout("index bitmap bits past the range");
+    if (set != h.nnz) return badLayout("index bitmap with another number of bits set than pairs");
+  }
+  if (alignStream(end) != bytes) return badLayout("index section and stream size disagree");
+  for (size_t b = end; b < bytes; ++b)
+    if (base[b] != 0) return badLayout("non-zero padding");
+  out->indexBytes = base + indexStart;
+  out->values = base + sizeof h;
   return Status::ok();
 }
 
@@ -210,6 +356,11 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
     else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
     else if (!nnzIsShape && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
+    else if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0)
+      return invalidUsage(formatString("mismatched collective call across ranks: rank %d has density %g, rank 0 "
+                                       "has %g (this rank: count %llu)",
+                                       r, static_cast<double>(d.density), static_cast<double>(ref.density),
+                                       static_cast<unsigned long long>(mine.count)));
     if (field)
       return invalidUsage(formatString("mismatched collective call across ranks: rank %d has %s %llu, rank 0 "
                                        "has %llu (this rank: count %llu)",
@@ -219,10 +370,15 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
 }
 
 void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
-  if (v.kind == StreamKind::kDense)
+  if (v.kind == StreamKind::kDense) {
     host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase));
-  else if (v.kind == StreamKind::kPairs)
+  } else if (v.kind == StreamKind::kPairs && v.encoding == IndexEncoding::kCoo32) {
     host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase);
+  } else if (v.kind == StreamKind::kPairs) {
+    forEachPair(v, [&](uint64_t index, uint64_t j) {
+      acc[index - accBase] += core::loadWireValue(v.values, j, v.valueType);
+    });
+  }
 }
 
 // ---- CRC32C ----

@@ -1,6 +1,11 @@
 // Wire format: one self-describing stream per (sender, receiver, stage).
 //
 //   [StreamHeader, 56 bytes][indices: nnz x uint32][values: nnz x wire type][pad to 8]
+//   pairs with a compact index encoding (indexEncoding kDelta or kBitmap):
+//   [StreamHeader][values: nnz x wire type][index bytes][pad to 8], where the
+//   index bytes are LEB128 varints of the gaps (first index - rangeBegin, then
+//   index - previous - 1), or one bit per position of [rangeBegin, rangeEnd)
+//   (bit i of byte i/8, LSB first; nnz bits set, none past the range).
 //   dense kind: [StreamHeader][values: (rangeEnd-rangeBegin) x wire type][pad to 8]
 //   error kind: [StreamHeader] only; `status` holds the sender's spcclResult_t
 //
@@ -21,7 +26,15 @@ constexpr uint32_t kStreamMagic = 0x4c435053u;  // "SPCL" little-endian
 constexpr uint16_t kStreamVersion = 1;
 
 // kCoo32: global uint32 positions. kRowN: positions inside a row, N bits.
-enum class IndexEncoding : uint8_t { kCoo32 = 1, kRow8 = 2, kRow16 = 3, kRow32 = 4 };
+// kDelta: varint gaps; kBitmap: a bit per position of the range (pairs only).
+enum class IndexEncoding : uint8_t { kCoo32 = 1, kRow8 = 2, kRow16 = 3, kRow32 = 4, kDelta = 5, kBitmap = 6 };
+
+// SPCCL_INDEX_ENCODING (choice order): auto picks, per stream, the smallest
+// of coo, delta and bitmap from exact sizes computed before encoding.
+constexpr int kIndexEncodingAuto = 0;
+constexpr int kIndexEncodingCoo = 1;
+constexpr int kIndexEncodingDelta = 2;
+constexpr int kIndexEncodingBitmap = 3;
 enum class StreamKind : uint8_t {
   kPairs = 1,   // (index, value) pairs of a 1-D buffer
   kDense = 2,   // a dense range
@@ -54,7 +67,20 @@ constexpr size_t kCrcOffset = 12;
 
 constexpr size_t alignStream(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 
+// A pairs stream with 32-bit indices (kCoo32).
 size_t pairsStreamBytes(uint64_t nnz, core::ValueType vt);
+// Exact bytes of a pairs stream of these sorted indices in [rangeBegin,
+// rangeEnd) with encoding e (kCoo32, kDelta or kBitmap).
+size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                         uint64_t rangeEnd, core::ValueType vt);
+// The encoding the setting (kIndexEncoding*) gives these pairs, and its
+// exact stream size in *bytes; auto takes the smallest (ties: coo, delta,
+// bitmap, in that order).
+IndexEncoding choosePairsEncoding(int setting, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                                  uint64_t rangeEnd, core::ValueType vt, size_t* bytes);
+// The most bytes an honest pairs stream of nnz pairs over a range of `len`
+// can take in any encoding (receivers bound announced sizes with it).
+size_t maxPairsStreamBytes(uint64_t nnz, uint64_t len, core::ValueType vt);
 size_t denseStreamBytes(uint64_t len, core::ValueType vt);
 constexpr size_t kErrorStreamBytes = sizeof(StreamHeader);
 
@@ -71,9 +97,14 @@ struct CallDescriptor {
   uint64_t count;  // allreduce: elements; others: their size (e.g. rows per peer x rowLen)
   uint64_t nnz;    // allreduce: this rank's selected entries (may differ); others: a shape
                    // parameter every rank must agree on (e.g. rowLen)
+  uint64_t streamBytes = 0;  // allreduce (allgather algorithm) and sparsified allgather: the size of
+                             // this rank's stream, whose encoding only the sender knows; else 0
+  float density = 0;         // compressed allreduce and sparsified allgather: the density every rank
+                             // must share (ranks keeping different fractions is a mismatched call); else 0
+  uint32_t reserved = 0;
 };
 constexpr uint8_t kOtherCollective = 0x80;
-static_assert(sizeof(CallDescriptor) == 32, "call descriptor must stay 32 bytes");
+static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes");
 
 // Checks every rank's descriptor against this rank's. The result is the same
 // on every rank (all see the same descriptors): a mismatch is
@@ -98,10 +129,12 @@ struct StreamInfo {
   uint8_t algorithm;
   core::ValueType valueType;
   StreamKind kind;
+  IndexEncoding encoding = IndexEncoding::kCoo32;  // pairs: how the indices are written
 };
 
-// Writes a pairs stream: header, indices, values (converted to the wire type).
-// `dst` must hold pairsStreamBytes(nnz, vt). Returns bytes written.
+// Writes a pairs stream: header, indices in info.encoding, values (already in
+// the wire type). `dst` must hold encodedPairsBytes(info.encoding, ...).
+// Returns bytes written.
 size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues);
 // Writes a dense stream of fp32 values converted to the wire type; `decoded`
 // (optional) receives what receivers will decode. Returns bytes written.
@@ -112,7 +145,9 @@ size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code);
 struct StreamView {
   StreamKind kind;
   uint64_t nnz;
-  const uint32_t* indices;  // kPairs
+  IndexEncoding encoding;          // kPairs
+  const uint32_t* indices;         // kPairs in kCoo32 (nullptr otherwise)
+  const unsigned char* indexBytes;  // kPairs in kDelta or kBitmap: the validated index section
   const void* values;       // kPairs and kDense
   core::ValueType valueType;
   uint64_t rangeBegin, rangeEnd;
@@ -122,6 +157,39 @@ struct StreamView {
 // Validates everything: size, magic, version, encodings, counts, range, seq,
 // index order and bounds. `peer` names the sender in messages.
 Status parseStream(const void* data, size_t bytes, const StreamExpect& expect, int peer, StreamView* out);
+
+// Calls f(index, j) for the j-th pair of a validated kPairs stream, in index
+// order, whatever its index encoding.
+template <typename F>
+void forEachPair(const StreamView& v, F&& f) {
+  if (v.encoding == IndexEncoding::kCoo32) {
+    for (uint64_t j = 0; j < v.nnz; ++j) f(static_cast<uint64_t>(v.indices[j]), j);
+  } else if (v.encoding == IndexEncoding::kDelta) {
+    const unsigned char* p = v.indexBytes;
+    uint64_t index = v.rangeBegin;
+    for (uint64_t j = 0; j < v.nnz; ++j) {
+      uint64_t gap = 0;
+      for (int shift = 0;; shift += 7) {
+        const unsigned char b = *p++;
+        gap |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) break;
+      }
+      index += gap + (j > 0 ? 1 : 0);
+      f(index, j);
+    }
+  } else {  // kBitmap
+    const uint64_t len = v.rangeEnd - v.rangeBegin;
+    uint64_t j = 0;
+    for (uint64_t byte = 0; byte * 8 < len && j < v.nnz; ++byte) {
+      unsigned bits = v.indexBytes[byte];
+      while (bits != 0) {
+        const int bit = __builtin_ctz(bits);
+        bits &= bits - 1;
+        f(v.rangeBegin + byte * 8 + static_cast<uint64_t>(bit), j++);
+      }
+    }
+  }
+}
 
 // acc[i - accBase] += value for every entry of a validated stream.
 void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);

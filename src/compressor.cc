@@ -107,7 +107,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   int algorithm = config.algorithm;
   if (algorithm == SPCCL_ALGO_AUTO) {
     CostInputs in{p, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
-                  mergedPerRange};
+                  mergedPerRange, comm->params.indexEncoding};
     algorithm = chooseAlgorithm(in, comm->costModel);
     if (stats.calls == 0 || stats.lastAlgorithm != algorithm)  // why, once per change of mind
       SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
@@ -123,8 +123,17 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   uint64_t nnz = 0;
   if (algorithm != SPCCL_ALGO_DENSE) SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
 
-  const CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
-                            static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), seq, count, nnz};
+  CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), seq, count, nnz};
+  // allgather: this rank's stream size in its index encoding goes out with
+  // the descriptor (split exchanges its sizes itself).
+  mine.density = config.density;
+  IndexEncoding encoding = IndexEncoding::kCoo32;
+  if (algorithm == SPCCL_ALGO_ALLGATHER) {
+    size_t bytes = 0;
+    encoding = choosePairsEncoding(comm->params.indexEncoding, indices.data(), nnz, 0, count, wire, &bytes);
+    mine.streamBytes = bytes;
+  }
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
   // The call is consistent on every rank: commit this call's residual. A call
   // rejected above leaves the residual as it was.
@@ -147,6 +156,14 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
     ReduceContext ctx{&t, seq, count, wire, algorithm, nnzPerRank.data(), out,
                       config.errorFeedback ? residual[current].data() : nullptr, &workspace};
     ctx.integrity = &comm->integrity;
+    ctx.indexEncoding = comm->params.indexEncoding;
+    std::vector<uint64_t>& streamBytes = workspace.counts;
+    if (algorithm == SPCCL_ALGO_ALLGATHER) {
+      streamBytes.resize(p);
+      for (int r = 0; r < p; ++r) streamBytes[r] = descriptors[r].streamBytes;
+      ctx.streamBytesPerRank = streamBytes.data();
+      ctx.myEncoding = encoding;
+    }
     SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit({indices.data(), values.data(), nnz}, &ctx)
                                                         : sparseAllgather({indices.data(), values.data(), nnz}, &ctx));
     if (algorithm == SPCCL_ALGO_SPLIT) mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;

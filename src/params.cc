@@ -7,11 +7,18 @@
 #include <strings.h>
 
 #include "collectives/algorithms.h"
+#include "src/codec.h"
 #include "include/spccl.h"
 
 namespace spccl {
 
 namespace {
+
+// SPCCL_INDEX_ENCODING's choices, in kIndexEncoding* order (src/codec.h).
+constexpr const char* kIndexEncodingNames[] = {"auto", "coo", "delta", "bitmap"};
+static_assert(kIndexEncodingAuto == 0 && kIndexEncodingCoo == 1 && kIndexEncodingDelta == 2 &&
+                  kIndexEncodingBitmap == 3,
+              "SPCCL_INDEX_ENCODING's choice order is kIndexEncoding*'s");
 
 // Choice order of SPCCL_VALUE_TYPE; SPCCL_ALGO's choice order is SPCCL_ALGO_*.
 constexpr core::ValueType kValueTypeChoices[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
@@ -67,6 +74,10 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16",
      "Type of the values on the wire; fp16/bf16 rounding error goes back to the residual.",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
+    {"SPCCL_INDEX_ENCODING", ParamType::kChoice, "auto", 0, 0, false, "auto|coo|delta|bitmap",
+     "Indices of compressed streams: 32-bit (coo), varint gaps (delta), a bit per position (bitmap); auto = "
+     "the smallest for each stream, from exact sizes.",
+     [](Params* p, double v) { p->indexEncoding = static_cast<int>(v); }},
     {"SPCCL_MIN_COMPRESS_COUNT", ParamType::kInt, "65536", 0, 1e18, false, nullptr,
      "Drop-in calls with fewer elements than this take the exact dense path.",
      [](Params* p, double v) { p->minCompressCount = static_cast<uint64_t>(v); }},
@@ -205,7 +216,8 @@ std::string describeParams(const Params& p) {
          " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
          " SPCCL_DEVICE_MODE=" + (p.deviceMode == kDeviceModeFixed ? "fixed" : "exact") +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
-         " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams);
+         " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +
+         " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding];
 }
 
 std::string renderParamTable() {

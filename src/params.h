@@ -35,6 +35,7 @@ struct Params {
   bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
   int deviceMode = 0;          // kDeviceMode*: compressed allreduce on device buffers
+  int indexEncoding = 0;       // codec.h kIndexEncoding*: how pairs streams write their indices
 };
 
 // SPCCL_DEVICE_MODE (choice order).

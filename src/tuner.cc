@@ -54,10 +54,27 @@ double rounds(int algorithm, int p) {
 
 }  // namespace
 
+double indexBytesPerPair(int indexEncoding, double len, double nnz) {
+  if (nnz <= 0) return 4.0;
+  const double coo = 4.0, bitmap = len / 8.0 / nnz;
+  double delta = 1.0;  // LEB128: 7 bits of the gap per byte
+  for (double gap = len / nnz; gap >= 128.0 && delta < 5.0; gap /= 128.0) delta += 1.0;
+  switch (indexEncoding) {
+    case kIndexEncodingCoo: return coo;
+    case kIndexEncodingDelta: return delta;
+    case kIndexEncodingBitmap: return bitmap;
+    default: return std::min({coo, delta, bitmap});
+  }
+}
+
 CostTerms modelTerms(int algorithm, const CostInputs& in) {
   CostTerms t;
-  const double p = in.ranks, pair = 4.0 + in.wireBytes, k = static_cast<double>(in.k),
-               n = static_cast<double>(in.count);
+  const double p = in.ranks, k = static_cast<double>(in.k), n = static_cast<double>(in.count);
+  // A pair: its index in the stream's encoding plus the wire value. The
+  // allgather stream and the split pieces spread k pairs over the range they
+  // cover; the owners' merged ranges spread theirs over n / p.
+  const double pair = indexBytesPerPair(in.indexEncoding, n, k) + in.wireBytes;
+  const double mergedPair = indexBytesPerPair(in.indexEncoding, n / p, mergedPerRange(in)) + in.wireBytes;
   t.rounds = rounds(algorithm, in.ranks);
   // Local work. Dense: v = send + residual (read both, write both) and the
   // reduce-scatter's additions. Sparse: the fused pass reads send and the
@@ -71,7 +88,7 @@ CostTerms modelTerms(int algorithm, const CostInputs& in) {
     if (algorithm == SPCCL_ALGO_ALLGATHER) {
       t.unpackBytes = n * 4.0 + p * k * pair;
     } else {  // owners sum ~k pairs of their range, then every rank unpacks the P ranges
-      t.unpackBytes = n * 4.0 + k * pair + p * std::min(mergedPerRange(in) * pair, n / p * in.wireBytes);
+      t.unpackBytes = n * 4.0 + k * pair + p * std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
     }
   }
   if (in.ranks <= 1) return t;
@@ -85,7 +102,7 @@ CostTerms modelTerms(int algorithm, const CostInputs& in) {
       break;
     default: {
       const double stage1 = (p - 1) / p * k * pair + (p - 1) * (kHeader + kSizeWord);
-      const double range = std::min(mergedPerRange(in) * pair, n / p * in.wireBytes);
+      const double range = std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
       t.wireBytes = desc + stage1 + (p - 1) * (kSizeWord + kHeader + range);
     }
   }

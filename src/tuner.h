@@ -26,7 +26,13 @@ struct CostInputs {
   uint32_t elemBytes;  // user element size (dense path)
   uint32_t wireBytes;  // wire value size
   double mergedPerRange = -1;  // measured pairs per owner range after merge; < 0: unknown
+  int indexEncoding = 1;       // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*); 1 = coo, 32-bit indices
 };
+
+// Expected bytes per index of `nnz` sorted indices spread over a range of
+// `len` positions in the given index encoding (auto: the smallest): coo 4,
+// delta the varint length of the mean gap, bitmap len / 8 / nnz.
+double indexBytesPerPair(int indexEncoding, double len, double nnz);
 
 // The model's parameters. The defaults (used unless SPCCL_CALIBRATE or
 // SPCCL_NET_* say otherwise) compare wire costs only: local work is free.

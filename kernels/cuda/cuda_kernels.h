@@ -201,26 +201,28 @@ Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type,
 
 // What every rank publishes (one ncclAllGather) at the start of a compressed
 // allreduce on device buffers: its call descriptor (src/codec.h
-// CallDescriptor, 32 bytes, nnz unused), its pair capacity and slots,
+// CallDescriptor, 48 bytes, nnz and streamBytes unused), its pair capacity and slots,
 // whether it estimated tau in this round, and selectPack's counts, which the
 // kernel writes straight into the record on the device.
 struct CallRecordHeader {
-  unsigned char descriptor[32];
+  unsigned char descriptor[48];
   uint64_t capacity;   // pairs a rank may send (capacity factor x k)
   uint64_t slots;      // pairs its buffers hold in this round
   uint32_t estimated;  // 1: tau was estimated exactly in this round
 };
 struct CallRecord {
-  unsigned char descriptor[32];
+  unsigned char descriptor[48];
   uint64_t capacity;
   uint64_t slots;
   uint32_t estimated;
   uint32_t reserved;
   SelectCounts counts;
 };
-static_assert(sizeof(CallRecord) == 72, "the call record is exchanged as 72 bytes");
-// Descriptor bytes every rank must agree on: all but the trailing nnz.
+static_assert(sizeof(CallRecord) == 88, "the call record is exchanged as 88 bytes");
+// Descriptor bytes every rank must agree on: [0, 24) (magic to count) and
+// the density at [40, 44); nnz and streamBytes may differ.
 constexpr int kRecordCheckedBytes = 24;
+constexpr int kRecordDensityOffset = 40;
 // Bits of a communicator's asynchronous error word (fixed-capacity calls
 // cannot return errors without a host round trip; the next call reports them).
 constexpr uint32_t kAsyncBadStream = 1u;  // a peer's stream failed unpackAccumulate's checks

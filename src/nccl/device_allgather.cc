@@ -96,9 +96,10 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   }
 
   // Every rank's count travels in its descriptor, as on the host.
-  const CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
-                            static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
-                            n, nnz};
+  CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
+                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
+                      n, nnz};
+  mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, mine, stream));
   const auto* all = d.hostDescriptors.get<CallDescriptor>();
   std::vector<size_t> idxBytes(p), idxOff(p), valBytes(p), valOff(p);

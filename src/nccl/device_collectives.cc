@@ -6,7 +6,7 @@
 // the device and host paths produce the same bits. What differs is how
 // sizes are learned (docs/GPU.md):
 //
-// exact mode (default): every rank publishes a 72-byte call record (its
+// exact mode (default): every rank publishes an 88-byte call record (its
 //   descriptor plus selectPack's counts, written by the kernel on the device)
 //   with one ncclAllGather; one device-to-host copy of the records and one
 //   stream synchronisation per call size the pair exchange. A rank whose
@@ -401,7 +401,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   if (algorithm == SPCCL_ALGO_AUTO) {
     CostInputs in{p, c->count, selectCountOf(*c), static_cast<uint32_t>(dataTypeSize(c->dataType)),
                   core::wireValueBytes(wire), -1};
-    algorithm = chooseAlgorithm(in);
+    algorithm = chooseAlgorithm(in, comm.costModel);  // (4-byte indices on the device: the default)
   }
   if (algorithm == SPCCL_ALGO_SPLIT) {  // not on the device yet: same result, allgather traffic
     if (!s.warnedSplit)
@@ -410,8 +410,9 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
     algorithm = SPCCL_ALGO_ALLGATHER;
   }
   float* acc = c->dataType == spcclFloat32 ? static_cast<float*>(recv) : s.accumulator.get<float>();
-  const CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
-                            static_cast<uint8_t>(c->dataType), static_cast<uint8_t>(op), seq, c->count, 0};
+  CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(c->dataType), static_cast<uint8_t>(op), seq, c->count, 0};
+  mine.density = c->config.density;
   spcclStats_t call{};
   call.calls = 1;
   call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;

@@ -109,7 +109,7 @@ struct DeviceCommState {
   PinnedMemory errorWord;
   uint32_t* errorDevice = nullptr;
   PinnedMemory staging;  // exact collectives: small host copies
-  // Call descriptors of the rows collectives: ranks x 32 bytes each way.
+  // Call descriptors of the rows collectives: ranks x 48 bytes each way.
   DeviceMemory descriptors;
   PinnedMemory hostDescriptors;
   // Rows forward scratch (grow-only): strided positions, per-row counts,

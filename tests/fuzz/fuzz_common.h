@@ -114,7 +114,7 @@ inline void writeStreamPrefix(uint8_t* p, const StreamExpect& e) {
 }
 
 // ---- checkDescriptors: 1-byte prefix ----
-//   u8 ranks - 1 (mod 16), then ranks x 32-byte CallDescriptor
+//   u8 ranks - 1 (mod 16), then ranks x 48-byte CallDescriptor
 constexpr int kMaxRanks = 16;
 inline int ranksOf(uint8_t b) { return 1 + b % kMaxRanks; }
 

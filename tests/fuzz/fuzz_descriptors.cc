@@ -22,6 +22,7 @@ bool consistent(const std::vector<CallDescriptor>& all) {
         d.op != ref.op || d.algorithm != ref.algorithm || d.valueType != ref.valueType)
       return false;
     if (nnzIsShape ? d.nnz != ref.nnz : d.nnz > d.count) return false;
+    if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0) return false;  // bits, NaN included
   }
   return true;
 }

@@ -41,13 +41,24 @@ inline int fuzzStream(const uint8_t* data, size_t size, DenseRule rule) {
   } else {
     SPCCL_FUZZ_CHECK(v.kind == StreamKind::kPairs);
     SPCCL_FUZZ_CHECK(v.nnz <= len);
-    SPCCL_FUZZ_CHECK(s.size() == pairsStreamBytes(v.nnz, e.valueType));
-    SPCCL_FUZZ_CHECK(s.contains(v.indices, v.nnz * sizeof(uint32_t)));
     SPCCL_FUZZ_CHECK(s.contains(v.values, v.nnz * wb));
-    for (uint64_t j = 0; j < v.nnz; ++j) {
-      SPCCL_FUZZ_CHECK(v.indices[j] >= e.rangeBegin && v.indices[j] < e.rangeEnd);
-      SPCCL_FUZZ_CHECK(j == 0 || v.indices[j] > v.indices[j - 1]);
+    if (v.encoding == IndexEncoding::kCoo32) {
+      SPCCL_FUZZ_CHECK(s.size() == pairsStreamBytes(v.nnz, e.valueType));
+      SPCCL_FUZZ_CHECK(s.contains(v.indices, v.nnz * sizeof(uint32_t)));
+    } else {  // kDelta / kBitmap: the index section lies inside the stream
+      SPCCL_FUZZ_CHECK(v.encoding == IndexEncoding::kDelta || v.encoding == IndexEncoding::kBitmap);
+      SPCCL_FUZZ_CHECK(v.indices == nullptr && s.contains(v.indexBytes, 0));
+      SPCCL_FUZZ_CHECK(s.size() <= maxPairsStreamBytes(v.nnz, len, e.valueType));
     }
+    uint64_t prev = 0, count = 0;
+    forEachPair(v, [&](uint64_t index, uint64_t j) {
+      SPCCL_FUZZ_CHECK(j == count);
+      SPCCL_FUZZ_CHECK(index >= e.rangeBegin && index < e.rangeEnd);
+      SPCCL_FUZZ_CHECK(j == 0 || index > prev);
+      prev = index;
+      ++count;
+    });
+    SPCCL_FUZZ_CHECK(count == v.nnz);
   }
   // Consume the view as the library does: the split owner accumulates into a
   // buffer of its range, the allgather algorithms into one of the whole count.

@@ -149,6 +149,21 @@ void pairsSeeds(Writer& w) {
       if (c.nnz > 1)
         w.put("pairs_stream", name + "-index-repeated",
               patched<uint32_t>(b, sizeof prefix, lastIndexAt, indices[c.nnz - 2]));
+      // The compact index encodings of the same pairs (bitmap only where the range is small).
+      for (IndexEncoding enc : {IndexEncoding::kDelta, IndexEncoding::kBitmap}) {
+        if (enc == IndexEncoding::kBitmap && c.end - c.begin > 4096) continue;
+        StreamInfo compact = info;
+        compact.encoding = enc;
+        std::vector<unsigned char> cs(encodedPairsBytes(enc, indices.data(), c.nnz, c.begin, c.end, vt));
+        encodePairs(cs.data(), compact, indices.data(), values.data());
+        const Bytes cb = join(prefix, sizeof prefix, cs);
+        const std::string cname = name + (enc == IndexEncoding::kDelta ? "-delta" : "-bitmap");
+        mustAccept(parseStream(streamOf(cb, sizeof prefix), cs.size(), readStreamPrefix(cb.data()).expect, 1, &view),
+                   cname);
+        w.put("pairs_stream", cname, cb);
+        w.put("pairs_stream", cname + "-truncated", truncated(cb, 8));
+        w.put("pairs_stream", cname + "-nnz-plus-1", patched<uint64_t>(cb, sizeof prefix, kNnzAt, c.nnz + 1));
+      }
     }
   }
 }

@@ -4,7 +4,8 @@
 // interval, error feedback on or off, in place or not, 1 to 4 calls, and
 // NaN/+Inf/-Inf at random positions on random ranks in some configurations.
 // The rank count is the mpirun's (ctest: 2, 3 and 4). Buffers are fp32.
-// Index encodings (issue 5) do not exist yet: every pairs stream is COO32.
+// The index encoding comes from SPCCL_INDEX_ENCODING at communicator
+// creation: ctest runs this binary with auto (default), coo, delta and bitmap.
 //
 // conservation_test.cc checks conservation for fixed configurations (20000
 // elements at 1%, fp32/fp16/bf16 wires, allgather and split, flushing the

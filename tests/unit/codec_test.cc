@@ -103,16 +103,25 @@ void expectViewInside(const StreamView& v, const std::vector<unsigned char>& s, 
   ASSERT_GE(vals, lo);
   ASSERT_LE(vals + v.nnz * vb, hi);
   if (v.kind == StreamKind::kPairs) {
-    const auto* idx = reinterpret_cast<const unsigned char*>(v.indices);
-    ASSERT_GE(idx, lo);
-    ASSERT_LE(idx + v.nnz * 4, hi);
-    for (uint64_t j = 0; j < v.nnz; ++j) {
-      ASSERT_GE(v.indices[j], e.rangeBegin);
-      ASSERT_LT(v.indices[j], e.rangeEnd);
-      if (j) {
-        ASSERT_GT(v.indices[j], v.indices[j - 1]);
-      }
+    if (v.encoding == IndexEncoding::kCoo32) {
+      const auto* idx = reinterpret_cast<const unsigned char*>(v.indices);
+      ASSERT_GE(idx, lo);
+      ASSERT_LE(idx + v.nnz * 4, hi);
+    } else {
+      ASSERT_GE(v.indexBytes, lo);
+      ASSERT_LE(v.indexBytes, hi);
     }
+    uint64_t prev = 0, seen = 0;
+    forEachPair(v, [&](uint64_t index, uint64_t j) {
+      EXPECT_EQ(j, seen++);
+      EXPECT_GE(index, e.rangeBegin);
+      EXPECT_LT(index, e.rangeEnd);
+      if (j) {
+        EXPECT_GT(index, prev);
+      }
+      prev = index;
+    });
+    ASSERT_EQ(seen, v.nnz);
   }
 }
 
@@ -166,6 +175,151 @@ TEST(Codec, PairsRoundTripEveryValueType) {
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------- compact index encodings
+
+std::vector<unsigned char> encodeCompact(const Pairs& p, ValueType vt, IndexEncoding enc) {
+  const size_t want = encodedPairsBytes(enc, p.indices.data(), p.indices.size(), p.begin, p.end, vt);
+  std::vector<unsigned char> buf(want, 0xa5);
+  const std::vector<unsigned char> w = wireValues(p.values, vt);
+  StreamInfo info = infoFor(p, vt, StreamKind::kPairs);
+  info.encoding = enc;
+  const size_t bytes = encodePairs(buf.data(), info, p.indices.data(), w.data());
+  EXPECT_EQ(bytes, want) << "encodedPairsBytes disagrees with what encodePairs wrote";
+  return buf;
+}
+
+// A shape whose gaps need every varint length, up to 5 bytes (gaps >= 2^28).
+Pairs bigGapPairs() {
+  Pairs p{uint64_t{1} << 32, 0, uint64_t{1} << 32, {}, {}};
+  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{200}, uint64_t{20000}, uint64_t{3000000},
+                     uint64_t{400000000}, uint64_t{4294967295}}) {
+    p.indices.push_back(static_cast<uint32_t>(i));
+    p.values.push_back(static_cast<float>(i % 97) - 48.0f);
+  }
+  return p;
+}
+
+TEST(Codec, CompactPairsRoundTrip) {
+  auto g = rng(57);
+  for (IndexEncoding enc : {IndexEncoding::kDelta, IndexEncoding::kBitmap}) {
+    for (ValueType vt : kAllValueTypes) {
+      std::vector<std::pair<std::string, Pairs>> cases;
+      for (const Shape& s : kShapes) cases.emplace_back(s.name, randomPairs(g, s.count, s.begin, s.end, s.nnz));
+      cases.emplace_back("half_full", randomPairs(g, 4099, 0, 4099, 2050));
+      if (enc == IndexEncoding::kDelta) cases.emplace_back("big_gaps", bigGapPairs());
+      for (const auto& [name, p] : cases) {
+        SCOPED_TRACE(std::string(enc == IndexEncoding::kDelta ? "delta " : "bitmap ") + typeName(vt) + " " + name);
+        const std::vector<unsigned char> stream = encodeCompact(p, vt, enc);
+        ASSERT_EQ(stream.size() % 8, 0u);
+        StreamView view{};
+        const StreamExpect e = expectFor(p, vt, false);
+        const Status st = parseCopy(stream, stream.size(), e, &view);
+        ASSERT_TRUE(st.isOk()) << st.message();
+        ASSERT_TRUE(parseStream(stream.data(), stream.size(), e, 1, &view).isOk());
+        ASSERT_EQ(view.encoding, enc);
+        ASSERT_EQ(view.nnz, p.indices.size());
+        expectViewInside(view, stream, e);
+        std::vector<uint64_t> got;
+        forEachPair(view, [&](uint64_t index, uint64_t) { got.push_back(index); });
+        ASSERT_EQ(got.size(), p.indices.size());
+        for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], p.indices[j]) << "pair " << j;
+        if (p.count > (uint64_t{1} << 24)) continue;  // no dense accumulator for the 2^32 range
+        std::vector<float> acc(p.count + 1, 0.25f), want = acc;
+        for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j]] += refRoundToWire(p.values[j], vt);
+        accumulateStream(view, acc.data(), 0);
+        for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(Codec, AutoEncodingIsTheSmallestExactSize) {
+  auto g = rng(58);
+  struct Case {
+    uint64_t count, nnz;
+    IndexEncoding expect;  // the clear winner
+  };
+  // 1%: varint gaps (~1-2 bytes) beat 4-byte indices and a 12.5-byte-per-pair bitmap;
+  // 50%: the bitmap (1 bit per position) wins; 1 pair in a huge range: coo.
+  for (const Case& c : {Case{100000, 1000, IndexEncoding::kDelta}, Case{100000, 50000, IndexEncoding::kBitmap},
+                        Case{4000000000ull, 1, IndexEncoding::kCoo32}}) {
+    for (ValueType vt : kAllValueTypes) {
+      const Pairs p = c.nnz == 1 ? Pairs{c.count, 0, c.count, {3999999999u}, {1.0f}}
+                                 : randomPairs(g, c.count, 0, c.count, c.nnz);
+      size_t bytes = 0;
+      const IndexEncoding got =
+          choosePairsEncoding(kIndexEncodingAuto, p.indices.data(), p.indices.size(), 0, c.count, vt, &bytes);
+      EXPECT_EQ(got, c.expect) << "count " << c.count << " nnz " << c.nnz;
+      size_t smallest = SIZE_MAX;
+      for (IndexEncoding e : {IndexEncoding::kCoo32, IndexEncoding::kDelta, IndexEncoding::kBitmap})
+        smallest = std::min(smallest, encodedPairsBytes(e, p.indices.data(), p.indices.size(), 0, c.count, vt));
+      EXPECT_EQ(bytes, smallest);
+      EXPECT_LE(bytes, maxPairsStreamBytes(p.indices.size(), c.count, vt));
+      // A forced setting is honoured whatever it costs.
+      choosePairsEncoding(kIndexEncodingCoo, p.indices.data(), p.indices.size(), 0, c.count, vt, &bytes);
+      EXPECT_EQ(bytes, pairsStreamBytes(p.indices.size(), vt));
+    }
+  }
+}
+
+TEST(Codec, CompactPairsCorruptionIsRejected) {
+  auto g = rng(59);
+  const ValueType vt = ValueType::kFloat16;
+  const Pairs p = randomPairs(g, 3001, 0, 3001, 40);
+  const StreamExpect e = expectFor(p, vt, false);
+  const size_t valuesEnd = sizeof(StreamHeader) + p.indices.size() * 2;
+  auto rejected = [&](std::vector<unsigned char> s, const std::string& what) {
+    StreamView v{};
+    expectRejected(parseCopy(s, s.size(), e, &v), what);
+  };
+  {
+    const std::vector<unsigned char> good = encodeCompact(p, vt, IndexEncoding::kDelta);
+    StreamView v{};
+    ASSERT_TRUE(parseCopy(good, good.size(), e, &v).isOk());
+    std::vector<unsigned char> s = good;
+    for (size_t b = valuesEnd; b < s.size(); ++b) s[b] = 0xff;  // endless varints
+    rejected(s, "delta: varints running off the end");
+    s = good;
+    s[valuesEnd] = 0xff, s[valuesEnd + 1] = 0xff, s[valuesEnd + 2] = 0xff, s[valuesEnd + 3] = 0xff;
+    s[valuesEnd + 4] = 0x7f;  // a 35-bit first gap
+    rejected(s, "delta: gap over 32 bits");
+    s = good;
+    s[valuesEnd] = 0xe0, s.insert(s.begin() + static_cast<std::ptrdiff_t>(valuesEnd) + 1, 0x7f);  // first gap past the range
+    s.resize(alignStream(s.size()), 0);
+    rejected(s, "delta: index past the range");
+    s = good;
+    s.insert(s.end(), 8, 0);
+    rejected(s, "delta: 8 extra bytes");
+    s = good;
+    if (s.size() > valuesEnd + 1 && s.back() == 0) {
+      s.back() = 1;
+      rejected(s, "delta: non-zero padding");
+    }
+    s = good;
+    s.erase(s.end() - 8, s.end());
+    rejected(s, "delta: truncated");
+  }
+  {
+    const std::vector<unsigned char> good = encodeCompact(p, vt, IndexEncoding::kBitmap);
+    StreamView v{};
+    ASSERT_TRUE(parseCopy(good, good.size(), e, &v).isOk());
+    std::vector<unsigned char> s = good;
+    s[valuesEnd] ^= 0x01;  // one bit more or less than nnz
+    rejected(s, "bitmap: popcount differs from nnz");
+    s = good;
+    s[valuesEnd + (3001 + 7) / 8 - 1] |= 0x80;  // bit 3007 > range 3001
+    rejected(s, "bitmap: bit past the range");
+    s = good;
+    s.erase(s.end() - 8, s.end());
+    rejected(s, "bitmap: truncated");
+  }
+  {
+    std::vector<unsigned char> s = encodeCompact(p, vt, IndexEncoding::kDelta);
+    s[offsetof(StreamHeader, indexEncoding)] = 7;
+    rejected(s, "unknown index encoding");
   }
 }
 

@@ -167,6 +167,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_TEST_CORRUPT_STREAMS", {"-1", "1.5", "abc", "1e19"}},
       {"SPCCL_INTERCEPT", {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on"}},
       {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
+      {"SPCCL_INDEX_ENCODING", {"varint", "coo32", "2", "auto,delta", "rle"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {

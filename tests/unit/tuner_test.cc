@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "include/spccl.h"
+#include "src/codec.h"
 #include "src/params.h"
 #include "src/transport/transport.h"
 #include "src/tuner.h"
@@ -23,39 +24,39 @@ namespace {
 
 // Per rank, to the other P-1 ranks (header 56 B, descriptor 32 B, one 8-byte
 // size word per announced stream, a pair = 4 B index + wire value):
-//   dense     = (P-1)*32 + 2(P-1)/P * n * elem
-//   allgather = (P-1)*32 + (P-1) * (56 + k*pair)
-//   split     = (P-1)*32 + (P-1)/P * k*pair + (P-1)*(56+8)            stage 1
+//   dense     = (P-1)*D + 2(P-1)/P * n * elem     (D: the call descriptor, sizeof(CallDescriptor))
+//   allgather = (P-1)*D + (P-1) * (56 + k*pair)
+//   split     = (P-1)*D + (P-1)/P * k*pair + (P-1)*(56+8)             stage 1
 //               + (P-1) * (8 + 56 + min(m*pair, n/P * wire))           stage 3
 //   with m = merged pairs per owner range = n/P * (1 - (1 - k/n)^P) unless measured.
 
 TEST(Tuner, ModelBytesSmallCases) {
+  const double kDesc = static_cast<double>(sizeof(CallDescriptor));
   // P=4, n=1000, k=10, fp32 values and user data.
   CostInputs in{4, 1000, 10, 4, 4};
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, in), 96.0 + 6000.0);
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, in), 96.0 + 3 * (56.0 + 80.0));
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, in), 3 * kDesc + 6000.0);
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, in), 3 * kDesc + 3 * (56.0 + 80.0));
   const double m = 250.0 * (1.0 - std::pow(0.99, 4));  // 9.8509975...
-  EXPECT_NEAR(modelBytes(SPCCL_ALGO_SPLIT, in), 96.0 + 60.0 + 192.0 + 3 * (64.0 + m * 8.0), 1e-9);
-  EXPECT_NEAR(modelBytes(SPCCL_ALGO_SPLIT, in), 776.42394, 1e-5);
+  EXPECT_NEAR(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 60.0 + 192.0 + 3 * (64.0 + m * 8.0), 1e-9);
 
   // A measured merge size replaces the estimate; past the dense size of a range it is capped.
   in.mergedPerRange = 10;
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 96.0 + 252.0 + 3 * (64.0 + 80.0));
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 252.0 + 3 * (64.0 + 80.0));
   in.mergedPerRange = 200;  // 200 pairs * 8 B > 250 * 4 B dense
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 96.0 + 252.0 + 3 * (64.0 + 1000.0));
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 252.0 + 3 * (64.0 + 1000.0));
 
   // P=2, n=64, k=8, fp16 user data, bf16 wire (pair = 6 B).
   const CostInputs h{2, 64, 8, 2, 2};
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, h), 32.0 + 64.0 * 2);
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, h), 32.0 + 56.0 + 48.0);
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, h), kDesc + 64.0 * 2);
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, h), kDesc + 56.0 + 48.0);
   const double mh = 32.0 * (1.0 - std::pow(1.0 - 8.0 / 64.0, 2));  // 7.5
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, h), 32.0 + 24.0 + 64.0 + (64.0 + mh * 6.0));
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, h), kDesc + 24.0 + 64.0 + (64.0 + mh * 6.0));
 
   // P=3 (odd), n=999, k=999 (density 1): every range fills, the dense form wins stage 3.
   const CostInputs f{3, 999, 999, 4, 4};
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, f), 64.0 + 2.0 * 2 / 3 * 999 * 4);
-  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, f), 64.0 + 2 * (56.0 + 999 * 8.0));
-  EXPECT_NEAR(modelBytes(SPCCL_ALGO_SPLIT, f), 64.0 + 2.0 / 3 * 999 * 8 + 2 * 64.0 + 2 * (64.0 + 333 * 4.0), 1e-9);
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, f), 2 * kDesc + 2.0 * 2 / 3 * 999 * 4);
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, f), 2 * kDesc + 2 * (56.0 + 999 * 8.0));
+  EXPECT_NEAR(modelBytes(SPCCL_ALGO_SPLIT, f), 2 * kDesc + 2.0 / 3 * 999 * 8 + 2 * 64.0 + 2 * (64.0 + 333 * 4.0), 1e-9);
 
   // One rank sends nothing.
   const CostInputs one{1, 1000, 10, 4, 4};
@@ -369,3 +370,26 @@ TEST(TunerCalibrate, MeasuresCachesAndReuses) {
 
 }  // namespace
 }  // namespace spccl::test
+
+namespace spccl {
+
+// The pair size follows SPCCL_INDEX_ENCODING: 4-byte indices, the varint
+// length of the mean gap, or a bit per position; auto takes the smallest.
+TEST(Tuner, IndexBytesFollowTheEncoding) {
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingCoo, 1e6, 1e4), 4.0);
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingDelta, 1e6, 1e4), 1.0);  // mean gap 100 < 128
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingDelta, 1e6, 1e3), 2.0);  // mean gap 1000
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingDelta, 4e9, 1), 5.0);    // capped at 5 bytes
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingBitmap, 1e6, 5e5), 0.25);
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingAuto, 1e6, 5e5), 0.25);
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingAuto, 1e6, 1e4), 1.0);
+  EXPECT_DOUBLE_EQ(indexBytesPerPair(kIndexEncodingAuto, 4e9, 1), 4.0);
+  CostInputs coo{4, 1000000, 10000, 4, 4};
+  CostInputs autoEnc = coo;
+  autoEnc.indexEncoding = kIndexEncodingAuto;
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, coo), 3.0 * sizeof(CallDescriptor) + 3 * (56.0 + 10000 * 8.0));
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_ALLGATHER, autoEnc), 3.0 * sizeof(CallDescriptor) + 3 * (56.0 + 10000 * 5.0));
+  EXPECT_LT(modelBytes(SPCCL_ALGO_SPLIT, autoEnc), modelBytes(SPCCL_ALGO_SPLIT, coo));
+}
+
+}  // namespace spccl
