@@ -25,29 +25,25 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   const core::ValueType wire = comm.params.valueType;
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm.seq++;
-  const uint64_t k = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(static_cast<double>(density) * n)), 1, n);
+  const uint64_t k = allGatherTopKCount(density, n);
 
-  // The k entries of largest magnitude, NaN/Inf ranking above every finite
-  // value (all of them kept, even beyond k), ties by lower index: the rule of
-  // the alltoall rows. So k - (NaN/Inf count) finite entries join them.
   ws.rangeIndices.resize(n);
-  host::ThresholdResult th = host::kthLargestMagnitude(sendbuff, type, nullptr, n, k, ws.rangeIndices.data());
-  const uint64_t nonFinite = n - th.finite;
-  uint64_t kFinite = k;
-  if (nonFinite > 0) {
-    kFinite = k > nonFinite ? k - nonFinite : 0;
-    if (kFinite > 0) {
-      th = host::kthLargestMagnitude(sendbuff, type, nullptr, n, kFinite, ws.rangeIndices.data());
-    } else {  // only NaN/Inf: every finite key ties or falls below, with no tie budget
-      th.tauKey = core::kInfKey - 1;
-      th.above = 0;
-    }
-  }
+  uint32_t tauKey = 0;
+  uint64_t tieBudget = 0;
+  SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(
+      n, k,
+      [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) {
+        const host::ThresholdResult th =
+            host::kthLargestMagnitude(sendbuff, type, nullptr, n, kk, ws.rangeIndices.data());
+        *tau = th.tauKey, *above = th.above, *finite = th.finite;
+        return Status::ok();
+      },
+      &tauKey, &tieBudget));
   comm.positions.resize(std::min<size_t>(n, k + 64));
   uint64_t nnz = 0;
   for (;;) {
     ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(wire));
-    const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, th.tauKey, kFinite - std::min(kFinite, th.above),
+    const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, tauKey, tieBudget,
                              comm.positions.size(), wire, comm.positions.data(), ws.stageBytes.data()};
     const host::SelectResult r = host::selectPack(a);
     if (r.selected <= comm.positions.size()) {

@@ -4,6 +4,8 @@
 // kernels; the communicator lends its scratch buffers.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -23,6 +25,36 @@ enum class Collective : uint8_t;
 // definition for the host path and the NCCL path.
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
                               core::ValueType wire);
+// The sparsified allgather's rule (host and NCCL paths): each rank keeps
+// the k = ceil(density * n) entries of largest magnitude, NaN/Inf ranking
+// above every finite value (all of them kept, even beyond k), ties by lower
+// index; so k - (NaN/Inf count) finite entries join them. Gives the threshold
+// and tie budget for selectPack from one or two exact estimates:
+// kth(kk, &tauKey, &above, &finite) is the kk-th largest finite |x| (host or
+// device kthLargestMagnitude).
+inline uint64_t allGatherTopKCount(float density, uint64_t n) {
+  const double k = std::ceil(static_cast<double>(density) * static_cast<double>(n));
+  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, n);
+}
+template <typename Kth>
+Status allGatherTopKThreshold(uint64_t n, uint64_t k, Kth&& kth, uint32_t* tauKey, uint64_t* tieBudget) {
+  uint64_t above = 0, finite = 0;
+  SPCCL_RETURN_IF_ERROR(kth(k, tauKey, &above, &finite));
+  const uint64_t nonFinite = n - finite;
+  uint64_t kFinite = k;
+  if (nonFinite > 0) {
+    kFinite = k > nonFinite ? k - nonFinite : 0;
+    if (kFinite > 0) {
+      SPCCL_RETURN_IF_ERROR(kth(kFinite, tauKey, &above, &finite));
+    } else {  // only NaN/Inf: every finite key ties or falls below, with no tie budget
+      *tauKey = core::kInfKey - 1;
+      above = 0;
+    }
+  }
+  *tieBudget = kFinite - std::min(kFinite, above);
+  return Status::ok();
+}
+
 // The same for the row-sparse allreduce (algorithmSetting: SPCCL_ROWSPARSE_ALGO).
 CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t rowLen, spcclDataType_t type);
 

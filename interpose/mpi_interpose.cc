@@ -60,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "intercept_env.h"
 #include "spccl_mpi.h"
 
 namespace {
@@ -130,19 +131,10 @@ bool envIs(const char* name, const char* value) {
 // spcclCompressConfigInit): a comma-separated list of off, allreduce,
 // alltoall, allgather, all.
 unsigned interceptMask(const char* text) {
-  if (text == nullptr) return 0;
+  if (spccl::interpose::listNames(text, "all")) return kCollBit[kAllreduce] | kCollBit[kAlltoall] | kCollBit[kAllgather];
   unsigned mask = 0;
-  std::string s(text);
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    for (int c = 0; c < kNumColls; ++c)
-      if (strcasecmp(item.c_str(), kCollNames[c]) == 0) mask |= kCollBit[c];
-    if (strcasecmp(item.c_str(), "all") == 0) mask = kCollBit[kAllreduce] | kCollBit[kAlltoall] | kCollBit[kAllgather];
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  for (int c = 0; c < kNumColls; ++c)
+    if (spccl::interpose::listNames(text, kCollNames[c])) mask |= kCollBit[c];
   return mask;
 }
 

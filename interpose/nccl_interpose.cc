@@ -30,12 +30,15 @@
 #include <mutex>
 #include <string>
 
+#include "intercept_env.h"
 #include "spccl.h"
 #include "spccl_nccl.h"
 
 #define SPCCL_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
+
+using spccl::interpose::listNames;
 
 thread_local int gGroupDepth = 0;
 
@@ -45,24 +48,11 @@ struct Settings {
   bool info = false;
 };
 
-bool listHas(const char* list, const char* word) {
-  std::string s = list ? list : "";
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (strcasecmp(item.c_str(), word) == 0) return true;
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return false;
-}
-
 const Settings& settings() {
   static const Settings s = [] {
     Settings r;
     const char* intercept = std::getenv("SPCCL_INTERCEPT");
-    r.allreduce = listHas(intercept, "allreduce") || listHas(intercept, "all");
+    r.allreduce = listNames(intercept, "allreduce") || listNames(intercept, "all");
     const char* mode = std::getenv("SPCCL_DEVICE_MODE");
     r.fixedMode = mode && strcasecmp(mode, "fixed") == 0;
     const char* debug = std::getenv("SPCCL_DEBUG");

@@ -55,9 +55,12 @@ struct spcclCompressor {
   std::shared_ptr<spccl::DeviceCompressorState> device;
 
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
+  // k = ceil(density * count), at least 1; and the most finite pairs one call
+  // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
+  uint64_t selectCount() const;
+  uint64_t pairCapacity() const;
 
  private:
-  uint64_t selectCount() const;
   spccl::Status select(const void* sendbuff, uint64_t* nnz);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);

@@ -21,6 +21,11 @@ uint64_t spcclCompressor::selectCount() const {
   return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(count, 1));
 }
 
+uint64_t spcclCompressor::pairCapacity() const {
+  const uint64_t k = selectCount();
+  return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
+}
+
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
   thresholdScratch.resize(count);
@@ -35,8 +40,7 @@ void spcclCompressor::estimateThreshold(const void* sendbuff, const float* resid
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   const uint64_t k = selectCount();
-  const uint64_t capacity =
-      std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
+  const uint64_t capacity = pairCapacity();
   const bool ef = config.errorFeedback != 0;
   const float* residualIn = ef ? residual[current].data() : nullptr;
   float* residualOut = ef ? residual[1 - current].data() : nullptr;

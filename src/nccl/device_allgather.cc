@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "collectives/other_collectives.h"
 #include "src/nccl/device_collectives.h"
 #include "src/nccl/device_state.h"
 #include "src/types.h"
@@ -28,39 +29,28 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   const uint32_t vb = core::wireValueBytes(wire);
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm->seq++;
-  const uint64_t k = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(static_cast<double>(density) * n)), 1, n);
+  const uint64_t k = allGatherTopKCount(density, n);
 
-  // Threshold: the k-th largest finite |x|; with NaN/Inf present, the
-  // (k - nonFinite)-th, as on the host (two passes, a host decision between).
+  // Threshold and tie budget by the host path's rule (other_collectives.h),
+  // each estimate on the device and read back (two passes with NaN/Inf).
   SPCCL_RETURN_IF_ERROR(d.agThreshold.ensure(sizeof(cuda::ThresholdOut)));
   SPCCL_RETURN_IF_ERROR(d.agThresholdWorkspace.ensure(cuda::thresholdWorkspaceBytes(n)));
-  SPCCL_RETURN_IF_ERROR(d.agHost.ensure(std::max<size_t>(sizeof(cuda::ThresholdOut), sizeof(cuda::SelectCounts)) +
-                                        static_cast<size_t>(p) * sizeof(CallDescriptor)));
+  SPCCL_RETURN_IF_ERROR(d.agHost.ensure(std::max(sizeof(cuda::ThresholdOut), sizeof(cuda::SelectCounts))));
   auto* th = d.agThreshold.get<cuda::ThresholdOut>();
   auto* hostTh = d.agHost.get<cuda::ThresholdOut>();
-  auto threshold = [&](uint64_t kk) -> Status {
-    SPCCL_RETURN_IF_ERROR(cuda::kthLargestMagnitude(send, type, nullptr, n, kk, th, d.agThresholdWorkspace.get(),
-                                                    d.agThresholdWorkspace.bytes(), stream));
-    SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostTh, th, sizeof *hostTh, cudaMemcpyDeviceToHost, stream));
-    SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return Status::ok();
-  };
-  SPCCL_RETURN_IF_ERROR(threshold(k));
-  uint32_t tauKey = hostTh->tauKey;
-  uint64_t above = hostTh->above;
-  const uint64_t nonFinite = n - hostTh->finite;
-  uint64_t kFinite = k;
-  if (nonFinite > 0) {
-    kFinite = k > nonFinite ? k - nonFinite : 0;
-    if (kFinite > 0) {
-      SPCCL_RETURN_IF_ERROR(threshold(kFinite));
-      tauKey = hostTh->tauKey;
-      above = hostTh->above;
-    } else {  // only NaN/Inf: every finite key ties or falls below, with no tie budget
-      tauKey = core::kInfKey - 1;
-      above = 0;
-    }
-  }
+  uint32_t tauKey = 0;
+  uint64_t tieBudget = 0;
+  SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(
+      n, k,
+      [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) -> Status {
+        SPCCL_RETURN_IF_ERROR(cuda::kthLargestMagnitude(send, type, nullptr, n, kk, th, d.agThresholdWorkspace.get(),
+                                                        d.agThresholdWorkspace.bytes(), stream));
+        SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostTh, th, sizeof *hostTh, cudaMemcpyDeviceToHost, stream));
+        SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
+        *tau = hostTh->tauKey, *above = hostTh->above, *finite = hostTh->finite;
+        return Status::ok();
+      },
+      &tauKey, &tieBudget));
 
   // Selection (no residual: nothing is reduced), grown once past the slack.
   const size_t selectBytes = cuda::selectPackWorkspaceBytes(n);
@@ -80,7 +70,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
     a.inType = type;
     a.n = n;
     a.tauKey = tauKey;
-    a.tieBudget = kFinite - std::min(kFinite, above);
+    a.tieBudget = tieBudget;
     a.capacity = slots;
     a.wireType = wire;
     a.indices = d.agIndices.get<uint32_t>();

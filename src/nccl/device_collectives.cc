@@ -57,15 +57,6 @@ namespace gpu {
 
 namespace {
 
-uint64_t selectCountOf(const spcclCompressor& c) {
-  const double k = std::ceil(static_cast<double>(c.config.density) * static_cast<double>(c.count));
-  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(c.count, 1));
-}
-
-uint64_t capacityOf(const spcclCompressor& c, uint64_t k) {
-  return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(c.config.capacityFactor) * k)));
-}
-
 cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
   cuda::CallRecordHeader h{};
   static_assert(sizeof(d) == sizeof(h.descriptor));
@@ -105,7 +96,7 @@ Status estimate(spcclCompressor* c, const void* send, cudaStream_t stream) {
   DeviceCompressorState& s = *c->device;
   const float* resIn = c->config.errorFeedback ? s.residual[s.current].get<float>() : nullptr;
   ++c->callUpdates;
-  return cuda::kthLargestMagnitude(send, c->dataType, resIn, c->count, selectCountOf(*c),
+  return cuda::kthLargestMagnitude(send, c->dataType, resIn, c->count, c->selectCount(),
                                    s.threshold.get<cuda::ThresholdOut>(), s.thresholdWorkspace.get(),
                                    s.thresholdWorkspace.bytes(), stream);
 }
@@ -162,7 +153,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   const bool sparse = algorithm != SPCCL_ALGO_DENSE;
   const core::ValueType wire = toValueType(c->config.wireValueType);
   const uint32_t vb = core::wireValueBytes(wire);
-  const uint64_t k = selectCountOf(*c), capacity = capacityOf(*c, k);
+  const uint64_t capacity = c->pairCapacity();
   auto* records = s.records.get<cuda::CallRecord>();
   auto* host = s.hostRecords.get<cuda::CallRecord>();
 
@@ -174,7 +165,8 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   bool estimated = false;
   bool estimateNow = sparse && c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0;
   bool selectNow = sparse;
-  std::vector<CallDescriptor> all(static_cast<size_t>(p));
+  std::vector<CallDescriptor>& all = c->descriptors;  // the compressor's, reused call to call
+  all.resize(static_cast<size_t>(p));
   for (int round = 0;; ++round) {
     if (round == 4) return internalError("compressed allreduce: the selection did not settle in 4 rounds");
     if (estimateNow) {
@@ -233,7 +225,10 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
 
   // Allgather of the pairs: every rank's exact counts are known.
-  std::vector<uint64_t> nnz(static_cast<size_t>(p)), offset(static_cast<size_t>(p) + 1, 0);
+  std::vector<uint64_t>& nnz = c->workspace.nnzPerRank;  // the host path's scratch, reused call to call
+  std::vector<uint64_t>& offset = c->workspace.cuts;
+  nnz.resize(static_cast<size_t>(p));
+  offset.assign(static_cast<size_t>(p) + 1, 0);
   for (int r = 0; r < p; ++r) {
     nnz[r] = host[r].counts.selected;
     offset[r + 1] = offset[r] + (r == me ? 0 : nnz[r]);
@@ -282,7 +277,7 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
   const core::ValueType wire = toValueType(c->config.wireValueType);
   const uint32_t vb = core::wireValueBytes(wire);
-  const uint64_t k = selectCountOf(*c), capacity = capacityOf(*c, k);
+  const uint64_t capacity = c->pairCapacity();
   if (!s.fixedReady) {  // the only allocations: run one call before capturing a graph
     SPCCL_RETURN_IF_ERROR(s.fixedIndices.ensure(static_cast<size_t>(p) * capacity * sizeof(uint32_t)));
     SPCCL_RETURN_IF_ERROR(s.fixedValues.ensure(static_cast<size_t>(p) * capacity * vb));
@@ -399,7 +394,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
 
   int algorithm = c->config.algorithm;
   if (algorithm == SPCCL_ALGO_AUTO) {
-    CostInputs in{p, c->count, selectCountOf(*c), static_cast<uint32_t>(dataTypeSize(c->dataType)),
+    CostInputs in{p, c->count, c->selectCount(), static_cast<uint32_t>(dataTypeSize(c->dataType)),
                   core::wireValueBytes(wire), -1};
     algorithm = chooseAlgorithm(in, comm.costModel);  // (4-byte indices on the device: the default)
   }

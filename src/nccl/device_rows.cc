@@ -31,8 +31,7 @@ Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t s
   SPCCL_RETURN_IF_ERROR(d.hostDescriptors.ensure(bytes));
   auto* host = d.hostDescriptors.get<CallDescriptor>();
   auto* dev = d.descriptors.get<CallDescriptor>();
-  SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));  // the pinned slot may still be read by a queued copy
-  host[me] = mine;
+  host[me] = mine;  // no queued copy reads it: every call here ends with a synchronisation
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(dev + me, host + me, sizeof(CallDescriptor), cudaMemcpyHostToDevice, stream));
   SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(CallDescriptor), dev));
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
