@@ -34,6 +34,7 @@ struct Workspace {
   std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank;
   std::vector<float> rangeAcc;
   std::vector<uint32_t> rangeIndices;
+  std::vector<uint64_t> reselectKeys;
 };
 
 // This rank's selected entries: sorted global indices and wire-typed values.
@@ -54,7 +55,9 @@ struct ReduceContext {
   float* residual;             // owner-stage rounding error goes here; nullptr = dropped
   Workspace* ws;
   uint64_t bytesSent = 0;      // out: bytes put on the wire to other ranks
-  uint64_t mergedNnz = 0;      // out (split): pairs after the owners' merge, all ranges
+  uint64_t mergedNnz = 0;      // out (split): pairs the owners sent, all ranges
+  uint64_t keepPerRange = 0;   // split: owners re-select to this many finite pairs (0: keep all; needs residual)
+  uint64_t reselectDropped = 0;  // out (split): reduced entries this owner kept back in its residual
   Integrity* integrity = nullptr;  // seals every stream sent (SPCCL_CHECKSUM); nullptr = none
   int indexEncoding = 0;           // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*)
   // allgather: every rank's stream size and this rank's encoding, decided

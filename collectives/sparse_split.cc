@@ -7,10 +7,18 @@
 //      whichever is smaller; every rank decodes the same bytes, so results
 //      are bitwise identical. If the wire type is fp16/bf16, the owner's
 //      rounding of the reduced range goes back into its residual.
+//      Re-selection (Ok-Topk; ctx->keepPerRange > 0, error feedback on): an
+//      owner whose range reduced to more than keepPerRange finite nonzeros
+//      sends only the keepPerRange largest in magnitude (ties: lower index)
+//      plus every NaN/Inf, and adds the reduced sums it drops to its own
+//      residual. The allgathered result is then at most P * keepPerRange
+//      finite pairs, O(k) instead of O(P k), and out + sum of residuals still
+//      equals the sum of the inputs.
 // An owner that rejects a piece still takes part in stage 3 with an error
 // stream, so every rank returns an error and none hangs.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "collectives/algorithms.h"
 #include "src/codec.h"
@@ -24,14 +32,69 @@ size_t maxStreamBytes(uint64_t len, core::ValueType vt) {
   return std::max(maxPairsStreamBytes(len, len, vt), denseStreamBytes(len, vt));
 }
 
+// Re-selection on the owner's nonzeros (ws.rangeIndices, sorted global
+// indices): keeps the `keep` finite ones largest in magnitude (ties: lower
+// index) and every NaN/Inf, moves the others' sums into the residual, zeroes
+// them in acc and removes them from ws.rangeIndices. Returns how many it dropped.
+uint64_t reselect(float* acc, uint64_t b, uint64_t keep, float* residual, Workspace& ws) {
+  // One 64-bit key per finite nonzero: |sum|'s bits above, the complement of
+  // the range offset below. Larger key = larger magnitude, then lower index:
+  // a strict total order, so the kept set does not depend on nth_element's
+  // implementation, and the partition runs on a compact array.
+  auto key = [](float v, uint64_t offset) {
+    return static_cast<uint64_t>(core::magnitudeKey(v)) << 32 | (0xffffffffu - offset);
+  };
+  std::vector<uint64_t>& keys = ws.reselectKeys;
+  keys.clear();
+  for (uint32_t g : ws.rangeIndices)
+    if (std::isfinite(acc[g - b])) keys.push_back(key(acc[g - b], g - b));
+  if (keys.size() <= keep) return 0;
+  std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(keep), keys.end(),
+                   std::greater<uint64_t>());
+  // keys[keep] is the largest key dropped: one pass in index order (the
+  // residual is written front to back) drops every finite key <= it.
+  const uint64_t largestDropped = keys[keep];
+  size_t kept = 0;
+  for (uint32_t g : ws.rangeIndices) {
+    const uint64_t offset = g - b;
+    const float v = acc[offset];
+    if (std::isfinite(v) && key(v, offset) <= largestDropped) {
+      residual[g] += v;
+      acc[offset] = 0.0f;
+    } else {
+      ws.rangeIndices[kept++] = g;
+    }
+  }
+  ws.rangeIndices.resize(kept);
+  return keys.size() - keep;
+}
+
+// Appends b + i for every i in [0, len) with acc[i] not +-0 (NaN included)
+// to `out`. Mostly zeros at useful densities: blocks of 16 that are all +-0
+// are skipped with one test.
+void appendNonzeros(const float* acc, uint64_t len, uint64_t b, std::vector<uint32_t>* out) {
+  constexpr uint64_t kBlock = 16;
+  uint64_t i = 0;
+  for (; i + kBlock <= len; i += kBlock) {
+    uint32_t any = 0;
+    for (uint64_t j = 0; j < kBlock; ++j) any |= core::magnitudeKey(acc[i + j]);
+    if (any == 0) continue;
+    for (uint64_t j = 0; j < kBlock; ++j)
+      if (acc[i + j] != 0.0f) out->push_back(static_cast<uint32_t>(b + i + j));
+  }
+  for (; i < len; ++i)
+    if (acc[i] != 0.0f) out->push_back(static_cast<uint32_t>(b + i));
+}
+
 // Encodes the owner's reduced range [b, e) of `acc` into ws.stageBytes as
-// pairs or dense, returning rounding error to `residual` (when given).
-size_t encodeOwnerRange(const StreamInfo& base, const float* acc, float* residual, Workspace& ws,
-                        int indexEncoding) {
+// pairs or dense, returning rounding error (and, re-selecting, the dropped
+// sums) to `residual` (when given).
+size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Workspace& ws, int indexEncoding,
+                        uint64_t keepPerRange, uint64_t* dropped) {
   const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
   ws.rangeIndices.clear();
-  for (uint64_t i = 0; i < len; ++i)
-    if (acc[i] != 0.0f) ws.rangeIndices.push_back(static_cast<uint32_t>(b + i));  // NaN != 0: kept
+  appendNonzeros(acc, len, b, &ws.rangeIndices);  // NaN != 0: kept
+  *dropped = residual != nullptr && keepPerRange > 0 ? reselect(acc, b, keepPerRange, residual, ws) : 0;
   const uint64_t m = ws.rangeIndices.size();
   size_t pairsBytes = 0;
   const IndexEncoding encoding =
@@ -132,7 +195,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
   size_t myBytes;
   if (local.isOk()) {
-    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding);
+    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding,
+                               ctx->keepPerRange, &ctx->reselectDropped);
   } else {
     ws.stageBytes.resize(kErrorStreamBytes);
     myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());

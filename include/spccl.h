@@ -90,7 +90,7 @@ typedef struct spcclSelection* spcclSelection_t;
 #define SPCCL_ALGO_ALLGATHER 2 /* gather every rank's packed stream */
 #define SPCCL_ALGO_SPLIT 3     /* reduce-scatter of pairs by index range, then allgather */
 
-#define SPCCL_COMPRESS_CONFIG_VERSION 1
+#define SPCCL_COMPRESS_CONFIG_VERSION 2
 
 /*
  * Compression settings of one compressor. Always initialise with
@@ -107,6 +107,12 @@ typedef struct {
   int algorithm;                 /* SPCCL_ALGO_* */
   spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16 or spcclBfloat16 */
   float capacityFactor;          /* a call never sends more than capacityFactor*k entries, >= 1 */
+  /* Since version 2. Split algorithm (Ok-Topk's re-selection): each range
+   * owner sends at most ceil(splitReselect*k/P) entries of its reduced range,
+   * the largest in magnitude (NaN/Inf always), and keeps the rest in its
+   * residual for the next call, so the allgathered result stays O(k).
+   * 0 = send the whole reduced range. Only with errorFeedback = 1. */
+  float splitReselect;
 } spcclCompressConfig_t;
 
 /*

@@ -648,7 +648,8 @@ spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataTyp
     if (count > SIZE_MAX / 16) return invalidArgument(formatString("count=%zu is too large", count));
     if (count > UINT32_MAX)
       return invalidArgument(formatString("count=%zu exceeds the 32-bit index encoding (at most %u)", count, UINT32_MAX));
-    const spcclCompressConfig_t cfg = config ? *config : configFromParams(comm->params);
+    spcclCompressConfig_t cfg;
+    SPCCL_RETURN_IF_ERROR(readConfig(config, comm->params, &cfg));
     SPCCL_RETURN_IF_ERROR(checkConfig(cfg));
     std::unique_ptr<spcclCompressor> c;
     SPCCL_RETURN_IF_ERROR(makeCompressor(comm, count, datatype, cfg, false, &c));

@@ -59,6 +59,9 @@ struct spcclCompressor {
   // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
   uint64_t selectCount() const;
   uint64_t pairCapacity() const;
+  // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
+  // at least 1; 0 when off (splitReselect 0 or no error feedback).
+  uint64_t splitKeepPerRange(int ranks) const;
 
  private:
   spccl::Status select(const void* sendbuff, uint64_t* nnz);
@@ -114,6 +117,10 @@ namespace spccl {
 // Validates a config and fills defaults from the communicator's params.
 Status checkConfig(const spcclCompressConfig_t& c);
 spcclCompressConfig_t configFromParams(const Params& p);
+// A caller's config (nullptr: the env defaults) in the current layout. A
+// version-1 config (before splitReselect) is read up to its own size and the
+// newer fields take their env defaults.
+Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompressConfig_t* out);
 uint64_t denseBytesPerCall(int ranks, size_t count, spcclDataType_t type);
 void addStats(spcclStats_t* into, const spcclStats_t& call);
 

@@ -6,6 +6,8 @@
 //   v outside S and the wire rounding inside S.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "kernels/host/host_kernels.h"
@@ -19,6 +21,13 @@ using namespace spccl;
 uint64_t spcclCompressor::selectCount() const {
   const double k = std::ceil(static_cast<double>(config.density) * static_cast<double>(count));
   return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(count, 1));
+}
+
+uint64_t spcclCompressor::splitKeepPerRange(int ranks) const {
+  if (!config.errorFeedback || !(config.splitReselect > 0.0f)) return 0;
+  const double keep = std::ceil(static_cast<double>(config.splitReselect) * static_cast<double>(selectCount()) /
+                                std::max(1, ranks));
+  return std::clamp<uint64_t>(static_cast<uint64_t>(std::min(keep, 1e18)), 1, std::max<uint64_t>(count, 1));
 }
 
 uint64_t spcclCompressor::pairCapacity() const {
@@ -111,7 +120,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   int algorithm = config.algorithm;
   if (algorithm == SPCCL_ALGO_AUTO) {
     CostInputs in{p, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
-                  mergedPerRange, comm->params.indexEncoding};
+                  mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(p))};
     algorithm = chooseAlgorithm(in, comm->costModel);
     if (stats.calls == 0 || stats.lastAlgorithm != algorithm)  // why, once per change of mind
       SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
@@ -161,6 +170,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
                       config.errorFeedback ? residual[current].data() : nullptr, &workspace};
     ctx.integrity = &comm->integrity;
     ctx.indexEncoding = comm->params.indexEncoding;
+    ctx.keepPerRange = splitKeepPerRange(p);
     std::vector<uint64_t>& streamBytes = workspace.counts;
     if (algorithm == SPCCL_ALGO_ALLGATHER) {
       streamBytes.resize(p);
@@ -218,7 +228,30 @@ spcclCompressConfig_t configFromParams(const Params& p) {
   c.algorithm = p.algorithm;
   c.wireValueType = static_cast<spcclDataType_t>(p.valueType);
   c.capacityFactor = p.capacityFactor;
+  c.splitReselect = p.splitReselect;
   return c;
+}
+
+Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompressConfig_t* out) {
+  *out = configFromParams(p);
+  if (user == nullptr) return Status::ok();
+  // Read size and version first: a caller built against an older header
+  // passes a shorter struct, and only its own bytes may be read.
+  size_t size;
+  unsigned int version;
+  std::memcpy(&size, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, size), sizeof size);
+  std::memcpy(&version, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, version),
+              sizeof version);
+  constexpr size_t kV1Size = offsetof(spcclCompressConfig_t, splitReselect);  // fields up to capacityFactor
+  const size_t known = version == 1 ? kV1Size : version == SPCCL_COMPRESS_CONFIG_VERSION ? sizeof *out : 0;
+  if (known == 0 || size < known)
+    return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
+                                        "spcclCompressConfigInit() (expected size %zu, version %d)",
+                                        size, version, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION));
+  std::memcpy(out, user, known);  // version 1: later fields keep their env defaults
+  out->size = sizeof *out;
+  out->version = SPCCL_COMPRESS_CONFIG_VERSION;
+  return Status::ok();
 }
 
 Status checkConfig(const spcclCompressConfig_t& c) {
@@ -241,6 +274,9 @@ Status checkConfig(const spcclCompressConfig_t& c) {
   if (!(c.capacityFactor >= 1.0f && c.capacityFactor <= 1e6f))
     return invalidArgument(formatString("config.capacityFactor=%g must be in [1, 1e6]",
                                         static_cast<double>(c.capacityFactor)));
+  if (!(c.splitReselect >= 0.0f && c.splitReselect <= 1e6f))
+    return invalidArgument(formatString("config.splitReselect=%g must be in [0, 1e6] (0 = off)",
+                                        static_cast<double>(c.splitReselect)));
   return Status::ok();
 }
 

@@ -71,6 +71,10 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_NET_LATENCY_US", ParamType::kFloat, "0", 0, 1e6, false, nullptr,
      "Latency per message round in microseconds for the cost model (overrides calibration); 0 = not set.",
      [](Params* p, double v) { p->netLatencyUs = v; }},
+    {"SPCCL_SPLIT_RESELECT", ParamType::kFloat, "1", 0, 1e6, false, nullptr,
+     "Split: each range owner sends at most ceil(this*k/P) of its reduced entries (the largest) and keeps the "
+     "rest in its residual, so the result stays O(k) (Ok-Topk); 0 = send the whole reduced range.",
+     [](Params* p, double v) { p->splitReselect = static_cast<float>(v); }},
     {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16",
      "Type of the values on the wire; fp16/bf16 rounding error goes back to the residual.",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
@@ -217,7 +221,8 @@ std::string describeParams(const Params& p) {
          " SPCCL_DEVICE_MODE=" + (p.deviceMode == kDeviceModeFixed ? "fixed" : "exact") +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +
-         " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding];
+         " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
+         formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect));
 }
 
 std::string renderParamTable() {

@@ -20,6 +20,7 @@ struct Params {
   float allreduceDensity = 0.01f;
   int thresholdInterval = 1000;
   float capacityFactor = 2.0f;
+  float splitReselect = 1.0f;  // SPCCL_SPLIT_RESELECT: owner budget in units of k/P; 0 = off
   bool errorFeedback = true;
   int algorithm = 0;  // SPCCL_ALGO_*
   int calibrate = 0;        // SPCCL_CALIBRATE: 0 off, 1 measure or reuse the cache, 2 always measure

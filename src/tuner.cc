@@ -31,13 +31,16 @@ constexpr double kSizeWord = 8;  // one uint64 size per peer
 
 double log2Rounds(int p) { return p > 1 ? std::ceil(std::log2(static_cast<double>(p))) : 0; }
 
-// Expected pairs per owner range when ranks select independently:
-// a position survives the merge if any of the P ranks selected it.
+// Expected pairs an owner sends for its range: when ranks select
+// independently a position survives the merge if any of the P ranks
+// selected it; re-selection caps that at keepPerRange. A measured value
+// (the previous split call's) is already after re-selection.
 double mergedPerRange(const CostInputs& in) {
   if (in.mergedPerRange >= 0) return in.mergedPerRange;
   const double n = static_cast<double>(in.count), p = in.ranks;
   const double d = std::min(1.0, static_cast<double>(in.k) / std::max(1.0, n));
-  return n / p * (1.0 - std::pow(1.0 - d, p));
+  const double merged = n / p * (1.0 - std::pow(1.0 - d, p));
+  return in.keepPerRange > 0 ? std::min(merged, in.keepPerRange) : merged;
 }
 
 double rounds(int algorithm, int p) {

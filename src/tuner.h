@@ -27,6 +27,7 @@ struct CostInputs {
   uint32_t wireBytes;  // wire value size
   double mergedPerRange = -1;  // measured pairs per owner range after merge; < 0: unknown
   int indexEncoding = 1;       // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*); 1 = coo, 32-bit indices
+  double keepPerRange = 0;     // split's re-selection budget per owner range; 0: owners send all they merged
 };
 
 // Expected bytes per index of `nnz` sorted indices spread over a range of

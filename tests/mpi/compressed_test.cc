@@ -2,6 +2,8 @@
 // every rank, the selection rule against an independent reference, NaN/Inf
 // propagation, bytes on the wire against the algorithms' cost, and the
 // threshold re-estimation schedule.
+#include <cstddef>
+#include <cstring>
 #include <limits>
 #include <tuple>
 
@@ -159,7 +161,12 @@ INSTANTIATE_TEST_SUITE_P(HalfBuffers, HalfBufferIdenticalTest,
 // indices no rank selected), and per element everywhere:
 // out + sum of residuals == sum of inputs. Inputs have distinct magnitudes on
 // each rank, so |S_r| == k exactly. Density 0.3 makes split send the owners'
-// ranges dense.
+// ranges dense (without re-selection).
+// Split re-selects by default (SPCCL_SPLIT_RESELECT=1, Ok-Topk): in each
+// owner's range only the keep = ceil(k/P) largest finite sums of the
+// reference are sent (ties: lower index); the others are 0 in the output and
+// sit in the owner's residual, added to what the owner's own selection left
+// there (checked bitwise for fp32).
 
 class ReferenceCheck : public MpiTest {
  protected:
@@ -206,6 +213,20 @@ void ReferenceCheck::checkFirstCall(int algorithm, spcclDataType_t wire, spcclRe
     }
   }
 
+  const spcclCompressConfig_t cfg = makeConfig(density, algorithm, wire, 1, 1);
+  const std::vector<uint8_t> dropped = splitDropped(ref, P, splitKeepPerRange(cfg, k, P));
+  const size_t myBegin = splitRangeBegin(n, P, static_cast<size_t>(rank_));
+  const size_t myEnd = splitRangeBegin(n, P, static_cast<size_t>(rank_) + 1);
+  for (size_t i = 0; i < n; ++i) {
+    if (!dropped[i]) continue;
+    if (i >= myBegin && i < myEnd) {  // my range: the sum I dropped joins my residual
+      const float left = mine[i] ? in[i] - roundToWire(in[i], wire) : in[i];
+      if (wire == spcclFloat32 && !sameBits(res[i], left + ref[i]))
+        ADD_FAILURE() << "owner's residual at dropped index " << i << ": got " << res[i] << ", expected "
+                      << left + ref[i];
+    }
+    ref[i] = 0.0f;
+  }
   const bool ownerMayRound = algorithm == SPCCL_ALGO_SPLIT && wire != spcclFloat32;
   const float p = static_cast<float>(size_);
   auto finish = [&](float sum) { return op == spcclAvg ? sum / p : sum; };
@@ -214,7 +235,9 @@ void ReferenceCheck::checkFirstCall(int algorithm, spcclDataType_t wire, spcclRe
     if (!sameBits(out[i], finish(ref[i])) && badExact++ == 0) firstExact = i;
     if (!sameBits(out[i], finish(roundToWire(ref[i], wire))) && badRounded++ == 0) firstRounded = i;
     const bool resOk = ownerMayRound ? anySelected[i] || sameBits(res[i], in[i])
-                                     : sameBits(res[i], mine[i] ? in[i] - roundToWire(in[i], wire) : in[i]);
+                       : dropped[i] && i >= myBegin && i < myEnd  // checked above
+                           ? true
+                           : sameBits(res[i], mine[i] ? in[i] - roundToWire(in[i], wire) : in[i]);
     if (!resOk && badRes++ == 0) firstRes = i;
   }
   if (ownerMayRound) {
@@ -424,6 +447,8 @@ INSTANTIATE_TEST_SUITE_P(AllgatherSplit, HalfRangeTest, testing::ValuesIn(kCompr
 //   whichever is smaller, in the wire type or fp32 (w <= w2 <= 4):
 //     lower: (nnz - own pairs)*pair + (P-1)*min(m*(4+w), len*w)
 //     upper: (nnz - own pairs)*pair + (P-1)*(min(m*8, len*4)) + 2*(P-1)*H
+//   With re-selection (SPCCL_SPLIT_RESELECT, default 1) m is at most
+//   keep = ceil(k/P).
 //   The test does not know the exact range boundaries (floor(r*count/P) or
 //   ceil-sized chunks differ by fewer than P indices), so the own range is
 //   taken shrunk by P on each side where that loosens the bound and grown by
@@ -480,8 +505,11 @@ TEST_P(BytesTest, BytesSentMatchesCostModel) {
     };
     const uint64_t ownMost = countIn(sel, outerBegin, outerEnd);
     const uint64_t ownLeast = countIn(sel, innerBegin, innerEnd);
-    const uint64_t mLeast = countIn(any, innerBegin, innerEnd), lenLeast = innerEnd - innerBegin;
-    const uint64_t mMost = countIn(any, outerBegin, outerEnd), lenMost = outerEnd - outerBegin;
+    // Re-selection (the default) caps what an owner sends at keep pairs.
+    const uint64_t keep = splitKeepPerRange(makeConfig(kDensity, algorithm, wire), k, P);
+    auto capped = [keep](uint64_t m) { return keep > 0 ? std::min(m, keep) : m; };
+    const uint64_t mLeast = capped(countIn(any, innerBegin, innerEnd)), lenLeast = innerEnd - innerBegin;
+    const uint64_t mMost = capped(countIn(any, outerBegin, outerEnd)), lenMost = outerEnd - outerBegin;
     lo = (nnz - ownMost) * pair + (P - 1) * std::min(mLeast * pair, lenLeast * w);
     hi = (nnz - ownLeast) * pair + (P - 1) * std::min(mMost * 8, lenMost * 4) + 2 * (P - 1) * H;
   }
@@ -495,6 +523,51 @@ TEST_P(BytesTest, BytesSentMatchesCostModel) {
 INSTANTIATE_TEST_SUITE_P(AllgatherSplitAllWireTypes, BytesTest,
                          testing::Combine(testing::ValuesIn(kCompressedAlgorithms), testing::ValuesIn(kWireTypes)),
                          algoWireName);
+
+// ---------- config layout versions ----------
+
+// A program built against the version-1 header (no splitReselect) passes a
+// shorter struct: the library reads it up to its own size and gives the newer
+// fields their env defaults. The bytes after it are NaN here, so reading them
+// would fail the config check.
+TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
+  struct V1 {
+    size_t size;
+    unsigned int version;
+    float density;
+    int thresholdInterval, errorFeedback, algorithm;
+    spcclDataType_t wireValueType;
+    float capacityFactor;
+  };
+  constexpr size_t kV1Bytes = offsetof(V1, capacityFactor) + sizeof(float);
+  static_assert(kV1Bytes == offsetof(spcclCompressConfig_t, splitReselect), "version 1 is the prefix");
+  const V1 v1{sizeof(V1), 1, kDensity, 1, 1, SPCCL_ALGO_SPLIT, spcclFloat32, 2.0f};
+  alignas(spcclCompressConfig_t) unsigned char buf[sizeof(spcclCompressConfig_t) + 16];
+  std::memset(buf, 0xff, sizeof buf);
+  std::memcpy(buf, &v1, kV1Bytes);
+  const auto* config = reinterpret_cast<const spcclCompressConfig_t*>(buf);
+  CompressorPtr c;
+  ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c));
+  const std::vector<float> in = gaussian(kOddCount, seedFor(71, rank_));
+  std::vector<float> out(kOddCount);
+  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
+                           "spcclAllReduceCompressed"));
+  spcclStats_t s;
+  ASSERT_TRUE(stats(c.get(), s));
+  EXPECT_EQ(s.lastAlgorithm, SPCCL_ALGO_SPLIT);
+
+  // Version 2 (current) must be whole.
+  spcclCompressConfig_t v2 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  v2.size = kV1Bytes;
+  spcclCompressor_t raw = nullptr;
+  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v2, &raw), spcclInvalidArgument);
+  EXPECT_EQ(raw, nullptr);
+  v2 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  v2.splitReselect = -1.0f;
+  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v2, &raw), spcclInvalidArgument);
+  EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.splitReselect=-1"), std::string::npos)
+      << spcclGetLastError(nullptr);
+}
 
 // ---------- threshold re-estimation schedule ----------
 //

@@ -405,6 +405,39 @@ inline size_t selectionSize(size_t count, float density) {
   return static_cast<size_t>(std::ceil(static_cast<double>(density) * static_cast<double>(count)));
 }
 
+// Split's re-selection budget per owner range (docs/ALGORITHMS.md):
+// ceil(splitReselect * k / P), at least 1; 0 = off (also without error feedback).
+inline size_t splitKeepPerRange(const spcclCompressConfig_t& c, size_t k, size_t ranks) {
+  if (c.algorithm != SPCCL_ALGO_SPLIT || c.errorFeedback == 0 || !(c.splitReselect > 0.0f)) return 0;
+  const double keep = std::ceil(static_cast<double>(c.splitReselect) * static_cast<double>(k) / static_cast<double>(ranks));
+  return std::max<size_t>(1, static_cast<size_t>(keep));
+}
+
+// [begin, end) of the index range rank r owns in split: P near-equal ranges,
+// the first count % P one longer.
+inline size_t splitRangeBegin(size_t count, size_t ranks, size_t r) {
+  return r * (count / ranks) + std::min(r, count % ranks);
+}
+
+// Split's re-selection applied to the reduced sums `sum`: in each owner's
+// range, the finite nonzeros beyond the `keep` largest in magnitude (ties:
+// lower index) are marked dropped. keep == 0: nothing is.
+inline std::vector<uint8_t> splitDropped(const std::vector<float>& sum, size_t ranks, size_t keep) {
+  std::vector<uint8_t> dropped(sum.size(), 0);
+  if (keep == 0) return dropped;
+  for (size_t r = 0; r < ranks; ++r) {
+    std::vector<size_t> idx;
+    for (size_t i = splitRangeBegin(sum.size(), ranks, r); i < splitRangeBegin(sum.size(), ranks, r + 1); ++i)
+      if (sum[i] != 0.0f && std::isfinite(sum[i])) idx.push_back(i);
+    if (idx.size() <= keep) continue;
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+      return std::fabs(sum[a]) > std::fabs(sum[b]) || (std::fabs(sum[a]) == std::fabs(sum[b]) && a < b);
+    });
+    for (size_t j = keep; j < idx.size(); ++j) dropped[idx[j]] = 1;
+  }
+  return dropped;
+}
+
 // Magnitude of the k-th largest |v| (finite data).
 inline float kthLargestMagnitude(const std::vector<float>& v, size_t k) {
   std::vector<float> mag(v.size());

@@ -94,6 +94,10 @@ TEST(Params, ValidValues) {
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_CAPACITY_FACTOR", "1"}}).capacityFactor, 1.0f);
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_CAPACITY_FACTOR", "3.5"}}).capacityFactor, 3.5f);
 
+  EXPECT_FLOAT_EQ(loadOk({}).splitReselect, 1.0f);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_SPLIT_RESELECT", "0"}}).splitReselect, 0.0f);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_SPLIT_RESELECT", "2.5"}}).splitReselect, 2.5f);
+
   EXPECT_FALSE(loadOk({{"SPCCL_ERROR_FEEDBACK", "0"}}).errorFeedback);
   EXPECT_TRUE(loadOk({{"SPCCL_ERROR_FEEDBACK", "1"}}).errorFeedback);
 
@@ -156,6 +160,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_ALGO", {"ring", "1", "allgatherx", "auto|dense"}},
       {"SPCCL_CALIBRATE", {"3", "-1", "0.5", "yes"}},
       {"SPCCL_NET_GBPS", {"-1", "fast", "1e7", "nan"}},
+      {"SPCCL_SPLIT_RESELECT", {"-0.5", "half", "1e7", "nan", "inf"}},
       {"SPCCL_NET_LATENCY_US", {"-0.5", "us", "inf"}},
       {"SPCCL_VALUE_TYPE", {"fp64", "float16", "half", "7", "fp"}},
       {"SPCCL_MIN_COMPRESS_COUNT", {"-1", "1.5", "abc", "1e19", "0x"}},

@@ -45,6 +45,18 @@ TEST(Tuner, ModelBytesSmallCases) {
   in.mergedPerRange = 200;  // 200 pairs * 8 B > 250 * 4 B dense
   EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 252.0 + 3 * (64.0 + 1000.0));
 
+  // Re-selection caps the estimated merge at keepPerRange pairs; a measured
+  // value is already after re-selection and is taken as it is.
+  in.mergedPerRange = -1;
+  in.keepPerRange = 3;  // ceil(k/P) with k = 10, P = 4
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 252.0 + 3 * (64.0 + 3 * 8.0));
+  in.keepPerRange = 100;  // above the estimate (9.85): no effect
+  EXPECT_NEAR(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 60.0 + 192.0 + 3 * (64.0 + m * 8.0), 1e-9);
+  in.mergedPerRange = 7;
+  in.keepPerRange = 3;
+  EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_SPLIT, in), 3 * kDesc + 252.0 + 3 * (64.0 + 7 * 8.0));
+  in.keepPerRange = 0;
+
   // P=2, n=64, k=8, fp16 user data, bf16 wire (pair = 6 B).
   const CostInputs h{2, 64, 8, 2, 2};
   EXPECT_DOUBLE_EQ(modelBytes(SPCCL_ALGO_DENSE, h), kDesc + 64.0 * 2);
