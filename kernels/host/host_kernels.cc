@@ -1,9 +1,15 @@
 #include "kernels/host/host_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace spccl::host {
 
@@ -56,10 +62,55 @@ decltype(auto) withWire(ValueType vt, F&& f) {
   }
 }
 
-// The fused pass in blocks of 16: the first loop over a block (v, residual
-// write, "any candidate?") has no data-dependent branch and vectorises; the
-// rare blocks holding a candidate (|v| >= tau, or NaN/Inf) are revisited
-// element by element for the packing. Same decisions as a plain scalar loop.
+// Residuals of large calls are written with non-temporal stores: a block is
+// one 64-byte line written whole, so the line need not be read first (a
+// plain store reads it for ownership: a third of the pass's traffic) and the
+// n-sized output does not evict what the caller will read next. Small ones
+// stay in cache for the next call, with plain stores.
+constexpr size_t kStreamingMinBytes = size_t{8} << 20;
+
+inline void storeLine(float* dst, const float* src, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming) {
+    for (size_t q = 0; q < 16; q += 4) _mm_stream_ps(dst + q, _mm_loadu_ps(src + q));
+    return;
+  }
+#else
+  (void)streaming;
+#endif
+  std::memcpy(dst, src, 16 * sizeof(float));
+}
+
+// v = send + residual for 16 fp32 elements into v[], and whether any has
+// magnitude key >= minKey (minKey >= 1, so the signed compare is exact), in
+// 4-wide vectors (GCC/Clang vector extensions: SSE2, NEON, ... alike).
+inline bool blockF32(const float* send, const float* residual, uint32_t minKey, float* v) {
+  typedef float F4 __attribute__((vector_size(16)));
+  typedef int32_t I4 __attribute__((vector_size(16)));
+  I4 any = {0, 0, 0, 0};
+  const I4 bound = {static_cast<int32_t>(minKey), static_cast<int32_t>(minKey), static_cast<int32_t>(minKey),
+                    static_cast<int32_t>(minKey)};
+  for (size_t q = 0; q < 16; q += 4) {
+    F4 x;
+    std::memcpy(&x, send + q, sizeof x);
+    if (residual) {
+      F4 r;
+      std::memcpy(&r, residual + q, sizeof r);
+      x += r;
+    }
+    std::memcpy(v + q, &x, sizeof x);
+    I4 key;
+    std::memcpy(&key, &x, sizeof key);
+    any |= (key & 0x7fffffff) >= bound;
+  }
+  return (any[0] | any[1] | any[2] | any[3]) != 0;
+}
+
+// The fused pass in blocks of 16: the first loop over a block (v, "any
+// candidate?") has no data-dependent branch and vectorises; the rare blocks
+// holding a candidate (|v| >= tau, or NaN/Inf) are revisited element by
+// element for the packing. The block's new residual is assembled in
+// registers and stored once. Same decisions as a plain scalar loop.
 template <typename Load, typename Wire, bool kHasResidualIn, bool kHasResidualOut>
 SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
   constexpr size_t kBlock = 16;
@@ -72,8 +123,8 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
     if constexpr (kHasResidualIn) v += a.residualIn[i];
     return v;
   };
-  // v is a candidate; the residual already holds v.
-  auto pack = [&](size_t i, float v) {
+  // v is a candidate; *res holds v and gets what stays behind.
+  auto pack = [&](size_t i, float v, float* res) {
     const Pick pick = core::classify(v, a.tauKey);
     if (pick == Pick::kTie) {
       if (ties == 0) return;
@@ -91,26 +142,45 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
     }
     ++written;
     // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
-    if constexpr (kHasResidualOut) a.residualOut[i] = pick == Pick::kNonFinite ? 0.0f : v - sent;
+    *res = pick == Pick::kNonFinite ? 0.0f : v - sent;
+  };
+  auto scalar = [&](size_t i) {
+    const float v = vAt(i);
+    float res = v;
+    if (core::magnitudeKey(v) >= minKey) pack(i, v, &res);
+    if constexpr (kHasResidualOut) a.residualOut[i] = res;
   };
   size_t i = 0;
+  bool streaming = false;
+  if constexpr (kHasResidualOut) {
+    streaming = a.n * sizeof(float) >= kStreamingMinBytes;
+    // Up to the first 64-byte boundary of the output one by one, so blocks are whole lines.
+    const size_t misaligned = (reinterpret_cast<uintptr_t>(a.residualOut) / sizeof(float)) % kBlock;
+    const size_t head = std::min(a.n, misaligned == 0 ? size_t{0} : kBlock - misaligned);
+    for (; i < head; ++i) scalar(i);
+  }
   for (; i + kBlock <= a.n; i += kBlock) {
-    float v[kBlock];
+    float v[kBlock], res[kBlock];
     bool any = false;
-    for (size_t j = 0; j < kBlock; ++j) {
-      v[j] = vAt(i + j);
-      if constexpr (kHasResidualOut) a.residualOut[i + j] = v[j];
-      any |= core::magnitudeKey(v[j]) >= minKey;
+    if constexpr (std::is_same_v<Load, LoadF32>) {
+      any = blockF32(load.p + i, kHasResidualIn ? a.residualIn + i : nullptr, minKey, v);
+    } else {
+      for (size_t j = 0; j < kBlock; ++j) {
+        v[j] = vAt(i + j);
+        any |= core::magnitudeKey(v[j]) >= minKey;
+      }
     }
-    if (!any) continue;
-    for (size_t j = 0; j < kBlock; ++j)
-      if (core::magnitudeKey(v[j]) >= minKey) pack(i + j, v[j]);
+    std::memcpy(res, v, sizeof v);
+    if (any) {
+      for (size_t j = 0; j < kBlock; ++j)
+        if (core::magnitudeKey(v[j]) >= minKey) pack(i + j, v[j], &res[j]);
+    }
+    if constexpr (kHasResidualOut) storeLine(a.residualOut + i, res, streaming);
   }
-  for (; i < a.n; ++i) {
-    const float v = vAt(i);
-    if constexpr (kHasResidualOut) a.residualOut[i] = v;
-    if (core::magnitudeKey(v) >= minKey) pack(i, v);
-  }
+  for (; i < a.n; ++i) scalar(i);
+#if defined(__SSE2__)
+  if (streaming) _mm_sfence();  // the streamed lines before anything that follows
+#endif
   return {written, finite};
 }
 

@@ -396,6 +396,39 @@ TEST(SelectPack, ThresholdPlusTieBudgetSelectsExactlyK) {
 // rule selects (index order) are sent exactly as without it, and every
 // selected entry past them keeps all of v in the residual, so send +
 // residualIn == sent + residualOut holds element by element.
+// Large calls store the residual with non-temporal 64-byte lines after a
+// scalar head up to the first line boundary: every output alignment, with
+// sizes past the streaming threshold (8 MiB) and an odd tail, matches the
+// reference bit for bit, and nothing outside [out, out + n) is written.
+TEST(SelectPack, StreamingStoresAtEveryAlignment) {
+  auto g = rng(97);
+  const size_t n = (size_t{8} << 20) / sizeof(float) + 37;
+  std::vector<float> send = randomNormal(g, n);
+  sprinkleNonFinite(g, send, 0.0001);
+  const std::vector<float> residual = randomNormal(g, n, 0.5f);
+  const TypedInput in(send, spcclFloat32);
+  const std::vector<float> v = formV(in, &residual);
+  const float tau = 2.5f;
+  const RefSelect want = referenceSelect(v, tau, ~uint64_t{0}, core::ValueType::kFloat32);
+  std::vector<uint32_t> indices(want.indices.size());
+  std::vector<float> values(want.indices.size());
+  std::vector<float> outBuf(n + 32);
+  for (size_t shift : {size_t{0}, size_t{1}, size_t{5}, size_t{15}}) {
+    std::fill(outBuf.begin(), outBuf.end(), 777.0f);
+    float* out = outBuf.data() + shift;
+    const host::SelectArgs args{send.data(), spcclFloat32, residual.data(), out, n, core::magnitudeKey(tau),
+                                ~uint64_t{0}, indices.size(), core::ValueType::kFloat32, indices.data(),
+                                values.data()};
+    const host::SelectResult got = host::selectPack(args);
+    ASSERT_EQ(got.selected, want.indices.size()) << "shift " << shift;
+    ASSERT_TRUE(std::equal(indices.begin(), indices.end(), want.indices.begin())) << "shift " << shift;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(sameFloat(out[i], want.residual[i])) << "shift " << shift << " residual[" << i << "]";
+    for (size_t i = 0; i < shift; ++i) ASSERT_EQ(outBuf[i], 777.0f) << "written before the output";
+    for (size_t i = shift + n; i < outBuf.size(); ++i) ASSERT_EQ(outBuf[i], 777.0f) << "written after the output";
+  }
+}
+
 TEST(SelectPack, KeepOverflowLeavesTheOverflowInTheResidual) {
   auto g = rng(31);
   std::vector<float> values = randomNormal(g, 5000);

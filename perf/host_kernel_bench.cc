@@ -1,0 +1,108 @@
+// Host kernels against memcpy, side by side in one run, one thread: the fused
+// selection pass (selectPack), the exact threshold estimate and a plain
+// memcpy of the same n floats. Bytes are counted as kernel_bench counts them
+// on the device (each input read once, each output written once):
+//   memcpy      4n read + 4n written
+//   selectPack  send 4n + residual 4n read, residual 4n written, pairs 8 B each written
+//   threshold   send 4n + residual 4n read once (what one pass must stream)
+// Median of --iters runs after one warm-up; tau is the exact k-th largest
+// |v|, so selectPack writes k pairs as in a call right after an estimate.
+//   build/perf/host_kernel_bench [--floats 64M] [--iters 5] [--density 0.01]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/host/host_kernels.h"
+
+namespace {
+
+size_t parseSize(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end && (*end == 'K' || *end == 'k')) v *= 1024;
+  if (end && (*end == 'M' || *end == 'm')) v *= 1024 * 1024;
+  if (end && (*end == 'G' || *end == 'g')) v *= 1024.0 * 1024 * 1024;
+  return static_cast<size_t>(v);
+}
+
+template <typename F>
+double medianSeconds(int iters, F&& f) {
+  f();  // warm-up: page faults and caches out of the way
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t n = size_t{64} << 20;
+  int iters = 5;
+  double density = 0.01;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--floats" && i + 1 < argc) {
+      n = parseSize(argv[++i]);
+    } else if (a == "--iters" && i + 1 < argc) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--density" && i + 1 < argc) {
+      density = std::strtod(argv[++i], nullptr);
+    } else {
+      std::fprintf(stderr, "usage: %s [--floats 64M] [--iters 5] [--density 0.01]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (n == 0 || !(density > 0 && density <= 1)) {
+    std::fprintf(stderr, "need --floats > 0 and --density in (0, 1]\n");
+    return 2;
+  }
+  std::vector<float> send(n), residualIn(n), residualOut(n), copy(n);
+  std::mt19937 gen(20261129);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i) {
+    send[i] = g(gen);
+    residualIn[i] = 0.1f * g(gen);
+  }
+  const uint64_t k = std::max<uint64_t>(1, static_cast<uint64_t>(density * static_cast<double>(n)));
+  std::vector<uint32_t> scratch(n), indices(2 * k);
+  std::vector<float> values(2 * k);
+
+  spccl::host::ThresholdResult thr{};
+  const double tThreshold = medianSeconds(iters, [&] {
+    thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
+  });
+  spccl::host::SelectArgs a{send.data(), spcclFloat32, residualIn.data(), residualOut.data(), n, thr.tauKey,
+                            ~uint64_t{0}, indices.size(), spccl::core::ValueType::kFloat32, indices.data(),
+                            values.data()};
+  spccl::host::SelectResult sel{};
+  const double tSelect = medianSeconds(iters, [&] { sel = spccl::host::selectPack(a); });
+  const double tCopy = medianSeconds(iters, [&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); });
+
+  const double nb = static_cast<double>(n);
+  const double copyBytes = 8 * nb, selectBytes = 12 * nb + 8.0 * static_cast<double>(sel.selected),
+               thresholdBytes = 8 * nb;
+  const double copyGbs = copyBytes / tCopy / 1e9;
+  std::printf("# host kernels, %zu floats (%.0f MiB), density %g (k %llu), one thread, median of %d\n", n,
+              nb * 4 / (1 << 20), density, static_cast<unsigned long long>(k), iters);
+  std::printf("%-11s %10s %10s %8s %9s\n", "kernel", "time (ms)", "bytes (MB)", "GB/s", "of memcpy");
+  auto row = [&](const char* name, double t, double bytes) {
+    const double gbs = bytes / t / 1e9;
+    std::printf("%-11s %10.2f %10.1f %8.2f %8.0f%%\n", name, 1e3 * t, bytes / 1e6, gbs, 100 * gbs / copyGbs);
+  };
+  row("memcpy", tCopy, copyBytes);
+  row("selectPack", tSelect, selectBytes);
+  row("threshold", tThreshold, thresholdBytes);
+  std::printf("# selectPack selected %llu pairs (k %llu)\n", static_cast<unsigned long long>(sel.selected),
+              static_cast<unsigned long long>(k));
+  return sel.selected >= k && sel.selected <= indices.size() ? 0 : 1;
+}
