@@ -230,6 +230,7 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
   auto c = std::make_unique<spcclCompressor>();
   c->comm = comm;
   c->commId = comm->id;
+  c->profileRank = comm->rank;
   c->count = count;
   c->dataType = type;
   c->config = config;

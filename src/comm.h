@@ -54,6 +54,15 @@ struct spcclCompressor {
   // (device memory) instead of in the host vectors above.
   std::shared_ptr<spccl::DeviceCompressorState> device;
 
+  // SPCCL_PROFILE: wall time of the compressed allreduce calls, printed (one
+  // line per rank) when the compressor is destroyed.
+  struct Profile {
+    uint64_t calls = 0;
+    double total = 0, selection = 0, communication = 0;  // seconds
+  } profile;
+  int profileRank = 0;
+
+  ~spcclCompressor();
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
   // k = ceil(density * count), at least 1; and the most finite pairs one call
   // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
@@ -67,7 +76,8 @@ struct spcclCompressor {
   spccl::Status select(const void* sendbuff, uint64_t* nnz);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
-  spccl::Status denseReduce(const void* sendbuff, float* out);
+  spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op);
+  spccl::Status denseReduce(spccl::Transport& t, const void* sendbuff, float* out);
 };
 
 // Kept positions of one alltoall-rows forward, for its backward.

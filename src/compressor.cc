@@ -5,6 +5,7 @@
 //   sends v on S = {|v| >= tau, v != 0} plus every NaN/Inf; the residual keeps
 //   v outside S and the wire rounding inside S.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "kernels/host/host_kernels.h"
 #include "src/comm.h"
 #include "src/log.h"
+#include "src/transport/timed_transport.h"
 #include "src/tuner.h"
 #include "src/types.h"
 
@@ -98,7 +100,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
 
-Status spcclCompressor::denseReduce(const void* sendbuff, float* out) {
+Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* out) {
   // v = send + residual travels exactly; nothing is left behind.
   host::loadFloats(sendbuff, dataType, count, out);
   if (config.errorFeedback) {
@@ -107,11 +109,33 @@ Status spcclCompressor::denseReduce(const void* sendbuff, float* out) {
     std::fill(residual[current].begin(), residual[current].end(), 0.0f);
   }
   ++callIndex;
-  return comm->transport->allReduceDense(out, out, count, spcclFloat32, spcclSum);
+  return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
 }
 
 Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
-  Transport& t = *comm->transport;
+  if (!comm->params.profile) return allReduceOn(*comm->transport, sendbuff, recvbuff, op);
+  TimedTransport timed(*comm->transport, &profile.communication);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = allReduceOn(timed, sendbuff, recvbuff, op);
+  profile.total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++profile.calls;
+  return s;
+}
+
+spcclCompressor::~spcclCompressor() {
+  if (profile.calls == 0) return;
+  const double n = static_cast<double>(profile.calls);
+  const double local = profile.total - profile.selection - profile.communication;
+  logMessage(LogLevel::kInfo, profileRank,
+             "profile: compressor of %zu elements, %llu allreduce calls, per call %.3f ms = selection %.3f ms "
+             "(%.0f%%) + communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: "
+             "encoding, owners' reduction, re-selection, unpacking)",
+             count, static_cast<unsigned long long>(profile.calls), 1e3 * profile.total / n,
+             1e3 * profile.selection / n, 100 * profile.selection / profile.total, 1e3 * profile.communication / n,
+             100 * profile.communication / profile.total, 1e3 * local / n, 100 * local / profile.total);
+}
+
+Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
   const int p = t.size();
   const uint64_t seq = comm->seq++;
   const core::ValueType wire = toValueType(config.wireValueType);
@@ -134,7 +158,11 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   }
 
   uint64_t nnz = 0;
-  if (algorithm != SPCCL_ALGO_DENSE) SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
+  if (algorithm != SPCCL_ALGO_DENSE) {
+    const auto t0 = std::chrono::steady_clock::now();
+    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
+    profile.selection += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 
   CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
                       static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), seq, count, nnz};
@@ -159,7 +187,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
   call.lastAlgorithm = algorithm;
   if (algorithm == SPCCL_ALGO_DENSE) {
-    SPCCL_RETURN_IF_ERROR(denseReduce(sendbuff, out));
+    SPCCL_RETURN_IF_ERROR(denseReduce(t, sendbuff, out));
     call.bytesSent += call.denseBytes;
     call.lastSelected = count;
   } else {

@@ -107,6 +107,10 @@ constexpr ParamSpec kParamSpecs[] = {
      "Testing only: flip one bit in each of the first N streams this rank sends per communicator, as corruption "
      "in transit would; 0 = off.",
      [](Params* p, double v) { p->testCorruptStreams = static_cast<uint64_t>(v); }},
+    {"SPCCL_PROFILE", ParamType::kBool, "0", 0, 1, false, nullptr,
+     "1: each compressor times its compressed allreduce calls (host path) and prints, when destroyed, the mean "
+     "per call split into selection, communication (wire and waiting) and local work.",
+     [](Params* p, double v) { p->profile = v != 0; }},
     {"SPCCL_DEVICE_MODE", ParamType::kChoice, "exact", 0, 0, false, "exact|fixed",
      "Device buffers (NCCL): exact = one small device-to-host copy per call sizes the exchange; fixed = "
      "capacity-factor x k slots per rank, no host synchronisation, CUDA-graph capturable (docs/GPU.md).",
@@ -222,7 +226,8 @@ std::string describeParams(const Params& p) {
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
-         formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect));
+         formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
+         " SPCCL_PROFILE=" + (p.profile ? "1" : "0");
 }
 
 std::string renderParamTable() {

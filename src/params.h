@@ -37,6 +37,7 @@ struct Params {
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
   int deviceMode = 0;          // kDeviceMode*: compressed allreduce on device buffers
   int indexEncoding = 0;       // codec.h kIndexEncoding*: how pairs streams write their indices
+  bool profile = false;        // SPCCL_PROFILE: time split of compressed allreduce calls, per compressor
 };
 
 // SPCCL_DEVICE_MODE (choice order).

@@ -1,0 +1,48 @@
+// A Transport that forwards to another and adds the wall time spent inside
+// each call to a counter: SPCCL_PROFILE's "communication" time (bytes on the
+// wire plus waiting for the other ranks).
+#pragma once
+
+#include <chrono>
+
+#include "src/transport/transport.h"
+
+namespace spccl {
+
+class TimedTransport final : public Transport {
+ public:
+  TimedTransport(Transport& inner, double* seconds) : inner_(inner), seconds_(seconds) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Status allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
+                        spcclRedOp_t op) override {
+    return timed([&] { return inner_.allReduceDense(sendbuff, recvbuff, count, type, op); });
+  }
+  Status allGather(const void* send, size_t bytes, void* recv) override {
+    return timed([&] { return inner_.allGather(send, bytes, recv); });
+  }
+  Status allGatherV(const void* send, size_t sendBytes, void* recv, const size_t* recvBytes,
+                    const size_t* recvOffsets) override {
+    return timed([&] { return inner_.allGatherV(send, sendBytes, recv, recvBytes, recvOffsets); });
+  }
+  Status allToAll(const void* send, size_t bytes, void* recv) override {
+    return timed([&] { return inner_.allToAll(send, bytes, recv); });
+  }
+  Status allToAllV(const void* send, const size_t* sendBytes, const size_t* sendOffsets, void* recv,
+                   const size_t* recvBytes, const size_t* recvOffsets) override {
+    return timed([&] { return inner_.allToAllV(send, sendBytes, sendOffsets, recv, recvBytes, recvOffsets); });
+  }
+
+ private:
+  template <typename F>
+  Status timed(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = f();
+    *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
+  Transport& inner_;
+  double* seconds_;
+};
+
+}  // namespace spccl
