@@ -5,9 +5,9 @@
 //   memcpy      4n read + 4n written
 //   selectPack  send 4n + residual 4n read, residual 4n written, pairs 8 B each written
 //   threshold   send 4n + residual 4n read once (what one pass must stream)
-// Median of --iters runs after one warm-up; tau is the exact k-th largest
+// Median of --iters rounds after one warm-up, the three interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
-//   build/perf/host_kernel_bench [--floats 64M] [--iters 5] [--density 0.01]
+//   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,14 +31,13 @@ size_t parseSize(const char* s) {
 }
 
 template <typename F>
-double medianSeconds(int iters, F&& f) {
-  f();  // warm-up: page faults and caches out of the way
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+double seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -47,7 +46,7 @@ double medianSeconds(int iters, F&& f) {
 
 int main(int argc, char** argv) {
   size_t n = size_t{64} << 20;
-  int iters = 5;
+  int iters = 9;
   double density = 0.01;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -58,7 +57,7 @@ int main(int argc, char** argv) {
     } else if (a == "--density" && i + 1 < argc) {
       density = std::strtod(argv[++i], nullptr);
     } else {
-      std::fprintf(stderr, "usage: %s [--floats 64M] [--iters 5] [--density 0.01]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--floats 64M] [--iters 9] [--density 0.01]\n", argv[0]);
       return 2;
     }
   }
@@ -77,17 +76,23 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> scratch(n), indices(2 * k);
   std::vector<float> values(2 * k);
 
-  spccl::host::ThresholdResult thr{};
-  const double tThreshold = medianSeconds(iters, [&] {
-    thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
-  });
+  spccl::host::ThresholdResult thr =
+      spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
   spccl::host::SelectArgs a{send.data(), spcclFloat32, residualIn.data(), residualOut.data(), n, thr.tauKey,
                             ~uint64_t{0}, indices.size(), spccl::core::ValueType::kFloat32, indices.data(),
                             values.data()};
-  spccl::host::SelectResult sel{};
-  const double tSelect = medianSeconds(iters, [&] { sel = spccl::host::selectPack(a); });
-  const double tCopy = medianSeconds(iters, [&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); });
-
+  spccl::host::SelectResult sel = spccl::host::selectPack(a);  // warm-up: page faults out of the way
+  std::memcpy(copy.data(), send.data(), n * sizeof(float));
+  // Interleaved, so the three see the same load on a shared machine.
+  std::vector<double> tCopies, tSelects, tThresholds;
+  for (int it = 0; it < iters; ++it) {
+    tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
+    tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
+    tThresholds.push_back(seconds([&] {
+      thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
+    }));
+  }
+  const double tCopy = median(tCopies), tSelect = median(tSelects), tThreshold = median(tThresholds);
   const double nb = static_cast<double>(n);
   const double copyBytes = 8 * nb, selectBytes = 12 * nb + 8.0 * static_cast<double>(sel.selected),
                thresholdBytes = 8 * nb;

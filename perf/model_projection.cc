@@ -16,6 +16,7 @@
 
 #include "collectives/algorithms.h"
 #include "include/spccl.h"
+#include "src/codec.h"
 #include "src/tuner.h"
 
 namespace {
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(o.count), static_cast<double>(o.count) * 4 / (1 << 20),
               o.wireBytes == 2 ? "fp16" : "fp32", o.selectTBps, o.latencyUs);
   std::printf("| density | ranks | link (Gbit/s) | dense (ms) | allgather (ms) | split (ms) | auto picks | "
-              "dense / auto | wire MB per rank: dense / auto | split, re-selected (ms) |\n");
+              "dense / auto | wire MB per rank: dense / auto | split without re-selection (ms) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (double d : o.densities) {
     for (int p : o.ranks) {
@@ -110,20 +111,21 @@ int main(int argc, char** argv) {
         CostModel m = applyNetworkParams({}, g, o.latencyUs);
         m.gammaSelect = m.gammaUnpack = 1.0 / (o.selectTBps * 1e12);
         const uint64_t k = static_cast<uint64_t>(std::ceil(d * static_cast<double>(o.count)));
-        const CostInputs in{p, o.count, k, 4, o.wireBytes, -1};
+        // The library's defaults: index encoding auto, split re-selecting to
+        // ceil(k/P) pairs per owner (SPCCL_SPLIT_RESELECT=1).
+        CostInputs in{p, o.count, k, 4, o.wireBytes, -1, kIndexEncodingAuto};
+        in.keepPerRange = std::ceil(static_cast<double>(k) / p);
         const double dense = modelSeconds(SPCCL_ALGO_DENSE, in, m);
         const double ag = modelSeconds(SPCCL_ALGO_ALLGATHER, in, m);
         const double split = modelSeconds(SPCCL_ALGO_SPLIT, in, m);
         const int pick = chooseAlgorithm(in, m);
         const double best = modelSeconds(pick, in, m);
-        // Ok-Topk's re-selection (not built): each owner keeps k/P of its
-        // merged range, so stage 3 moves k pairs in all instead of the union.
-        CostInputs reselected = in;
-        reselected.mergedPerRange = static_cast<double>(k) / p;
+        CostInputs whole = in;  // SPCCL_SPLIT_RESELECT=0: owners send the union of their range
+        whole.keepPerRange = 0;
         std::printf("| %g | %d | %g | %s | %s | %s | %s | %.1fx | %.0f / %.1f | %s |\n", d, p, g, ms(dense).c_str(),
                     ms(ag).c_str(), ms(split).c_str(), algorithmName(pick), dense / best,
                     modelBytes(SPCCL_ALGO_DENSE, in) / 1e6, modelBytes(pick, in) / 1e6,
-                    ms(modelSeconds(SPCCL_ALGO_SPLIT, reselected, m)).c_str());
+                    ms(modelSeconds(SPCCL_ALGO_SPLIT, whole, m)).c_str());
       }
     }
   }

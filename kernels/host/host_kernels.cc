@@ -69,41 +69,58 @@ decltype(auto) withWire(ValueType vt, F&& f) {
 // stay in cache for the next call, with plain stores.
 constexpr size_t kStreamingMinBytes = size_t{8} << 20;
 
-inline void storeLine(float* dst, const float* src, bool streaming) {
+typedef float F4 __attribute__((vector_size(16)));  // GCC/Clang vector extensions: SSE2, NEON, ... alike
+typedef int32_t I4 __attribute__((vector_size(16)));
+
+inline void store4(float* dst, F4 x, bool streaming) {
 #if defined(__SSE2__)
   if (streaming) {
-    for (size_t q = 0; q < 16; q += 4) _mm_stream_ps(dst + q, _mm_loadu_ps(src + q));
+    _mm_stream_ps(dst, static_cast<__m128>(x));
     return;
   }
 #else
   (void)streaming;
 #endif
-  std::memcpy(dst, src, 16 * sizeof(float));
+  std::memcpy(dst, &x, sizeof x);
 }
 
-// v = send + residual for 16 fp32 elements into v[], and whether any has
-// magnitude key >= minKey (minKey >= 1, so the signed compare is exact), in
-// 4-wide vectors (GCC/Clang vector extensions: SSE2, NEON, ... alike).
-inline bool blockF32(const float* send, const float* residual, uint32_t minKey, float* v) {
-  typedef float F4 __attribute__((vector_size(16)));
-  typedef int32_t I4 __attribute__((vector_size(16)));
+// One block of 16 fp32 elements: v = send + residual in four 4-wide vectors
+// and whether any has magnitude key >= minKey (minKey >= 1, so the signed
+// compare is exact). No candidate (most blocks): the residual line is stored
+// straight from the registers and true is returned. Otherwise v goes to v[]
+// for the element-by-element packing and false is returned.
+template <bool kHasResidualIn, bool kHasResidualOut>
+inline bool plainBlockF32(const float* send, const float* residual, float* out, uint32_t minKey, bool streaming,
+                          float* v) {
+  F4 x[4];
   I4 any = {0, 0, 0, 0};
   const I4 bound = {static_cast<int32_t>(minKey), static_cast<int32_t>(minKey), static_cast<int32_t>(minKey),
                     static_cast<int32_t>(minKey)};
-  for (size_t q = 0; q < 16; q += 4) {
-    F4 x;
-    std::memcpy(&x, send + q, sizeof x);
-    if (residual) {
+  for (size_t q = 0; q < 4; ++q) {
+    std::memcpy(&x[q], send + 4 * q, sizeof x[q]);
+    if constexpr (kHasResidualIn) {
       F4 r;
-      std::memcpy(&r, residual + q, sizeof r);
-      x += r;
+      std::memcpy(&r, residual + 4 * q, sizeof r);
+      x[q] += r;
     }
-    std::memcpy(v + q, &x, sizeof x);
     I4 key;
-    std::memcpy(&key, &x, sizeof key);
+    std::memcpy(&key, &x[q], sizeof key);
     any |= (key & 0x7fffffff) >= bound;
   }
-  return (any[0] | any[1] | any[2] | any[3]) != 0;
+#if defined(__SSE2__)
+  __m128i anyBits;
+  std::memcpy(&anyBits, &any, sizeof anyBits);
+  const bool none = _mm_movemask_epi8(anyBits) == 0;
+#else
+  const bool none = (any[0] | any[1] | any[2] | any[3]) == 0;
+#endif
+  if (none) {
+    if constexpr (kHasResidualOut)
+      for (size_t q = 0; q < 4; ++q) store4(out + 4 * q, x[q], streaming);
+    return true;
+  }
+  std::memcpy(v, x, sizeof x);
+  return false;
 }
 
 // The fused pass in blocks of 16: the first loop over a block (v, "any
@@ -159,23 +176,35 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
     const size_t head = std::min(a.n, misaligned == 0 ? size_t{0} : kBlock - misaligned);
     for (; i < head; ++i) scalar(i);
   }
+  auto storeBlock = [&](size_t at, const float* src) {
+    for (size_t q = 0; q < kBlock; q += 4) {
+      F4 x;
+      std::memcpy(&x, src + q, sizeof x);
+      store4(a.residualOut + at + q, x, streaming);
+    }
+  };
   for (; i + kBlock <= a.n; i += kBlock) {
     float v[kBlock], res[kBlock];
-    bool any = false;
     if constexpr (std::is_same_v<Load, LoadF32>) {
-      any = blockF32(load.p + i, kHasResidualIn ? a.residualIn + i : nullptr, minKey, v);
+      if (plainBlockF32<kHasResidualIn, kHasResidualOut>(load.p + i, kHasResidualIn ? a.residualIn + i : nullptr,
+                                                         kHasResidualOut ? a.residualOut + i : nullptr, minKey,
+                                                         streaming, v))
+        continue;
     } else {
+      bool any = false;
       for (size_t j = 0; j < kBlock; ++j) {
         v[j] = vAt(i + j);
         any |= core::magnitudeKey(v[j]) >= minKey;
       }
+      if (!any) {
+        if constexpr (kHasResidualOut) storeBlock(i, v);
+        continue;
+      }
     }
     std::memcpy(res, v, sizeof v);
-    if (any) {
-      for (size_t j = 0; j < kBlock; ++j)
-        if (core::magnitudeKey(v[j]) >= minKey) pack(i + j, v[j], &res[j]);
-    }
-    if constexpr (kHasResidualOut) storeLine(a.residualOut + i, res, streaming);
+    for (size_t j = 0; j < kBlock; ++j)
+      if (core::magnitudeKey(v[j]) >= minKey) pack(i + j, v[j], &res[j]);
+    if constexpr (kHasResidualOut) storeBlock(i, res);
   }
   for (; i < a.n; ++i) scalar(i);
 #if defined(__SSE2__)

@@ -161,6 +161,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_CALIBRATE", {"3", "-1", "0.5", "yes"}},
       {"SPCCL_NET_GBPS", {"-1", "fast", "1e7", "nan"}},
       {"SPCCL_SPLIT_RESELECT", {"-0.5", "half", "1e7", "nan", "inf"}},
+      {"SPCCL_PROFILE", {"2", "yes please", "-1"}},
       {"SPCCL_NET_LATENCY_US", {"-0.5", "us", "inf"}},
       {"SPCCL_VALUE_TYPE", {"fp64", "float16", "half", "7", "fp"}},
       {"SPCCL_MIN_COMPRESS_COUNT", {"-1", "1.5", "abc", "1e19", "0x"}},
