@@ -90,8 +90,10 @@ CostTerms modelTerms(int algorithm, const CostInputs& in) {
     t.selectBytes = pass;
     if (algorithm == SPCCL_ALGO_ALLGATHER) {
       t.unpackBytes = n * 4.0 + p * k * pair;
-    } else {  // owners sum ~k pairs of their range, then every rank unpacks the P ranges
-      t.unpackBytes = n * 4.0 + k * pair + p * std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
+    } else {  // owners zero their range, sum ~k pairs into it and scan it for the merged
+              // entries; then every rank unpacks the P ranges
+      t.unpackBytes = n * 4.0 + 8.0 * n / p + k * pair +
+                      p * std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
     }
   }
   if (in.ranks <= 1) return t;

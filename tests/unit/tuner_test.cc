@@ -103,7 +103,7 @@ TEST(Tuner, ChoosesDenseWhenDenseAndSparseWhenSparse) {
 //   selection (sparse only)   = n * (4 + 8)                        = 12000
 //   dense accumulation        = n * (4 + 8) + (P-1)/P * n * 4       = 15000
 //   allgather accumulation    = n * 4 + P * k * 8                   = 4320
-//   split accumulation        = n * 4 + k * 8 + P * min(m * 8, n/P * 4)
+//   split accumulation        = n * 4 + 8 n/P + k * 8 + P * min(m * 8, n/P * 4)
 TEST(Tuner, LocalWorkTerms) {
   const CostInputs in{4, 1000, 10, 4, 4};
   const CostTerms d = modelTerms(SPCCL_ALGO_DENSE, in), a = modelTerms(SPCCL_ALGO_ALLGATHER, in),
@@ -114,7 +114,7 @@ TEST(Tuner, LocalWorkTerms) {
   EXPECT_DOUBLE_EQ(a.unpackBytes, 4320.0);
   const double m = 250.0 * (1.0 - std::pow(0.99, 4));
   EXPECT_DOUBLE_EQ(s.selectBytes, 12000.0);
-  EXPECT_NEAR(s.unpackBytes, 4000.0 + 80.0 + 4 * m * 8.0, 1e-9);
+  EXPECT_NEAR(s.unpackBytes, 4000.0 + 2000.0 + 80.0 + 4 * m * 8.0, 1e-9);
   // Rounds as docs/ALGORITHMS.md states: 2(P-1)+log2 P, (P-1)+log2 P, 2(P-1)+3 log2 P.
   EXPECT_DOUBLE_EQ(d.rounds, 8.0);
   EXPECT_DOUBLE_EQ(a.rounds, 5.0);
