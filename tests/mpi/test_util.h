@@ -617,7 +617,7 @@ inline size_t envSize(const char* name) {
 // SPCCL_VALUE_TYPE: the wire type of compressed values (default fp32).
 inline spcclDataType_t wireTypeFromEnv() {
   const std::string s = envString("SPCCL_VALUE_TYPE");
-  return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : spcclFloat32;
+  return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : spcclFloat32;
 }
 
 // ---------- the per-row selection of spcclAlltoAllRowsCompressed (issue 3, section 2) ----------
@@ -714,20 +714,43 @@ inline std::string describeDiff(const Diff& d, const void* got, const void* want
 
 // rows x rowLen elements: where maskSource's row keeps a position (naive sort,
 // kr per row), values' element through the wire type, else +0. fp32 values on
-// an fp32 wire are copied bitwise; the rest go through float and back.
+// an fp32 wire are copied bitwise; the rest go through float and back. fp8:
+// each block of rowsPerBlock rows (one peer's stream) has the scale of its
+// largest finite kept |value| (codec_rows' rule); 0 = rows/P for this
+// communicator's P.
 inline std::vector<unsigned char> maskedThroughWire(const std::vector<unsigned char>& values,
                                                     const std::vector<unsigned char>& maskSource, size_t rows,
-                                                    size_t rowLen, spcclDataType_t t, size_t kr, spcclDataType_t wire) {
+                                                    size_t rowLen, spcclDataType_t t, size_t kr, spcclDataType_t wire,
+                                                    size_t rowsPerBlock = 0) {
+  if (rowsPerBlock == 0) {
+    int P = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    rowsPerBlock = std::max<size_t>(1, rows / static_cast<size_t>(P));
+  }
   std::vector<unsigned char> out(rows * rowLen * typeSize(t), 0);
+  std::vector<std::vector<uint8_t>> masks(rows);
+  for (size_t r = 0; r < rows; ++r) masks[r] = rowKeepMask(maskSource.data(), r * rowLen, rowLen, t, kr);
+  std::vector<int> scale((rows + rowsPerBlock - 1) / rowsPerBlock, 0);
+  if (wire == spcclFloat8e4m3) {
+    for (size_t b = 0; b < scale.size(); ++b) {
+      float most = 0.0f;
+      for (size_t r = b * rowsPerBlock; r < std::min(rows, (b + 1) * rowsPerBlock); ++r)
+        for (size_t i = 0; i < rowLen; ++i) {
+          const float x = loadAsFloat(values.data(), r * rowLen + i, t);
+          if (masks[r][i] && std::isfinite(x)) most = std::max(most, std::fabs(x));
+        }
+      scale[b] = fp8MaxScale(most);
+    }
+  }
   for (size_t r = 0; r < rows; ++r) {
-    const std::vector<uint8_t> mask = rowKeepMask(maskSource.data(), r * rowLen, rowLen, t, kr);
+    const std::vector<uint8_t>& mask = masks[r];
     for (size_t i = 0; i < rowLen; ++i) {
       if (!mask[i]) continue;
       const size_t e = r * rowLen + i;
       if (t == spcclFloat32 && wire == spcclFloat32) {
         std::memcpy(out.data() + e * 4, values.data() + e * 4, 4);  // exact, NaN payload included
       } else {
-        storeFromFloat(out.data(), e, roundToWire(loadAsFloat(values.data(), e, t), wire), t);
+        storeFromFloat(out.data(), e, roundToWire(loadAsFloat(values.data(), e, t), wire, scale[r / rowsPerBlock]), t);
       }
     }
   }
