@@ -117,7 +117,7 @@ Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, si
 
 Status checkDataType(int datatype) {
   if (datatype == spcclFloat8e4m3)
-    return invalidArgument(formatString("datatype=spcclFloat8e4m3 (%d) is a wire value type only "
+    return invalidArgument(formatString("datatype=%d (spcclFloat8e4m3) is a wire value type only "
                                         "(spcclCompressConfig_t.wireValueType, SPCCL_VALUE_TYPE=fp8), not a buffer "
                                         "type: pass fp32, fp16 or bf16 buffers",
                                         datatype));
