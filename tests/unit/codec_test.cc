@@ -770,5 +770,54 @@ TEST(CodecFp8, ScaleByteIsBoundsChecked) {
   }
 }
 
+// Row streams with fp8 values: one scale per stream from its largest finite
+// |value|, in the header's status byte, bounds-checked by the parsers.
+TEST(CodecFp8, RowsAndValuesStreamsCarryTheirScale) {
+  constexpr ValueType vt = ValueType::kFloat8e4m3;
+  const uint64_t rows = 3, rowLen = 40, keep = 2, nnz = rows * keep;
+  const std::vector<uint32_t> counts(rows, keep);
+  const std::vector<uint32_t> positions = {1, 7, 0, 39, 5, 6};
+  const std::vector<float> values = {1e-3f, -3.0e-5f, 2.5e-3f, kInf, -kNaN, 7e-9f};
+  const int s = core::fp8ScaleForMax(core::magnitudeKey(2.5e-3f));
+  std::vector<unsigned char> r(rowsStreamBytes(rows, rowLen, nnz, false, vt));
+  ASSERT_EQ(encodeRows(r.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), nnz, vt, kSeq),
+            r.size());
+  std::vector<unsigned char> v(valuesStreamBytes(nnz, vt));
+  ASSERT_EQ(encodeValues(v.data(), values.data(), nnz, rows, rowLen, vt, kSeq), v.size());
+  RowsView view;
+  ASSERT_TRUE(parseRows(r.data(), r.size(), rows, rowLen, vt, kSeq, 1, &view).isOk());
+  EXPECT_EQ(view.scaleExp, s);
+  const void* vals = nullptr;
+  int vs = 99;
+  ASSERT_TRUE(parseValues(v.data(), v.size(), nnz, vt, kSeq, 1, &vals, &vs).isOk());
+  EXPECT_EQ(vs, s);
+  for (uint64_t j = 0; j < nnz; ++j) {
+    EXPECT_TRUE(sameFloat(core::loadWireValue(view.values, j, vt, view.scaleExp), refRoundToWire(values[j], vt, s)))
+        << j;
+    EXPECT_TRUE(sameFloat(core::loadWireValue(vals, j, vt, vs), refRoundToWire(values[j], vt, s))) << j;
+  }
+  // The largest |value| sets the scale: it is not saturated, and within e4m3's 2^-4.
+  EXPECT_LE(std::fabs(core::loadWireValue(view.values, 2, vt, s) - 2.5e-3f), std::ldexp(2.5e-3f, -4));
+  // Every scale byte: inside the range parses, outside is rejected.
+  for (int b = 0; b < 256; ++b) {
+    const int e = static_cast<int8_t>(b);
+    const bool valid = e >= core::kFp8MinScaleExp && e <= core::kFp8MaxScaleExp;
+    std::vector<unsigned char> r2 = r, v2 = v;
+    r2[offsetof(RowsHeader, status)] = static_cast<unsigned char>(b);
+    v2[offsetof(RowsHeader, status)] = static_cast<unsigned char>(b);
+    RowsView rv;
+    const Status rs = parseRows(r2.data(), r2.size(), rows, rowLen, vt, kSeq, 1, &rv);
+    const Status vsSt = parseValues(v2.data(), v2.size(), nnz, vt, kSeq, 1, &vals);
+    EXPECT_EQ(rs.isOk(), valid) << "rows scale " << e << ": " << rs.message();
+    EXPECT_EQ(vsSt.isOk(), valid) << "values scale " << e << ": " << vsSt.message();
+  }
+  // Other value types keep the status byte zero.
+  std::vector<unsigned char> f(rowsStreamBytes(rows, rowLen, nnz, false, ValueType::kFloat16));
+  encodeRows(f.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), nnz, ValueType::kFloat16,
+             kSeq);
+  f[offsetof(RowsHeader, status)] = 1;
+  EXPECT_FALSE(parseRows(f.data(), f.size(), rows, rowLen, ValueType::kFloat16, kSeq, 1, &view).isOk());
+}
+
 }  // namespace
 }  // namespace spccl::test
