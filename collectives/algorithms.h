@@ -65,6 +65,7 @@ struct ReduceContext {
   // the indices, which only the sender has). nullptr: 32-bit indices.
   const uint64_t* streamBytesPerRank = nullptr;
   IndexEncoding myEncoding = IndexEncoding::kCoo32;
+  int scaleExp = 0;  // fp8 wire: the scale exponent this rank's values were packed with
 };
 
 // [begin, end) of the index range rank r owns in the split algorithm: P

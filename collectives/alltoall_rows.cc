@@ -141,7 +141,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
       for (uint32_t k = 0; k < c; ++k, ++e) {
         const uint32_t pos = v.positionAt(e);
         s.recvPositions.push_back(pos);
-        storeElement(recvbuff, rowBase + pos, type, core::loadWireValue(v.values, e, wire));
+        storeElement(recvbuff, rowBase + pos, type, core::loadWireValue(v.values, e, wire, v.scaleExp));
       }
     }
   }
@@ -214,13 +214,16 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   e = 0;
   for (int j = 0; j < p; ++j) {
     const void* vals = nullptr;
+    int scaleExp = 0;
     const uint64_t n = ws.nnzPerRank[j + 1] - ws.nnzPerRank[j];
-    SPCCL_RETURN_IF_ERROR(parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j, &vals));
+    SPCCL_RETURN_IF_ERROR(parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j,
+                                      &vals, &scaleExp));
     uint64_t k = 0;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
       const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
       for (uint32_t c = 0; c < s.sentCounts[j * rowsPerPeer + r]; ++c, ++k, ++e)
-        storeElement(gradRecv, rowBase + s.sentPositions[e], s.dataType, core::loadWireValue(vals, k, s.wire));
+        storeElement(gradRecv, rowBase + s.sentPositions[e], s.dataType,
+                     core::loadWireValue(vals, k, s.wire, scaleExp));
     }
   }
   *call = spcclStats_t{};

@@ -31,6 +31,7 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
   StreamInfo info{ctx->count, 0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
                   ctx->wire, StreamKind::kPairs};
   info.encoding = ctx->streamBytesPerRank ? ctx->myEncoding : IndexEncoding::kCoo32;
+  info.scaleExp = ctx->scaleExp;
   ws.sendBytes.resize(ws.sizes[me]);
   if (encodePairs(ws.sendBytes.data(), info, mine.indices, mine.values) != ws.sizes[me])
     return internalError("allgather: the encoded stream differs from its announced size");

@@ -5,8 +5,10 @@
 //   2. Each owner sums the P pieces of its range in rank order.
 //   3. Each owner's reduced range is allgathered, as pairs or dense,
 //      whichever is smaller; every rank decodes the same bytes, so results
-//      are bitwise identical. If the wire type is fp16/bf16, the owner's
-//      rounding of the reduced range goes back into its residual.
+//      are bitwise identical. If the wire type is fp16/bf16/fp8, the owner's
+//      rounding of the reduced range goes back into its residual. fp8: the
+//      owner's stream has its own scale, from the largest finite |sum| it
+//      sends (nothing saturates); stage-1 pieces carry the sender's scale.
 //      Re-selection (Ok-Topk; ctx->keepPerRange > 0, error feedback on): an
 //      owner whose range reduced to more than keepPerRange finite nonzeros
 //      sends only the keepPerRange largest in magnitude (ties: lower index)
@@ -101,13 +103,21 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
       choosePairsEncoding(indexEncoding, ws.rangeIndices.data(), m, b, base.rangeEnd, base.valueType, &pairsBytes);
   const bool dense = pairsBytes >= denseStreamBytes(len, base.valueType);
   const bool rounds = base.valueType != core::ValueType::kFloat32;
-  if (residual && rounds) {
-    for (uint64_t i = 0; i < len; ++i) {
-      const float d = core::roundToWire(acc[i], base.valueType);
-      if (std::isfinite(d) && std::isfinite(acc[i])) residual[b + i] += acc[i] - d;
+  StreamInfo info = base;
+  if (base.valueType == core::ValueType::kFloat8e4m3) {
+    uint32_t maxKey = 0;  // acc is zero outside ws.rangeIndices
+    for (uint32_t g : ws.rangeIndices) {
+      const uint32_t key = core::magnitudeKey(acc[g - b]);
+      if (!core::isNonFiniteKey(key) && key > maxKey) maxKey = key;
+    }
+    info.scaleExp = core::fp8ScaleForMax(maxKey);
+  }
+  if (residual && rounds) {  // zeros round to zero: only the nonzeros can leave anything
+    for (uint32_t g : ws.rangeIndices) {
+      const float v = acc[g - b], d = core::roundToWire(v, base.valueType, info.scaleExp);
+      if (std::isfinite(d) && std::isfinite(v)) residual[g] += v - d;
     }
   }
-  StreamInfo info = base;
   if (dense) {
     info.kind = StreamKind::kDense;
     ws.stageBytes.resize(denseStreamBytes(len, base.valueType));
@@ -115,7 +125,8 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
   }
   std::vector<unsigned char>& values = ws.sendBytes;  // stage 1 is done with it
   values.resize(m * core::wireValueBytes(base.valueType));
-  for (uint64_t j = 0; j < m; ++j) core::storeWireValue(values.data(), j, acc[ws.rangeIndices[j] - b], base.valueType);
+  for (uint64_t j = 0; j < m; ++j)
+    core::storeWireValue(values.data(), j, acc[ws.rangeIndices[j] - b], base.valueType, info.scaleExp);
   info.kind = StreamKind::kPairs;
   info.nnz = m;
   info.encoding = encoding;
@@ -160,6 +171,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     StreamInfo info{n, begin(r), begin(r + 1), starts[r + 1] - starts[r], ctx->seq, algo, ctx->wire,
                     StreamKind::kPairs};
     info.encoding = encodings[r];
+    info.scaleExp = ctx->scaleExp;
     encodePairs(ws.sendBytes.data() + ws.offsets[r], info, mine.indices + starts[r],
                 static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
     sealStream(ctx->integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);

@@ -61,7 +61,11 @@ typedef enum {
   spcclFloat64 = 8,
   spcclDouble = 8,
   spcclBfloat16 = 9,
-  spcclNumTypes = 10,
+  /* A wire value type only (spcclCompressConfig_t.wireValueType,
+   * SPCCL_VALUE_TYPE=fp8): fp8 e4m3 with a power-of-two scale per stream.
+   * Never a buffer type: collectives reject it as a datatype. */
+  spcclFloat8e4m3 = 10,
+  spcclNumTypes = 11,
   /* Not types: widen the enum to every int, negative ones included, so a bad
    * value passed from C (which the library rejects) is not undefined behaviour
    * in the C++ library. */
@@ -105,7 +109,7 @@ typedef struct {
   int thresholdInterval;         /* re-estimate tau every this many calls, >= 1 */
   int errorFeedback;             /* 1: unsent values carried to the next call */
   int algorithm;                 /* SPCCL_ALGO_* */
-  spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16 or spcclBfloat16 */
+  spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16, spcclBfloat16 or spcclFloat8e4m3 */
   float capacityFactor;          /* a call never sends more than capacityFactor*k entries, >= 1 */
   /* Since version 2. Split algorithm (Ok-Topk's re-selection): each range
    * owner sends at most ceil(splitReselect*k/P) entries of its reduced range,

@@ -174,7 +174,7 @@ constexpr Named<int> kAlgorithms[] = {{"auto", SPCCL_ALGO_AUTO},
                                       {"allgather", SPCCL_ALGO_ALLGATHER},
                                       {"split", SPCCL_ALGO_SPLIT}};
 constexpr Named<spcclDataType_t> kWireTypes[] = {
-    {"fp32", spcclFloat32}, {"fp16", spcclFloat16}, {"bf16", spcclBfloat16}};
+    {"fp32", spcclFloat32}, {"fp16", spcclFloat16}, {"bf16", spcclBfloat16}, {"fp8", spcclFloat8e4m3}};
 
 template <class T, size_t N>
 std::string joinNames(const Named<T> (&table)[N]) {
@@ -884,6 +884,17 @@ bool isTopkMasked(const void* got, const void* want, const void* maskSource, siz
       const float f = std::fabs(toFloat(x));
       return std::isnan(f) ? std::numeric_limits<float>::infinity() : f;
     };
+    // fp8 wire: each stream has its own power-of-two scale (from its largest
+    // |value|), which this check does not rebuild: a kept value must be within
+    // e4m3's relative rounding (2^-4) of the exact one, or within the
+    // subnormal quantum of a scale set by the buffer's largest |value|.
+    const bool fp8 = wire == spcclFloat8e4m3;
+    float fp8Floor = 0.0f;
+    if (fp8)
+      for (size_t i = 0; i < rows * rowLen; ++i) {
+        const float f = std::fabs(toFloat(w[i]));
+        if (std::isfinite(f)) fp8Floor = std::max(fp8Floor, std::ldexp(f, -17));
+      }
     std::vector<uint32_t> order(rowLen);
     std::vector<char> kept(rowLen);
     for (size_t r = 0; r < rows; ++r) {
@@ -904,6 +915,9 @@ bool isTopkMasked(const void* got, const void* want, const void* maskSource, siz
           continue;
         }
         const float expected = toFloat(throughWire(w[base + i], wire));
+        if (fp8 && std::isfinite(expected) &&
+            std::fabs(value - expected) <= std::max(std::ldexp(std::fabs(expected), -4), fp8Floor))
+          continue;
         if (!(value == expected || (std::isnan(value) && std::isnan(expected)))) return false;
       }
     }

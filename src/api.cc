@@ -116,6 +116,11 @@ Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, si
 }
 
 Status checkDataType(int datatype) {
+  if (datatype == spcclFloat8e4m3)
+    return invalidArgument(formatString("datatype=%d (spcclFloat8e4m3) is a wire value type only "
+                                        "(spcclCompressConfig_t.wireValueType, SPCCL_VALUE_TYPE=fp8), not a buffer "
+                                        "type: pass fp32, fp16 or bf16 buffers",
+                                        datatype));
   if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
   return Status::ok();
 }
@@ -347,6 +352,9 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
     Params params;
     Status envStatus = loadParamsFromEnv(&params);
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
+    if (envStatus.isOk() && params.valueType == core::ValueType::kFloat8e4m3)
+      envStatus = invalidArgument("SPCCL_VALUE_TYPE=fp8: the fp8 wire type is implemented on the host (MPI) path "
+                                  "only; NCCL communicators carry fp32, fp16 or bf16 (docs/GPU.md)");
     auto c = std::make_unique<spcclComm>();
     c->params = params;
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};
@@ -495,6 +503,9 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
 #endif
     SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, !topk, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     if (topk) {
+      if (p.valueType == core::ValueType::kFloat8e4m3)
+        return invalidUsage("SPCCL_VALUE_TYPE=fp8 with SPCCL_ALLGATHER_DENSITY < 1: the sparsified allgather does "
+                            "not carry fp8 (fp32, fp16 or bf16; docs/ENV.md)");
       if (sendcount > UINT32_MAX)
         return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
       spcclStats_t call{};
@@ -652,6 +663,9 @@ spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataTyp
     spcclCompressConfig_t cfg;
     SPCCL_RETURN_IF_ERROR(readConfig(config, comm->params, &cfg));
     SPCCL_RETURN_IF_ERROR(checkConfig(cfg));
+    if (comm->onDevice && cfg.wireValueType == spcclFloat8e4m3)
+      return invalidUsage("config.wireValueType=spcclFloat8e4m3: the fp8 wire type is implemented on the host (MPI) "
+                          "path only; a compressor of an NCCL communicator carries fp32, fp16 or bf16 (docs/GPU.md)");
     std::unique_ptr<spcclCompressor> c;
     SPCCL_RETURN_IF_ERROR(makeCompressor(comm, count, datatype, cfg, false, &c));
     registerCompressor(c.get());
@@ -730,8 +744,9 @@ namespace spccl {
 
 const char* dataTypeName(int t) {
   static const char* kNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
-                                 "float64", "bfloat16"};
-  return isValidDataType(t) ? kNames[t] : "invalid";
+                                 "float64", "bfloat16", "float8e4m3"};
+  static_assert(sizeof kNames / sizeof kNames[0] == spcclNumTypes, "a name per spcclDataType_t");
+  return isKnownDataType(t) ? kNames[t] : "invalid";
 }
 
 const char* redOpName(int op) {

@@ -107,6 +107,8 @@ StreamHeader makeHeader(const StreamInfo& info, StreamKind kind, uint64_t nnz) {
   h.rangeEnd = info.rangeEnd;
   h.nnz = nnz;
   h.seq = info.seq;
+  if (info.valueType == ValueType::kFloat8e4m3 && kind != StreamKind::kError)
+    h.status = static_cast<uint8_t>(static_cast<int8_t>(info.scaleExp));
   return h;
 }
 
@@ -116,7 +118,7 @@ void zeroPad(unsigned char* p, size_t used, size_t total) {
 
 bool knownValueType(uint8_t v) {
   return v == static_cast<uint8_t>(ValueType::kFloat32) || v == static_cast<uint8_t>(ValueType::kFloat16) ||
-         v == static_cast<uint8_t>(ValueType::kBfloat16);
+         v == static_cast<uint8_t>(ValueType::kBfloat16) || v == static_cast<uint8_t>(ValueType::kFloat8e4m3);
 }
 
 }  // namespace
@@ -170,7 +172,7 @@ size_t encodeDense(void* dst, const StreamInfo& info, const float* values, float
   const uint64_t len = info.rangeEnd - info.rangeBegin;
   void* section = p + sizeof h;
   for (uint64_t i = 0; i < len; ++i) {
-    const float d = core::storeWireValue(section, i, values[i], info.valueType);
+    const float d = core::storeWireValue(section, i, values[i], info.valueType, info.scaleExp);
     if (decoded) decoded[i] = d;
   }
   const size_t used = sizeof h + len * core::wireValueBytes(info.valueType);
@@ -203,12 +205,19 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
     // Elsewhere an error marker is a corrupt stream: never an empty contribution.
     if (!e.allowError) return remoteError(formatString("rank %d sent an error marker where data was expected", peer));
     out->kind = StreamKind::kError;
+    out->scaleExp = 0;
     out->peerStatus = (h.status > spcclSuccess && h.status < spcclNumResults) ? static_cast<spcclResult_t>(h.status)
                                                                               : spcclRemoteError;
     return Status::ok();
   }
-  if (h.status != 0)
+  // The status byte is the fp8 scale exponent, else reserved.
+  const bool fp8 = h.valueType == static_cast<uint8_t>(ValueType::kFloat8e4m3);
+  const int scaleExp = fp8 ? static_cast<int>(static_cast<int8_t>(h.status)) : 0;
+  if (!fp8 && h.status != 0)
     return remoteError(formatString("stream from rank %d has non-zero reserved header fields", peer));
+  if (fp8 && (scaleExp < core::kFp8MinScaleExp || scaleExp > core::kFp8MaxScaleExp))
+    return remoteError(formatString("fp8 stream from rank %d has scale exponent %d outside [%d, %d]", peer, scaleExp,
+                                    core::kFp8MinScaleExp, core::kFp8MaxScaleExp));
   if (h.seq != e.seq)
     return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
                                      "sequences differ",
@@ -233,6 +242,7 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
   const uint64_t len = e.rangeEnd - e.rangeBegin;
   const auto* base = static_cast<const unsigned char*>(data);
   out->valueType = e.valueType;
+  out->scaleExp = scaleExp;
   out->rangeBegin = e.rangeBegin;
   out->rangeEnd = e.rangeEnd;
   out->peerStatus = spcclSuccess;
@@ -371,12 +381,12 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
 
 void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
   if (v.kind == StreamKind::kDense) {
-    host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase));
+    host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase), v.scaleExp);
   } else if (v.kind == StreamKind::kPairs && v.encoding == IndexEncoding::kCoo32) {
-    host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase);
+    host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase, v.scaleExp);
   } else if (v.kind == StreamKind::kPairs) {
     forEachPair(v, [&](uint64_t index, uint64_t j) {
-      acc[index - accBase] += core::loadWireValue(v.values, j, v.valueType);
+      acc[index - accBase] += core::loadWireValue(v.values, j, v.valueType, v.scaleExp);
     });
   }
 }

@@ -8,6 +8,9 @@
 //   (bit i of byte i/8, LSB first; nnz bits set, none past the range).
 //   dense kind: [StreamHeader][values: (rangeEnd-rangeBegin) x wire type][pad to 8]
 //   error kind: [StreamHeader] only; `status` holds the sender's spcclResult_t
+//   fp8 values (valueType kFloat8e4m3): `status` holds the stream's scale
+//   exponent s (int8, in [core::kFp8MinScaleExp, core::kFp8MaxScaleExp]); a
+//   value is its e4m3 code times 2^s. Other value types: `status` is 0.
 //
 // Indices are global positions in the dense buffer, strictly increasing and
 // inside [rangeBegin, rangeEnd). Every field of a received stream is checked
@@ -23,7 +26,8 @@
 namespace spccl {
 
 constexpr uint32_t kStreamMagic = 0x4c435053u;  // "SPCL" little-endian
-constexpr uint16_t kStreamVersion = 1;
+// 2: fp8 value type with the scale exponent in the `status` byte.
+constexpr uint16_t kStreamVersion = 2;
 
 // kCoo32: global uint32 positions. kRowN: positions inside a row, N bits.
 // kDelta: varint gaps; kBitmap: a bit per position of the range (pairs only).
@@ -51,7 +55,7 @@ struct StreamHeader {
   uint8_t valueType;      // core::ValueType
   uint8_t kind;           // StreamKind
   uint8_t algorithm;      // SPCCL_ALGO_* of the call
-  uint8_t status;         // kError: the sender's spcclResult_t
+  uint8_t status;         // kError: the sender's spcclResult_t; fp8 values: the scale exponent (int8)
   uint8_t reserved0;
   uint32_t reserved1;
   uint64_t denseCount;  // elements of the whole buffer
@@ -130,14 +134,16 @@ struct StreamInfo {
   core::ValueType valueType;
   StreamKind kind;
   IndexEncoding encoding = IndexEncoding::kCoo32;  // pairs: how the indices are written
+  int scaleExp = 0;  // fp8 values: the stream's scale exponent (values already stored with it)
 };
 
 // Writes a pairs stream: header, indices in info.encoding, values (already in
 // the wire type). `dst` must hold encodedPairsBytes(info.encoding, ...).
 // Returns bytes written.
 size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues);
-// Writes a dense stream of fp32 values converted to the wire type; `decoded`
-// (optional) receives what receivers will decode. Returns bytes written.
+// Writes a dense stream of fp32 values converted to the wire type (fp8: with
+// info.scaleExp); `decoded` (optional) receives what receivers will decode.
+// Returns bytes written.
 size_t encodeDense(void* dst, const StreamInfo& info, const float* values, float* decoded);
 size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code);
 
@@ -150,6 +156,7 @@ struct StreamView {
   const unsigned char* indexBytes;  // kPairs in kDelta or kBitmap: the validated index section
   const void* values;       // kPairs and kDense
   core::ValueType valueType;
+  int scaleExp;             // fp8: the validated scale exponent; else 0
   uint64_t rangeBegin, rangeEnd;
   spcclResult_t peerStatus;  // kError
 };
@@ -202,6 +209,8 @@ void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);
 // kRows layout: [header][counts: rows x uint32, if keepPerRow == 0]
 //               [positions: nnz x 1/2/4 bytes, padded to 4][values][pad to 8]
 // kValues layout: [header][values: nnz x wire type][pad to 8]
+// kRows and kValues with fp8 values: `status` holds the stream's scale
+// exponent (int8), from its largest finite |value| (encodeRows/encodeValues).
 // kIdRows layout: [header][ids: nIds x int64][rows: nIds x rowLen x fp32|fp64][pad to 8]
 struct RowsHeader {
   uint32_t magic;
@@ -267,15 +276,17 @@ struct RowsView {
   uint32_t indexBytes;
   const void* values;
   core::ValueType valueType;
+  int scaleExp = 0;  // fp8: the stream's validated scale exponent
   uint32_t countOf(uint64_t row) const;
   uint32_t positionAt(uint64_t j) const;
 };
 
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, uint64_t seq,
                  int peer, RowsView* out);
-// Values stream with exactly `nnz` values of type vt.
+// Values stream with exactly `nnz` values of type vt; *scaleExp (if given)
+// receives an fp8 stream's validated scale exponent (else 0).
 Status parseValues(const void* data, size_t bytes, uint64_t nnz, core::ValueType vt, uint64_t seq, int peer,
-                   const void** values);
+                   const void** values, int* scaleExp = nullptr);
 struct IdRowsView {
   uint64_t nIds;
   const unsigned char* ids;  // nIds x int64, strictly increasing

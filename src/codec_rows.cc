@@ -64,15 +64,49 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
                                      "sequences differ",
                                      peer, static_cast<unsigned long long>(h->seq),
                                      static_cast<unsigned long long>(seq)));
-  if (h->status != 0)  // the row-sparse partition's flagged stage-3 stream
+  // fp8 rows/values streams carry their scale exponent in the status byte
+  // (checked by rowsScale); elsewhere non-zero is the row-sparse partition's
+  // flagged stage-3 stream.
+  const bool scaled = h->valueType == static_cast<uint8_t>(ValueType::kFloat8e4m3) &&
+                      (kind == StreamKind::kRows || kind == StreamKind::kValues);
+  if (h->status != 0 && !scaled)
     return remoteError(formatString("rank %d reports that it rejected its input (spcclResult_t %u); see its log",
                                     peer, static_cast<unsigned>(h->status)));
   const bool sealed = (h->flags & kChecksumFlag) != 0;  // reserved1 holds the (verified) CRC
-  if (h->kind != static_cast<uint8_t>(kind) || h->status != 0 || (h->flags & ~kChecksumFlag) != 0 ||
+  if (h->kind != static_cast<uint8_t>(kind) || (h->flags & ~kChecksumFlag) != 0 ||
       (!sealed && h->reserved1 != 0))
     return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)",
                                     peer, static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
   return Status::ok();
+}
+
+// The scale exponent of a validated header whose value type matched: fp8's
+// from the status byte, bounds-checked; 0 otherwise.
+Status rowsScale(const RowsHeader& h, int peer, int* scaleExp) {
+  *scaleExp = 0;
+  if (h.valueType != static_cast<uint8_t>(ValueType::kFloat8e4m3)) return Status::ok();
+  const int s = static_cast<int8_t>(h.status);
+  if (s < core::kFp8MinScaleExp || s > core::kFp8MaxScaleExp)
+    return remoteError(formatString("fp8 rows stream from rank %d has scale exponent %d outside [%d, %d]", peer, s,
+                                    core::kFp8MinScaleExp, core::kFp8MaxScaleExp));
+  *scaleExp = s;
+  return Status::ok();
+}
+
+// fp8: one scale per stream from its largest finite |value| (nothing saturates).
+int valuesScale(const float* values, uint64_t nnz, ValueType vt) {
+  if (vt != ValueType::kFloat8e4m3) return 0;
+  uint32_t maxKey = 0;
+  for (uint64_t j = 0; j < nnz; ++j) {
+    const uint32_t key = core::magnitudeKey(values[j]);
+    if (!core::isNonFiniteKey(key) && key > maxKey) maxKey = key;
+  }
+  return core::fp8ScaleForMax(maxKey);
+}
+
+void setScale(RowsHeader* h, int scaleExp) {
+  if (h->valueType == static_cast<uint8_t>(ValueType::kFloat8e4m3))
+    h->status = static_cast<uint8_t>(static_cast<int8_t>(scaleExp));
 }
 
 }  // namespace
@@ -96,8 +130,10 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
                   const uint32_t* positions, const float* values, uint64_t nnz, ValueType vt, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   const uint32_t ib = rowIndexBytes(rowLen);
-  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
-                                      static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
+  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
+                                static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
+  const int scaleExp = valuesScale(values, nnz, vt);
+  setScale(&h, scaleExp);
   std::memcpy(p, &h, sizeof h);
   size_t off = sizeof h;
   if (keepPerRow == 0 && rows > 0) {
@@ -111,17 +147,19 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
   off += nnz * ib;
   const size_t valuesAt = pad4(off);
   std::memset(p + off, 0, valuesAt - off);
-  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + valuesAt, j, values[j], vt);
+  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + valuesAt, j, values[j], vt, scaleExp);
   return finish(p, valuesAt + nnz * core::wireValueBytes(vt));
 }
 
 size_t encodeValues(void* dst, const float* values, uint64_t nnz, uint64_t rows, uint64_t rowLen, ValueType vt,
                     uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
-  const RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
-                                      static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
+  RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
+                                static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
+  const int scaleExp = valuesScale(values, nnz, vt);
+  setScale(&h, scaleExp);
   std::memcpy(p, &h, sizeof h);
-  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + sizeof h, j, values[j], vt);
+  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + sizeof h, j, values[j], vt, scaleExp);
   return finish(p, sizeof h + nnz * core::wireValueBytes(vt));
 }
 
@@ -164,6 +202,8 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
     return invalidUsage(formatString("rank %d sent value type %u / index encoding %u, expected %u / %u", peer,
                                      static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
                                      static_cast<unsigned>(vt), static_cast<unsigned>(encodingFor(ib))));
+  int scaleExp = 0;
+  SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &scaleExp));
   // Bound everything by the block size before any multiplication can overflow.
   if (h.keepPerRow > rowLen || rows > bytes || h.nnz > rows * rowLen)
     return remoteError(formatString("rows stream from rank %d claims %llu entries (%llu per row) in %llu rows of %llu",
@@ -185,6 +225,7 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
   v.indexBytes = ib;
   v.values = base + pad4(sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + h.nnz * ib);
   v.valueType = vt;
+  v.scaleExp = scaleExp;
   uint64_t j = 0;
   for (uint64_t r = 0; r < rows; ++r) {
     const uint64_t c = v.countOf(r);
@@ -205,7 +246,7 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
 }
 
 Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, uint64_t seq, int peer,
-                   const void** values) {
+                   const void** values, int* scaleExp) {
   RowsHeader h;
   SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
   if (h.nnz != nnz || h.valueType != static_cast<uint8_t>(vt))
@@ -216,6 +257,9 @@ Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, u
   if (bytes != valuesStreamBytes(nnz, vt))
     return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
                                     valuesStreamBytes(nnz, vt)));
+  int s = 0;
+  SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &s));
+  if (scaleExp) *scaleExp = s;
   *values = static_cast<const unsigned char*>(data) + sizeof h;
   return Status::ok();
 }

@@ -46,6 +46,7 @@ struct spcclCompressor {
 
   std::vector<uint32_t> indices;        // this call's selected pairs
   std::vector<unsigned char> values;    // wire-typed
+  int scaleExp = 0;                     // fp8 wire: the scale exponent `values` were stored with
   std::vector<float> accumulator;       // fp32 result for non-fp32 user buffers
   std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
   spccl::Workspace workspace;

@@ -73,6 +73,15 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   for (;;) {
     host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
                        indices.size(), wire, indices.data(), values.data()};
+    if (wire == core::ValueType::kFloat8e4m3) {
+      // tau's binade -> e4m3's smallest normal binade: every selected |v| >= tau
+      // is a normal code; tau == 0 (fewer non-zeros than k) has no binade, so
+      // the largest |v| sets the scale (one more pass, only then).
+      scaleExp = tauKey != 0 && !core::isNonFiniteKey(tauKey)
+                     ? core::fp8ScaleForTau(tauKey)
+                     : core::fp8ScaleForMax(host::maxFiniteMagnitudeKey(sendbuff, dataType, residualIn, count));
+      a.scaleExp = scaleExp;
+    }
     const host::SelectResult r = host::selectPack(a);
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
@@ -196,6 +205,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
     ReduceContext ctx{&t, seq, count, wire, algorithm, nnzPerRank.data(), out,
                       config.errorFeedback ? residual[current].data() : nullptr, &workspace};
+    ctx.scaleExp = scaleExp;
     ctx.integrity = &comm->integrity;
     ctx.indexEncoding = comm->params.indexEncoding;
     ctx.keepPerRange = splitKeepPerRange(p);
@@ -297,7 +307,8 @@ Status checkConfig(const spcclCompressConfig_t& c) {
   if (c.algorithm < SPCCL_ALGO_AUTO || c.algorithm > SPCCL_ALGO_SPLIT)
     return invalidArgument(formatString("config.algorithm=%d is not an SPCCL_ALGO_* value", c.algorithm));
   if (!isWireValueType(c.wireValueType))
-    return invalidArgument(formatString("config.wireValueType=%d must be spcclFloat32, spcclFloat16 or spcclBfloat16",
+    return invalidArgument(formatString("config.wireValueType=%d must be spcclFloat32, spcclFloat16, spcclBfloat16 or "
+                                        "spcclFloat8e4m3",
                                         static_cast<int>(c.wireValueType)));
   if (!(c.capacityFactor >= 1.0f && c.capacityFactor <= 1e6f))
     return invalidArgument(formatString("config.capacityFactor=%g must be in [1, 1e6]",

@@ -22,7 +22,7 @@ static_assert(kIndexEncodingAuto == 0 && kIndexEncodingCoo == 1 && kIndexEncodin
 
 // Choice order of SPCCL_VALUE_TYPE; SPCCL_ALGO's choice order is SPCCL_ALGO_*.
 constexpr core::ValueType kValueTypeChoices[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
-                                                 core::ValueType::kBfloat16};
+                                                 core::ValueType::kBfloat16, core::ValueType::kFloat8e4m3};
 
 // SPCCL_INTERCEPT's choices "off|allreduce|alltoall|allgather|all", listed bits -> kIntercept*.
 constexpr unsigned interceptBits(unsigned listed) {
@@ -75,8 +75,9 @@ constexpr ParamSpec kParamSpecs[] = {
      "Split: each range owner sends at most ceil(this*k/P) of its reduced entries (the largest) and keeps the "
      "rest in its residual, so the result stays O(k) (Ok-Topk); 0 = send the whole reduced range.",
      [](Params* p, double v) { p->splitReselect = static_cast<float>(v); }},
-    {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16",
-     "Type of the values on the wire; fp16/bf16 rounding error goes back to the residual.",
+    {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16|fp8",
+     "Type of the values on the wire; fp16/bf16/fp8 rounding error goes back to the residual. fp8 = e4m3 with a "
+     "power-of-two scale per stream (host compressed allreduce and alltoall rows only).",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
     {"SPCCL_INDEX_ENCODING", ParamType::kChoice, "auto", 0, 0, false, "auto|coo|delta|bitmap",
      "Indices of compressed streams: 32-bit (coo), varint gaps (delta), a bit per position (bitmap); auto = "
@@ -200,6 +201,8 @@ const char* valueTypeName(core::ValueType t) {
       return "fp16";
     case core::ValueType::kBfloat16:
       return "bf16";
+    case core::ValueType::kFloat8e4m3:
+      return "fp8";
     default:
       return "fp32";
   }

@@ -8,7 +8,10 @@
 
 namespace spccl {
 
-inline bool isValidDataType(int t) { return t >= 0 && t < spcclNumTypes; }
+// Any spcclDataType_t value (names, messages).
+inline bool isKnownDataType(int t) { return t >= 0 && t < spcclNumTypes; }
+// A user buffer type: spcclFloat8e4m3 is a wire value type only.
+inline bool isValidDataType(int t) { return isKnownDataType(t) && t != spcclFloat8e4m3; }
 inline bool isValidRedOp(int op) { return op >= 0 && op < spcclNumOps; }
 
 inline size_t dataTypeSize(spcclDataType_t t) {
@@ -33,7 +36,9 @@ inline bool isCompressibleType(spcclDataType_t t) {
   return t == spcclFloat32 || t == spcclFloat16 || t == spcclBfloat16;
 }
 
-inline bool isWireValueType(int t) { return t == spcclFloat32 || t == spcclFloat16 || t == spcclBfloat16; }
+inline bool isWireValueType(int t) {
+  return t == spcclFloat32 || t == spcclFloat16 || t == spcclBfloat16 || t == spcclFloat8e4m3;
+}
 inline core::ValueType toValueType(spcclDataType_t t) { return static_cast<core::ValueType>(t); }
 
 const char* dataTypeName(int t);

@@ -15,7 +15,9 @@
 namespace spccl::core {
 
 // Wire/value encodings of a float (spcclDataType_t values, kept in sync with spccl.h).
-enum class ValueType : uint8_t { kFloat16 = 6, kFloat32 = 7, kBfloat16 = 9 };
+// kFloat8e4m3 is a wire type only (never a user buffer type): OCP FP8 E4M3
+// codes times a power-of-two scale 2^scaleExp carried in each stream's header.
+enum class ValueType : uint8_t { kFloat16 = 6, kFloat32 = 7, kBfloat16 = 9, kFloat8e4m3 = 10 };
 
 SPCCL_HOST_DEVICE uint32_t floatBits(float f) {
 #if defined(__CUDA_ARCH__)
@@ -161,23 +163,131 @@ SPCCL_HOST_DEVICE uint16_t wireBfloat16Bits(float v) {
   return overflowed ? static_cast<uint16_t>((b & 0x8000u) | kBfloat16MaxBits) : b;
 }
 
-// Round v to the wire type and back: what the receivers will see.
-SPCCL_HOST_DEVICE float roundToWire(float v, ValueType t) {
+// ---- fp8 e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent bits of bias 7, 3 mantissa bits) ----
+// A value is code * 2^scaleExp, the scale exponent carried in the stream
+// header. Finite codes are OCP's (max 448, min subnormal 2^-9). spccl's fp8
+// has no -0 and no NaN pair, but carries the IEEE specials, which OCP E4M3
+// lacks:
+//   S.1111.111 (0x7f, 0xff)  +Inf, -Inf   (OCP: NaN)
+//   1.0000.000 (0x80)        NaN          (OCP: -0; spccl sends every zero as 0x00)
+// Finite values beyond 448 * 2^scaleExp saturate to +-448 * 2^scaleExp (the
+// rest stays in the sender's residual); conversion rounds to nearest even.
+constexpr uint8_t kE4m3NaN = 0x80u;
+constexpr uint8_t kE4m3PosInf = 0x7fu;
+constexpr uint8_t kE4m3NegInf = 0xffu;
+constexpr uint8_t kE4m3MaxBits = 0x7eu;  // 448
+// Scale exponents a stream may carry: every code times 2^scaleExp is then an
+// exact normal fp32 (2^-9 * 2^-116 = 2^-125; 448 * 2^119 < 2^128).
+constexpr int kFp8MinScaleExp = -116;
+constexpr int kFp8MaxScaleExp = 119;
+// The selection rule's scale: tau's binade maps to e4m3's smallest normal
+// binade (2^-6), so every selected |v| >= tau is a normal code (relative
+// rounding error <= 2^-4) and |v| up to ~28672 tau is carried unsaturated.
+constexpr int kFp8TauToMinNormal = 6;
+SPCCL_HOST_DEVICE int clampFp8ScaleExp(int s) {
+  return s < kFp8MinScaleExp ? kFp8MinScaleExp : (s > kFp8MaxScaleExp ? kFp8MaxScaleExp : s);
+}
+
+// floor(log2 |x|) of a finite non-zero key (subnormals included).
+SPCCL_HOST_DEVICE int keyExponent(uint32_t key) {
+  const int e = static_cast<int>(key >> 23);
+  if (e != 0) return e - 127;
+  int lead = 22;  // subnormal: the mantissa's leading bit
+  while (lead > 0 && ((key >> lead) & 1u) == 0) --lead;
+  return lead - 149;
+}
+
+// Scale exponent for a selection threshold (magnitude key). tau == 0 (fewer
+// non-zeros than k) or non-finite has no binade: the caller uses the max rule.
+SPCCL_HOST_DEVICE int fp8ScaleForTau(uint32_t tauKey) {
+  return clampFp8ScaleExp(keyExponent(tauKey) - (-kFp8TauToMinNormal));
+}
+
+// Scale exponent for values whose largest finite |v| has key maxKey (0: all
+// zero): the smallest s with max|v| <= 448 * 2^s, so nothing saturates and
+// the largest values use e4m3's top binade.
+SPCCL_HOST_DEVICE int fp8ScaleForMax(uint32_t maxKey) {
+  if (maxKey == 0u) return 0;
+  // 448 * 2^s = 1.75 * 2^(s+8) >= max|v| = m * 2^e (m in [1, 2)): s = e - 8,
+  // unless m > 1.75 (mantissa bits above 0x600000), then s = e - 7.
+  const int e = keyExponent(maxKey);
+  const bool above = (maxKey >> 23) != 0 && (maxKey & 0x7fffffu) > 0x600000u;
+  return clampFp8ScaleExp(e - 8 + (above ? 1 : 0));
+}
+
+// fp32 -> spccl e4m3 code of v / 2^scaleExp: one rounding (nearest even),
+// computed on the bits (no multiply, so no double rounding through an fp32
+// subnormal).
+SPCCL_HOST_DEVICE uint8_t floatToE4m3(float v, int scaleExp) {
+  const uint32_t x = floatBits(v);
+  const uint32_t sign = (x >> 24) & 0x80u;
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return kE4m3NaN;
+  if (absx == 0x7f800000u) return sign ? kE4m3NegInf : kE4m3PosInf;
+  if (absx == 0u) return 0u;  // +-0 both travel as 0x00
+  // |v| = mant * 2^(e - 23), mant in [2^23, 2^24).
+  const int e = keyExponent(absx);
+  uint32_t mant;
+  if ((absx >> 23) != 0) {
+    mant = (absx & 0x7fffffu) | 0x800000u;
+  } else {
+    mant = absx << (23 - (e + 149));  // normalise the subnormal
+  }
+  const int q = e - scaleExp;  // exponent of v / 2^scaleExp
+  if (q > 8) return static_cast<uint8_t>(sign | kE4m3MaxBits);
+  // Normal codes keep 3 mantissa bits (drop 20); below 2^-6 the quantum is 2^-9.
+  const int shift = q >= -6 ? 20 : 14 - q;
+  if (shift > 25) return 0u;  // below half the smallest subnormal: rounds to 0
+  uint32_t code = mant >> shift;  // normal: 8..15 (implicit bit), subnormal: 0..7
+  if (q >= -6) code = (static_cast<uint32_t>(q + 7) << 3) + (code - 8u);
+  const uint32_t rem = mant & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (code & 1u))) ++code;  // a carry moves to the next binade
+  if (code > kE4m3MaxBits) code = kE4m3MaxBits;             // rounds above 448: saturate
+  if (code == 0u) return 0u;
+  return static_cast<uint8_t>(sign | code);
+}
+
+// spccl e4m3 code -> fp32 value times 2^scaleExp (exact for scaleExp in
+// [kFp8MinScaleExp, kFp8MaxScaleExp]).
+SPCCL_HOST_DEVICE float e4m3ToFloat(uint8_t c, int scaleExp) {
+  if (c == kE4m3NaN) return bitsFloat(0x7fc00000u);
+  const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
+  if ((c & 0x7fu) == 0x7fu) return bitsFloat(sign | 0x7f800000u);
+  const uint32_t exp = (c >> 3) & 0xfu;
+  uint32_t mant = c & 0x7u;
+  if (exp == 0) {
+    if (mant == 0) return 0.0f;
+    // subnormal: mant * 2^-9, mant in 1..7: normalise to 1.xx * 2^(lead - 9)
+    int lead = mant >= 4 ? 2 : (mant >= 2 ? 1 : 0);
+    mant = (mant << (3 - lead)) & 0x7u;
+    return bitsFloat(sign | (static_cast<uint32_t>(lead - 9 + scaleExp + 127) << 23) | (mant << 20));
+  }
+  return bitsFloat(sign | (static_cast<uint32_t>(static_cast<int>(exp) - 7 + scaleExp + 127) << 23) | (mant << 20));
+}
+
+// Round v to the wire type and back: what the receivers will see. scaleExp
+// only matters for fp8.
+SPCCL_HOST_DEVICE float roundToWire(float v, ValueType t, int scaleExp = 0) {
   switch (t) {
     case ValueType::kFloat16:
       return halfBitsToFloat(wireHalfBits(v));
     case ValueType::kBfloat16:
       return bfloat16BitsToFloat(wireBfloat16Bits(v));
+    case ValueType::kFloat8e4m3:
+      return e4m3ToFloat(floatToE4m3(v, scaleExp), scaleExp);
     default:
       return v;
   }
 }
 
-SPCCL_HOST_DEVICE uint32_t wireValueBytes(ValueType t) { return t == ValueType::kFloat32 ? 4u : 2u; }
+SPCCL_HOST_DEVICE uint32_t wireValueBytes(ValueType t) {
+  return t == ValueType::kFloat32 ? 4u : (t == ValueType::kFloat8e4m3 ? 1u : 2u);
+}
 
 // Store v at slot i of a wire value section of type t (rounding, saturating).
 // Returns what the receiver will decode.
-SPCCL_HOST_DEVICE float storeWireValue(void* section, uint64_t i, float v, ValueType t) {
+SPCCL_HOST_DEVICE float storeWireValue(void* section, uint64_t i, float v, ValueType t, int scaleExp = 0) {
   switch (t) {
     case ValueType::kFloat16: {
       const uint16_t h = wireHalfBits(v);
@@ -189,18 +299,25 @@ SPCCL_HOST_DEVICE float storeWireValue(void* section, uint64_t i, float v, Value
       static_cast<uint16_t*>(section)[i] = b;
       return bfloat16BitsToFloat(b);
     }
+    case ValueType::kFloat8e4m3: {
+      const uint8_t c = floatToE4m3(v, scaleExp);
+      static_cast<uint8_t*>(section)[i] = c;
+      return e4m3ToFloat(c, scaleExp);
+    }
     default:
       static_cast<float*>(section)[i] = v;
       return v;
   }
 }
 
-SPCCL_HOST_DEVICE float loadWireValue(const void* section, uint64_t i, ValueType t) {
+SPCCL_HOST_DEVICE float loadWireValue(const void* section, uint64_t i, ValueType t, int scaleExp = 0) {
   switch (t) {
     case ValueType::kFloat16:
       return halfBitsToFloat(static_cast<const uint16_t*>(section)[i]);
     case ValueType::kBfloat16:
       return bfloat16BitsToFloat(static_cast<const uint16_t*>(section)[i]);
+    case ValueType::kFloat8e4m3:
+      return e4m3ToFloat(static_cast<const uint8_t*>(section)[i], scaleExp);
     default:
       return static_cast<const float*>(section)[i];
   }

@@ -57,6 +57,8 @@ decltype(auto) withWire(ValueType vt, F&& f) {
       return f(WireTag<ValueType::kFloat16>{});
     case ValueType::kBfloat16:
       return f(WireTag<ValueType::kBfloat16>{});
+    case ValueType::kFloat8e4m3:
+      return f(WireTag<ValueType::kFloat8e4m3>{});
     default:
       return f(WireTag<ValueType::kFloat32>{});
   }
@@ -152,10 +154,10 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
       ++written;
       return;
     }
-    float sent = core::roundToWire(v, Wire::value);
+    float sent = core::roundToWire(v, Wire::value, a.scaleExp);
     if (written < a.capacity) {
       a.indices[written] = static_cast<uint32_t>(i);
-      sent = core::storeWireValue(a.values, written, v, Wire::value);
+      sent = core::storeWireValue(a.values, written, v, Wire::value, a.scaleExp);
     }
     ++written;
     // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
@@ -364,15 +366,27 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
 }
 
 void unpackAccumulate(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* acc,
-                      uint64_t accBase) {
+                      uint64_t accBase, int scaleExp) {
   withWire(vt, [&](auto wire) {
-    for (uint64_t j = 0; j < nnz; ++j) acc[indices[j] - accBase] += core::loadWireValue(values, j, decltype(wire)::value);
+    for (uint64_t j = 0; j < nnz; ++j)
+      acc[indices[j] - accBase] += core::loadWireValue(values, j, decltype(wire)::value, scaleExp);
   });
 }
 
-void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst) {
+void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst, int scaleExp) {
   withWire(vt, [&](auto wire) {
-    for (uint64_t i = 0; i < len; ++i) dst[i] += core::loadWireValue(values, i, decltype(wire)::value);
+    for (uint64_t i = 0; i < len; ++i) dst[i] += core::loadWireValue(values, i, decltype(wire)::value, scaleExp);
+  });
+}
+
+uint32_t maxFiniteMagnitudeKey(const void* send, spcclDataType_t inType, const float* residual, size_t n) {
+  return withLoader(send, inType, [&](auto load) {
+    uint32_t best = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t key = core::magnitudeKey(residual ? load(i) + residual[i] : load(i));
+      if (!core::isNonFiniteKey(key) && key > best) best = key;
+    }
+    return best;
   });
 }
 

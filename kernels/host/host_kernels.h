@@ -32,6 +32,9 @@ struct SelectArgs {
   // residual, so a pass that overflows loses nothing and needs no redo (the
   // device path's fixed-capacity mode).
   bool keepOverflow = false;
+  // fp8 wire: values are stored as e4m3 codes of v / 2^scaleExp (the stream
+  // header carries scaleExp); the residual gets v - decoded. Ignored otherwise.
+  int scaleExp = 0;
 };
 
 struct SelectResult {
@@ -77,10 +80,15 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
                        uint64_t* scratch);
 
 // acc[index - accBase] += value, for nnz pairs of the given wire type.
+// scaleExp: the stream's fp8 scale exponent (ignored for other types).
 void unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz, float* acc,
-                      uint64_t accBase);
+                      uint64_t accBase, int scaleExp = 0);
 // dst[i] += values[i] for len wire values.
-void denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst);
+void denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, int scaleExp = 0);
+
+// Largest finite |v| as a magnitude key (0: none), v = send + residual: the
+// fp8 scale when tau gives none (tau == 0).
+uint32_t maxFiniteMagnitudeKey(const void* send, spcclDataType_t inType, const float* residual, size_t n);
 
 // fp32 <-> user float buffers (fp32, fp16, bf16); round to nearest even.
 void loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst);

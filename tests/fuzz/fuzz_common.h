@@ -34,17 +34,19 @@ namespace spccl::fuzz {
 constexpr uint64_t kMaxElements = uint64_t{1} << 20;
 
 inline core::ValueType valueTypeOf(uint8_t selector) {
-  switch (selector % 3) {
+  switch (selector % 4) {
     case 0:
       return core::ValueType::kFloat32;
     case 1:
       return core::ValueType::kFloat16;
-    default:
+    case 2:
       return core::ValueType::kBfloat16;
+    default:
+      return core::ValueType::kFloat8e4m3;
   }
 }
 inline uint8_t valueTypeSelector(core::ValueType vt) {
-  return vt == core::ValueType::kFloat32 ? 0 : vt == core::ValueType::kFloat16 ? 1 : 2;
+  return vt == core::ValueType::kFloat32 ? 0 : vt == core::ValueType::kFloat16 ? 1 : vt == core::ValueType::kBfloat16 ? 2 : 3;
 }
 
 template <typename T>

@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const uint32_t pos = v.positionAt(e);
       SPCCL_FUZZ_CHECK(pos < x.rowLen);
       SPCCL_FUZZ_CHECK(k == 0 || pos > v.positionAt(e - 1));
-      const float value = core::loadWireValue(v.values, e, x.vt);
+      const float value = core::loadWireValue(v.values, e, x.vt, v.scaleExp);
       block[r * x.rowLen + pos] = value;
       sum += value;
     }

@@ -68,7 +68,7 @@ inline int fuzzStream(const uint8_t* data, size_t size, DenseRule rule) {
   std::unique_ptr<float[]> whole(new float[e.denseCount]());
   accumulateStream(v, whole.get(), 0);
   float sum = 0.0f;
-  for (uint64_t j = 0; j < v.nnz; ++j) sum += core::loadWireValue(v.values, j, e.valueType);
+  for (uint64_t j = 0; j < v.nnz; ++j) sum += core::loadWireValue(v.values, j, e.valueType, v.scaleExp);
   volatile float sink = sum;
   (void)sink;
   return 0;

@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ValuesPrefix x = readValuesPrefix(data);
   const StreamCopy s(data + ValuesPrefix::kBytes, size - ValuesPrefix::kBytes);
   const void* values = nullptr;
-  const Status st = parseValues(s.data(), s.size(), x.nnz, x.vt, x.seq, 1, &values);
+  int scaleExp = 0;
+  const Status st = parseValues(s.data(), s.size(), x.nnz, x.vt, x.seq, 1, &values, &scaleExp);
   if (!st.isOk()) {
     checkRejection(st);
     return 0;
@@ -26,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<float[]> out(new float[x.nnz]());
   float sum = 0.0f;
   for (uint64_t j = 0; j < x.nnz; ++j) {
-    out[j] = core::loadWireValue(values, j, x.vt);
+    out[j] = core::loadWireValue(values, j, x.vt, scaleExp);
     sum += out[j];
   }
   volatile float sink = sum;

@@ -24,9 +24,13 @@ namespace {
 using Bytes = std::vector<uint8_t>;
 using core::ValueType;
 
-constexpr ValueType kTypes[] = {ValueType::kFloat32, ValueType::kFloat16, ValueType::kBfloat16};
+constexpr ValueType kTypes[] = {ValueType::kFloat32, ValueType::kFloat16, ValueType::kBfloat16, ValueType::kFloat8e4m3};
+constexpr size_t kNumTypes = sizeof kTypes / sizeof kTypes[0];
+// fp8 seeds carry a non-zero scale exponent (values near 2^-8 .. 2^0 survive).
+constexpr int kFp8SeedScale = -8;
+int seedScale(ValueType vt) { return vt == ValueType::kFloat8e4m3 ? kFp8SeedScale : 0; }
 const char* typeName(ValueType vt) {
-  return vt == ValueType::kFloat32 ? "f32" : vt == ValueType::kFloat16 ? "f16" : "bf16";
+  return vt == ValueType::kFloat32 ? "f32" : vt == ValueType::kFloat16 ? "f16" : vt == ValueType::kBfloat16 ? "bf16" : "f8";
 }
 
 // splitmix64: the same numbers on every platform and standard library.
@@ -123,12 +127,13 @@ void pairsSeeds(Writer& w) {
   for (ValueType vt : kTypes) {
     for (const RangeCase& c : kRanges) {
       const uint64_t seq = rng.below(1000);
-      const StreamInfo info{c.count, c.begin, c.end, c.nnz, seq, SPCCL_ALGO_SPLIT, vt, StreamKind::kPairs};
+      StreamInfo info{c.count, c.begin, c.end, c.nnz, seq, SPCCL_ALGO_SPLIT, vt, StreamKind::kPairs};
+      info.scaleExp = seedScale(vt);
       const std::vector<uint32_t> idx = rng.sortedPick(c.end - c.begin, c.nnz);
       std::vector<uint32_t> indices(idx.size());
       for (size_t j = 0; j < idx.size(); ++j) indices[j] = static_cast<uint32_t>(c.begin + idx[j]);
       std::vector<unsigned char> values(c.nnz * core::wireValueBytes(vt));
-      for (uint64_t j = 0; j < c.nnz; ++j) core::storeWireValue(values.data(), j, rng.value(), vt);
+      for (uint64_t j = 0; j < c.nnz; ++j) core::storeWireValue(values.data(), j, rng.value(), vt, info.scaleExp);
       std::vector<unsigned char> stream(pairsStreamBytes(c.nnz, vt));
       encodePairs(stream.data(), info, indices.data(), values.data());
       uint8_t prefix[StreamPrefix::kBytes];
@@ -174,7 +179,8 @@ void denseSeeds(Writer& w) {
     for (const RangeCase& c : kRanges) {
       if (c.end - c.begin > 1000) continue;  // seeds stay small
       const uint64_t seq = rng.below(1000);
-      const StreamInfo info{c.count, c.begin, c.end, 0, seq, SPCCL_ALGO_SPLIT, vt, StreamKind::kDense};
+      StreamInfo info{c.count, c.begin, c.end, 0, seq, SPCCL_ALGO_SPLIT, vt, StreamKind::kDense};
+      info.scaleExp = seedScale(vt);
       std::vector<float> values(c.end - c.begin);
       for (float& v : values) v = rng.value();
       std::vector<unsigned char> stream(denseStreamBytes(values.size(), vt));
@@ -199,7 +205,7 @@ void errorSeeds(Writer& w) {
   Rng rng{3};
   for (int code = 0; code <= spcclNumResults; ++code) {
     const RangeCase& c = kRanges[static_cast<size_t>(code) % (sizeof kRanges / sizeof kRanges[0])];
-    const ValueType vt = kTypes[code % 3];
+    const ValueType vt = kTypes[static_cast<size_t>(code) % kNumTypes];
     const uint64_t seq = rng.below(1000);
     const StreamInfo info{c.count, c.begin, c.end, 0, seq, SPCCL_ALGO_SPLIT, vt, StreamKind::kPairs};
     std::vector<unsigned char> stream(kErrorStreamBytes);
@@ -282,7 +288,7 @@ void rowsSeeds(Writer& w) {
                         {3, 1000, 10}, {2, 65536, 0}, {2, 65537, 3}, {3, 66000, 0}, {16, 64, 64}};
   size_t i = 0;
   for (const Case& c : cases) {
-    const ValueType vt = kTypes[i++ % 3];
+    const ValueType vt = kTypes[i++ % kNumTypes];
     const uint64_t seq = rng.below(1000);
     std::vector<uint32_t> counts(c.rows), positions;
     std::vector<float> values;

@@ -188,6 +188,9 @@ static void badAllReduce(spcclComm_t comm) {
     EXPECT_IA(spcclAllReduce(gSend, NULL, n, spcclFloat32, spcclSum, comm, NULL), "recvbuff is NULL with count=");
     EXPECT_IA(spcclAllReduce(gSend, gRecv, n, (spcclDataType_t)42, spcclSum, comm, NULL), "datatype=42");
     EXPECT_IA(spcclAllReduce(gSend, gRecv, n, (spcclDataType_t)-1, spcclSum, comm, NULL), "datatype=-1");
+    /* fp8 e4m3 is a wire value type, never a buffer type */
+    EXPECT_IA(spcclAllReduce(gSend, gRecv, n, spcclFloat8e4m3, spcclSum, comm, NULL), "wire value type only");
+    EXPECT_IA(spcclAllReduce(gSend, gRecv, n, (spcclDataType_t)spcclNumTypes, spcclSum, comm, NULL), "datatype=11");
     EXPECT_IA(spcclAllReduce(gSend, gRecv, n, spcclFloat32, (spcclRedOp_t)17, comm, NULL), "op=17");
     EXPECT_IA(spcclAllReduce(gSend, gRecv, n, spcclFloat32, (spcclRedOp_t)-2, comm, NULL), "op=-2");
     EXPECT_IA(spcclAllReduce(gSend, gRecv, n, spcclFloat32, spcclSum, comm, (void*)gSend), "stream=");
@@ -214,6 +217,7 @@ static void badCompressors(spcclComm_t comm) {
   EXPECT_IA(spcclCompressorCreate(NULL, BIG, spcclFloat32, &good, &out), "comm is NULL");
   CHECK(out == NULL);
   EXPECT_IA(spcclCompressorCreate(comm, BIG, (spcclDataType_t)42, &good, &out), "datatype=42");
+  EXPECT_IA(spcclCompressorCreate(comm, BIG, spcclFloat8e4m3, &good, &out), "spcclFloat8e4m3");
   EXPECT_IA(spcclCompressorCreate(comm, SIZE_MAX, spcclFloat32, &good, &out), "count=18446744073709551615");
   EXPECT_IA(spcclCompressorCreate(comm, (size_t)UINT32_MAX + 1, spcclFloat32, &good, &out), "count=4294967296");
 #define BAD_CONFIG(field, value, needle)                                              \

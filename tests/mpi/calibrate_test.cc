@@ -165,7 +165,11 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
     }
     ASSERT_TRUE(ok);
     // The pick is the model's argmin for this call's inputs.
-    const CostInputs inputs{p, n, static_cast<uint64_t>(std::ceil(0.01 * n)), 4, 4, -1};
+    // As the compressor passes them: index encoding auto (the env default) and
+    // split's re-selection budget ceil(k/P) (SPCCL_SPLIT_RESELECT=1).
+    const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * n));
+    CostInputs inputs{p, n, k, 4, 4, -1, 0};
+    inputs.keepPerRange = std::ceil(static_cast<double>(k) / p);
     if (model.alpha != calibrated.alpha || p == 1) {
       const int expected = chooseAlgorithm(inputs, model);
       // split's measured merge size may move its cost after the first call;

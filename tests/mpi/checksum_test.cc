@@ -80,7 +80,7 @@ TEST_F(ChecksumTest, EveryCollectiveGivesTheSameBitsWithAndWithoutChecksums) {
   CommPtr plain = commWith({{"SPCCL_CHECKSUM", "0"}, {"SPCCL_ALLGATHER_DENSITY", "0.1"}});
   ASSERT_TRUE(sealed && plain);
   for (int algorithm : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
-    for (spcclDataType_t wire : {spcclFloat32, spcclBfloat16}) {
+    for (spcclDataType_t wire : {spcclFloat32, spcclBfloat16, spcclFloat8e4m3}) {
       SCOPED_TRACE(std::string(algorithmName(algorithm)) + " " + typeName(wire));
       std::vector<float> a, b;
       ASSERT_TRUE(okOnAllRanks(allreduce(sealed.get(), algorithm, wire, a), sealed.get(), "sealed allreduce"));

@@ -16,7 +16,7 @@ constexpr float kDensity = 0.01f;
 constexpr size_t kOddCount = 100003;  // prime: not divisible by 2, 3 or 4; above the default minimum
 
 const int kCompressedAlgorithms[] = {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT};
-const spcclDataType_t kWireTypes[] = {spcclFloat32, spcclFloat16, spcclBfloat16};
+const spcclDataType_t kWireTypes[] = {spcclFloat32, spcclFloat16, spcclBfloat16, spcclFloat8e4m3};
 
 using AlgoWireParam = std::tuple<int, spcclDataType_t>;
 std::string algoWireName(const testing::TestParamInfo<AlgoWireParam>& p) {
@@ -193,16 +193,19 @@ void ReferenceCheck::checkFirstCall(int algorithm, spcclDataType_t wire, spcclRe
   std::vector<float> ref(n, 0.0f);
   std::vector<double> absSum(n, 0.0), inSum(n, 0.0);
   std::vector<uint8_t> mine, anySelected(n, 0);
+  int myScale = 0;  // fp8: the scale this rank's values went out with
   for (size_t r = 0; r < P; ++r) {
     const std::vector<float> v(all.begin() + static_cast<std::ptrdiff_t>(r * n),
                                all.begin() + static_cast<std::ptrdiff_t>((r + 1) * n));
     const float tau = kthLargestMagnitude(v, k);
+    const int scale = wire == spcclFloat8e4m3 ? fp8TauScale(tau) : 0;
+    if (r == static_cast<size_t>(rank_)) myScale = scale;
     std::vector<uint8_t> sel = selectionMask(v, tau);
     for (size_t i = 0; i < n; ++i) {
       inSum[i] += v[i];
       absSum[i] += std::fabs(v[i]);
       if (!sel[i]) continue;
-      ref[i] += roundToWire(v[i], wire);
+      ref[i] += roundToWire(v[i], wire, scale);
       anySelected[i] = 1;
     }
     if (r == static_cast<size_t>(rank_)) {
@@ -228,16 +231,28 @@ void ReferenceCheck::checkFirstCall(int algorithm, spcclDataType_t wire, spcclRe
     ref[i] = 0.0f;
   }
   const bool ownerMayRound = algorithm == SPCCL_ALGO_SPLIT && wire != spcclFloat32;
+  // fp8: split's owner of [b, e) re-encodes its sums at the scale of their largest finite |sum|.
+  std::vector<int> ownerScale(n, 0);
+  if (ownerMayRound && wire == spcclFloat8e4m3) {
+    for (size_t o = 0; o < P; ++o) {
+      const size_t base = n / P, rem = n % P;
+      const size_t b = o * base + std::min(o, rem), e = (o + 1) * base + std::min(o + 1, rem);
+      float most = 0.0f;
+      for (size_t i = b; i < e; ++i)
+        if (std::isfinite(ref[i])) most = std::max(most, std::fabs(ref[i]));
+      for (size_t i = b; i < e; ++i) ownerScale[i] = fp8MaxScale(most);
+    }
+  }
   const float p = static_cast<float>(size_);
   auto finish = [&](float sum) { return op == spcclAvg ? sum / p : sum; };
   size_t badExact = 0, firstExact = n, badRounded = 0, firstRounded = n, badRes = 0, firstRes = n;
   for (size_t i = 0; i < n; ++i) {
     if (!sameBits(out[i], finish(ref[i])) && badExact++ == 0) firstExact = i;
-    if (!sameBits(out[i], finish(roundToWire(ref[i], wire))) && badRounded++ == 0) firstRounded = i;
+    if (!sameBits(out[i], finish(roundToWire(ref[i], wire, ownerScale[i]))) && badRounded++ == 0) firstRounded = i;
     const bool resOk = ownerMayRound ? anySelected[i] || sameBits(res[i], in[i])
                        : dropped[i] && i >= myBegin && i < myEnd  // checked above
                            ? true
-                           : sameBits(res[i], mine[i] ? in[i] - roundToWire(in[i], wire) : in[i]);
+                           : sameBits(res[i], mine[i] ? in[i] - roundToWire(in[i], wire, myScale) : in[i]);
     if (!resOk && badRes++ == 0) firstRes = i;
   }
   if (ownerMayRound) {
@@ -245,7 +260,7 @@ void ReferenceCheck::checkFirstCall(int algorithm, spcclDataType_t wire, spcclRe
         << "split with " << typeName(wire) << " values matches neither the reference (first difference at "
         << firstExact << ": got " << out[firstExact] << ", reference " << finish(ref[firstExact])
         << ") nor the reference rounded to the wire type (first difference at " << firstRounded << ": "
-        << (firstRounded < n ? finish(roundToWire(ref[firstRounded], wire)) : 0.0f) << ")";
+        << (firstRounded < n ? finish(roundToWire(ref[firstRounded], wire, ownerScale[firstRounded])) : 0.0f) << ")";
   } else {
     EXPECT_EQ(badExact, 0u) << "first difference at index " << firstExact << ": got "
                             << (firstExact < n ? out[firstExact] : 0.0f) << ", reference "
@@ -438,7 +453,7 @@ INSTANTIATE_TEST_SUITE_P(AllgatherSplit, HalfRangeTest, testing::ValuesIn(kCompr
 // Cost model restated from the issue (headers are allowed some slack since
 // their exact size may still change; H bounds one message's header and count
 // exchange):
-// - pair = 4 (uint32 index) + w bytes (w = 4 fp32, 2 fp16/bf16).
+// - pair = 4 (uint32 index) + w bytes (w = 4 fp32, 2 fp16/bf16, 1 fp8).
 // - allgather: this rank's stream (nnz pairs + header) goes to each of the
 //   P-1 others: (P-1)*nnz*pair <= bytesSent <= (P-1)*(nnz*pair + 256).
 // - split: phase 1 sends each pair to the owner of its index range (pairs in

@@ -53,8 +53,11 @@ std::vector<double> sumOverRanks(std::vector<double> v) {
 // without flushing, by ResidualAccountsForTheRest.
 std::vector<float> flushTestInput(spcclDataType_t wire, int rank, int call) {
   if (wire == spcclFloat32) return gaussian(kCount, seedFor(81, rank, static_cast<uint64_t>(call)));
-  const int bits = wire == spcclFloat16 ? 22 : 16;
-  const int emin = wire == spcclFloat16 ? -3 : -20, emax = wire == spcclFloat16 ? 3 : 10;
+  // fp8: 8 = 4 + 4 bits (e4m3's normal codes carry 4 significant bits at the
+  // scale tau sets), magnitudes over 2^12.
+  const bool fp8 = wire == spcclFloat8e4m3;
+  const int bits = wire == spcclFloat16 ? 22 : (fp8 ? 8 : 16);
+  const int emin = wire == spcclFloat16 ? -3 : (fp8 ? -6 : -20), emax = wire == spcclFloat16 ? 3 : (fp8 ? 6 : 10);
   std::mt19937_64 gen(seedFor(82, rank, static_cast<uint64_t>(call)));
   std::vector<float> x(kCount, 0.0f);
   for (size_t i = 0; i < kCount; ++i) {
@@ -142,7 +145,8 @@ TEST_P(ConservationTest, ResidualAccountsForTheRest) {
 
 INSTANTIATE_TEST_SUITE_P(AllgatherSplitAllWireTypes, ConservationTest,
                          testing::Combine(testing::Values(SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT),
-                                          testing::Values(spcclFloat32, spcclFloat16, spcclBfloat16)),
+                                          testing::Values(spcclFloat32, spcclFloat16, spcclBfloat16,
+                                                          spcclFloat8e4m3)),
                          paramName);
 
 // Every |v| equal: tau ties with all of them. S = {|v| >= tau} has at least k

@@ -8,7 +8,7 @@
 // creation: ctest runs this binary with auto (default), coo, delta and bitmap.
 //
 // conservation_test.cc checks conservation for fixed configurations (20000
-// elements at 1%, fp32/fp16/bf16 wires, allgather and split, flushing the
+// elements at 1%, fp32/fp16/bf16/fp8 wires, allgather and split, flushing the
 // residual to zero); compressed_test.cc checks NaN/Inf at fixed positions.
 // This test checks, for every drawn configuration and every call:
 //  1. every rank's output is bitwise identical to rank 0's;
@@ -19,7 +19,7 @@
 // and after the last call:
 //  4. with error feedback: sum over calls of the outputs + sum over ranks of
 //     the residuals (spcclCompressorGetResidual) == sum over ranks and calls
-//     of the inputs, relative L2 error <= 1e-5 for every wire type (fp16/bf16
+//     of the inputs, relative L2 error <= 1e-5 for every wire type (fp16/bf16/fp8
 //     rounding goes back into the residual, so the bound does not depend on
 //     the wire type), over the indices where no NaN/Inf was ever input;
 //     without error feedback: every residual is exactly zero.
@@ -79,8 +79,8 @@ Config drawConfig(uint64_t seed) {
   c.density = pick(8) == 0 ? 1.0f : static_cast<float>(std::exp(ld));
   const int algorithms[] = {SPCCL_ALGO_AUTO, SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT};
   c.algorithm = algorithms[pick(4)];
-  const spcclDataType_t wires[] = {spcclFloat32, spcclFloat16, spcclBfloat16};
-  c.wire = wires[pick(3)];
+  const spcclDataType_t wires[] = {spcclFloat32, spcclFloat16, spcclBfloat16, spcclFloat8e4m3};
+  c.wire = wires[pick(4)];
   const int intervals[] = {1, 1, 2, 3, 1000};
   c.thresholdInterval = intervals[pick(5)];
   c.errorFeedback = pick(4) == 0 ? 0 : 1;

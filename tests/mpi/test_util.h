@@ -167,6 +167,8 @@ inline const char* typeName(spcclDataType_t t) {
       return "fp64";
     case spcclBfloat16:
       return "bf16";
+    case spcclFloat8e4m3:
+      return "fp8";
     default:
       return "unknown";
   }
@@ -381,19 +383,58 @@ inline uint16_t floatToBf16(float f) {
 
 inline float bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
-// The value a wire of this type carries for v.
-inline float roundToWire(float v, spcclDataType_t wire) {
+// fp8 e4m3 wire (spccl's: OCP E4M3 finite codes times 2^scaleExp, NaN and
+// +-Inf carried as themselves, finite values saturating at 448 * 2^scaleExp),
+// written from the definition: the nearest of the 127 finite magnitudes,
+// ties to the even code.
+inline double e4m3Magnitude(int c) {
+  const int e = (c >> 3) & 15, m = c & 7;
+  return e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+}
+inline float fp8RoundRef(float v, int scaleExp) {
+  if (!std::isfinite(v)) return v;
+  const double q = std::ldexp(std::fabs(static_cast<double>(v)), -scaleExp);
+  int best = 0;
+  double bestDist = q;
+  for (int c = 1; c <= 0x7e; ++c) {
+    const double d = std::fabs(q - e4m3Magnitude(c));
+    if (d < bestDist || (d == bestDist && (c & 1) == 0)) best = c, bestDist = d;
+  }
+  if (best == 0) return 0.0f;
+  const float r = static_cast<float>(std::ldexp(e4m3Magnitude(best), scaleExp));
+  return v < 0 ? -r : r;
+}
+constexpr int kFp8MinScale = -116, kFp8MaxScale = 119;
+// The allreduce senders' scale: tau's binade onto e4m3's smallest normal (2^-6).
+inline int fp8TauScale(float tau) {
+  if (tau == 0.0f || !std::isfinite(tau)) return 0;  // no binade (the library then uses the max rule)
+  return std::clamp(std::ilogb(tau) + 6, kFp8MinScale, kFp8MaxScale);
+}
+// The max rule (split owners, row streams): the smallest s with max|v| <= 448 * 2^s.
+inline int fp8MaxScale(float maxAbs) {
+  if (maxAbs == 0.0f) return 0;
+  int s = std::ilogb(maxAbs) - 9;
+  while (std::ldexp(448.0, s) < static_cast<double>(maxAbs)) ++s;
+  return std::clamp(s, kFp8MinScale, kFp8MaxScale);
+}
+
+// The value a wire of this type carries for v (fp8: at scale exponent scaleExp).
+inline float roundToWire(float v, spcclDataType_t wire, int scaleExp = 0) {
   switch (wire) {
     case spcclFloat16:
       return halfToFloat(floatToHalf(v));
     case spcclBfloat16:
       return bf16ToFloat(floatToBf16(v));
+    case spcclFloat8e4m3:
+      return fp8RoundRef(v, scaleExp);
     default:
       return v;
   }
 }
 
-inline size_t wireValueBytes(spcclDataType_t wire) { return wire == spcclFloat32 ? 4 : 2; }
+inline size_t wireValueBytes(spcclDataType_t wire) {
+  return wire == spcclFloat32 ? 4 : (wire == spcclFloat8e4m3 ? 1 : 2);
+}
 
 inline bool sameBits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 
@@ -609,7 +650,7 @@ inline size_t envSize(const char* name) {
 // SPCCL_VALUE_TYPE: the wire type of compressed values (default fp32).
 inline spcclDataType_t wireTypeFromEnv() {
   const std::string s = envString("SPCCL_VALUE_TYPE");
-  return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : spcclFloat32;
+  return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : spcclFloat32;
 }
 
 // ---------- the per-row selection of spcclAlltoAllRowsCompressed (issue 3, section 2) ----------
@@ -706,20 +747,43 @@ inline std::string describeDiff(const Diff& d, const void* got, const void* want
 
 // rows x rowLen elements: where maskSource's row keeps a position (naive sort,
 // kr per row), values' element through the wire type, else +0. fp32 values on
-// an fp32 wire are copied bitwise; the rest go through float and back.
+// an fp32 wire are copied bitwise; the rest go through float and back. fp8:
+// each block of rowsPerBlock rows (one peer's stream) has the scale of its
+// largest finite kept |value| (codec_rows' rule); 0 = rows/P for this
+// communicator's P.
 inline std::vector<unsigned char> maskedThroughWire(const std::vector<unsigned char>& values,
                                                     const std::vector<unsigned char>& maskSource, size_t rows,
-                                                    size_t rowLen, spcclDataType_t t, size_t kr, spcclDataType_t wire) {
+                                                    size_t rowLen, spcclDataType_t t, size_t kr, spcclDataType_t wire,
+                                                    size_t rowsPerBlock = 0) {
+  if (rowsPerBlock == 0) {
+    int P = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    rowsPerBlock = std::max<size_t>(1, rows / static_cast<size_t>(P));
+  }
   std::vector<unsigned char> out(rows * rowLen * typeSize(t), 0);
+  std::vector<std::vector<uint8_t>> masks(rows);
+  for (size_t r = 0; r < rows; ++r) masks[r] = rowKeepMask(maskSource.data(), r * rowLen, rowLen, t, kr);
+  std::vector<int> scale((rows + rowsPerBlock - 1) / rowsPerBlock, 0);
+  if (wire == spcclFloat8e4m3) {
+    for (size_t b = 0; b < scale.size(); ++b) {
+      float most = 0.0f;
+      for (size_t r = b * rowsPerBlock; r < std::min(rows, (b + 1) * rowsPerBlock); ++r)
+        for (size_t i = 0; i < rowLen; ++i) {
+          const float x = loadAsFloat(values.data(), r * rowLen + i, t);
+          if (masks[r][i] && std::isfinite(x)) most = std::max(most, std::fabs(x));
+        }
+      scale[b] = fp8MaxScale(most);
+    }
+  }
   for (size_t r = 0; r < rows; ++r) {
-    const std::vector<uint8_t> mask = rowKeepMask(maskSource.data(), r * rowLen, rowLen, t, kr);
+    const std::vector<uint8_t>& mask = masks[r];
     for (size_t i = 0; i < rowLen; ++i) {
       if (!mask[i]) continue;
       const size_t e = r * rowLen + i;
       if (t == spcclFloat32 && wire == spcclFloat32) {
         std::memcpy(out.data() + e * 4, values.data() + e * 4, 4);  // exact, NaN payload included
       } else {
-        storeFromFloat(out.data(), e, roundToWire(loadAsFloat(values.data(), e, t), wire), t);
+        storeFromFloat(out.data(), e, roundToWire(loadAsFloat(values.data(), e, t), wire, scale[r / rowsPerBlock]), t);
       }
     }
   }

@@ -646,6 +646,8 @@ TEST(CodecReject, HandBuiltStreams) {
       {"unknown index encoding", [](RawStream* r) { r->h.indexEncoding = 2; }, spcclSuccess},
       {"bad magic", [](RawStream* r) { r->h.magic = 0x4c435054u; }, spcclSuccess},
       {"newer version", [](RawStream* r) { r->h.version = kStreamVersion + 1; }, spcclSuccess},
+      {"version 1 (before the fp8 scale field)", [](RawStream* r) { r->h.version = 1; }, spcclSuccess},
+      {"fp32 stream with a non-zero scale byte", [](RawStream* r) { r->h.status = 3; }, spcclSuccess},
       {"8 extra bytes", [](RawStream* r) { r->extraBytes = 8; }, spcclSuccess},
       {"unpadded (4 bytes short)", [](RawStream* r) { r->truncateBy = 4; }, spcclSuccess},
   };
@@ -686,6 +688,135 @@ TEST(CodecReject, DenseStreams) {
                      std::string("dense ") + typeName(other) + " where " + typeName(vt) + " is expected");
     }
   }
+}
+
+// ---------------------------------------------------------------- fp8 scale exponent
+
+// fp8 streams carry their scale in the header; receivers decode code * 2^s.
+TEST(CodecFp8, ScaledPairsAndDenseRoundTrip) {
+  auto g = rng(54);
+  constexpr ValueType vt = ValueType::kFloat8e4m3;
+  for (int s : {core::kFp8MinScaleExp, -20, -1, 0, 5, core::kFp8MaxScaleExp}) {
+    SCOPED_TRACE("scale " + std::to_string(s));
+    Pairs p = randomPairs(g, 5000, 1000, 4000, 300);
+    for (float& v : p.values) v = std::ldexp(v, s);  // values near the scale's range (specials stay)
+    for (IndexEncoding enc : {IndexEncoding::kCoo32, IndexEncoding::kDelta, IndexEncoding::kBitmap}) {
+      std::vector<unsigned char> w(p.values.size());
+      for (size_t j = 0; j < p.values.size(); ++j) core::storeWireValue(w.data(), j, p.values[j], vt, s);
+      StreamInfo info = infoFor(p, vt, StreamKind::kPairs);
+      info.encoding = enc;
+      info.scaleExp = s;
+      std::vector<unsigned char> buf(encodedPairsBytes(enc, p.indices.data(), p.indices.size(), p.begin, p.end, vt));
+      ASSERT_EQ(encodePairs(buf.data(), info, p.indices.data(), w.data()), buf.size());
+      StreamHeader h;
+      std::memcpy(&h, buf.data(), sizeof h);
+      EXPECT_EQ(static_cast<int>(static_cast<int8_t>(h.status)), s);
+      StreamView view{};
+      const StreamExpect e = expectFor(p, vt, false);
+      const Status st = parseStream(buf.data(), buf.size(), e, 1, &view);
+      ASSERT_TRUE(st.isOk()) << st.message();
+      EXPECT_EQ(view.scaleExp, s);
+      expectViewInside(view, buf, e);
+      std::vector<float> acc(p.count, 0.0f), want(p.count, 0.0f);
+      for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j]] += refRoundToWire(p.values[j], vt, s);
+      accumulateStream(view, acc.data(), 0);
+      for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+    }
+    // Dense, with what receivers decode.
+    const Pairs d{5000, 1000, 4000, {}, {}};
+    std::vector<float> dense = randomNormal(g, 3000, std::ldexp(1.0f, s));
+    sprinkleNonFinite(g, dense, 0.05);
+    StreamInfo info = infoFor(d, vt, StreamKind::kDense);
+    info.scaleExp = s;
+    std::vector<unsigned char> buf(denseStreamBytes(3000, vt));
+    std::vector<float> decoded(3000);
+    ASSERT_EQ(encodeDense(buf.data(), info, dense.data(), decoded.data()), buf.size());
+    StreamView view{};
+    ASSERT_TRUE(parseStream(buf.data(), buf.size(), expectFor(d, vt, true), 0, &view).isOk());
+    EXPECT_EQ(view.scaleExp, s);
+    std::vector<float> acc(5000, 0.0f);
+    accumulateStream(view, acc.data(), 0);
+    for (size_t i = 0; i < 3000; ++i) {
+      ASSERT_TRUE(sameFloat(decoded[i], refRoundToWire(dense[i], vt, s))) << i;
+      ASSERT_TRUE(sameFloat(acc[1000 + i], 0.0f + decoded[i])) << i;
+    }
+  }
+}
+
+// Every scale byte outside [kFp8MinScaleExp, kFp8MaxScaleExp] is rejected,
+// every one inside parses (the values are then read at that scale).
+TEST(CodecFp8, ScaleByteIsBoundsChecked) {
+  auto g = rng(55);
+  constexpr ValueType vt = ValueType::kFloat8e4m3;
+  const Pairs p = randomPairs(g, 1000, 0, 1000, 17);
+  const Pairs d{1000, 0, 1000, {}, {}};
+  const std::vector<unsigned char> pairs = encodePairsStream(p, vt);
+  const std::vector<unsigned char> dense = encodeDenseStream(d, randomNormal(g, 1000), vt);
+  for (int b = 0; b < 256; ++b) {
+    const int s = static_cast<int8_t>(b);
+    const bool valid = s >= core::kFp8MinScaleExp && s <= core::kFp8MaxScaleExp;
+    for (const auto* src : {&pairs, &dense}) {
+      std::vector<unsigned char> copy = *src;
+      copy[offsetof(StreamHeader, status)] = static_cast<unsigned char>(b);
+      StreamView view{};
+      const Status st = parseCopy(copy, copy.size(), expectFor(p, vt, src == &dense), &view);
+      if (valid) {
+        EXPECT_TRUE(st.isOk()) << "scale " << s << ": " << st.message();
+      } else {
+        expectRejected(st, "scale " + std::to_string(s));
+        EXPECT_NE(st.message().find("scale exponent"), std::string::npos) << st.message();
+      }
+    }
+  }
+}
+
+// Row streams with fp8 values: one scale per stream from its largest finite
+// |value|, in the header's status byte, bounds-checked by the parsers.
+TEST(CodecFp8, RowsAndValuesStreamsCarryTheirScale) {
+  constexpr ValueType vt = ValueType::kFloat8e4m3;
+  const uint64_t rows = 3, rowLen = 40, keep = 2, nnz = rows * keep;
+  const std::vector<uint32_t> counts(rows, keep);
+  const std::vector<uint32_t> positions = {1, 7, 0, 39, 5, 6};
+  const std::vector<float> values = {1e-3f, -3.0e-5f, 2.5e-3f, kInf, -kNaN, 7e-9f};
+  const int s = core::fp8ScaleForMax(core::magnitudeKey(2.5e-3f));
+  std::vector<unsigned char> r(rowsStreamBytes(rows, rowLen, nnz, false, vt));
+  ASSERT_EQ(encodeRows(r.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), nnz, vt, kSeq),
+            r.size());
+  std::vector<unsigned char> v(valuesStreamBytes(nnz, vt));
+  ASSERT_EQ(encodeValues(v.data(), values.data(), nnz, rows, rowLen, vt, kSeq), v.size());
+  RowsView view;
+  ASSERT_TRUE(parseRows(r.data(), r.size(), rows, rowLen, vt, kSeq, 1, &view).isOk());
+  EXPECT_EQ(view.scaleExp, s);
+  const void* vals = nullptr;
+  int vs = 99;
+  ASSERT_TRUE(parseValues(v.data(), v.size(), nnz, vt, kSeq, 1, &vals, &vs).isOk());
+  EXPECT_EQ(vs, s);
+  for (uint64_t j = 0; j < nnz; ++j) {
+    EXPECT_TRUE(sameFloat(core::loadWireValue(view.values, j, vt, view.scaleExp), refRoundToWire(values[j], vt, s)))
+        << j;
+    EXPECT_TRUE(sameFloat(core::loadWireValue(vals, j, vt, vs), refRoundToWire(values[j], vt, s))) << j;
+  }
+  // The largest |value| sets the scale: it is not saturated, and within e4m3's 2^-4.
+  EXPECT_LE(std::fabs(core::loadWireValue(view.values, 2, vt, s) - 2.5e-3f), std::ldexp(2.5e-3f, -4));
+  // Every scale byte: inside the range parses, outside is rejected.
+  for (int b = 0; b < 256; ++b) {
+    const int e = static_cast<int8_t>(b);
+    const bool valid = e >= core::kFp8MinScaleExp && e <= core::kFp8MaxScaleExp;
+    std::vector<unsigned char> r2 = r, v2 = v;
+    r2[offsetof(RowsHeader, status)] = static_cast<unsigned char>(b);
+    v2[offsetof(RowsHeader, status)] = static_cast<unsigned char>(b);
+    RowsView rv;
+    const Status rs = parseRows(r2.data(), r2.size(), rows, rowLen, vt, kSeq, 1, &rv);
+    const Status vsSt = parseValues(v2.data(), v2.size(), nnz, vt, kSeq, 1, &vals);
+    EXPECT_EQ(rs.isOk(), valid) << "rows scale " << e << ": " << rs.message();
+    EXPECT_EQ(vsSt.isOk(), valid) << "values scale " << e << ": " << vsSt.message();
+  }
+  // Other value types keep the status byte zero.
+  std::vector<unsigned char> f(rowsStreamBytes(rows, rowLen, nnz, false, ValueType::kFloat16));
+  encodeRows(f.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), nnz, ValueType::kFloat16,
+             kSeq);
+  f[offsetof(RowsHeader, status)] = 1;
+  EXPECT_FALSE(parseRows(f.data(), f.size(), rows, rowLen, ValueType::kFloat16, kSeq, 1, &view).isOk());
 }
 
 }  // namespace

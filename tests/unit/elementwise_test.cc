@@ -195,7 +195,8 @@ TEST(RoundToWire, AgreesWithStoreAndLoad) {
       ASSERT_TRUE(sameFloat(stored, refRoundToWire(v, vt))) << typeName(vt) << " " << v;
       ASSERT_TRUE(sameFloat(core::loadWireValue(section, slot, vt), stored)) << typeName(vt) << " " << v;
     }
-    EXPECT_EQ(core::wireValueBytes(vt), vt == core::ValueType::kFloat32 ? 4u : 2u);
+    EXPECT_EQ(core::wireValueBytes(vt),
+              vt == core::ValueType::kFloat32 ? 4u : (vt == core::ValueType::kFloat8e4m3 ? 1u : 2u));
   }
 }
 
@@ -211,6 +212,134 @@ TEST(RoundToWire, SaturatesFiniteOverflowKeepsNonFinite) {
   EXPECT_TRUE(std::isnan(core::roundToWire(std::nanf(""), ValueType::kFloat16)));
   // The plain conversions (user fp16/bf16 buffers) still overflow to Inf, as IEEE does.
   EXPECT_TRUE(std::isinf(core::halfBitsToFloat(core::floatToHalfBits(70000.0f))));
+}
+
+// ---- fp8 e4m3 with a power-of-two scale ----
+
+constexpr int kFp8Scales[] = {core::kFp8MinScaleExp, -40, -13, -1, 0, 1, 7, 60, core::kFp8MaxScaleExp};
+
+TEST(Fp8, All256CodesDecodeAsTheReferenceAtEveryScale) {
+  for (int s : kFp8Scales) {
+    for (int c = 0; c < 256; ++c) {
+      const float got = core::e4m3ToFloat(static_cast<uint8_t>(c), s);
+      const float want = refE4m3ToFloat(static_cast<uint8_t>(c), s);
+      ASSERT_TRUE(sameFloat(got, want)) << "code 0x" << std::hex << c << std::dec << " scale " << s << ": " << got
+                                        << " vs " << want;
+      // Every finite code is an exact normal fp32 at every allowed scale.
+      if (std::isfinite(want) && want != 0.0f) {
+        ASSERT_TRUE(std::isnormal(got)) << c << " " << s;
+      }
+    }
+  }
+  // The specials and the largest finite code, by value.
+  EXPECT_TRUE(std::isnan(core::e4m3ToFloat(core::kE4m3NaN, 0)));
+  EXPECT_EQ(core::e4m3ToFloat(core::kE4m3PosInf, 0), kInf);
+  EXPECT_EQ(core::e4m3ToFloat(core::kE4m3NegInf, 0), -kInf);
+  EXPECT_EQ(core::e4m3ToFloat(core::kE4m3MaxBits, 0), 448.0f);
+  EXPECT_EQ(core::e4m3ToFloat(0x01, 0), std::ldexp(1.0f, -9));   // smallest subnormal
+  EXPECT_EQ(core::e4m3ToFloat(0x08, 0), std::ldexp(1.0f, -6));   // smallest normal
+  EXPECT_EQ(core::e4m3ToFloat(0xfe, 3), -448.0f * 8.0f);
+}
+
+TEST(Fp8, EveryCodeRoundTrips) {
+  for (int s : kFp8Scales) {
+    for (int c = 0; c < 256; ++c) {
+      if (c == 0x80) continue;  // NaN: checked below
+      const float v = core::e4m3ToFloat(static_cast<uint8_t>(c), s);
+      ASSERT_EQ(core::floatToE4m3(v, s), static_cast<uint8_t>(c)) << "code " << c << " scale " << s;
+    }
+    EXPECT_EQ(core::floatToE4m3(kNaN, s), core::kE4m3NaN);
+    EXPECT_EQ(core::floatToE4m3(-kNaN, s), core::kE4m3NaN);
+    EXPECT_EQ(core::floatToE4m3(-0.0f, s), 0u);  // no -0 on the wire (0x80 is NaN)
+  }
+}
+
+bool fp8Matches(float v, int s) {
+  const uint8_t got = core::floatToE4m3(v, s), want = refE4m3Bits(v, s);
+  if (got == want) return true;
+  ADD_FAILURE() << "floatToE4m3(" << v << " = 0x" << std::hex << bitsOf(v) << std::dec << ", scale " << s
+                << ") = 0x" << std::hex << unsigned{got} << ", reference 0x" << unsigned{want};
+  return false;
+}
+
+// Round to nearest even at every boundary: each midpoint between adjacent
+// codes (a tie), one fp32 ulp either side, and both ends of the range.
+TEST(Fp8, EveryMidpointRoundsToNearestEven) {
+  for (int s : kFp8Scales) {
+    for (int c = 0; c < 0x7e; ++c) {
+      const double lo = std::ldexp(refE4m3Magnitude(static_cast<uint8_t>(c)), s);
+      const double hi = std::ldexp(refE4m3Magnitude(static_cast<uint8_t>(c + 1)), s);
+      const float mid = static_cast<float>((lo + hi) / 2);  // exact: 4 significant bits
+      ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2);
+      for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, kInf)}) {
+        if (!fp8Matches(v, s) || !fp8Matches(-v, s)) return;
+      }
+      // The tie goes to the even code.
+      const uint8_t tie = core::floatToE4m3(mid, s);
+      EXPECT_EQ(tie & 1u, 0u) << "tie between codes " << c << " and " << c + 1 << " scale " << s;
+    }
+    // Beyond 448 * 2^s: saturates (464 = halfway to the next binade's 480 too).
+    for (double m : {448.0, 449.0, 464.0, 480.0, 1e6}) {
+      const float v = static_cast<float>(std::ldexp(m, s));
+      if (!std::isfinite(v)) continue;
+      EXPECT_EQ(core::floatToE4m3(v, s), core::kE4m3MaxBits) << m << " scale " << s;
+      EXPECT_EQ(core::floatToE4m3(-v, s), 0x80u | core::kE4m3MaxBits) << m << " scale " << s;
+    }
+    EXPECT_EQ(core::floatToE4m3(std::numeric_limits<float>::max(), s), core::kE4m3MaxBits);
+    EXPECT_EQ(core::floatToE4m3(kInf, s), core::kE4m3PosInf);
+    EXPECT_EQ(core::floatToE4m3(-kInf, s), core::kE4m3NegInf);
+    // Half the smallest subnormal is a tie with 0: rounds to 0 (even).
+    EXPECT_EQ(core::floatToE4m3(std::ldexp(1.0f, s - 10), s), 0u);
+    EXPECT_EQ(core::floatToE4m3(std::nextafter(std::ldexp(1.0f, s - 10), kInf), s), 1u);
+  }
+}
+
+TEST(Fp8, RandomFloatsMatchReference) {
+  auto g = rng(80);
+  for (int s : kFp8Scales) {
+    for (int i = 0; i < 20000; ++i) {
+      // Random bit patterns (every binade, subnormal fp32 included), and
+      // values near the scale's own range.
+      if (!fp8Matches(floatOf(static_cast<uint32_t>(g())), s)) return;
+      const float near = std::ldexp(static_cast<float>(g() % 1000000) / 1000.0f, s - 6) *
+                         ((g() & 1) ? 1.0f : -1.0f);
+      if (!fp8Matches(near, s)) return;
+      const float v = floatOf(static_cast<uint32_t>(g()));
+      ASSERT_TRUE(sameFloat(core::roundToWire(v, core::ValueType::kFloat8e4m3, s), refRoundToWire(v, core::ValueType::kFloat8e4m3, s)));
+    }
+  }
+}
+
+TEST(Fp8, ScaleRules) {
+  auto g = rng(81);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = std::fabs(floatOf(static_cast<uint32_t>(g()) & 0x7fffffffu));
+    if (!std::isfinite(x) || x == 0.0f) continue;
+    const uint32_t key = core::magnitudeKey(x);
+    // tau rule: tau lands in e4m3's smallest normal binade [2^-6, 2^-5) unless clamped.
+    const int st = core::fp8ScaleForTau(key);
+    ASSERT_GE(st, core::kFp8MinScaleExp);
+    ASSERT_LE(st, core::kFp8MaxScaleExp);
+    const double qt = std::ldexp(static_cast<double>(x), -st);
+    if (st > core::kFp8MinScaleExp && st < core::kFp8MaxScaleExp) {
+      ASSERT_GE(qt, std::ldexp(1.0, -6)) << x;
+      ASSERT_LT(qt, std::ldexp(1.0, -5)) << x;
+      // tau itself is then a normal code within 2^-4 relative.
+      const float r = core::roundToWire(x, core::ValueType::kFloat8e4m3, st);
+      ASSERT_LE(std::fabs(static_cast<double>(r) - x), std::ldexp(static_cast<double>(x), -4)) << x;
+    }
+    // max rule: the smallest scale at which max|v| does not saturate.
+    const int sm = core::fp8ScaleForMax(key);
+    if (sm > core::kFp8MinScaleExp && sm < core::kFp8MaxScaleExp) {
+      ASSERT_LE(std::ldexp(static_cast<double>(x), -sm), 448.0) << x;
+      ASSERT_GT(std::ldexp(static_cast<double>(x), -(sm - 1)), 448.0) << x;
+    }
+  }
+  EXPECT_EQ(core::fp8ScaleForMax(0), 0);
+  EXPECT_EQ(core::fp8ScaleForMax(core::magnitudeKey(448.0f)), 0);
+  EXPECT_EQ(core::fp8ScaleForMax(core::magnitudeKey(449.0f)), 1);
+  EXPECT_EQ(core::fp8ScaleForTau(core::magnitudeKey(std::ldexp(1.0f, -6))), 0);
+  EXPECT_EQ(core::fp8ScaleForTau(core::magnitudeKey(1e-4f)), -14 + 6);
 }
 
 TEST(MagnitudeKey, OrderEqualsFabsOrder) {

@@ -205,6 +205,7 @@ float decodeWire(const std::vector<unsigned char>& values, uint64_t j, core::Val
     std::memcpy(&f, values.data() + 4 * j, 4);
     return f;
   }
+  if (wire == core::ValueType::kFloat8e4m3) return refE4m3ToFloat(values[j], 0);  // SelectArgs' default scale
   uint16_t h;
   std::memcpy(&h, values.data() + 2 * j, 2);
   return wire == core::ValueType::kFloat16 ? refHalfToFloat(h) : refBf16ToFloat(h);
@@ -390,6 +391,55 @@ TEST(SelectPack, ThresholdPlusTieBudgetSelectsExactlyK) {
                                                     [](float x) { return !std::isfinite(x); })));
     }
   }
+}
+
+// fp8 with the compressor's tau scale: every selected finite v below the
+// saturation point is a normal code (relative error <= 2^-4), what is sent is
+// what receivers decode, and sent + residualOut == v exactly (error feedback
+// keeps the rounding and any saturation excess); NaN/Inf travel as themselves.
+TEST(SelectPack, Fp8TauScaleErrorFeedbackIsExact) {
+  auto g = rng(32);
+  std::vector<float> values = randomNormal(g, 20000, 1e-4f);  // gradient-sized
+  sprinkleNonFinite(g, values, 0.001);
+  values[17] = 50.0f;  // far beyond 28672 tau: saturates
+  values[18] = -50.0f;
+  const std::vector<float> residualIn = randomNormal(g, 20000, 1e-5f);
+  std::vector<uint32_t> scratch(values.size());
+  const host::ThresholdResult t =
+      host::kthLargestMagnitude(values.data(), spcclFloat32, residualIn.data(), values.size(), 200, scratch.data());
+  const int s = core::fp8ScaleForTau(t.tauKey);
+  std::vector<uint32_t> idx(values.size());
+  std::vector<unsigned char> vals(values.size());
+  std::vector<float> residualOut(values.size());
+  host::SelectArgs a{values.data(), spcclFloat32, residualIn.data(), residualOut.data(), values.size(), t.tauKey,
+                     kNoLimit, values.size(), core::ValueType::kFloat8e4m3, idx.data(), vals.data()};
+  a.scaleExp = s;
+  const host::SelectResult r = host::selectPack(a);
+  ASSERT_GT(r.finiteSelected, 190u);
+  std::vector<float> sent(values.size(), 0.0f);
+  for (uint64_t j = 0; j < r.selected; ++j) {
+    const float v = values[idx[j]] + residualIn[idx[j]];
+    const float d = refE4m3ToFloat(vals[j], s);
+    ASSERT_TRUE(sameFloat(d, refRoundToWire(v, core::ValueType::kFloat8e4m3, s))) << j;
+    sent[idx[j]] = d;
+    if (!std::isfinite(v)) {
+      ASSERT_TRUE(sameFloat(d, v)) << "non-finite travels as itself";
+      ASSERT_EQ(residualOut[idx[j]], 0.0f);
+      continue;
+    }
+    if (std::fabs(v) <= std::ldexp(448.0f, s)) {
+      ASSERT_LE(std::fabs(d - v), std::ldexp(std::fabs(v), -4)) << "v=" << v << " scale " << s;
+      ASSERT_GE(std::fabs(d), std::ldexp(1.0f, s - 6)) << "selected values are normal codes";
+    } else {
+      ASSERT_EQ(std::fabs(d), std::ldexp(448.0f, s)) << "saturated";
+    }
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i] + residualIn[i];
+    if (!std::isfinite(v)) continue;
+    ASSERT_EQ(sent[i] + residualOut[i], v) << "i=" << i;  // exact: v - d is exact here (Sterbenz or d == 0)
+  }
+  EXPECT_EQ(residualOut[17], values[17] + residualIn[17] - std::ldexp(448.0f, s));
 }
 
 // Fixed-capacity mode: with keepOverflow, the first `capacity` entries the

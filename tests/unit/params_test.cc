@@ -109,6 +109,7 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "fp32"}}).valueType, core::ValueType::kFloat32);
   EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "fp16"}}).valueType, core::ValueType::kFloat16);
   EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "BF16"}}).valueType, core::ValueType::kBfloat16);
+  EXPECT_EQ(loadOk({{"SPCCL_VALUE_TYPE", "fp8"}}).valueType, core::ValueType::kFloat8e4m3);
 
   EXPECT_EQ(loadOk({{"SPCCL_MIN_COMPRESS_COUNT", "0"}}).minCompressCount, 0u);
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ALLTOALL_DENSITY", "0.0625"}}).alltoallDensity, 0.0625f);
@@ -189,7 +190,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
   }
   // One bad variable among good ones is still named.
   Params p;
-  const Status st = load({{"SPCCL_DISABLE", "0"}, {"SPCCL_ALGO", "split"}, {"SPCCL_VALUE_TYPE", "fp8"}}, &p);
+  const Status st = load({{"SPCCL_DISABLE", "0"}, {"SPCCL_ALGO", "split"}, {"SPCCL_VALUE_TYPE", "fp4"}}, &p);
   EXPECT_EQ(st.code(), spcclInvalidArgument);
   EXPECT_NE(st.message().find("SPCCL_VALUE_TYPE"), std::string::npos) << st.message();
 }

@@ -67,6 +67,35 @@ inline uint16_t refBf16Bits(float f) {
   return (lo & 1u) == 0 ? lo : hi;
 }
 
+// spccl's fp8 e4m3, from the OCP E4M3 definition, without kernels/core:
+// finite code c is (-1)^s * 2^(e-7) * (1 + m/8), or 2^-6 * m/8 when e == 0;
+// 0x7f/0xff are +-Inf and 0x80 is NaN (spccl's reserved codes).
+inline double refE4m3Magnitude(uint8_t c) {
+  const int e = (c >> 3) & 15, m = c & 7;
+  return e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+}
+inline float refE4m3ToFloat(uint8_t c, int scaleExp) {
+  if (c == 0x80) return std::numeric_limits<float>::quiet_NaN();
+  const double sign = (c & 0x80) ? -1.0 : 1.0;
+  if ((c & 0x7f) == 0x7f) return static_cast<float>(sign * std::numeric_limits<double>::infinity());
+  return static_cast<float>(sign * std::ldexp(refE4m3Magnitude(c), scaleExp));
+}
+// Nearest finite code to v / 2^scaleExp by exhaustive search (ties: the even
+// code, i.e. even mantissa), saturating at 448; zero is 0x00 whatever its sign.
+inline uint8_t refE4m3Bits(float v, int scaleExp) {
+  if (std::isnan(v)) return 0x80;
+  if (std::isinf(v)) return v > 0 ? 0x7f : 0xff;
+  const double q = std::ldexp(std::fabs(static_cast<double>(v)), -scaleExp);
+  int best = 0;
+  double bestDist = q;
+  for (int c = 1; c <= 0x7e; ++c) {
+    const double d = std::fabs(q - refE4m3Magnitude(static_cast<uint8_t>(c)));
+    if (d < bestDist || (d == bestDist && (c & 1) == 0)) best = c, bestDist = d;
+  }
+  if (best == 0) return 0;
+  return static_cast<uint8_t>(best | (v < 0 ? 0x80 : 0));
+}
+
 // IEEE conversion to the type and back (overflow to Inf): user fp16/bf16 buffers.
 inline float refRoundIeee(float v, core::ValueType t) {
   switch (t) {
@@ -81,7 +110,8 @@ inline float refRoundIeee(float v, core::ValueType t) {
 
 // The wire saturates: a finite v that would round to Inf is sent as the
 // type's largest finite value with v's sign (65504 for fp16).
-inline float refRoundToWire(float v, core::ValueType t) {
+inline float refRoundToWire(float v, core::ValueType t, int scaleExp = 0) {
+  if (t == core::ValueType::kFloat8e4m3) return refE4m3ToFloat(refE4m3Bits(v, scaleExp), scaleExp);
   const float r = refRoundIeee(v, t);
   if (!std::isinf(r) || !std::isfinite(v)) return r;
   const float largest = t == core::ValueType::kFloat16 ? 65504.0f : refBf16ToFloat(0x7f7f);
@@ -95,11 +125,11 @@ inline bool sameFloat(float a, float b) {
 }
 
 constexpr core::ValueType kAllValueTypes[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
-                                              core::ValueType::kBfloat16};
+                                              core::ValueType::kBfloat16, core::ValueType::kFloat8e4m3};
 constexpr spcclDataType_t kAllFloatTypes[] = {spcclFloat32, spcclFloat16, spcclBfloat16};
 
 inline const char* typeName(spcclDataType_t t) {
-  return t == spcclFloat16 ? "fp16" : t == spcclBfloat16 ? "bf16" : "fp32";
+  return t == spcclFloat16 ? "fp16" : t == spcclBfloat16 ? "bf16" : t == spcclFloat8e4m3 ? "fp8" : "fp32";
 }
 inline const char* typeName(core::ValueType t) { return typeName(static_cast<spcclDataType_t>(t)); }
 
