@@ -35,11 +35,23 @@ double log2Rounds(int p) { return p > 1 ? std::ceil(std::log2(static_cast<double
 // independently a position survives the merge if any of the P ranks
 // selected it; re-selection caps that at keepPerRange. A measured value
 // (the previous split call's) is already after re-selection.
-double mergedPerRange(const CostInputs& in) {
-  if (in.mergedPerRange >= 0) return in.mergedPerRange;
+// Compare-bound steps, in bytes-equivalent of the calibrated memory rates,
+// fitted to profiles on the development machine (docs/ALGORITHMS.md): each
+// selected entry's classification and packing in selectPack (a branch taken
+// at random, then scalar stores), and each merged entry of a re-selecting
+// split owner (key, nth_element, drop pass).
+constexpr double kPickBytes = 256;
+constexpr double kReselectBytes = 384;
+
+double mergedBeforeReselection(const CostInputs& in) {
   const double n = static_cast<double>(in.count), p = in.ranks;
   const double d = std::min(1.0, static_cast<double>(in.k) / std::max(1.0, n));
-  const double merged = n / p * (1.0 - std::pow(1.0 - d, p));
+  return n / p * (1.0 - std::pow(1.0 - d, p));
+}
+
+double mergedPerRange(const CostInputs& in) {
+  if (in.mergedPerRange >= 0) return in.mergedPerRange;
+  const double merged = mergedBeforeReselection(in);
   return in.keepPerRange > 0 ? std::min(merged, in.keepPerRange) : merged;
 }
 
@@ -70,6 +82,15 @@ double indexBytesPerPair(int indexEncoding, double len, double nnz) {
   }
 }
 
+double selectPassBytes(double n, double elemBytes, double k) {
+  const double d = std::min(1.0, k / std::max(1.0, n));
+  return n * (elemBytes + 8.0) + 64.0 * (n / 16.0) * (1.0 - std::pow(1.0 - d, 16.0)) + kPickBytes * k;
+}
+
+double pairTrafficBytes(double pairs, double span, double pairBytes) {
+  return pairs * pairBytes + 128.0 * std::min(pairs, span / 16.0);
+}
+
 CostTerms modelTerms(int algorithm, const CostInputs& in) {
   CostTerms t;
   const double p = in.ranks, k = static_cast<double>(in.k), n = static_cast<double>(in.count);
@@ -80,20 +101,24 @@ CostTerms modelTerms(int algorithm, const CostInputs& in) {
   const double mergedPair = indexBytesPerPair(in.indexEncoding, n / p, mergedPerRange(in)) + in.wireBytes;
   t.rounds = rounds(algorithm, in.ranks);
   // Local work. Dense: v = send + residual (read both, write both) and the
-  // reduce-scatter's additions. Sparse: the fused pass reads send and the
-  // residual and writes the new residual; every rank zeroes its output and
-  // accumulates what it receives.
-  const double pass = n * (in.elemBytes + 8.0);
+  // reduce-scatter's additions. Sparse: the fused pass (selectPassBytes);
+  // every rank zeroes its output and accumulates what it receives
+  // (pairTrafficBytes: the pairs plus the output lines they touch).
   if (algorithm == SPCCL_ALGO_DENSE) {
-    t.unpackBytes = pass + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
+    t.unpackBytes = n * (in.elemBytes + 8.0) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
   } else {
-    t.selectBytes = pass;
+    t.selectBytes = selectPassBytes(n, in.elemBytes, k);
     if (algorithm == SPCCL_ALGO_ALLGATHER) {
-      t.unpackBytes = n * 4.0 + p * k * pair;
-    } else {  // owners zero their range, sum ~k pairs into it and scan it for the merged
-              // entries; then every rank unpacks the P ranges
-      t.unpackBytes = n * 4.0 + 8.0 * n / p + k * pair +
-                      p * std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
+      t.unpackBytes = n * 4.0 + p * pairTrafficBytes(k, n, pair);
+    } else {
+      // Owners zero and scan their range (8 n/P), accumulate ~k pairs into it,
+      // and, re-selecting, sort out the merged entries beyond the budget (a
+      // 64-bit key each, nth_element, a pass in index order: kReselectBytes
+      // an entry); then every rank unpacks the P ranges.
+      const double range = n / p, sent = mergedPerRange(in), merged = mergedBeforeReselection(in);
+      const double reselect = in.keepPerRange > 0 && merged > in.keepPerRange ? kReselectBytes * merged : 0.0;
+      t.unpackBytes = n * 4.0 + 8.0 * range + pairTrafficBytes(k, range, pair) + reselect +
+                      p * std::min(pairTrafficBytes(sent, range, mergedPair), range * (in.wireBytes + 8.0));
     }
   }
   if (in.ranks <= 1) return t;
@@ -315,7 +340,9 @@ Status timeAllGather(Transport& t, size_t bytes, int reps, double* seconds) {
 // Seconds per byte of the fused selection pass and of the accumulation, on
 // Gaussian-like data at about 1% density: the minimum of a few passes.
 void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
-  constexpr size_t n = size_t{1} << 21;
+  // 8M floats (32 MiB an array): past the caches, as the buffers worth
+  // compressing are, so the rates are memory's, not the cache's.
+  constexpr size_t n = size_t{1} << 23;
   constexpr size_t capacity = n / 32;
   std::vector<float> send(n), resIn(n), resOut(n), acc(n);
   std::vector<uint32_t> indices(capacity);
@@ -344,8 +371,11 @@ void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
     host::unpackAccumulate(indices.data(), values.data(), core::ValueType::kFloat32, nnz, acc.data(), 0);
     unpackTimes.push_back(since(t1));
   }
-  *selectPerByte = fastest(selectTimes) / (static_cast<double>(n) * (4.0 + 8.0));
-  *unpackPerByte = fastest(unpackTimes) / (static_cast<double>(n) * 4.0 + static_cast<double>(nnz) * 8.0);
+  // Per byte as modelTerms counts them, so the model's terms times these
+  // rates reproduce the timed passes.
+  const double nd = static_cast<double>(n), kd = static_cast<double>(nnz);
+  *selectPerByte = fastest(selectTimes) / selectPassBytes(nd, 4.0, kd);
+  *unpackPerByte = fastest(unpackTimes) / (nd * 4.0 + pairTrafficBytes(kd, nd, 8.0));
 }
 
 }  // namespace

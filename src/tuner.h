@@ -52,6 +52,17 @@ struct CostTerms {
   double unpackBytes = 0;  // bytes of local accumulation
 };
 
+// Bytes-equivalent of the fused selection pass over n elements of elemBytes
+// with k selected: the stream (input and residual read, residual written:
+// n (e + 8)), the 16-element blocks holding a candidate, which are revisited
+// element by element (64 bytes each; 1 - (1 - k/n)^16 of the n/16 blocks),
+// and 256 per selected entry (its classification and packing).
+double selectPassBytes(double n, double elemBytes, double k);
+// Bytes-equivalent of accumulating `pairs` pairs of pairBytes spread over
+// `span` output elements: the pairs read, and each 64-byte output line they
+// touch read and written back (128 bytes; at most span / 16 lines).
+double pairTrafficBytes(double pairs, double span, double pairBytes);
+
 CostTerms modelTerms(int algorithm, const CostInputs& in);
 // Bytes one rank sends to others for one call (headers and size exchanges included).
 double modelBytes(int algorithm, const CostInputs& in);

@@ -99,28 +99,42 @@ TEST(Tuner, ChoosesDenseWhenDenseAndSparseWhenSparse) {
   EXPECT_NE(chooseAlgorithm({4, n, static_cast<uint64_t>(std::ceil(0.01 * n)), 4, 2}), SPCCL_ALGO_DENSE);
 }
 
-// Local work per rank (bytes), P=4, n=1000, k=10, fp32 in and on the wire:
-//   selection (sparse only)   = n * (4 + 8)                        = 12000
-//   dense accumulation        = n * (4 + 8) + (P-1)/P * n * 4       = 15000
-//   allgather accumulation    = n * 4 + P * k * 8                   = 4320
-//   split accumulation        = n * 4 + 8 n/P + k * 8 + P * min(m * 8, n/P * 4)
+// Local work per rank (bytes), P=4, n=1000, k=10, fp32 in and on the wire,
+// 32-bit indices (pair = 8 bytes):
+//   selection (sparse only)   = n * (4 + 8) + 64 * n/16 * (1 - 0.99^16) + 256 k   (candidate blocks, picks)
+//   dense accumulation        = n * (4 + 8) + (P-1)/P * n * 4              = 15000
+//   allgather accumulation    = n * 4 + P * (k * 8 + 128 * k)              = 9440
+//     (each pair touches its own output line: k < n/16)
+//   split accumulation        = n * 4 + 8 n/P + (k * 8 + 128 * k) + P * min(136 m, n/P * 12)
 TEST(Tuner, LocalWorkTerms) {
   const CostInputs in{4, 1000, 10, 4, 4};
   const CostTerms d = modelTerms(SPCCL_ALGO_DENSE, in), a = modelTerms(SPCCL_ALGO_ALLGATHER, in),
                   s = modelTerms(SPCCL_ALGO_SPLIT, in);
+  const double select = 12000.0 + 64.0 * 62.5 * (1.0 - std::pow(0.99, 16)) + 2560.0;
   EXPECT_DOUBLE_EQ(d.selectBytes, 0.0);
   EXPECT_DOUBLE_EQ(d.unpackBytes, 15000.0);
-  EXPECT_DOUBLE_EQ(a.selectBytes, 12000.0);
-  EXPECT_DOUBLE_EQ(a.unpackBytes, 4320.0);
+  EXPECT_DOUBLE_EQ(a.selectBytes, select);
+  EXPECT_DOUBLE_EQ(a.unpackBytes, 9440.0);
   const double m = 250.0 * (1.0 - std::pow(0.99, 4));
-  EXPECT_DOUBLE_EQ(s.selectBytes, 12000.0);
-  EXPECT_NEAR(s.unpackBytes, 4000.0 + 2000.0 + 80.0 + 4 * m * 8.0, 1e-9);
+  EXPECT_DOUBLE_EQ(s.selectBytes, select);
+  EXPECT_NEAR(s.unpackBytes, 4000.0 + 2000.0 + 1360.0 + 4 * 136.0 * m, 1e-9);
+  // Re-selecting below the merge (keep 3 < m) adds 384 bytes per merged entry
+  // and unpacks only the kept pairs.
+  CostInputs r = in;
+  r.keepPerRange = 3;
+  EXPECT_NEAR(modelTerms(SPCCL_ALGO_SPLIT, r).unpackBytes, 4000.0 + 2000.0 + 1360.0 + 384.0 * m + 4 * 136.0 * 3,
+              1e-9);
+  // Denser than one pair per output line: lines, not pairs, bound the traffic.
+  EXPECT_DOUBLE_EQ(pairTrafficBytes(1000, 1600, 8.0), 8000.0 + 128.0 * 100);
+  // The candidate-block term grows with the density and saturates at 64 n/16.
+  EXPECT_LT(selectPassBytes(1e6, 4, 1e3), selectPassBytes(1e6, 4, 1e5));
+  EXPECT_DOUBLE_EQ(selectPassBytes(1e6, 4, 1e6), 12e6 + 4e6 + 256e6);
   // Rounds as docs/ALGORITHMS.md states: 2(P-1)+log2 P, (P-1)+log2 P, 2(P-1)+3 log2 P.
   EXPECT_DOUBLE_EQ(d.rounds, 8.0);
   EXPECT_DOUBLE_EQ(a.rounds, 5.0);
   EXPECT_DOUBLE_EQ(s.rounds, 12.0);
   // fp16 user data: the pass reads 2-byte inputs.
-  EXPECT_DOUBLE_EQ(modelTerms(SPCCL_ALGO_ALLGATHER, {4, 1000, 10, 2, 2}).selectBytes, 10000.0);
+  EXPECT_DOUBLE_EQ(modelTerms(SPCCL_ALGO_ALLGATHER, {4, 1000, 10, 2, 2}).selectBytes, select - 2000.0);
 
   // modelSeconds is exactly the weighted sum of the four terms.
   const CostModel w{1e-6, 1e-9, 2e-10, 5e-11};
