@@ -22,6 +22,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "size_arg.h"
+
 namespace spccl::perf {
 namespace {
 
@@ -235,25 +237,11 @@ T parseNamed(char flag, const char* arg, const Named<T> (&table)[N]) {
                              joinNames(table).c_str()));
 }
 
-// Bytes with an optional K, M or G suffix (powers of 1024, as nccl-tests).
 size_t parseSize(char flag, const char* arg) {
-  const UsageError error(
-      strPrintf("-%c: expected a size in bytes with an optional K/M/G suffix, got '%s'", flag, arg));
-  if (!std::isdigit(static_cast<unsigned char>(arg[0]))) throw error;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(arg, &end, 10);
-  if (errno == ERANGE) throw error;
-  unsigned shift = 0;
-  switch (std::tolower(static_cast<unsigned char>(*end))) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    default: break;
-  }
-  if (shift != 0) ++end;
-  if (*end != '\0' || value > (SIZE_MAX >> shift)) throw error;
-  return static_cast<size_t>(value) << shift;
+  size_t bytes = 0;
+  if (!parseSizeArg(arg, &bytes))
+    throw UsageError(strPrintf("-%c: expected a size in bytes with an optional K/M/G suffix, got '%s'", flag, arg));
+  return bytes;
 }
 
 long parseInteger(char flag, const char* arg, long min, long max) {

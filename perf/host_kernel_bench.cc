@@ -18,17 +18,9 @@
 #include <vector>
 
 #include "kernels/host/host_kernels.h"
+#include "size_arg.h"
 
 namespace {
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (end && (*end == 'K' || *end == 'k')) v *= 1024;
-  if (end && (*end == 'M' || *end == 'm')) v *= 1024 * 1024;
-  if (end && (*end == 'G' || *end == 'g')) v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
 
 template <typename F>
 double seconds(F&& f) {
@@ -51,7 +43,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--floats" && i + 1 < argc) {
-      n = parseSize(argv[++i]);
+      if (!spccl::perf::parseSizeArg(argv[++i], &n)) {
+        std::fprintf(stderr, "--floats: expected a count with an optional K/M/G suffix, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (a == "--iters" && i + 1 < argc) {
       iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--density" && i + 1 < argc) {

@@ -18,6 +18,7 @@
 #include "include/spccl.h"
 #include "src/codec.h"
 #include "src/tuner.h"
+#include "size_arg.h"
 
 namespace {
 
@@ -40,15 +41,6 @@ std::vector<double> parseList(const char* s) {
     p = *end == ',' ? end + 1 : end;
   }
   return out;
-}
-
-uint64_t parseCount(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (*end == 'K') v *= 1 << 10;
-  if (*end == 'M') v *= 1 << 20;
-  if (*end == 'G') v *= 1 << 30;
-  return static_cast<uint64_t>(v);
 }
 
 void usage(const char* argv0) {
@@ -82,7 +74,11 @@ int main(int argc, char** argv) {
     switch (c) {
       case 's': o.selectTBps = std::atof(optarg); break;
       case 'l': o.latencyUs = std::atof(optarg); break;
-      case 'n': o.count = parseCount(optarg); break;
+      case 'n': {  // 0 (refused below) when it is not a count
+        size_t count = 0;
+        o.count = spccl::perf::parseSizeArg(optarg, &count) ? count : 0;
+        break;
+      }
       case 'd': o.densities = parseList(optarg); break;
       case 'g': o.linksGbps = parseList(optarg); break;
       case 'p': {
