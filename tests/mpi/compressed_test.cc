@@ -235,8 +235,7 @@ void ReferenceCheck::checkFirstCall(int algorithm, spcclDataType_t wire, spcclRe
   std::vector<int> ownerScale(n, 0);
   if (ownerMayRound && wire == spcclFloat8e4m3) {
     for (size_t o = 0; o < P; ++o) {
-      const size_t base = n / P, rem = n % P;
-      const size_t b = o * base + std::min(o, rem), e = (o + 1) * base + std::min(o + 1, rem);
+      const size_t b = splitRangeBegin(n, P, o), e = splitRangeBegin(n, P, o + 1);
       float most = 0.0f;
       for (size_t i = b; i < e; ++i)
         if (std::isfinite(ref[i])) most = std::max(most, std::fabs(ref[i]));
