@@ -1,9 +1,11 @@
 #include "src/device.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <mpi.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #if __has_include(<mpi-ext.h>)
@@ -29,17 +31,40 @@ PointerGetAttribute driverQuery() {
   return fn;
 }
 
+// How many objects the dynamic loader has ever loaded (glibc's dlpi_adds, an
+// in-memory counter); 0 when this libc does not say.
+unsigned long long loadedObjectsEver() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* out) -> int {
+        if (size >= offsetof(dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+          *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // the first object carries the counter: stop there
+      },
+      &adds);
+  return adds;
+}
+
 }  // namespace
 
 bool isDevicePointer(const void* p) {
   if (p == nullptr) return false;
   // Found once, kept (libcuda is never unloaded); looked up again while it
-  // is absent, since the application may load it after our first call.
+  // is absent, since the application may load it after our first call, but
+  // only when the loader has loaded something since the last look: a
+  // dlopen(RTLD_NOLOAD) of a library that is not there walks the search
+  // path on disk (tens of microseconds, on every compressed call).
   static std::atomic<PointerGetAttribute> cached{nullptr};
+  static std::atomic<unsigned long long> absentAt{0};  // loader count at the last failed look
   PointerGetAttribute query = cached.load(std::memory_order_acquire);
   if (query == nullptr) {
+    const unsigned long long adds = loadedObjectsEver();
+    if (adds != 0 && adds == absentAt.load(std::memory_order_relaxed)) return false;
     query = driverQuery();
-    if (query == nullptr) return false;
+    if (query == nullptr) {
+      absentAt.store(adds, std::memory_order_relaxed);
+      return false;
+    }
     cached.store(query, std::memory_order_release);
   }
   unsigned type = 0;
