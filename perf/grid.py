@@ -6,7 +6,14 @@ perf/allreduce_perf once per fixed algorithm (dense, allgather, split) and once
 with auto, reads each run's JSON (-J), and prints a markdown table: each
 algorithm's median time, auto's pick, auto / best fixed, and whether that is
 within the tolerance. Auto runs with SPCCL_CALIBRATE=1 unless --no-calibrate
-(the first run per rank count measures and caches, the rest reuse the cache).
+(the first run per rank count measures and caches, the rest reuse the cache),
+and with SPCCL_AUTO_TRIALS=--trials (default 2; 0 = the model alone picks):
+every run then gets at least 1 + 3 x trials warm-up calls, so auto's timed
+calls come after it has settled.
+
+Every run also times MPI_Allreduce on the same data right after its own
+calls; the "normalized" column compares each algorithm's time over its own
+run's MPI_Allreduce, which cancels load that changes between runs.
 
   perf/grid.py --build build --sizes 64K,1M,16M,256M --densities 0.001,0.01,0.1 --ranks 2,4,8
   perf/grid.py --build build --sizes 1M,16M --densities 0.01 --ranks 4 -n 5 -w 2 --json out.json
@@ -41,11 +48,15 @@ def size_label(n):
     return str(n)
 
 
+def warmup_calls(args):
+    return max(args.warmup, 1 + 3 * args.trials)
+
+
 def run_one(args, np_, size, density, algo, tmpdir):
     out = os.path.join(tmpdir, f"r{np_}_{size}_{density}_{algo}.json")
     binary = os.path.join(args.build, "perf", "allreduce_perf")
     bench = [binary, "-b", str(size), "-e", str(size), "-D", str(density), "-a", algo,
-             "-n", str(args.iters), "-w", str(args.warmup), "-c", "0", "-J", out]
+             "-n", str(args.iters), "-w", str(warmup_calls(args)), "-c", "0", "-J", out]
     if args.launcher:
         cmd = shlex.split(args.launcher.format(np=np_)) + bench
     else:
@@ -53,6 +64,8 @@ def run_one(args, np_, size, density, algo, tmpdir):
     env = dict(os.environ)
     if algo == "auto" and not args.no_calibrate:
         env["SPCCL_CALIBRATE"] = "1"
+    if algo == "auto":
+        env["SPCCL_AUTO_TRIALS"] = str(args.trials)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode != 0 or not os.path.exists(out):
         sys.stderr.write(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-2000:]}{res.stderr[-2000:]}\n")
@@ -63,7 +76,7 @@ def run_one(args, np_, size, density, algo, tmpdir):
 
 
 HEADER = ("| ranks | size | density | dense (ms) | allgather (ms) | split (ms) | auto (ms) | fastest fixed | "
-          "auto took | auto / fastest | within {tol}% |\n|---|---|---|---|---|---|---|---|---|---|---|")
+          "auto took | auto / fastest | within {tol}% | normalized |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def render(point, tolerance):
@@ -74,15 +87,24 @@ def render(point, tolerance):
     took = point["auto_algo"]
     mark = "" if took == fastest else " (other)"
     return (f"| {point['ranks']} | {size_label(point['size'])} | {point['density']:g} | " + " | ".join(cells) +
-            f" | {fastest} | {took}{mark} | {point['auto_over_best']:.2f} | {'yes' if point['within'] else 'NO'} |")
+            f" | {fastest} | {took}{mark} | {point['auto_over_best']:.2f} | {'yes' if point['within'] else 'NO'} | "
+            f"{normalized_cell(point)} |")
+
+
+def normalized_cell(point):
+    r = point.get("normalized_auto_over_best")
+    return "-" if r is None else f"{r:.2f}"
 
 
 def summary(points, tolerance):
     within = sum(1 for p in points if p["within"])
     same = sum(1 for p in points
                if p["auto_algo"] == min((a for a in ALGOS[:3] if a in p["times_us"]), key=p["times_us"].get))
+    norm = [p for p in points if p.get("normalized_auto_over_best") is not None]
+    norm_within = sum(1 for p in norm if p["normalized_auto_over_best"] <= 1.0 + tolerance)
     return (f"{within} of {len(points)} points within {round(100 * tolerance)}% of the fastest fixed algorithm; "
-            f"auto took the fastest fixed algorithm at {same} of {len(points)}")
+            f"auto took the fastest fixed algorithm at {same} of {len(points)}; normalized by each run's own "
+            f"MPI_Allreduce, {norm_within} of {len(norm)} within {round(100 * tolerance)}%")
 
 
 def main():
@@ -97,6 +119,7 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.10, help="auto may be this much slower than the best")
     ap.add_argument("--launcher", help="command before the binary instead of mpirun; {np} is the rank count")
     ap.add_argument("--no-calibrate", action="store_true", help="auto with the default model (no SPCCL_CALIBRATE)")
+    ap.add_argument("--trials", type=int, default=2, help="SPCCL_AUTO_TRIALS for auto (0: the model alone picks)")
     ap.add_argument("--json", help="also write every point as JSON here")
     ap.add_argument("--render", help="print the table of an earlier run's --json file; run nothing")
     args = ap.parse_args()
@@ -118,7 +141,7 @@ def main():
         for np_ in ranks:
             for size in sizes:
                 for density in densities:
-                    best = {}
+                    best, rel = {}, {}  # rel: time over the same run's MPI_Allreduce
                     took = "?"
                     for _ in range(args.repeat):
                         for algo in ALGOS:
@@ -126,20 +149,27 @@ def main():
                             if row is None or row.get("time_us") is None:
                                 continue
                             t = row["time_us"]
+                            d = row.get("dense_time_us")
+                            if d:
+                                rel[algo] = min(rel.get(algo, float("inf")), t / d)
                             if algo not in best or t < best[algo]:
                                 best[algo] = t
                                 if algo == "auto":
                                     took = row["algo"]
                     fixed = [best[a] for a in ALGOS[:3] if a in best]
                     if "auto" not in best or not fixed:
-                        print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | |")
+                        print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | |")
                         misses += 1
                         continue
                     ratio = best["auto"] / min(fixed)
                     ok = ratio <= 1.0 + args.tolerance
                     misses += 0 if ok else 1
+                    rel_fixed = [rel[a] for a in ALGOS[:3] if a in rel]
+                    norm = rel["auto"] / min(rel_fixed) if "auto" in rel and rel_fixed else None
                     points.append({"ranks": np_, "size": size, "density": density, "times_us": best,
-                                   "auto_algo": took, "auto_over_best": ratio, "within": ok})
+                                   "auto_algo": took, "auto_over_best": ratio, "within": ok,
+                                   "normalized_auto_over_best": norm, "over_own_mpi": rel,
+                                   "trials": args.trials, "warmup": warmup_calls(args)})
                     print(render(points[-1], args.tolerance), flush=True)
     failed = misses - sum(1 for p in points if not p["within"])
     print("\n" + summary(points, args.tolerance) + (f"; {failed} points failed to run" if failed else ""))

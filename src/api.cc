@@ -327,8 +327,9 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     c->ranks = t->size();
     c->transport = std::move(t);
     c->params = params;
-    std::string modelOrigin;  // collective: SPCCL_CALIBRATE / SPCCL_NET_* (src/tuner.h)
-    SPCCL_RETURN_IF_ERROR(resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin));
+    std::string modelOrigin;  // collective: SPCCL_CALIBRATE / SPCCL_NET_* / SPCCL_AUTO_TRIALS (src/tuner.h)
+    SPCCL_RETURN_IF_ERROR(
+        resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin, &c->params.autoTrials));
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};
     {
       std::lock_guard<std::mutex> lock(registry().mu);

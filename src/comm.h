@@ -63,6 +63,21 @@ struct spcclCompressor {
   } profile;
   int profileRank = 0;
 
+  // SPCCL_AUTO_TRIALS on the host path: call 0 takes the model's pick (it
+  // also pays the first threshold estimate); calls 1 .. C*T run the C
+  // candidates one after another, T calls each (a block per candidate: the
+  // first call after a switch pays for the switch), each call after a
+  // one-float allreduce that lines the ranks up, and time themselves; then
+  // one MAX allreduce turns each trial's per-rank times into the
+  // collective's time (its slowest rank), and the candidate with the fastest
+  // trial is kept on every rank alike, for the compressor's life.
+  struct AutoTuning {
+    uint64_t calls = 0;           // auto calls so far (the same count on every rank)
+    std::vector<int> candidates;  // trialCandidates() at call 1
+    std::vector<float> seconds;   // this rank's time of trial call i (infinite if it failed)
+    int settled = -1;             // SPCCL_ALGO_*, once settled
+  } autoTuning;
+
   ~spcclCompressor();
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
   // k = ceil(density * count), at least 1; and the most finite pairs one call
@@ -77,7 +92,12 @@ struct spcclCompressor {
   spccl::Status select(const void* sendbuff, uint64_t* nnz);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
-  spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op);
+  // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one. *trial: the index in
+  // autoTuning.candidates when this call is a timed trial, else -1.
+  int autoAlgorithm(int ranks, int* trial);
+  spccl::Status settleAutoTrials();
+  spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
+                            int algorithm);
   spccl::Status denseReduce(spccl::Transport& t, const void* sendbuff, float* out);
 };
 

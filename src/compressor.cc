@@ -121,13 +121,81 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
 }
 
+int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
+  *trial = -1;
+  const core::ValueType wire = toValueType(config.wireValueType);
+  CostInputs in{ranks, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
+                mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
+  const int trials = comm->params.autoTrials;
+  AutoTuning& a = autoTuning;
+  const uint64_t call = a.calls++;
+  if (a.settled >= 0) return a.settled;
+  if (trials > 0 && call >= 1) {
+    if (a.candidates.empty()) {
+      a.candidates = trialCandidates(in, comm->costModel);
+      a.seconds.assign(a.candidates.size() * static_cast<size_t>(trials), std::numeric_limits<float>::infinity());
+      SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d call(s) each before settling; %s",
+                 a.candidates.size(), a.candidates.size() > 1 ? trials : 0, explainChoice(in, comm->costModel).c_str());
+      if (a.candidates.size() == 1) return a.settled = a.candidates[0];  // nothing to compare
+    }
+    *trial = static_cast<int>((call - 1) / static_cast<uint64_t>(trials));
+    return a.candidates[static_cast<size_t>(*trial)];
+  }
+  const int algorithm = chooseAlgorithm(in, comm->costModel);
+  if (stats.calls == 0 || stats.lastAlgorithm != algorithm)  // why, once per change of mind
+    SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
+  return algorithm;
+}
+
+Status spcclCompressor::settleAutoTrials() {
+  AutoTuning& a = autoTuning;
+  std::vector<float> slowest(a.seconds.size());  // per trial call: the slowest rank's time
+  SPCCL_RETURN_IF_ERROR(
+      comm->transport->allReduceDense(a.seconds.data(), slowest.data(), slowest.size(), spcclFloat32, spcclMax));
+  // Trial call i ran candidate i / T; each candidate's fastest call counts.
+  const size_t c = a.candidates.size(), t = static_cast<size_t>(comm->params.autoTrials);
+  std::vector<float> fastest(c, std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < slowest.size(); ++i) fastest[i / t] = std::min(fastest[i / t], slowest[i]);
+  a.settled = pickMeasured(a.candidates, fastest.data());
+  std::string times;
+  for (size_t i = 0; i < c; ++i)
+    times += formatString(" %s %.4g ms;", algorithmName(a.candidates[i]), 1e3 * static_cast<double>(fastest[i]));
+  SPCCL_INFO(comm->rank, "auto: measured (fastest of %d calls, each the slowest rank's time):%s -> %s",
+             comm->params.autoTrials, times.c_str(), algorithmName(a.settled));
+  return Status::ok();
+}
+
 Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
-  if (!comm->params.profile) return allReduceOn(*comm->transport, sendbuff, recvbuff, op);
-  TimedTransport timed(*comm->transport, &profile.communication);
-  const auto t0 = std::chrono::steady_clock::now();
-  const Status s = allReduceOn(timed, sendbuff, recvbuff, op);
-  profile.total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ++profile.calls;
+  using Clock = std::chrono::steady_clock;
+  int trial = -1;
+  const int algorithm = config.algorithm == SPCCL_ALGO_AUTO ? autoAlgorithm(comm->ranks, &trial) : config.algorithm;
+  if (trial >= 0) {  // line the ranks up, so each rank's time is the collective's from a common start
+    float one = 1.0f, sum = 0.0f;
+    SPCCL_RETURN_IF_ERROR(comm->transport->allReduceDense(&one, &sum, 1, spcclFloat32, spcclSum));
+  }
+  const bool timed = comm->params.profile || trial >= 0;
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  Status s;
+  if (comm->params.profile) {
+    TimedTransport timedTransport(*comm->transport, &profile.communication);
+    s = allReduceOn(timedTransport, sendbuff, recvbuff, op, algorithm);
+  } else {
+    s = allReduceOn(*comm->transport, sendbuff, recvbuff, op, algorithm);
+  }
+  const double seconds = timed ? std::chrono::duration<double>(Clock::now() - t0).count() : 0;
+  if (comm->params.profile) {
+    profile.total += seconds;
+    ++profile.calls;
+  }
+  if (trial < 0) return s;
+  AutoTuning& a = autoTuning;
+  const uint64_t trialCall = a.calls - 2;  // call 1 is trial call 0
+  if (s.isOk()) a.seconds[trialCall] = static_cast<float>(seconds);
+  // The last trial call (counted alike on every rank, failed or not) settles.
+  if (trialCall + 1 == a.seconds.size()) {
+    const Status settled = settleAutoTrials();
+    if (s.isOk()) return settled;
+  }
   return s;
 }
 
@@ -144,20 +212,12 @@ spcclCompressor::~spcclCompressor() {
              100 * profile.communication / profile.total, 1e3 * local / n, 100 * local / profile.total);
 }
 
-Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
+Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
+                                    int algorithm) {
   const int p = t.size();
   const uint64_t seq = comm->seq++;
   const core::ValueType wire = toValueType(config.wireValueType);
   callUpdates = 0;
-
-  int algorithm = config.algorithm;
-  if (algorithm == SPCCL_ALGO_AUTO) {
-    CostInputs in{p, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
-                  mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(p))};
-    algorithm = chooseAlgorithm(in, comm->costModel);
-    if (stats.calls == 0 || stats.lastAlgorithm != algorithm)  // why, once per change of mind
-      SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
-  }
   // fp32 results accumulate straight into the user's buffer (the input has
   // been consumed by the fused pass first, so in-place is safe).
   float* out = static_cast<float*>(recvbuff);

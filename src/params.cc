@@ -65,6 +65,11 @@ constexpr ParamSpec kParamSpecs[] = {
      "Cost model for SPCCL_ALGO=auto: 1 = measure links and host selection at communicator creation, or reuse "
      "the cached result for this host set and rank count; 2 = always measure; 0 = defaults (docs/ALGORITHMS.md).",
      [](Params* p, double v) { p->calibrate = static_cast<int>(v); }},
+    {"SPCCL_AUTO_TRIALS", ParamType::kInt, "0", 0, 1000, false, nullptr,
+     "SPCCL_ALGO=auto, host path: after its first call each compressor times every algorithm the model leaves in "
+     "the running (modelled within 8x of its best) on this many calls each and keeps the one with the fastest call "
+     "(each call timed on its slowest rank); 0 = the model alone decides (reproducible picks).",
+     [](Params* p, double v) { p->autoTrials = static_cast<int>(v); }},
     {"SPCCL_NET_GBPS", ParamType::kFloat, "0", 0, 1e6, false, nullptr,
      "Link bandwidth per rank in Gbit/s for the cost model (overrides calibration); 0 = not set.",
      [](Params* p, double v) { p->netGbps = v; }},
@@ -212,13 +217,13 @@ std::string describeParams(const Params& p) {
   static const char* kLevels[] = {"NONE", "WARN", "INFO", "TRACE"};
   return formatString(
       "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
-      "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_NET_GBPS=%g "
-      "SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
+      "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_AUTO_TRIALS=%d "
+      "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
       "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
       "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
       p.disable ? 1 : 0, kLevels[static_cast<int>(p.debug)], static_cast<double>(p.allreduceDensity),
       p.thresholdInterval, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
-      algorithmName(p.algorithm), p.calibrate, p.netGbps, p.netLatencyUs, valueTypeName(p.valueType),
+      algorithmName(p.algorithm), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs, valueTypeName(p.valueType),
       static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),
       static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
       p.rowSparseAlgorithm == kRowSparseAllgather   ? "allgather"

@@ -24,6 +24,7 @@ struct Params {
   bool errorFeedback = true;
   int algorithm = 0;  // SPCCL_ALGO_*
   int calibrate = 0;        // SPCCL_CALIBRATE: 0 off, 1 measure or reuse the cache, 2 always measure
+  int autoTrials = 0;       // SPCCL_AUTO_TRIALS: timed calls per candidate before auto settles; 0 model only
   double netGbps = 0;       // SPCCL_NET_GBPS; 0: not set
   double netLatencyUs = 0;  // SPCCL_NET_LATENCY_US; 0: not set
   core::ValueType valueType = core::ValueType::kFloat32;

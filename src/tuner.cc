@@ -153,6 +153,30 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
   return best;
 }
 
+std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m) {
+  // chooseAlgorithm's tie order, then a stable sort by modelled time.
+  std::vector<int> order = {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE};
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return modelSeconds(a, in, m) < modelSeconds(b, in, m); });
+  const double limit = kTrialPruneFactor * modelSeconds(order.front(), in, m);
+  std::vector<int> out;
+  for (int a : order)
+    if (a == order.front() || modelSeconds(a, in, m) <= limit) out.push_back(a);
+  std::stable_partition(out.begin(), out.end(), [](int a) { return a != SPCCL_ALGO_DENSE; });
+  return out;
+}
+
+int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
+  size_t best = 0;
+  bool found = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!std::isfinite(seconds[i])) continue;
+    if (!found || seconds[i] < seconds[best]) best = i;
+    found = true;
+  }
+  return candidates.empty() ? SPCCL_ALGO_ALLGATHER : candidates[best];
+}
+
 std::string explainChoice(const CostInputs& in, const CostModel& m) {
   std::string out = formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks,
                                  static_cast<unsigned long long>(in.count), static_cast<unsigned long long>(in.k),
@@ -422,17 +446,21 @@ Status measureCostModel(Transport& t, CostModel* out) {
 }
 
 Status resolveCostModel(Transport& t, const Params& p, const std::function<const char*(const char*)>& env,
-                        CostModel* out, std::string* origin) {
+                        CostModel* out, std::string* origin, int* autoTrials) {
   const int ranks = t.size(), rank = t.rank();
   // Rank 0's settings decide: the choice must agree on every rank, or the
   // call descriptor check would reject every auto call.
-  const double mine[4] = {static_cast<double>(p.calibrate), p.netGbps, p.netLatencyUs, 0};
+  const double mine[4] = {static_cast<double>(p.calibrate), p.netGbps, p.netLatencyUs,
+                          static_cast<double>(p.autoTrials)};
   std::vector<double> all(4 * static_cast<size_t>(ranks));
   SPCCL_RETURN_IF_ERROR(t.allGather(mine, sizeof mine, all.data()));
   const int calibrate = static_cast<int>(all[0]);
   const double gbps = all[1], latencyUs = all[2];
+  if (autoTrials) *autoTrials = static_cast<int>(all[3]);
   if (std::memcmp(mine, all.data(), sizeof mine) != 0)
-    SPCCL_WARN(rank, "SPCCL_CALIBRATE/SPCCL_NET_GBPS/SPCCL_NET_LATENCY_US differ from rank 0's; rank 0's are used");
+    SPCCL_WARN(rank,
+               "SPCCL_CALIBRATE/SPCCL_NET_GBPS/SPCCL_NET_LATENCY_US/SPCCL_AUTO_TRIALS differ from rank 0's; rank 0's "
+               "are used");
 
   CostModel m;
   std::string from = "defaults";
@@ -476,8 +504,9 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
   return Status::ok();
 }
 
-Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin) {
-  return resolveCostModel(t, p, [](const char* name) -> const char* { return std::getenv(name); }, out, origin);
+Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin, int* autoTrials) {
+  return resolveCostModel(t, p, [](const char* name) -> const char* { return std::getenv(name); }, out, origin,
+                          autoTrials);
 }
 
 }  // namespace spccl

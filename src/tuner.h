@@ -69,6 +69,21 @@ double modelBytes(int algorithm, const CostInputs& in);
 double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m = {});
 // SPCCL_ALGO_DENSE, _ALLGATHER or _SPLIT. Ties go to allgather, then split.
 int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
+// SPCCL_AUTO_TRIALS (docs/ALGORITHMS.md "Measured choice"): the algorithms
+// auto times before it settles are those whose modelled time is at most
+// kTrialPruneFactor times the model's best, in the order they are tried: the
+// sparse ones fastest-modelled first, then dense. Dense goes last because it
+// empties the residual, which would make the sparse call after it cheaper
+// than a sparse call ever is in steady state. The factor keeps a model that
+// is off by a few times from ruling out the real winner, while an algorithm
+// modelled an order of magnitude slower (dense on a slow link) costs no
+// trial calls.
+constexpr double kTrialPruneFactor = 8;
+std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m);
+// The candidate with the least time (seconds[i] belongs to candidates[i]).
+// Ties go to the earlier candidate; a non-finite time never wins; none
+// finite: candidates[0].
+int pickMeasured(const std::vector<int>& candidates, const float* seconds);
 // One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
 // and its parts, and the pick.
 std::string explainChoice(const CostInputs& in, const CostModel& m);
@@ -107,15 +122,17 @@ bool writeCalibrationCache(const std::string& path, const std::string& key, int 
 // every rank returns bitwise the same model.
 Status measureCostModel(Transport& t, CostModel* out);
 
-// Communicator creation: rank 0's SPCCL_CALIBRATE / SPCCL_NET_* settings
-// decide for every rank (one small allgather); with SPCCL_CALIBRATE=1 the
-// model comes from rank 0's cache file or, failing that, from
+// Communicator creation: rank 0's SPCCL_CALIBRATE / SPCCL_NET_* /
+// SPCCL_AUTO_TRIALS settings decide for every rank (one small allgather;
+// *autoTrials, when given, gets rank 0's trial count); with SPCCL_CALIBRATE=1
+// the model comes from rank 0's cache file or, failing that, from
 // measureCostModel (then rank 0 writes the cache); =2 always measures.
 // SPCCL_NET_* override the wire parameters last. *origin says where each
 // part came from. Collective: every rank must call it.
 Status resolveCostModel(Transport& t, const Params& p, const std::function<const char*(const char*)>& env,
-                        CostModel* out, std::string* origin);
+                        CostModel* out, std::string* origin, int* autoTrials = nullptr);
 // The same, reading XDG_CACHE_HOME and HOME from the process environment.
-Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin);
+Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin,
+                        int* autoTrials = nullptr);
 
 }  // namespace spccl

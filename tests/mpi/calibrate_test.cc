@@ -96,6 +96,7 @@ TEST(Calibrate, RankZeroSettingsWin) {
   ScopedEnv calibrate("SPCCL_CALIBRATE", rank == 0 ? "2" : "0");
   ScopedEnv gbps("SPCCL_NET_GBPS", std::to_string(10 * (rank + 1)));
   ScopedEnv latency("SPCCL_NET_LATENCY_US", rank == 0 ? "7" : "0");
+  ScopedEnv trials("SPCCL_AUTO_TRIALS", std::to_string(rank + 1));  // the trial schedule must agree too
   ScopedEnv debug("SPCCL_DEBUG", "NONE");  // the mismatch warning is expected
   Comm comm;
   ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI, mixed settings"));
@@ -104,6 +105,7 @@ TEST(Calibrate, RankZeroSettingsWin) {
   EXPECT_DOUBLE_EQ(m.beta, 8.0 / 10e9) << show(m);
   EXPECT_DOUBLE_EQ(m.alpha, 7e-6) << show(m);
   EXPECT_GT(m.gammaSelect, 0.0) << "rank 0 asked for calibration: " << show(m);
+  EXPECT_EQ(comm.c->params.autoTrials, 1) << "rank 0's SPCCL_AUTO_TRIALS";
 }
 
 TEST(Calibrate, UnwritableCacheIsNotAnError) {
@@ -196,6 +198,77 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
   EXPECT_EQ(picked[1], SPCCL_ALGO_DENSE);
   EXPECT_NE(picked[2], SPCCL_ALGO_DENSE);
   EXPECT_EQ(picked[3], SPCCL_ALGO_ALLGATHER);  // fewest rounds
+}
+
+// SPCCL_AUTO_TRIALS=2 (set on the communicator's params, as at creation):
+// call 0 takes the model's pick, calls 1..2C run the C candidates two each,
+// then every rank settles on the same one and keeps it; through every switch
+// the outputs stay bitwise equal across ranks and nothing is lost. The model
+// is one where rounds dominate, so all three algorithms are candidates. Which
+// one wins is a matter of timing and is not asserted (tests/unit/tuner_test
+// checks the pick from given times).
+TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  const int p = worldSize(), rank = worldRank();
+  const size_t n = size_t{1} << 16;
+  comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // 0.1 s per round
+  comm.c->params.autoTrials = 2;
+  spcclCompressConfig_t cfg;
+  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  cfg.density = 0.01f;
+  cfg.algorithm = SPCCL_ALGO_AUTO;
+  const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * n));
+  CostInputs inputs{p, n, k, 4, 4, -1, 0};
+  inputs.keepPerRange = std::ceil(static_cast<double>(k) / p);
+  const std::vector<int> candidates = trialCandidates(inputs, comm.c->costModel);
+  if (p > 1) {
+    ASSERT_EQ(candidates.size(), 3u) << "the test wants every algorithm timed";
+  }
+  const size_t c = candidates.size(), trialCalls = c > 1 ? 2 * c : 0, calls = 1 + trialCalls + 3;
+
+  spcclCompressor_t comp = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
+  std::vector<double> inSum(n, 0.0), outSum(n, 0.0);
+  std::vector<float> in(n), out(n), contributions(n * static_cast<size_t>(p));
+  std::vector<int> took;
+  for (size_t call = 0; call < calls; ++call) {
+    std::mt19937 gen(static_cast<unsigned>(77 * call + rank));
+    std::normal_distribution<float> normal;
+    for (size_t i = 0; i < n; ++i) in[i] = normal(gen);
+    MPI_Allgather(in.data(), static_cast<int>(n), MPI_FLOAT, contributions.data(), static_cast<int>(n), MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    for (int r = 0; r < p; ++r)
+      for (size_t i = 0; i < n; ++i) inSum[i] += contributions[static_cast<size_t>(r) * n + i];
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp, nullptr), comm.c,
+                             "allreduce"));
+    for (size_t i = 0; i < n; ++i) outSum[i] += out[i];
+    std::vector<float> rank0(out);
+    MPI_Bcast(rank0.data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(std::memcmp(rank0.data(), out.data(), n * sizeof(float)), 0) << "call " << call;
+    spcclStats_t st{};
+    ASSERT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
+    took.push_back(st.lastAlgorithm);
+    int lo = 0, hi = 0;
+    MPI_Allreduce(&st.lastAlgorithm, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&st.lastAlgorithm, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi) << "ranks ran different algorithms at call " << call;
+  }
+  EXPECT_EQ(took[0], chooseAlgorithm(inputs, comm.c->costModel)) << "call 0 takes the model's pick";
+  for (size_t call = 1; call <= trialCalls; ++call)
+    EXPECT_EQ(took[call], candidates[(call - 1) / 2]) << "trial call " << call;
+  const int settled = took[trialCalls + 1];
+  EXPECT_EQ(std::count(candidates.begin(), candidates.end(), settled), 1) << algorithmName(settled);
+  for (size_t call = trialCalls + 1; call < calls; ++call) EXPECT_EQ(took[call], settled) << "call " << call;
+
+  std::vector<float> residual(n), residualSum(n);
+  ASSERT_EQ(spcclCompressorGetResidual(comp, residual.data(), n), spcclSuccess);
+  MPI_Allreduce(residual.data(), residualSum.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(outSum[i] + residualSum[i] - inSum[i]) / (1.0 + std::abs(inSum[i])));
+  EXPECT_LT(worst, 1e-4) << "conservation across the algorithm switches";
+  spcclCompressorDestroy(comp);
 }
 
 }  // namespace

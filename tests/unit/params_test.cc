@@ -45,6 +45,7 @@ TEST(Params, Defaults) {
   EXPECT_FLOAT_EQ(p.capacityFactor, 2.0f);
   EXPECT_TRUE(p.errorFeedback);
   EXPECT_EQ(p.algorithm, SPCCL_ALGO_AUTO);
+  EXPECT_EQ(p.autoTrials, 0);  // the model alone picks unless asked: picks stay reproducible
   EXPECT_EQ(p.valueType, core::ValueType::kFloat32);
   EXPECT_EQ(p.minCompressCount, 65536u);
 }
@@ -102,6 +103,7 @@ TEST(Params, ValidValues) {
   EXPECT_TRUE(loadOk({{"SPCCL_ERROR_FEEDBACK", "1"}}).errorFeedback);
 
   EXPECT_EQ(loadOk({{"SPCCL_ALGO", "auto"}}).algorithm, SPCCL_ALGO_AUTO);
+  EXPECT_EQ(loadOk({{"SPCCL_AUTO_TRIALS", "3"}}).autoTrials, 3);
   EXPECT_EQ(loadOk({{"SPCCL_ALGO", "dense"}}).algorithm, SPCCL_ALGO_DENSE);
   EXPECT_EQ(loadOk({{"SPCCL_ALGO", "ALLGATHER"}}).algorithm, SPCCL_ALGO_ALLGATHER);
   EXPECT_EQ(loadOk({{"SPCCL_ALGO", "split"}}).algorithm, SPCCL_ALGO_SPLIT);
@@ -160,6 +162,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_ERROR_FEEDBACK", {"2", "true", "on", "0.1"}},
       {"SPCCL_ALGO", {"ring", "1", "allgatherx", "auto|dense"}},
       {"SPCCL_CALIBRATE", {"3", "-1", "0.5", "yes"}},
+      {"SPCCL_AUTO_TRIALS", {"-1", "1001", "2.5", "some"}},
       {"SPCCL_NET_GBPS", {"-1", "fast", "1e7", "nan"}},
       {"SPCCL_SPLIT_RESELECT", {"-0.5", "half", "1e7", "nan", "inf"}},
       {"SPCCL_PROFILE", {"2", "yes please", "-1"}},

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -179,6 +181,60 @@ TEST(Tuner, ChoiceFollowsTheParameters) {
       for (int alg : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT})
         EXPECT_LE(modelSeconds(c, in, m), modelSeconds(alg, in, m)) << c << " vs " << alg;
     }
+}
+
+// SPCCL_AUTO_TRIALS: the candidates are exactly the algorithms within
+// kTrialPruneFactor of the model's best (which is always one), the sparse
+// ones in order of modelled time, dense last.
+TEST(Tuner, TrialCandidatesFollowTheModel) {
+  const uint64_t n = 16u << 20;
+  const CostInputs sparse{4, n, n / 100, 4, 4}, tiny{8, 4096, 41, 4, 4}, dense{4, n, n / 2, 4, 4};
+  const CostModel slow = applyNetworkParams({}, 1.0, 50.0);
+  CostModel manyRounds = applyNetworkParams({}, 100.0, 1e5);  // 0.1 s per round: rounds decide
+  for (const CostModel& m : {slow, manyRounds, CostModel{}})
+    for (const CostInputs& in : {sparse, tiny, dense}) {
+      const std::vector<int> c = trialCandidates(in, m);
+      ASSERT_FALSE(c.empty());
+      EXPECT_EQ(std::count(c.begin(), c.end(), chooseAlgorithm(in, m)), 1);
+      const double best = modelSeconds(chooseAlgorithm(in, m), in, m);
+      for (size_t i = 1; i < c.size(); ++i) {
+        EXPECT_NE(c[i - 1], SPCCL_ALGO_DENSE) << "dense is tried last";
+        if (c[i] != SPCCL_ALGO_DENSE) {
+          EXPECT_LE(modelSeconds(c[i - 1], in, m), modelSeconds(c[i], in, m));
+        }
+      }
+      for (int alg : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
+        const bool listed = std::count(c.begin(), c.end(), alg) == 1;
+        EXPECT_EQ(listed, modelSeconds(alg, in, m) <= kTrialPruneFactor * best)
+            << alg << " modelled " << modelSeconds(alg, in, m) << " s, best " << best << " s";
+      }
+    }
+  // At 1 Gbit/s and density 0.01 dense moves ~25x the bytes: never timed.
+  const std::vector<int> slowSparse = trialCandidates(sparse, slow);
+  EXPECT_EQ(std::count(slowSparse.begin(), slowSparse.end(), SPCCL_ALGO_DENSE), 0);
+  // When rounds dominate every algorithm is within a few times of the best: all three are timed.
+  EXPECT_EQ(trialCandidates(tiny, manyRounds).size(), 3u);
+  // Nearly dense data: the model picks dense, which is still tried after the sparse ones.
+  const CostInputs half{4, n, n / 2, 4, 4};
+  const CostModel fast = applyNetworkParams({}, 100.0, 1.0);
+  ASSERT_EQ(chooseAlgorithm(half, fast), SPCCL_ALGO_DENSE);
+  const std::vector<int> halfCandidates = trialCandidates(half, fast);
+  EXPECT_EQ(halfCandidates.back(), SPCCL_ALGO_DENSE);
+}
+
+TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
+  const std::vector<int> c = {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE};
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float splitFastest[] = {3e-3f, 1e-3f, 2e-3f};
+  EXPECT_EQ(pickMeasured(c, splitFastest), SPCCL_ALGO_SPLIT);
+  const float tie[] = {2e-3f, 2e-3f, 1e-2f};
+  EXPECT_EQ(pickMeasured(c, tie), SPCCL_ALGO_ALLGATHER);  // the earlier (better modelled) one
+  const float failed[] = {nan, inf, 5e-3f};  // a candidate whose every trial failed never wins
+  EXPECT_EQ(pickMeasured(c, failed), SPCCL_ALGO_DENSE);
+  const float none[] = {inf, nan, inf};
+  EXPECT_EQ(pickMeasured(c, none), SPCCL_ALGO_ALLGATHER);  // nothing measured: the model's pick
+  const float one[] = {7.0f};
+  EXPECT_EQ(pickMeasured({SPCCL_ALGO_SPLIT}, one), SPCCL_ALGO_SPLIT);
 }
 
 TEST(Tuner, ExplainNamesEveryAlgorithmAndThePick) {
