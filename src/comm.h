@@ -42,6 +42,7 @@ struct spcclCompressor {
   uint32_t tauKey = 0;
   uint64_t callIndex = 0;
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
+  bool residualFlushed = false;  // a dense call sent the residual: the next selection re-estimates tau
   double mergedPerRange = -1;  // measured by the last split call (same on every rank)
 
   std::vector<uint32_t> indices;        // this call's selected pairs

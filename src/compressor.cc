@@ -66,9 +66,10 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   }
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
-  if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0) {
+  if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || residualFlushed) {
     estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
     estimated = true;
+    residualFlushed = false;
   }
   for (;;) {
     host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
@@ -116,6 +117,10 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
     float* r = residual[current].data();
     for (size_t i = 0; i < count; ++i) out[i] += r[i];
     std::fill(residual[current].begin(), residual[current].end(), 0.0f);
+    // tau was fitted to v = send + a full residual; on v = send alone it would
+    // select far fewer than k entries (nothing re-estimates a tau that selects
+    // too few), so the next compressed call estimates it afresh.
+    residualFlushed = true;
   }
   ++callIndex;
   return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);

@@ -271,5 +271,51 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   spcclCompressorDestroy(comp);
 }
 
+// A dense call under auto sends the residual and zeroes it; tau was fitted to
+// send + residual, so on the next sparse call it would select far fewer than
+// k entries (and nothing re-estimates a tau that selects too few). The
+// compressor re-estimates tau exactly on the first compressed call after a
+// dense one: k entries again. The model is switched between calls to force
+// sparse, dense, sparse on one compressor.
+TEST(Calibrate, SparseCallAfterDenseReestimatesTau) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  const int rank = worldRank();
+  const size_t n = size_t{1} << 16;
+  spcclCompressConfig_t cfg;
+  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  cfg.density = 0.01f;
+  cfg.algorithm = SPCCL_ALGO_AUTO;
+  cfg.thresholdInterval = 1000;
+  const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * n));
+  CostModel forceDense = applyNetworkParams({}, 1e5, 0.001);
+  forceDense.gammaSelect = 1e-6;
+  const CostModel forceSparse = applyNetworkParams({}, 0.01, 0.001);
+  spcclCompressor_t comp = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
+  std::vector<float> in(n), out(n);
+  const CostModel* schedule[] = {&forceSparse, &forceSparse, &forceSparse, &forceDense, &forceSparse};
+  spcclStats_t before{}, after{};
+  for (size_t call = 0; call < std::size(schedule); ++call) {
+    std::mt19937 gen(static_cast<unsigned>(31 * call + rank));
+    std::normal_distribution<float> normal;
+    for (size_t i = 0; i < n; ++i) in[i] = normal(gen);  // distinct magnitudes: exactly k at a fresh tau
+    comm.c->costModel = *schedule[call];
+    ASSERT_EQ(spcclCompressorGetStats(comp, &before), spcclSuccess);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp, nullptr), comm.c,
+                             "allreduce"));
+    ASSERT_EQ(spcclCompressorGetStats(comp, &after), spcclSuccess);
+    const bool dense = schedule[call] == &forceDense;
+    EXPECT_EQ(after.lastAlgorithm == SPCCL_ALGO_DENSE, dense) << "call " << call;
+    // Call 0 estimates (the first call); calls 1-2 may (a stale tau that
+    // selects more than the capacity); call 4 must, as it follows the flush.
+    if (call == 0 || call == 4) {
+      EXPECT_EQ(after.thresholdUpdates - before.thresholdUpdates, 1u) << "call " << call;
+      EXPECT_EQ(after.lastSelected, k) << "call " << call;
+    }
+  }
+  spcclCompressorDestroy(comp);
+}
+
 }  // namespace
 }  // namespace spccl::test
