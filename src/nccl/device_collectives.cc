@@ -139,6 +139,7 @@ Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStre
     float* r = s.residual[s.current].get<float>();
     SPCCL_RETURN_IF_ERROR(cuda::denseAccumulate(r, core::ValueType::kFloat32, c->count, acc, stream));
     SPCCL_CUDA_CHECK(cudaMemsetAsync(r, 0, c->count * sizeof(float), stream));
+    c->residualFlushed = true;  // tau fitted to a full residual: the next compressed call re-estimates
   }
   ++c->callIndex;
   return transportOf(c->comm).allReduceDense(acc, acc, c->count, spcclFloat32, spcclSum);
@@ -163,7 +164,9 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     SPCCL_RETURN_IF_ERROR(s.values.ensure(s.slots * vb));
   }
   bool estimated = false;
-  bool estimateNow = sparse && c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0;
+  bool estimateNow =
+      sparse && (c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->residualFlushed);
+  if (sparse) c->residualFlushed = false;
   bool selectNow = sparse;
   std::vector<CallDescriptor>& all = c->descriptors;  // the compressor's, reused call to call
   all.resize(static_cast<size_t>(p));
@@ -290,7 +293,9 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   uint32_t* myIdx = idxAll + static_cast<size_t>(me) * capacity;
   void* myVal = valAll + static_cast<size_t>(me) * capacity * vb;
 
-  const bool estimated = c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0;
+  const bool estimated =
+      c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->residualFlushed;
+  c->residualFlushed = false;
   if (estimated) SPCCL_RETURN_IF_ERROR(estimate(c, send, stream));
   SPCCL_CUDA_CHECK(cudaMemsetAsync(myIdx, 0xff, capacity * sizeof(uint32_t), stream));  // kPadIndex
   // In place: no pass is ever redone here, so one residual buffer serves.
