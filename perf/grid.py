@@ -8,8 +8,9 @@ algorithm's median time, auto's pick, auto / best fixed, and whether that is
 within the tolerance. Auto runs with SPCCL_CALIBRATE=1 unless --no-calibrate
 (the first run per rank count measures and caches, the rest reuse the cache),
 and with SPCCL_AUTO_TRIALS=--trials (default 2; 0 = the model alone picks):
-every run then gets at least 1 + 3 x trials warm-up calls, so auto's timed
-calls come after it has settled.
+every run then gets at least 1 + 3 x trials + --settle warm-up calls, so
+auto's timed calls come after it has settled and after its error feedback has
+refilled the residual its dense trial sent (every run gets the same warm-up).
 
 Every run also times MPI_Allreduce on the same data right after its own
 calls; the "normalized" column compares each algorithm's time over its own
@@ -49,7 +50,7 @@ def size_label(n):
 
 
 def warmup_calls(args):
-    return max(args.warmup, 1 + 3 * args.trials)
+    return max(args.warmup, 1 + 3 * args.trials + args.settle) if args.trials > 0 else args.warmup
 
 
 def run_one(args, np_, size, density, algo, tmpdir):
@@ -120,6 +121,8 @@ def main():
     ap.add_argument("--launcher", help="command before the binary instead of mpirun; {np} is the rank count")
     ap.add_argument("--no-calibrate", action="store_true", help="auto with the default model (no SPCCL_CALIBRATE)")
     ap.add_argument("--trials", type=int, default=2, help="SPCCL_AUTO_TRIALS for auto (0: the model alone picks)")
+    ap.add_argument("--settle", type=int, default=10,
+                    help="extra warm-up calls after auto's trials (the residual refills after the dense trial)")
     ap.add_argument("--json", help="also write every point as JSON here")
     ap.add_argument("--render", help="print the table of an earlier run's --json file; run nothing")
     args = ap.parse_args()
@@ -169,7 +172,7 @@ def main():
                     points.append({"ranks": np_, "size": size, "density": density, "times_us": best,
                                    "auto_algo": took, "auto_over_best": ratio, "within": ok,
                                    "normalized_auto_over_best": norm, "over_own_mpi": rel,
-                                   "trials": args.trials, "warmup": warmup_calls(args)})
+                                   "trials": args.trials, "warmup": warmup_calls(args), "iters": args.iters})
                     print(render(points[-1], args.tolerance), flush=True)
     failed = misses - sum(1 for p in points if not p["within"])
     print("\n" + summary(points, args.tolerance) + (f"; {failed} points failed to run" if failed else ""))

@@ -66,9 +66,11 @@ struct spcclCompressor {
 
   // SPCCL_AUTO_TRIALS on the host path: call 0 takes the model's pick (it
   // also pays the first threshold estimate); calls 1 .. C*T run the C
-  // candidates one after another, T calls each (a block per candidate: the
-  // first call after a switch pays for the switch), each call after a
-  // one-float allreduce that lines the ranks up, and time themselves; then
+  // candidates one after another, T calls each (dense first: it flushes the
+  // residual; a block per candidate: the first call after a switch pays for
+  // the switch), each call after a
+  // one-float allreduce that lines the ranks up, and time themselves (less
+  // any tau re-estimation: a steady-state call rarely has one); then
   // one MAX allreduce turns each trial's per-rank times into the
   // collective's time (its slowest rank), and the candidate with the fastest
   // trial is kept on every rank alike, for the compressor's life.
@@ -77,6 +79,8 @@ struct spcclCompressor {
     std::vector<int> candidates;  // trialCandidates() at call 1
     std::vector<float> seconds;   // this rank's time of trial call i (infinite if it failed)
     int settled = -1;             // SPCCL_ALGO_*, once settled
+    bool timing = false;          // this call is a trial: select() times its tau re-estimation
+    double estimateSeconds = 0;   // seconds this call's selection spent re-estimating tau (beyond one pass)
   } autoTuning;
 
   ~spcclCompressor();

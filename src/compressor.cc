@@ -50,6 +50,11 @@ void spcclCompressor::estimateThreshold(const void* sendbuff, const float* resid
 }
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const bool timing = autoTuning.timing;
+  const Clock::time_point start = timing ? Clock::now() : Clock::time_point{};
+  double lastPass = 0;  // seconds of the last selectPack pass (the one a call without re-estimation makes)
   const uint64_t k = selectCount();
   const uint64_t capacity = pairCapacity();
   const bool ef = config.errorFeedback != 0;
@@ -83,7 +88,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
                      : core::fp8ScaleForMax(host::maxFiniteMagnitudeKey(sendbuff, dataType, residualIn, count));
       a.scaleExp = scaleExp;
     }
+    const Clock::time_point passStart = timing ? Clock::now() : Clock::time_point{};
     const host::SelectResult r = host::selectPack(a);
+    if (timing) lastPass = since(passStart);
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
       if (r.selected <= indices.size()) {  // every candidate was captured
@@ -106,6 +113,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     *nnz = r.selected;
     break;
   }
+  if (timing) autoTuning.estimateSeconds = since(start) - lastPass;
   ++callIndex;
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
@@ -178,6 +186,8 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
     float one = 1.0f, sum = 0.0f;
     SPCCL_RETURN_IF_ERROR(comm->transport->allReduceDense(&one, &sum, 1, spcclFloat32, spcclSum));
   }
+  autoTuning.timing = trial >= 0;
+  autoTuning.estimateSeconds = 0;
   const bool timed = comm->params.profile || trial >= 0;
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
   Status s;
@@ -188,6 +198,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
     s = allReduceOn(*comm->transport, sendbuff, recvbuff, op, algorithm);
   }
   const double seconds = timed ? std::chrono::duration<double>(Clock::now() - t0).count() : 0;
+  autoTuning.timing = false;
   if (comm->params.profile) {
     profile.total += seconds;
     ++profile.calls;
@@ -195,7 +206,11 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   if (trial < 0) return s;
   AutoTuning& a = autoTuning;
   const uint64_t trialCall = a.calls - 2;  // call 1 is trial call 0
-  if (s.isOk()) a.seconds[trialCall] = static_cast<float>(seconds);
+  // What this call spent re-estimating tau does not count: right after a
+  // compressor starts, or after a dense call flushed the residual, tau moves
+  // and is re-estimated on most calls, where in steady state that happens once
+  // per thresholdInterval calls.
+  if (s.isOk()) a.seconds[trialCall] = static_cast<float>(std::max(0.0, seconds - a.estimateSeconds));
   // The last trial call (counted alike on every rank, failed or not) settles.
   if (trialCall + 1 == a.seconds.size()) {
     const Status settled = settleAutoTrials();

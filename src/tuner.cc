@@ -162,7 +162,7 @@ std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m) {
   std::vector<int> out;
   for (int a : order)
     if (a == order.front() || modelSeconds(a, in, m) <= limit) out.push_back(a);
-  std::stable_partition(out.begin(), out.end(), [](int a) { return a != SPCCL_ALGO_DENSE; });
+  std::stable_partition(out.begin(), out.end(), [](int a) { return a == SPCCL_ALGO_DENSE; });
   return out;
 }
 

@@ -71,10 +71,12 @@ double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m = {}
 int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 // SPCCL_AUTO_TRIALS (docs/ALGORITHMS.md "Measured choice"): the algorithms
 // auto times before it settles are those whose modelled time is at most
-// kTrialPruneFactor times the model's best, in the order they are tried: the
-// sparse ones fastest-modelled first, then dense. Dense goes last because it
-// empties the residual, which would make the sparse call after it cheaper
-// than a sparse call ever is in steady state. The factor keeps a model that
+// kTrialPruneFactor times the model's best, in the order they are tried:
+// dense first, then the sparse ones fastest-modelled first. Dense goes first
+// because it sends and empties the residual: the sparse trials after it, and
+// the algorithm kept, then all start from the same state, and the error
+// feedback refills the residual during the sparse trials instead of after
+// the pick. The factor keeps a model that
 // is off by a few times from ruling out the real winner, while an algorithm
 // modelled an order of magnitude slower (dense on a slow link) costs no
 // trial calls.

@@ -184,8 +184,8 @@ TEST(Tuner, ChoiceFollowsTheParameters) {
 }
 
 // SPCCL_AUTO_TRIALS: the candidates are exactly the algorithms within
-// kTrialPruneFactor of the model's best (which is always one), the sparse
-// ones in order of modelled time, dense last.
+// kTrialPruneFactor of the model's best (which is always one), dense first,
+// then the sparse ones in order of modelled time.
 TEST(Tuner, TrialCandidatesFollowTheModel) {
   const uint64_t n = 16u << 20;
   const CostInputs sparse{4, n, n / 100, 4, 4}, tiny{8, 4096, 41, 4, 4}, dense{4, n, n / 2, 4, 4};
@@ -198,8 +198,8 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
       EXPECT_EQ(std::count(c.begin(), c.end(), chooseAlgorithm(in, m)), 1);
       const double best = modelSeconds(chooseAlgorithm(in, m), in, m);
       for (size_t i = 1; i < c.size(); ++i) {
-        EXPECT_NE(c[i - 1], SPCCL_ALGO_DENSE) << "dense is tried last";
-        if (c[i] != SPCCL_ALGO_DENSE) {
+        EXPECT_NE(c[i], SPCCL_ALGO_DENSE) << "dense is tried first";
+        if (c[i - 1] != SPCCL_ALGO_DENSE) {
           EXPECT_LE(modelSeconds(c[i - 1], in, m), modelSeconds(c[i], in, m));
         }
       }
@@ -214,12 +214,12 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
   EXPECT_EQ(std::count(slowSparse.begin(), slowSparse.end(), SPCCL_ALGO_DENSE), 0);
   // When rounds dominate every algorithm is within a few times of the best: all three are timed.
   EXPECT_EQ(trialCandidates(tiny, manyRounds).size(), 3u);
-  // Nearly dense data: the model picks dense, which is still tried after the sparse ones.
+  // Nearly dense data: the model picks dense, which is tried before the sparse ones.
   const CostInputs half{4, n, n / 2, 4, 4};
   const CostModel fast = applyNetworkParams({}, 100.0, 1.0);
   ASSERT_EQ(chooseAlgorithm(half, fast), SPCCL_ALGO_DENSE);
   const std::vector<int> halfCandidates = trialCandidates(half, fast);
-  EXPECT_EQ(halfCandidates.back(), SPCCL_ALGO_DENSE);
+  EXPECT_EQ(halfCandidates.front(), SPCCL_ALGO_DENSE);
 }
 
 TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
