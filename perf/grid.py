@@ -53,11 +53,16 @@ def warmup_calls(args):
     return max(args.warmup, 1 + 3 * args.trials + args.settle) if args.trials > 0 else args.warmup
 
 
+def iters_for(args, size):
+    """Timed calls per run: more for small buffers, whose calls are cheap and noisiest."""
+    return max(args.iters, args.small_iters) if size <= parse_size(args.small_max) else args.iters
+
+
 def run_one(args, np_, size, density, algo, tmpdir):
     out = os.path.join(tmpdir, f"r{np_}_{size}_{density}_{algo}.json")
     binary = os.path.join(args.build, "perf", "allreduce_perf")
     bench = [binary, "-b", str(size), "-e", str(size), "-D", str(density), "-a", algo,
-             "-n", str(args.iters), "-w", str(warmup_calls(args)), "-c", "0", "-J", out]
+             "-n", str(iters_for(args, size)), "-w", str(warmup_calls(args)), "-c", "0", "-J", out]
     if args.launcher:
         cmd = shlex.split(args.launcher.format(np=np_)) + bench
     else:
@@ -116,6 +121,8 @@ def main():
     ap.add_argument("--ranks", default="2,4,8")
     ap.add_argument("-n", "--iters", type=int, default=10)
     ap.add_argument("-w", "--warmup", type=int, default=2)
+    ap.add_argument("--small-iters", type=int, default=50, help="timed calls per run for sizes up to --small-max")
+    ap.add_argument("--small-max", default="1M", help="largest size that gets --small-iters")
     ap.add_argument("--repeat", type=int, default=1, help="runs per algorithm and point (best median kept)")
     ap.add_argument("--tolerance", type=float, default=0.10, help="auto may be this much slower than the best")
     ap.add_argument("--launcher", help="command before the binary instead of mpirun; {np} is the rank count")
@@ -172,7 +179,8 @@ def main():
                     points.append({"ranks": np_, "size": size, "density": density, "times_us": best,
                                    "auto_algo": took, "auto_over_best": ratio, "within": ok,
                                    "normalized_auto_over_best": norm, "over_own_mpi": rel,
-                                   "trials": args.trials, "warmup": warmup_calls(args), "iters": args.iters})
+                                   "trials": args.trials, "warmup": warmup_calls(args),
+                                   "iters": iters_for(args, size)})
                     print(render(points[-1], args.tolerance), flush=True)
     failed = misses - sum(1 for p in points if not p["within"])
     print("\n" + summary(points, args.tolerance) + (f"; {failed} points failed to run" if failed else ""))

@@ -67,13 +67,11 @@ struct spcclCompressor {
   // SPCCL_AUTO_TRIALS on the host path: call 0 takes the model's pick (it
   // also pays the first threshold estimate); calls 1 .. C*T run the C
   // candidates one after another, T calls each (dense first: it flushes the
-  // residual; a block per candidate: the first call after a switch pays for
-  // the switch), each call after a
-  // one-float allreduce that lines the ranks up, and time themselves (less
-  // any tau re-estimation: a steady-state call rarely has one); then
-  // one MAX allreduce turns each trial's per-rank times into the
-  // collective's time (its slowest rank), and the candidate with the fastest
-  // trial is kept on every rank alike, for the compressor's life.
+  // residual), each call after a one-float allreduce that lines the ranks up,
+  // and time themselves (less any tau re-estimation: a steady-state call
+  // rarely has one); then one MAX allreduce turns each trial's per-rank times
+  // into the collective's time (its slowest rank), and the candidate with the
+  // fastest median trial is kept on every rank alike, for the compressor's life.
   struct AutoTuning {
     uint64_t calls = 0;           // auto calls so far (the same count on every rank)
     std::vector<int> candidates;  // trialCandidates() at call 1

@@ -165,15 +165,18 @@ Status spcclCompressor::settleAutoTrials() {
   std::vector<float> slowest(a.seconds.size());  // per trial call: the slowest rank's time
   SPCCL_RETURN_IF_ERROR(
       comm->transport->allReduceDense(a.seconds.data(), slowest.data(), slowest.size(), spcclFloat32, spcclMax));
-  // Trial call i ran candidate i / T; each candidate's fastest call counts.
-  const size_t c = a.candidates.size(), t = static_cast<size_t>(comm->params.autoTrials);
-  std::vector<float> fastest(c, std::numeric_limits<float>::infinity());
-  for (size_t i = 0; i < slowest.size(); ++i) fastest[i / t] = std::min(fastest[i / t], slowest[i]);
-  a.settled = pickMeasured(a.candidates, fastest.data());
+  // Trial calls i*T .. i*T+T-1 ran candidate i; each candidate's median call
+  // counts (the statistic perf/allreduce_perf reports; unlike the fastest
+  // call it charges an algorithm that is often held up, e.g. by more
+  // synchronisation points on oversubscribed cores, and the first call of a
+  // block, which pays for the switch, does not decide it).
+  const size_t c = a.candidates.size();
+  const std::vector<float> median = trialMedians(slowest, c);
+  a.settled = pickMeasured(a.candidates, median.data());
   std::string times;
   for (size_t i = 0; i < c; ++i)
-    times += formatString(" %s %.4g ms;", algorithmName(a.candidates[i]), 1e3 * static_cast<double>(fastest[i]));
-  SPCCL_INFO(comm->rank, "auto: measured (fastest of %d calls, each the slowest rank's time):%s -> %s",
+    times += formatString(" %s %.4g ms;", algorithmName(a.candidates[i]), 1e3 * static_cast<double>(median[i]));
+  SPCCL_INFO(comm->rank, "auto: measured (median of %d calls, each the slowest rank's time):%s -> %s",
              comm->params.autoTrials, times.c_str(), algorithmName(a.settled));
   return Status::ok();
 }

@@ -177,6 +177,19 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
   return candidates.empty() ? SPCCL_ALGO_ALLGATHER : candidates[best];
 }
 
+std::vector<float> trialMedians(std::vector<float> times, size_t candidates) {
+  std::vector<float> out(candidates, std::numeric_limits<float>::infinity());
+  if (candidates == 0 || times.size() < candidates) return out;
+  const size_t t = times.size() / candidates;
+  const auto order = [](float x, float y) { return std::isnan(y) ? !std::isnan(x) : x < y; };  // NaN last
+  for (size_t i = 0; i < candidates; ++i) {
+    float* block = times.data() + i * t;
+    std::sort(block, block + t, order);
+    out[i] = t % 2 ? block[t / 2] : 0.5f * (block[t / 2 - 1] + block[t / 2]);
+  }
+  return out;
+}
+
 std::string explainChoice(const CostInputs& in, const CostModel& m) {
   std::string out = formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks,
                                  static_cast<unsigned long long>(in.count), static_cast<unsigned long long>(in.k),

@@ -82,10 +82,15 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 // trial calls.
 constexpr double kTrialPruneFactor = 8;
 std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m);
-// The candidate with the least time (seconds[i] belongs to candidates[i]).
+// The candidate with the least time (seconds[i] belongs to candidates[i]: its
+// median trial call).
 // Ties go to the earlier candidate; a non-finite time never wins; none
 // finite: candidates[0].
 int pickMeasured(const std::vector<int>& candidates, const float* seconds);
+// `times` holds C blocks of equal length, one per candidate (its trial calls
+// in order); the median of each block (the mean of the middle two for an even
+// length). A non-finite time sorts last.
+std::vector<float> trialMedians(std::vector<float> times, size_t candidates);
 // One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
 // and its parts, and the pick.
 std::string explainChoice(const CostInputs& in, const CostModel& m);

@@ -222,6 +222,20 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
   EXPECT_EQ(halfCandidates.front(), SPCCL_ALGO_DENSE);
 }
 
+TEST(Tuner, TrialMediansPerBlock) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Three candidates, four calls each: the first call of a block (the switch) is slow.
+  const std::vector<float> times = {9, 2, 3, 4, /**/ 7, 1, 1, 1, /**/ 5, inf, 6, nan};
+  const std::vector<float> m = trialMedians(times, 3);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_FLOAT_EQ(m[0], 3.5f);  // sorted 2 3 4 9
+  EXPECT_FLOAT_EQ(m[1], 1.0f);  // sorted 1 1 1 7
+  EXPECT_EQ(m[2], inf);         // sorted 5 6 inf nan: the middle two are 6 and inf
+  const std::vector<float> odd = trialMedians({3, 1, 2, /**/ 8, 9, 7}, 2);
+  EXPECT_FLOAT_EQ(odd[0], 2.0f);
+  EXPECT_FLOAT_EQ(odd[1], 8.0f);
+}
+
 TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
   const std::vector<int> c = {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE};
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
