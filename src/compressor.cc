@@ -151,7 +151,7 @@ int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
                  a.candidates.size(), a.candidates.size() > 1 ? trials : 0, explainChoice(in, comm->costModel).c_str());
       if (a.candidates.size() == 1) return a.settled = a.candidates[0];  // nothing to compare
     }
-    *trial = static_cast<int>((call - 1) / static_cast<uint64_t>(trials));
+    *trial = static_cast<int>(trialSlot(call - 1, a.candidates, static_cast<size_t>(trials)));
     return a.candidates[static_cast<size_t>(*trial)];
   }
   const int algorithm = chooseAlgorithm(in, comm->costModel);
@@ -165,13 +165,12 @@ Status spcclCompressor::settleAutoTrials() {
   std::vector<float> slowest(a.seconds.size());  // per trial call: the slowest rank's time
   SPCCL_RETURN_IF_ERROR(
       comm->transport->allReduceDense(a.seconds.data(), slowest.data(), slowest.size(), spcclFloat32, spcclMax));
-  // Trial calls i*T .. i*T+T-1 ran candidate i; each candidate's median call
-  // counts (the statistic perf/allreduce_perf reports; unlike the fastest
-  // call it charges an algorithm that is often held up, e.g. by more
-  // synchronisation points on oversubscribed cores, and the first call of a
-  // block, which pays for the switch, does not decide it).
+  // Each candidate's median call counts (the statistic perf/allreduce_perf
+  // reports; unlike the fastest call it charges an algorithm that is often
+  // held up, e.g. by more synchronisation points on oversubscribed cores).
   const size_t c = a.candidates.size();
-  const std::vector<float> median = trialMedians(slowest, c);
+  const std::vector<float> median =
+      trialMedians(slowest, a.candidates, static_cast<size_t>(comm->params.autoTrials));
   a.settled = pickMeasured(a.candidates, median.data());
   std::string times;
   for (size_t i = 0; i < c; ++i)

@@ -177,15 +177,25 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
   return candidates.empty() ? SPCCL_ALGO_ALLGATHER : candidates[best];
 }
 
-std::vector<float> trialMedians(std::vector<float> times, size_t candidates) {
-  std::vector<float> out(candidates, std::numeric_limits<float>::infinity());
-  if (candidates == 0 || times.size() < candidates) return out;
-  const size_t t = times.size() / candidates;
+size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t trials) {
+  const bool denseFirst = !candidates.empty() && candidates.front() == SPCCL_ALGO_DENSE;
+  if (!denseFirst) return candidates.empty() ? 0 : call % candidates.size();
+  if (call < trials || candidates.size() == 1) return 0;
+  return 1 + (call - trials) % (candidates.size() - 1);
+}
+
+std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates, size_t trials) {
+  const size_t c = candidates.size();
+  std::vector<std::vector<float>> per(c);
+  for (size_t i = 0; i < times.size() && i < c * trials; ++i) per[trialSlot(i, candidates, trials)].push_back(times[i]);
   const auto order = [](float x, float y) { return std::isnan(y) ? !std::isnan(x) : x < y; };  // NaN last
-  for (size_t i = 0; i < candidates; ++i) {
-    float* block = times.data() + i * t;
-    std::sort(block, block + t, order);
-    out[i] = t % 2 ? block[t / 2] : 0.5f * (block[t / 2 - 1] + block[t / 2]);
+  std::vector<float> out(c, std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < c; ++i) {
+    std::vector<float>& v = per[i];
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end(), order);
+    const size_t n = v.size();
+    out[i] = n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
   }
   return out;
 }

@@ -87,10 +87,15 @@ std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m);
 // Ties go to the earlier candidate; a non-finite time never wins; none
 // finite: candidates[0].
 int pickMeasured(const std::vector<int>& candidates, const float* seconds);
-// `times` holds C blocks of equal length, one per candidate (its trial calls
-// in order); the median of each block (the mean of the middle two for an even
-// length). A non-finite time sorts last.
-std::vector<float> trialMedians(std::vector<float> times, size_t candidates);
+// Which candidate trial call `call` (0 .. C*T-1) runs: dense (always the
+// first candidate when it is one) on the first T calls in a row, then the
+// sparse candidates in turn, round-robin, so both see the residual refill
+// after dense's flush alike; without dense, round-robin from the start.
+size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t trials);
+// The median time of each candidate's trial calls (times[i] is trial call
+// i's; the mean of the middle two for an even count). A non-finite time sorts
+// last.
+std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates, size_t trials);
 // One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
 // and its parts, and the pick.
 std::string explainChoice(const CostInputs& in, const CostModel& m);

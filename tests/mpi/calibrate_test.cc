@@ -201,7 +201,8 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
 }
 
 // SPCCL_AUTO_TRIALS=2 (set on the communicator's params, as at creation):
-// call 0 takes the model's pick, calls 1..2C run the C candidates two each,
+// call 0 takes the model's pick, calls 1..2C run the C candidates two each
+// (dense twice, then the sparse ones in turn),
 // then every rank settles on the same one and keeps it; through every switch
 // the outputs stay bitwise equal across ranks and nothing is lost. The model
 // is one where rounds dominate, so all three algorithms are candidates. Which
@@ -256,7 +257,15 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   }
   EXPECT_EQ(took[0], chooseAlgorithm(inputs, comm.c->costModel)) << "call 0 takes the model's pick";
   for (size_t call = 1; call <= trialCalls; ++call)
-    EXPECT_EQ(took[call], candidates[(call - 1) / 2]) << "trial call " << call;
+    EXPECT_EQ(took[call], candidates[trialSlot(call - 1, candidates, 2)]) << "trial call " << call;
+  // With three candidates and two trials each: dense, dense, then the sparse two in turn.
+  if (c == 3) {
+    EXPECT_EQ(took[1], SPCCL_ALGO_DENSE);
+    EXPECT_EQ(took[2], SPCCL_ALGO_DENSE);
+    EXPECT_EQ(took[3], took[5]);
+    EXPECT_EQ(took[4], took[6]);
+    EXPECT_NE(took[3], took[4]);
+  }
   const int settled = took[trialCalls + 1];
   EXPECT_EQ(std::count(candidates.begin(), candidates.end(), settled), 1) << algorithmName(settled);
   for (size_t call = trialCalls + 1; call < calls; ++call) EXPECT_EQ(took[call], settled) << "call " << call;

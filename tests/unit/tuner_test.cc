@@ -222,18 +222,31 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
   EXPECT_EQ(halfCandidates.front(), SPCCL_ALGO_DENSE);
 }
 
-TEST(Tuner, TrialMediansPerBlock) {
+TEST(Tuner, TrialScheduleAndMedians) {
+  const int D = SPCCL_ALGO_DENSE, A = SPCCL_ALGO_ALLGATHER, S = SPCCL_ALGO_SPLIT;
+  // Dense first: its T calls in a row, then the sparse ones round-robin.
+  const std::vector<int> all = {D, A, S};
+  std::vector<size_t> slots;
+  for (size_t call = 0; call < 12; ++call) slots.push_back(trialSlot(call, all, 4));
+  EXPECT_EQ(slots, (std::vector<size_t>{0, 0, 0, 0, 1, 2, 1, 2, 1, 2, 1, 2}));
+  // No dense: round-robin from the start.
+  const std::vector<int> sparse = {A, S};
+  EXPECT_EQ(trialSlot(0, sparse, 3), 0u);
+  EXPECT_EQ(trialSlot(1, sparse, 3), 1u);
+  EXPECT_EQ(trialSlot(4, sparse, 3), 0u);
+  EXPECT_EQ(trialSlot(5, {D}, 3), 0u);
+
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  // Three candidates, four calls each: the first call of a block (the switch) is slow.
-  const std::vector<float> times = {9, 2, 3, 4, /**/ 7, 1, 1, 1, /**/ 5, inf, 6, nan};
-  const std::vector<float> m = trialMedians(times, 3);
+  // dense calls 9 2 3 4; allgather 7 1 1 1; split 5 inf 6 nan (interleaved as scheduled).
+  const std::vector<float> times = {9, 2, 3, 4, 7, 5, 1, inf, 1, 6, 1, nan};
+  const std::vector<float> m = trialMedians(times, all, 4);
   ASSERT_EQ(m.size(), 3u);
   EXPECT_FLOAT_EQ(m[0], 3.5f);  // sorted 2 3 4 9
   EXPECT_FLOAT_EQ(m[1], 1.0f);  // sorted 1 1 1 7
   EXPECT_EQ(m[2], inf);         // sorted 5 6 inf nan: the middle two are 6 and inf
-  const std::vector<float> odd = trialMedians({3, 1, 2, /**/ 8, 9, 7}, 2);
-  EXPECT_FLOAT_EQ(odd[0], 2.0f);
-  EXPECT_FLOAT_EQ(odd[1], 8.0f);
+  const std::vector<float> odd = trialMedians({3, 8, 1, 9, 2, 7}, sparse, 3);
+  EXPECT_FLOAT_EQ(odd[0], 2.0f);  // 3 1 2
+  EXPECT_FLOAT_EQ(odd[1], 8.0f);  // 8 9 7
 }
 
 TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
