@@ -117,6 +117,49 @@ TEST(Calibrate, UnwritableCacheIsNotAnError) {
   EXPECT_GT(comm.c->costModel.gammaSelect, 0.0);
 }
 
+// Calls of one compressor on fresh normal inputs (seeded by the call and
+// the rank), with what conservation needs: every rank's inputs summed, the
+// outputs summed, and each output checked bitwise against rank 0's.
+struct ConservedCalls {
+  spcclComm_t comm;
+  spcclCompressor_t c;
+  size_t n;
+  std::vector<double> inSum, outSum;
+  std::vector<float> in, out, contributions;
+  ConservedCalls(spcclComm_t comm_, spcclCompressor_t c_, size_t n_)
+      : comm(comm_), c(c_), n(n_), inSum(n_), outSum(n_), in(n_), out(n_),
+        contributions(n_ * static_cast<size_t>(worldSize())) {}
+
+  // One allreduce; false (on every rank) when it failed on any.
+  bool call(unsigned seed) {
+    std::mt19937 gen(seed + static_cast<unsigned>(worldRank()));
+    std::normal_distribution<float> normal;
+    for (size_t i = 0; i < n; ++i) in[i] = normal(gen);
+    MPI_Allgather(in.data(), static_cast<int>(n), MPI_FLOAT, contributions.data(), static_cast<int>(n), MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    for (int r = 0; r < worldSize(); ++r)
+      for (size_t i = 0; i < n; ++i) inSum[i] += contributions[static_cast<size_t>(r) * n + i];
+    if (!okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c, nullptr), comm, "allreduce"))
+      return false;
+    for (size_t i = 0; i < n; ++i) outSum[i] += out[i];
+    std::vector<float> rank0(out);
+    MPI_Bcast(rank0.data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(std::memcmp(rank0.data(), out.data(), n * sizeof(float)), 0) << "seed " << seed;
+    return true;
+  }
+
+  // max_i |sum of outputs + sum of residuals - sum of inputs| / (1 + |sum of inputs|)
+  double worstImbalance() {
+    std::vector<float> residual(n), residualSum(n);
+    EXPECT_EQ(spcclCompressorGetResidual(c, residual.data(), n), spcclSuccess);
+    MPI_Allreduce(residual.data(), residualSum.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::abs(outSum[i] + residualSum[i] - inSum[i]) / (1.0 + std::abs(inSum[i])));
+    return worst;
+  }
+};
+
 // Compressed allreduces under auto with the calibrated model, then with
 // models that force each algorithm: every call succeeds, auto's pick is the
 // model's argmin on every rank, outputs are bitwise identical across ranks,
@@ -124,7 +167,7 @@ TEST(Calibrate, UnwritableCacheIsNotAnError) {
 TEST(Calibrate, AutoCallsSucceedAndConserve) {
   Comm comm;
   ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
-  const int p = worldSize(), rank = worldRank();
+  const int p = worldSize();
   const size_t n = size_t{1} << 16;
   spcclCompressConfig_t cfg;
   ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
@@ -142,25 +185,11 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
     comm.c->costModel = model;  // the same on every rank
     spcclCompressor_t c = nullptr;
     ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &c), comm.c, "create"));
-    std::vector<double> inSum(n, 0.0), outSum(n, 0.0);
-    std::vector<float> in(n), out(n);
+    ConservedCalls calls(comm.c, c, n);
     bool ok = true;
     int algorithm = 0;
-    for (int call = 0; call < 4; ++call) {
-      std::mt19937 gen(static_cast<unsigned>(1000 * call + rank));
-      std::normal_distribution<float> normal;
-      for (size_t i = 0; i < n; ++i) in[i] = normal(gen);
-      std::vector<float> contributions(n * static_cast<size_t>(p));
-      MPI_Allgather(in.data(), static_cast<int>(n), MPI_FLOAT, contributions.data(), static_cast<int>(n), MPI_FLOAT,
-                    MPI_COMM_WORLD);
-      for (int r = 0; r < p; ++r)
-        for (size_t i = 0; i < n; ++i) inSum[i] += contributions[static_cast<size_t>(r) * n + i];
-      ok = okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c, nullptr), comm.c, "allreduce");
-      if (!ok) break;
-      for (size_t i = 0; i < n; ++i) outSum[i] += out[i];
-      std::vector<float> rank0(out);
-      MPI_Bcast(rank0.data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
-      EXPECT_EQ(std::memcmp(rank0.data(), out.data(), n * sizeof(float)), 0) << "call " << call;
+    for (int call = 0; call < 4 && ok; ++call) {
+      ok = calls.call(static_cast<unsigned>(1000 * call));
       spcclStats_t st{};
       ASSERT_EQ(spcclCompressorGetStats(c, &st), spcclSuccess);
       algorithm = st.lastAlgorithm;
@@ -183,13 +212,7 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
     EXPECT_EQ(all, algorithm) << "ranks took different algorithms";
     picked.push_back(algorithm);
 
-    std::vector<float> residual(n);
-    ASSERT_EQ(spcclCompressorGetResidual(c, residual.data(), n), spcclSuccess);
-    std::vector<float> residualSum(n);
-    MPI_Allreduce(residual.data(), residualSum.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double worst = 0;
-    for (size_t i = 0; i < n; ++i)
-      worst = std::max(worst, std::abs(outSum[i] + residualSum[i] - inSum[i]) / (1.0 + std::abs(inSum[i])));
+    const double worst = calls.worstImbalance();
     EXPECT_LT(worst, 1e-4) << "conservation, algorithm " << algorithm;
     spcclCompressorDestroy(c);
   }
@@ -211,7 +234,7 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
 TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   Comm comm;
   ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
-  const int p = worldSize(), rank = worldRank();
+  const int p = worldSize();
   const size_t n = size_t{1} << 16;
   comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // 0.1 s per round
   comm.c->params.autoTrials = 2;
@@ -230,23 +253,10 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
 
   spcclCompressor_t comp = nullptr;
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
-  std::vector<double> inSum(n, 0.0), outSum(n, 0.0);
-  std::vector<float> in(n), out(n), contributions(n * static_cast<size_t>(p));
+  ConservedCalls conserved(comm.c, comp, n);
   std::vector<int> took;
   for (size_t call = 0; call < calls; ++call) {
-    std::mt19937 gen(static_cast<unsigned>(77 * call + rank));
-    std::normal_distribution<float> normal;
-    for (size_t i = 0; i < n; ++i) in[i] = normal(gen);
-    MPI_Allgather(in.data(), static_cast<int>(n), MPI_FLOAT, contributions.data(), static_cast<int>(n), MPI_FLOAT,
-                  MPI_COMM_WORLD);
-    for (int r = 0; r < p; ++r)
-      for (size_t i = 0; i < n; ++i) inSum[i] += contributions[static_cast<size_t>(r) * n + i];
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp, nullptr), comm.c,
-                             "allreduce"));
-    for (size_t i = 0; i < n; ++i) outSum[i] += out[i];
-    std::vector<float> rank0(out);
-    MPI_Bcast(rank0.data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
-    EXPECT_EQ(std::memcmp(rank0.data(), out.data(), n * sizeof(float)), 0) << "call " << call;
+    ASSERT_TRUE(conserved.call(static_cast<unsigned>(77 * call)));
     spcclStats_t st{};
     ASSERT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
     took.push_back(st.lastAlgorithm);
@@ -270,12 +280,7 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   EXPECT_EQ(std::count(candidates.begin(), candidates.end(), settled), 1) << algorithmName(settled);
   for (size_t call = trialCalls + 1; call < calls; ++call) EXPECT_EQ(took[call], settled) << "call " << call;
 
-  std::vector<float> residual(n), residualSum(n);
-  ASSERT_EQ(spcclCompressorGetResidual(comp, residual.data(), n), spcclSuccess);
-  MPI_Allreduce(residual.data(), residualSum.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  double worst = 0;
-  for (size_t i = 0; i < n; ++i)
-    worst = std::max(worst, std::abs(outSum[i] + residualSum[i] - inSum[i]) / (1.0 + std::abs(inSum[i])));
+  const double worst = conserved.worstImbalance();
   EXPECT_LT(worst, 1e-4) << "conservation across the algorithm switches";
   spcclCompressorDestroy(comp);
 }
