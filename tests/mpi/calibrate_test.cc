@@ -160,6 +160,38 @@ struct ConservedCalls {
   }
 };
 
+// SPCCL_ALGO_AUTO at density 0.01; thresholdInterval as given, or
+// spcclCompressConfigInit's when 0.
+spcclCompressConfig_t autoConfig(int thresholdInterval) {
+  spcclCompressConfig_t cfg;
+  EXPECT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  cfg.density = 0.01f;
+  cfg.algorithm = SPCCL_ALGO_AUTO;
+  if (thresholdInterval > 0) cfg.thresholdInterval = thresholdInterval;
+  return cfg;
+}
+
+// Models far from any tie, so auto's pick is certain: a wire as fast as
+// memory with selection at 1 MB/s (dense), a 10 Mbit/s wire with free
+// selection (allgather or split).
+CostModel denseForcingModel() {
+  CostModel m = applyNetworkParams({}, 1e5, 0.001);
+  m.gammaSelect = 1e-6;
+  return m;
+}
+CostModel sparseForcingModel() { return applyNetworkParams({}, 0.01, 0.001); }
+
+// The model's inputs for an autoConfig() compressor of n fp32 elements, as the
+// compressor passes them on its first call: index encoding auto (the env
+// default) and split's re-selection budget ceil(k/P) (SPCCL_SPLIT_RESELECT=1).
+CostInputs autoInputs(size_t n) {
+  const int p = worldSize();
+  const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * static_cast<double>(n)));
+  CostInputs inputs{p, n, k, 4, 4, -1, 0};
+  inputs.keepPerRange = std::ceil(static_cast<double>(k) / p);
+  return inputs;
+}
+
 // Compressed allreduces under auto with the calibrated model, then with
 // models that force each algorithm: every call succeeds, auto's pick is the
 // model's argmin on every rank, outputs are bitwise identical across ranks,
@@ -169,15 +201,9 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
   ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
   const int p = worldSize();
   const size_t n = size_t{1} << 16;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.algorithm = SPCCL_ALGO_AUTO;
-  cfg.thresholdInterval = 1;
+  const spcclCompressConfig_t cfg = autoConfig(1);
 
-  CostModel forceDense = applyNetworkParams({}, 1e5, 0.001);
-  forceDense.gammaSelect = 1e-6;  // selection at 1 MB/s: never worth it
-  CostModel forceSparse = applyNetworkParams({}, 0.01, 0.001);  // 10 Mbit/s, free selection
+  const CostModel forceDense = denseForcingModel(), forceSparse = sparseForcingModel();
   CostModel manyRounds = applyNetworkParams({}, 0.01, 1e5);     // 0.1 s per round
   const CostModel calibrated = comm.c->costModel;
   std::vector<int> picked;
@@ -196,11 +222,7 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
     }
     ASSERT_TRUE(ok);
     // The pick is the model's argmin for this call's inputs.
-    // As the compressor passes them: index encoding auto (the env default) and
-    // split's re-selection budget ceil(k/P) (SPCCL_SPLIT_RESELECT=1).
-    const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * n));
-    CostInputs inputs{p, n, k, 4, 4, -1, 0};
-    inputs.keepPerRange = std::ceil(static_cast<double>(k) / p);
+    const CostInputs inputs = autoInputs(n);
     if (model.alpha != calibrated.alpha || p == 1) {
       const int expected = chooseAlgorithm(inputs, model);
       // split's measured merge size may move its cost after the first call;
@@ -238,13 +260,8 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   const size_t n = size_t{1} << 16;
   comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // 0.1 s per round
   comm.c->params.autoTrials = 2;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.algorithm = SPCCL_ALGO_AUTO;
-  const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * n));
-  CostInputs inputs{p, n, k, 4, 4, -1, 0};
-  inputs.keepPerRange = std::ceil(static_cast<double>(k) / p);
+  const spcclCompressConfig_t cfg = autoConfig(0);
+  const CostInputs inputs = autoInputs(n);
   const std::vector<int> candidates = trialCandidates(inputs, comm.c->costModel);
   if (p > 1) {
     ASSERT_EQ(candidates.size(), 3u) << "the test wants every algorithm timed";
@@ -296,15 +313,9 @@ TEST(Calibrate, SparseCallAfterDenseReestimatesTau) {
   ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
   const int rank = worldRank();
   const size_t n = size_t{1} << 16;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.algorithm = SPCCL_ALGO_AUTO;
-  cfg.thresholdInterval = 1000;
+  const spcclCompressConfig_t cfg = autoConfig(1000);
   const uint64_t k = static_cast<uint64_t>(std::ceil(0.01 * n));
-  CostModel forceDense = applyNetworkParams({}, 1e5, 0.001);
-  forceDense.gammaSelect = 1e-6;
-  const CostModel forceSparse = applyNetworkParams({}, 0.01, 0.001);
+  const CostModel forceDense = denseForcingModel(), forceSparse = sparseForcingModel();
   spcclCompressor_t comp = nullptr;
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
   std::vector<float> in(n), out(n);
