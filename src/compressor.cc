@@ -136,13 +136,13 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
 
 int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
   *trial = -1;
+  AutoTuning& a = autoTuning;
+  const uint64_t call = a.calls++;
+  if (a.settled >= 0) return a.settled;
   const core::ValueType wire = toValueType(config.wireValueType);
   CostInputs in{ranks, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
                 mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
   const int trials = comm->params.autoTrials;
-  AutoTuning& a = autoTuning;
-  const uint64_t call = a.calls++;
-  if (a.settled >= 0) return a.settled;
   if (trials > 0 && call >= 1) {
     if (a.candidates.empty()) {
       a.candidates = trialCandidates(in, comm->costModel);

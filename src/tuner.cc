@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "collectives/algorithms.h"
 #include "include/spccl.h"
@@ -155,13 +156,14 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
 
 std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m) {
   // chooseAlgorithm's tie order, then a stable sort by modelled time.
-  std::vector<int> order = {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE};
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return modelSeconds(a, in, m) < modelSeconds(b, in, m); });
-  const double limit = kTrialPruneFactor * modelSeconds(order.front(), in, m);
+  std::vector<std::pair<double, int>> order;
+  for (int a : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE})
+    order.emplace_back(modelSeconds(a, in, m), a);
+  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  const double limit = kTrialPruneFactor * order.front().first;
   std::vector<int> out;
-  for (int a : order)
-    if (a == order.front() || modelSeconds(a, in, m) <= limit) out.push_back(a);
+  for (const auto& [seconds, a] : order)
+    if (a == order.front().second || seconds <= limit) out.push_back(a);
   std::stable_partition(out.begin(), out.end(), [](int a) { return a == SPCCL_ALGO_DENSE; });
   return out;
 }

@@ -76,16 +76,14 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 // because it sends and empties the residual: the sparse trials after it, and
 // the algorithm kept, then all start from the same state, and the error
 // feedback refills the residual during the sparse trials instead of after
-// the pick. The factor keeps a model that
-// is off by a few times from ruling out the real winner, while an algorithm
-// modelled an order of magnitude slower (dense on a slow link) costs no
-// trial calls.
+// the pick. The factor keeps a model that is off by a few times from ruling
+// out the real winner, while an algorithm modelled an order of magnitude
+// slower (dense on a slow link) costs no trial calls.
 constexpr double kTrialPruneFactor = 8;
 std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m);
 // The candidate with the least time (seconds[i] belongs to candidates[i]: its
-// median trial call).
-// Ties go to the earlier candidate; a non-finite time never wins; none
-// finite: candidates[0].
+// median trial call). Ties go to the earlier candidate; a non-finite time
+// never wins; none finite: candidates[0].
 int pickMeasured(const std::vector<int>& candidates, const float* seconds);
 // Which candidate trial call `call` (0 .. C*T-1) runs: dense (always the
 // first candidate when it is one) on the first T calls in a row, then the
