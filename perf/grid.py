@@ -8,7 +8,9 @@ algorithm's median time, auto's pick, auto / best fixed, and whether that is
 within the tolerance. Auto runs with SPCCL_CALIBRATE=1 unless --no-calibrate
 (the first run per rank count measures and caches, the rest reuse the cache),
 and with SPCCL_AUTO_TRIALS=--trials (default 2; 0 = the model alone picks):
-every run then gets at least 1 + 3 x trials + --settle warm-up calls, so
+every run then gets at least 1 + 3 x (trials + 2) + --settle warm-up calls
+(auto's first call, up to three candidates each timed on `trials` calls after
+2 uncounted warm-up calls, then the settling), so
 auto's timed calls come after it has settled and after its error feedback has
 refilled the residual its dense trial sent (every run gets the same warm-up).
 
@@ -50,7 +52,8 @@ def size_label(n):
 
 
 def warmup_calls(args):
-    return max(args.warmup, 1 + 3 * args.trials + args.settle) if args.trials > 0 else args.warmup
+    trial_warmup = 2  # kTrialWarmupCalls in src/tuner.h
+    return max(args.warmup, 1 + 3 * (args.trials + trial_warmup) + args.settle) if args.trials > 0 else args.warmup
 
 
 def iters_for(args, size):

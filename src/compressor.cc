@@ -144,14 +144,16 @@ int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
                 mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
   const int trials = comm->params.autoTrials;
   if (trials > 0 && call >= 1) {
+    const size_t perCandidate = trialCallsPerCandidate(static_cast<size_t>(trials));
     if (a.candidates.empty()) {
       a.candidates = trialCandidates(in, comm->costModel);
-      a.seconds.assign(a.candidates.size() * static_cast<size_t>(trials), std::numeric_limits<float>::infinity());
-      SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d call(s) each before settling; %s",
-                 a.candidates.size(), a.candidates.size() > 1 ? trials : 0, explainChoice(in, comm->costModel).c_str());
+      a.seconds.assign(a.candidates.size() * perCandidate, std::numeric_limits<float>::infinity());
+      SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d call(s) each (after %zu warm-up calls each) "
+                 "before settling; %s", a.candidates.size(), a.candidates.size() > 1 ? trials : 0,
+                 kTrialWarmupCalls, explainChoice(in, comm->costModel).c_str());
       if (a.candidates.size() == 1) return a.settled = a.candidates[0];  // nothing to compare
     }
-    *trial = static_cast<int>(trialSlot(call - 1, a.candidates, static_cast<size_t>(trials)));
+    *trial = static_cast<int>(trialSlot(call - 1, a.candidates, perCandidate));
     return a.candidates[static_cast<size_t>(*trial)];
   }
   const int algorithm = chooseAlgorithm(in, comm->costModel);
@@ -170,7 +172,8 @@ Status spcclCompressor::settleAutoTrials() {
   // held up, e.g. by more synchronisation points on oversubscribed cores).
   const size_t c = a.candidates.size();
   const std::vector<float> median =
-      trialMedians(slowest, a.candidates, static_cast<size_t>(comm->params.autoTrials));
+      trialMedians(slowest, a.candidates, trialCallsPerCandidate(static_cast<size_t>(comm->params.autoTrials)),
+                   kTrialWarmupCalls);
   a.settled = pickMeasured(a.candidates, median.data());
   std::string times;
   for (size_t i = 0; i < c; ++i)
@@ -213,6 +216,9 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   // and is re-estimated on most calls, where in steady state that happens once
   // per thresholdInterval calls.
   if (s.isOk()) a.seconds[trialCall] = static_cast<float>(std::max(0.0, seconds - a.estimateSeconds));
+  SPCCL_TRACE(comm->rank, "auto: trial call %llu: %s %.4g ms (%.4g ms of it re-estimating tau, not counted)",
+              static_cast<unsigned long long>(trialCall), algorithmName(algorithm), 1e3 * seconds,
+              1e3 * a.estimateSeconds);
   // The last trial call (counted alike on every rank, failed or not) settles.
   if (trialCall + 1 == a.seconds.size()) {
     const Status settled = settleAutoTrials();

@@ -179,17 +179,22 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
   return candidates.empty() ? SPCCL_ALGO_ALLGATHER : candidates[best];
 }
 
-size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t trials) {
+size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t perCandidate) {
   const bool denseFirst = !candidates.empty() && candidates.front() == SPCCL_ALGO_DENSE;
   if (!denseFirst) return candidates.empty() ? 0 : call % candidates.size();
-  if (call < trials || candidates.size() == 1) return 0;
-  return 1 + (call - trials) % (candidates.size() - 1);
+  if (call < perCandidate || candidates.size() == 1) return 0;
+  return 1 + (call - perCandidate) % (candidates.size() - 1);
 }
 
-std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates, size_t trials) {
+std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates,
+                                size_t perCandidate, size_t warmup) {
   const size_t c = candidates.size();
   std::vector<std::vector<float>> per(c);
-  for (size_t i = 0; i < times.size() && i < c * trials; ++i) per[trialSlot(i, candidates, trials)].push_back(times[i]);
+  std::vector<size_t> seen(c, 0);
+  for (size_t i = 0; i < times.size() && i < c * perCandidate; ++i) {
+    const size_t slot = trialSlot(i, candidates, perCandidate);
+    if (seen[slot]++ >= warmup) per[slot].push_back(times[i]);
+  }
   const auto order = [](float x, float y) { return std::isnan(y) ? !std::isnan(x) : x < y; };  // NaN last
   std::vector<float> out(c, std::numeric_limits<float>::infinity());
   for (size_t i = 0; i < c; ++i) {

@@ -85,15 +85,26 @@ std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m);
 // median trial call). Ties go to the earlier candidate; a non-finite time
 // never wins; none finite: candidates[0].
 int pickMeasured(const std::vector<int>& candidates, const float* seconds);
-// Which candidate trial call `call` (0 .. C*T-1) runs: dense (always the
-// first candidate when it is one) on the first T calls in a row, then the
-// sparse candidates in turn, round-robin, so both see the residual refill
-// after dense's flush alike; without dense, round-robin from the start.
-size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t trials);
-// The median time of each candidate's trial calls (times[i] is trial call
-// i's; the mean of the middle two for an even count). A non-finite time sorts
-// last.
-std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates, size_t trials);
+// Each candidate's first kTrialWarmupCalls trial calls run but are not
+// counted: a process's first calls of an algorithm at a size pay for pages
+// touched the first time and for the MPI library growing its buffers (2 ranks,
+// 1 MiB on shared memory: dense's first two calls took 3-4x its later ones,
+// allgather's 1.5-2x, and in a median of 4 that put dense behind allgather
+// where it is 1.6x faster warm).
+constexpr size_t kTrialWarmupCalls = 2;
+// Trial calls per candidate for SPCCL_AUTO_TRIALS=trials: the warm-up calls and the timed ones.
+inline size_t trialCallsPerCandidate(size_t trials) { return trials + kTrialWarmupCalls; }
+// Which candidate trial call `call` (0 .. C*perCandidate-1) runs: dense
+// (always the first candidate when it is one) on the first perCandidate calls
+// in a row, then the sparse candidates in turn, round-robin, so both see the
+// residual refill after dense's flush alike; without dense, round-robin from
+// the start.
+size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t perCandidate);
+// The median time of each candidate's trial calls after its first `warmup`
+// (times[i] is trial call i's, scheduled by trialSlot; the mean of the middle
+// two for an even count). A non-finite time sorts last.
+std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates,
+                                size_t perCandidate, size_t warmup);
 // One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
 // and its parts, and the pick.
 std::string explainChoice(const CostInputs& in, const CostModel& m);

@@ -246,8 +246,9 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
 }
 
 // SPCCL_AUTO_TRIALS=2 (set on the communicator's params, as at creation):
-// call 0 takes the model's pick, calls 1..2C run the C candidates two each
-// (dense twice, then the sparse ones in turn),
+// call 0 takes the model's pick, calls 1..C(2+W) run the C candidates 2 + W
+// each (W = kTrialWarmupCalls uncounted warm-ups first; dense's in a row, then
+// the sparse ones in turn),
 // then every rank settles on the same one and keeps it; through every switch
 // the outputs stay bitwise equal across ranks and nothing is lost. The model
 // is one where rounds dominate, so all three algorithms are candidates. Which
@@ -266,7 +267,8 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   if (p > 1) {
     ASSERT_EQ(candidates.size(), 3u) << "the test wants every algorithm timed";
   }
-  const size_t c = candidates.size(), trialCalls = c > 1 ? 2 * c : 0, calls = 1 + trialCalls + 3;
+  const size_t perCandidate = trialCallsPerCandidate(2);
+  const size_t c = candidates.size(), trialCalls = c > 1 ? perCandidate * c : 0, calls = 1 + trialCalls + 3;
 
   spcclCompressor_t comp = nullptr;
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
@@ -284,14 +286,16 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   }
   EXPECT_EQ(took[0], chooseAlgorithm(inputs, comm.c->costModel)) << "call 0 takes the model's pick";
   for (size_t call = 1; call <= trialCalls; ++call)
-    EXPECT_EQ(took[call], candidates[trialSlot(call - 1, candidates, 2)]) << "trial call " << call;
-  // With three candidates and two trials each: dense, dense, then the sparse two in turn.
+    EXPECT_EQ(took[call], candidates[trialSlot(call - 1, candidates, perCandidate)]) << "trial call " << call;
+  // With three candidates: dense on calls 1..perCandidate, then the sparse two in turn.
   if (c == 3) {
-    EXPECT_EQ(took[1], SPCCL_ALGO_DENSE);
-    EXPECT_EQ(took[2], SPCCL_ALGO_DENSE);
-    EXPECT_EQ(took[3], took[5]);
-    EXPECT_EQ(took[4], took[6]);
-    EXPECT_NE(took[3], took[4]);
+    for (size_t call = 1; call <= perCandidate; ++call) EXPECT_EQ(took[call], SPCCL_ALGO_DENSE) << "call " << call;
+    const size_t first = perCandidate + 1;
+    EXPECT_NE(took[first], took[first + 1]);
+    for (size_t call = first; call <= trialCalls; ++call) {
+      EXPECT_NE(took[call], SPCCL_ALGO_DENSE) << "call " << call;
+      EXPECT_EQ(took[call], took[first + (call - first) % 2]) << "call " << call;
+    }
   }
   const int settled = took[trialCalls + 1];
   EXPECT_EQ(std::count(candidates.begin(), candidates.end(), settled), 1) << algorithmName(settled);

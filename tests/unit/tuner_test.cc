@@ -239,14 +239,31 @@ TEST(Tuner, TrialScheduleAndMedians) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   // dense calls 9 2 3 4; allgather 7 1 1 1; split 5 inf 6 nan (interleaved as scheduled).
   const std::vector<float> times = {9, 2, 3, 4, 7, 5, 1, inf, 1, 6, 1, nan};
-  const std::vector<float> m = trialMedians(times, all, 4);
+  const std::vector<float> m = trialMedians(times, all, 4, 0);
   ASSERT_EQ(m.size(), 3u);
   EXPECT_FLOAT_EQ(m[0], 3.5f);  // sorted 2 3 4 9
   EXPECT_FLOAT_EQ(m[1], 1.0f);  // sorted 1 1 1 7
   EXPECT_EQ(m[2], inf);         // sorted 5 6 inf nan: the middle two are 6 and inf
-  const std::vector<float> odd = trialMedians({3, 8, 1, 9, 2, 7}, sparse, 3);
+  const std::vector<float> odd = trialMedians({3, 8, 1, 9, 2, 7}, sparse, 3, 0);
   EXPECT_FLOAT_EQ(odd[0], 2.0f);  // 3 1 2
   EXPECT_FLOAT_EQ(odd[1], 8.0f);  // 8 9 7
+  // Each candidate's first `warmup` calls do not count: the same dense calls
+  // 9 2 3 4 with the first two as warm-ups leave 3 4; allgather's 7 1 leave 1 1.
+  const std::vector<float> warm = trialMedians(times, all, 4, 2);
+  EXPECT_FLOAT_EQ(warm[0], 3.5f);  // 3 4
+  EXPECT_FLOAT_EQ(warm[1], 1.0f);  // 1 1
+  EXPECT_FALSE(std::isfinite(warm[2]));  // inf nan: never picked
+  // Round-robin without dense: the warm-ups are each candidate's first calls, not the first calls overall.
+  const std::vector<float> rr = trialMedians({100, 200, 1, 20, 3, 40}, sparse, 3, 1);
+  EXPECT_FLOAT_EQ(rr[0], 2.0f);   // 100 is a warm-up: 1 3
+  EXPECT_FLOAT_EQ(rr[1], 30.0f);  // 200 is a warm-up: 20 40
+  // Cold first calls decide a plain median (dense is 2 warm, allgather 3): the warm-ups undo that.
+  // Dense 12 10 2 2 (median 6, warm 2), allgather 4 3 3 3 (median 3, warm 3).
+  const std::vector<float> cold = {12, 10, 2, 2, 4, 3, 3, 3};
+  const std::vector<int> denseAllgather = {D, A};
+  EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, denseAllgather, 4, 0).data()), A);
+  EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, denseAllgather, 4, kTrialWarmupCalls).data()), D);
+  EXPECT_EQ(trialCallsPerCandidate(4), 4 + kTrialWarmupCalls);
 }
 
 TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
