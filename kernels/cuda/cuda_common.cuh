@@ -78,6 +78,18 @@ __device__ __forceinline__ void storeF32(float* p, const float (&v)[kN]) {
   }
 }
 
+// Sum of v over a full warp. sm_80+ has a single instruction for it
+// (__reduce_add_sync); older parts (a build with CMAKE_CUDA_ARCHITECTURES=75)
+// take the five-step shuffle tree.
+__device__ __forceinline__ unsigned warpSumFull(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+#endif
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Calls f with the loader of a user float type (fp32 for anything else: the

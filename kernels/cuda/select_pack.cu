@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
     mine.a |= static_cast<unsigned long long>(a) << (16 * r);
     mine.t |= static_cast<unsigned long long>(t) << (16 * r);
   }
-  const unsigned warpNonFinite = __reduce_add_sync(0xffffffffu, nonFinite);
+  const unsigned warpNonFinite = detail::warpSumFull(nonFinite);
   if ((threadIdx.x & 31u) == 0 && warpNonFinite != 0) atomicAdd(&sNonFinite, warpNonFinite);
 
   RoundCounts before, total;

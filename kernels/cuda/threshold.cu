@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
     count(x);
   }
   if constexpr (kLevel == 0) {
-    const unsigned warpZeros = __reduce_add_sync(0xffffffffu, zeros);
+    const unsigned warpZeros = detail::warpSumFull(zeros);
     if ((threadIdx.x & 31u) == 0 && warpZeros != 0) atomicAdd(&sZeros, static_cast<unsigned long long>(warpZeros));
   }
   __syncthreads();
