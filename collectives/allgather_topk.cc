@@ -3,6 +3,9 @@
 // (ties: lower index first; NaN/Inf always, even beyond k; exact zeros never),
 // sends them as pairs, and every
 // rank writes all blocks, zeros elsewhere. No residual: nothing is reduced.
+// fp8 values: one scale per block from its largest finite kept |value| (no
+// residual could take a saturated value's excess), so the block's values are
+// selected exactly first and converted once the scale is known.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,6 +29,8 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm.seq++;
   const uint64_t k = allGatherTopKCount(density, n);
+  const bool fp8 = wire == core::ValueType::kFloat8e4m3;
+  const core::ValueType staged = fp8 ? core::ValueType::kFloat32 : wire;  // what selectPack writes
 
   ws.rangeIndices.resize(n);
   uint32_t tauKey = 0;
@@ -42,15 +47,23 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   comm.positions.resize(std::min<size_t>(n, k + 64));
   uint64_t nnz = 0;
   for (;;) {
-    ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(wire));
+    ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(staged));
     const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, tauKey, tieBudget,
-                             comm.positions.size(), wire, comm.positions.data(), ws.stageBytes.data()};
+                             comm.positions.size(), staged, comm.positions.data(), ws.stageBytes.data()};
     const host::SelectResult r = host::selectPack(a);
     if (r.selected <= comm.positions.size()) {
       nnz = r.selected;
       break;
     }
     comm.positions.resize(r.selected);  // more NaN/Inf than the slack: grow once
+  }
+  int scaleExp = 0;
+  if (fp8) {  // the kept values, selected exactly, -> e4m3 codes with the block's scale
+    std::vector<float>& kept = comm.floats;
+    kept.resize(std::max<size_t>(n, nnz));
+    std::memcpy(kept.data(), ws.stageBytes.data(), nnz * sizeof(float));
+    scaleExp = fp8ScaleForValues(kept.data(), nnz, wire);
+    for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(ws.stageBytes.data(), j, kept[j], wire, scaleExp);
   }
 
   // A block goes as pairs (in the smallest index encoding, or as
@@ -81,6 +94,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   SPCCL_RETURN_IF_ERROR(implausible);
   StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
   info.encoding = encoding;
+  info.scaleExp = scaleExp;
   ws.sendBytes.resize(ws.sizes[me]);
   comm.floats.resize(n);
   if (!sendDense) {
@@ -88,7 +102,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   } else {
     std::fill(comm.floats.begin(), comm.floats.end(), 0.0f);
     for (uint64_t j = 0; j < nnz; ++j)
-      comm.floats[comm.positions[j]] = core::loadWireValue(ws.stageBytes.data(), j, wire);
+      comm.floats[comm.positions[j]] = core::loadWireValue(ws.stageBytes.data(), j, wire, scaleExp);
     info.kind = StreamKind::kDense;
     encodeDense(ws.sendBytes.data(), info, comm.floats.data(), nullptr);
   }

@@ -504,9 +504,6 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
 #endif
     SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, !topk, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     if (topk) {
-      if (p.valueType == core::ValueType::kFloat8e4m3)
-        return invalidUsage("SPCCL_VALUE_TYPE=fp8 with SPCCL_ALLGATHER_DENSITY < 1: the sparsified allgather does "
-                            "not carry fp8 (fp32, fp16 or bf16; docs/ENV.md)");
       if (sendcount > UINT32_MAX)
         return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
       spcclStats_t call{};

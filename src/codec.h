@@ -128,6 +128,12 @@ struct StreamExpect {
   bool allowError = false;  // only split's stage 3 carries error markers
 };
 
+// fp8 (vt kFloat8e4m3): the scale exponent that puts the largest finite
+// |values[j]| in e4m3's top binade, so no value saturates (streams without a
+// residual to take saturation: rows, the sparsified allgather). Other value
+// types: 0.
+int fp8ScaleForValues(const float* values, uint64_t nnz, core::ValueType vt);
+
 struct StreamInfo {
   uint64_t denseCount, rangeBegin, rangeEnd, nnz, seq;
   uint8_t algorithm;

@@ -93,8 +93,14 @@ Status rowsScale(const RowsHeader& h, int peer, int* scaleExp) {
   return Status::ok();
 }
 
-// fp8: one scale per stream from its largest finite |value| (nothing saturates).
-int valuesScale(const float* values, uint64_t nnz, ValueType vt) {
+void setScale(RowsHeader* h, int scaleExp) {
+  if (h->valueType == static_cast<uint8_t>(ValueType::kFloat8e4m3))
+    h->status = static_cast<uint8_t>(static_cast<int8_t>(scaleExp));
+}
+
+}  // namespace
+
+int fp8ScaleForValues(const float* values, uint64_t nnz, ValueType vt) {
   if (vt != ValueType::kFloat8e4m3) return 0;
   uint32_t maxKey = 0;
   for (uint64_t j = 0; j < nnz; ++j) {
@@ -103,13 +109,6 @@ int valuesScale(const float* values, uint64_t nnz, ValueType vt) {
   }
   return core::fp8ScaleForMax(maxKey);
 }
-
-void setScale(RowsHeader* h, int scaleExp) {
-  if (h->valueType == static_cast<uint8_t>(ValueType::kFloat8e4m3))
-    h->status = static_cast<uint8_t>(static_cast<int8_t>(scaleExp));
-}
-
-}  // namespace
 
 uint32_t rowIndexBytes(uint64_t rowLen) { return rowLen <= 256 ? 1u : rowLen <= 65536 ? 2u : 4u; }
 
@@ -132,7 +131,7 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
   const uint32_t ib = rowIndexBytes(rowLen);
   RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
                                 static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
-  const int scaleExp = valuesScale(values, nnz, vt);
+  const int scaleExp = fp8ScaleForValues(values, nnz, vt);
   setScale(&h, scaleExp);
   std::memcpy(p, &h, sizeof h);
   size_t off = sizeof h;
@@ -156,7 +155,7 @@ size_t encodeValues(void* dst, const float* values, uint64_t nnz, uint64_t rows,
   auto* p = static_cast<unsigned char*>(dst);
   RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
                                 static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
-  const int scaleExp = valuesScale(values, nnz, vt);
+  const int scaleExp = fp8ScaleForValues(values, nnz, vt);
   setScale(&h, scaleExp);
   std::memcpy(p, &h, sizeof h);
   for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + sizeof h, j, values[j], vt, scaleExp);

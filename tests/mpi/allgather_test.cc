@@ -6,9 +6,11 @@
 // the lower index, NaN/Inf always kept) and zeros elsewhere. Integer and fp64
 // blocks stay exact. The output is the same on every rank either way.
 //
-// Reading of the issue taken here: the sparsified values travel exactly (the
-// default SPCCL_VALUE_TYPE is fp32, which holds every fp16/bf16 value), and no
-// minimum size applies (the header names none for the allgather).
+// Reading of the issue taken here: the sparsified values travel exactly with
+// the default SPCCL_VALUE_TYPE=fp32 (which holds every fp16/bf16 value), and
+// rounded once to the wire type otherwise (variants mpi_allgather_test_sparse_
+// fp16wire and _fp8wire; fp8: one scale per block from its largest finite kept
+// |value|); no minimum size applies (the header names none for the allgather).
 #include <limits>
 #include <tuple>
 
@@ -33,7 +35,7 @@ std::vector<unsigned char> expectedAllgather(const std::vector<unsigned char>& g
   if (!sparsifies(t, count)) return gathered;
   const float d = allgatherDensity();
   return maskedThroughWire(gathered, gathered, static_cast<size_t>(worldSize()), count, t, rowKeepCount(count, d),
-                           spcclFloat32);
+                           wireTypeFromEnv());
 }
 
 // Gaussian floats with ties (multiples of 0.5 on every third entry).
