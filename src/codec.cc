@@ -153,10 +153,21 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
     } else {  // kBitmap
       const size_t mapBytes = bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
       std::memset(p + off, 0, mapBytes);
+      // Indices ascend: build each 64-position word in a register, store it once (little-endian bytes).
+      const auto store = [&](uint64_t word, uint64_t w) {
+        std::memcpy(p + off + w * 8, &word, std::min<size_t>(8, mapBytes - w * 8));
+      };
+      uint64_t word = 0, w = 0;
       for (uint64_t j = 0; j < info.nnz; ++j) {
         const uint64_t bit = indices[j] - info.rangeBegin;
-        p[off + bit / 8] |= static_cast<unsigned char>(1u << (bit % 8));
+        if (bit / 64 != w) {
+          if (word != 0) store(word, w);
+          word = 0;
+          w = bit / 64;
+        }
+        word |= uint64_t{1} << (bit % 64);
       }
+      if (word != 0) store(word, w);
       off += mapBytes;
     }
   }
@@ -323,7 +334,11 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
     if (bytes - indexStart < mapBytes) return badLayout("truncated index bitmap");
     end = indexStart + mapBytes;
     uint64_t set = 0;
-    for (size_t b = 0; b < mapBytes; ++b) set += static_cast<uint64_t>(__builtin_popcount(base[indexStart + b]));
+    for (size_t b = 0; b < mapBytes; b += 8) {  // 8 bytes a popcount; the last word zero-filled
+      uint64_t word = 0;
+      std::memcpy(&word, base + indexStart + b, std::min<size_t>(8, mapBytes - b));
+      set += static_cast<uint64_t>(__builtin_popcountll(word));
+    }
     const unsigned tail = static_cast<unsigned>(len % 8);
     if (tail != 0 && (base[end - 1] >> tail) != 0) return badLayout("index bitmap bits past the range");
     if (set != h.nnz) return badLayout("index bitmap with another number of bits set than pairs");

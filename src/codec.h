@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/core/elementwise.h"
 #include "src/status.h"
@@ -190,13 +191,14 @@ void forEachPair(const StreamView& v, F&& f) {
       index += gap + (j > 0 ? 1 : 0);
       f(index, j);
     }
-  } else {  // kBitmap
-    const uint64_t len = v.rangeEnd - v.rangeBegin;
+  } else {  // kBitmap: 64 positions a (little-endian) word; parseStream checked no bit lies past the range
+    const uint64_t mapBytes = (v.rangeEnd - v.rangeBegin + 7) / 8;
     uint64_t j = 0;
-    for (uint64_t byte = 0; byte * 8 < len && j < v.nnz; ++byte) {
-      unsigned bits = v.indexBytes[byte];
+    for (uint64_t byte = 0; byte < mapBytes && j < v.nnz; byte += 8) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, v.indexBytes + byte, static_cast<size_t>(mapBytes - byte < 8 ? mapBytes - byte : 8));
       while (bits != 0) {
-        const int bit = __builtin_ctz(bits);
+        const int bit = __builtin_ctzll(bits);
         bits &= bits - 1;
         f(v.rangeBegin + byte * 8 + static_cast<uint64_t>(bit), j++);
       }
