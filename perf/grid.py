@@ -26,6 +26,11 @@ run's MPI_Allreduce, which cancels load that changes between runs.
 The runs of one point are separate processes one after the other, so on a
 shared or oversubscribed machine the comparison carries that noise; --repeat
 R runs every algorithm R times, interleaved, and keeps each one's best median.
+--interleaved instead runs perf/auto_compare once per point (and repeat): the
+three fixed algorithms, auto and MPI_Allreduce in one process, each with its
+own compressor, their calls interleaved on the same data, so the ratios are
+measured side by side under the same load (four compressors' memory at once:
+about 10 x the buffer per rank).
 Exit status 1 when some point is outside the tolerance.
 """
 import argparse
@@ -122,6 +127,53 @@ def summary(points, tolerance):
             f"MPI_Allreduce, {norm_within} of {len(norm)} within {round(100 * tolerance)}%")
 
 
+def run_compare(args, np_, size, density, tmpdir):
+    """--interleaved: one auto_compare run; {name: row} for dense, allgather, split, auto and mpi."""
+    out = os.path.join(tmpdir, f"c{np_}_{size}_{density}.json")
+    binary = os.path.join(args.build, "perf", "auto_compare")
+    bench = [binary, "-b", str(size), "-D", str(density), "-n", str(iters_for(args, size)),
+             "-w", str(warmup_calls(args)), "-J", out]
+    if args.launcher:
+        cmd = shlex.split(args.launcher.format(np=np_)) + bench
+    else:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + bench
+    env = dict(os.environ)
+    if not args.no_calibrate:
+        env["SPCCL_CALIBRATE"] = "1"  # only auto's compressor consults the model
+    env["SPCCL_AUTO_TRIALS"] = str(args.trials)
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0 or not os.path.exists(out):
+        sys.stderr.write(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-2000:]}{res.stderr[-2000:]}\n")
+        return None
+    with open(out) as f:
+        return {c["name"]: c for c in json.load(f)["contenders"]}
+
+
+def measure_point(args, np_, size, density, tmpdir):
+    """Best median per algorithm over --repeat runs, auto's pick, and each time over its run's MPI_Allreduce."""
+    best, rel = {}, {}
+    took = "?"
+    for _ in range(args.repeat):
+        if args.interleaved:
+            rows = run_compare(args, np_, size, density, tmpdir) or {}
+            mpi = rows.get("mpi", {}).get("time_us")
+            runs = [(a, rows[a]["time_us"], mpi, rows[a]["algo"]) for a in ALGOS if a in rows]
+        else:
+            runs = []
+            for algo in ALGOS:
+                row = run_one(args, np_, size, density, algo, tmpdir)
+                if row is not None and row.get("time_us") is not None:
+                    runs.append((algo, row["time_us"], row.get("dense_time_us"), row["algo"]))
+        for algo, t, d, label in runs:
+            if d:
+                rel[algo] = min(rel.get(algo, float("inf")), t / d)
+            if algo not in best or t < best[algo]:
+                best[algo] = t
+                if algo == "auto":
+                    took = label
+    return best, rel, took
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build", help="build directory holding perf/allreduce_perf")
@@ -139,6 +191,9 @@ def main():
     ap.add_argument("--trials", type=int, default=2, help="SPCCL_AUTO_TRIALS for auto (0: the model alone picks)")
     ap.add_argument("--settle", type=int, default=10,
                     help="extra warm-up calls after auto's trials (the residual refills after the dense trial)")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="one perf/auto_compare run per point: every algorithm and auto in one process, their "
+                         "calls interleaved on the same data (needs memory for four compressors at once)")
     ap.add_argument("--json", help="also write every point as JSON here")
     ap.add_argument("--render", help="print the table of an earlier run's --json file; run nothing")
     args = ap.parse_args()
@@ -160,21 +215,7 @@ def main():
         for np_ in ranks:
             for size in sizes:
                 for density in densities:
-                    best, rel = {}, {}  # rel: time over the same run's MPI_Allreduce
-                    took = "?"
-                    for _ in range(args.repeat):
-                        for algo in ALGOS:
-                            row = run_one(args, np_, size, density, algo, tmpdir)
-                            if row is None or row.get("time_us") is None:
-                                continue
-                            t = row["time_us"]
-                            d = row.get("dense_time_us")
-                            if d:
-                                rel[algo] = min(rel.get(algo, float("inf")), t / d)
-                            if algo not in best or t < best[algo]:
-                                best[algo] = t
-                                if algo == "auto":
-                                    took = row["algo"]
+                    best, rel, took = measure_point(args, np_, size, density, tmpdir)
                     fixed = [best[a] for a in ALGOS[:3] if a in best]
                     if "auto" not in best or not fixed:
                         print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | |")
@@ -189,6 +230,7 @@ def main():
                                    "auto_algo": took, "auto_over_best": ratio, "within": ok,
                                    "normalized_auto_over_best": norm, "over_own_mpi": rel,
                                    "trials": args.trials, "warmup": warmup_calls(args),
+                                   "interleaved": args.interleaved,
                                    "iters": iters_for(args, size)})
                     print(render(points[-1], args.tolerance), flush=True)
     failed = misses - sum(1 for p in points if not p["within"])

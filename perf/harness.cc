@@ -395,41 +395,6 @@ struct Row {
   bool ok = true;        // every check passed on every rank (when checked)
 };
 
-// Deterministic per rank: the same seed gives the same values on every run.
-void fillGaussian(void* buf, size_t count, spcclDataType_t datatype, uint64_t seed) {
-  visitType(datatype, [&](auto v) {
-    using T = decltype(v);
-    std::mt19937_64 generator(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    T* values = static_cast<T*>(buf);
-    for (size_t i = 0; i < count; ++i) values[i] = fromFloat<T>(normal(generator));
-  });
-}
-
-// Flips the sign of each element with probability 1/2 (a hash of index and
-// step): magnitudes stay, and successive steps are a mean-zero sequence per
-// element, as gradients are in training. With the identical input every call,
-// error feedback would instead grow every residual linearly and the stored
-// threshold would go stale on every call (-S 0 measures that case).
-void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step) {
-  // XOR of the sign bit on the raw representation: no conversion, no branch.
-  const auto flip = [&](auto* values, auto signBit) {
-    uint64_t state = 0x9e3779b97f4a7c15ull * (step + 1);
-    for (size_t i = 0; i < count; i += 64) {
-      state ^= state << 13;  // xorshift64: one 64-bit draw per 64 elements
-      state ^= state >> 7;
-      state ^= state << 17;
-      const size_t n = std::min<size_t>(64, count - i);
-      for (size_t j = 0; j < n; ++j)
-        values[i + j] ^= static_cast<decltype(signBit)>(((state >> j) & 1u) * signBit);
-    }
-  };
-  if (typeSize(datatype) == 4)
-    flip(static_cast<uint32_t*>(buf), uint32_t{0x80000000u});
-  else
-    flip(static_cast<uint16_t*>(buf), uint16_t{0x8000u});
-}
-
 // Calls `before` (untimed) ahead of each call.
 template <class F, class B>
 void warmUp(int iters, F&& call, B&& before) {
@@ -828,6 +793,41 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
 }
 
 }  // namespace
+
+// Deterministic per rank: the same seed gives the same values on every run.
+void fillGaussian(void* buf, size_t count, spcclDataType_t datatype, uint64_t seed) {
+  visitType(datatype, [&](auto v) {
+    using T = decltype(v);
+    std::mt19937_64 generator(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    T* values = static_cast<T*>(buf);
+    for (size_t i = 0; i < count; ++i) values[i] = fromFloat<T>(normal(generator));
+  });
+}
+
+// Flips the sign of each element with probability 1/2 (a hash of index and
+// step): magnitudes stay, and successive steps are a mean-zero sequence per
+// element, as gradients are in training. With the identical input every call,
+// error feedback would instead grow every residual linearly and the stored
+// threshold would go stale on every call (-S 0 measures that case).
+void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step) {
+  // XOR of the sign bit on the raw representation: no conversion, no branch.
+  const auto flip = [&](auto* values, auto signBit) {
+    uint64_t state = 0x9e3779b97f4a7c15ull * (step + 1);
+    for (size_t i = 0; i < count; i += 64) {
+      state ^= state << 13;  // xorshift64: one 64-bit draw per 64 elements
+      state ^= state >> 7;
+      state ^= state << 17;
+      const size_t n = std::min<size_t>(64, count - i);
+      for (size_t j = 0; j < n; ++j)
+        values[i + j] ^= static_cast<decltype(signBit)>(((state >> j) & 1u) * signBit);
+    }
+  };
+  if (typeSize(datatype) == 4)
+    flip(static_cast<uint32_t*>(buf), uint32_t{0x80000000u});
+  else
+    flip(static_cast<uint16_t*>(buf), uint16_t{0x8000u});
+}
 
 // ---- Collective defaults and helpers for descriptors -------------------------
 

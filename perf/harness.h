@@ -14,6 +14,7 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -153,6 +154,13 @@ size_t keptPerRow(float density, size_t n);
 // type rounds it, and every other entry is zero.
 bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows,
                   size_t rowLen, size_t keep, spcclDataType_t datatype, spcclDataType_t wire);
+
+// The benchmarks' input: N(0, 1) values, deterministic per seed (seed = rank).
+void fillGaussian(void* buf, size_t count, spcclDataType_t datatype, uint64_t seed);
+// Flips the sign of about half the elements, chosen by `step`: magnitudes
+// stay, and successive steps are a mean-zero sequence per element, as
+// gradients are in training.
+void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step);
 
 // Prints the failed call with spcclGetLastError() and aborts every rank.
 [[noreturn]] void failSpccl(spcclResult_t result, const char* call, const char* file, int line);
