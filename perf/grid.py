@@ -66,27 +66,36 @@ def iters_for(args, size):
     return max(args.iters, args.small_iters) if size <= parse_size(args.small_max) else args.iters
 
 
-def run_one(args, np_, size, density, algo, tmpdir):
-    out = os.path.join(tmpdir, f"r{np_}_{size}_{density}_{algo}.json")
-    binary = os.path.join(args.build, "perf", "allreduce_perf")
-    bench = [binary, "-b", str(size), "-e", str(size), "-D", str(density), "-a", algo,
-             "-n", str(iters_for(args, size)), "-w", str(warmup_calls(args)), "-c", "0", "-J", out]
+def launch(args, np_, bench, out, env):
+    """Runs `bench` on np_ ranks (mpirun, or --launcher) and returns its -J JSON, or None after reporting why."""
     if args.launcher:
         cmd = shlex.split(args.launcher.format(np=np_)) + bench
     else:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + bench
-    env = dict(os.environ)
-    if algo == "auto" and not args.no_calibrate:
-        env["SPCCL_CALIBRATE"] = "1"
-    if algo == "auto":
-        env["SPCCL_AUTO_TRIALS"] = str(args.trials)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode != 0 or not os.path.exists(out):
         sys.stderr.write(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-2000:]}{res.stderr[-2000:]}\n")
         return None
     with open(out) as f:
-        row = json.load(f)["rows"][0]
-    return row
+        return json.load(f)
+
+
+def auto_env(args):
+    """The environment of a run with auto in it (the fixed algorithms ignore both settings)."""
+    env = dict(os.environ)
+    if not args.no_calibrate:
+        env["SPCCL_CALIBRATE"] = "1"
+    env["SPCCL_AUTO_TRIALS"] = str(args.trials)
+    return env
+
+
+def run_one(args, np_, size, density, algo, tmpdir):
+    out = os.path.join(tmpdir, f"r{np_}_{size}_{density}_{algo}.json")
+    binary = os.path.join(args.build, "perf", "allreduce_perf")
+    bench = [binary, "-b", str(size), "-e", str(size), "-D", str(density), "-a", algo,
+             "-n", str(iters_for(args, size)), "-w", str(warmup_calls(args)), "-c", "0", "-J", out]
+    result = launch(args, np_, bench, out, auto_env(args) if algo == "auto" else dict(os.environ))
+    return None if result is None else result["rows"][0]
 
 
 HEADER = ("| ranks | size | density | dense (ms) | allgather (ms) | split (ms) | auto (ms) | fastest fixed | "
@@ -133,20 +142,8 @@ def run_compare(args, np_, size, density, tmpdir):
     binary = os.path.join(args.build, "perf", "auto_compare")
     bench = [binary, "-b", str(size), "-D", str(density), "-n", str(iters_for(args, size)),
              "-w", str(warmup_calls(args)), "-J", out]
-    if args.launcher:
-        cmd = shlex.split(args.launcher.format(np=np_)) + bench
-    else:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + bench
-    env = dict(os.environ)
-    if not args.no_calibrate:
-        env["SPCCL_CALIBRATE"] = "1"  # only auto's compressor consults the model
-    env["SPCCL_AUTO_TRIALS"] = str(args.trials)
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if res.returncode != 0 or not os.path.exists(out):
-        sys.stderr.write(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-2000:]}{res.stderr[-2000:]}\n")
-        return None
-    with open(out) as f:
-        return {c["name"]: c for c in json.load(f)["contenders"]}
+    result = launch(args, np_, bench, out, auto_env(args))
+    return None if result is None else {c["name"]: c for c in result["contenders"]}
 
 
 def measure_point(args, np_, size, density, tmpdir):
