@@ -5,7 +5,7 @@
 // Separate mpiruns per algorithm, as allreduce_perf -a measures them, differ
 // by tens of percent from run to run on a shared or oversubscribed machine;
 // here every iteration runs each contender once, on the same input, in an
-// order that rotates from one iteration to the next.
+// order shuffled afresh each iteration (the same on every rank).
 //
 //   mpirun -np 4 build/perf/auto_compare -b 1M -D 0.01 -n 50 -w 29 -J out.json
 //
@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -130,8 +131,15 @@ int run(int argc, char** argv) {
     if (it == args.warmup)
       for (Contender& c : all)
         if (c.compressor) SPCCL_PERF_CHECK(spcclCompressorGetStats(c.compressor, &c.before));
+    // A fresh order every iteration, the same on every rank (a seeded shuffle):
+    // each contender follows each other one alike, so none always runs right
+    // after the one that leaves the caches coldest.
+    std::vector<size_t> order(n);
+    for (size_t j = 0; j < n; ++j) order[j] = j;
+    std::mt19937 shuffle(0x5eedu + static_cast<unsigned>(it));
+    std::shuffle(order.begin(), order.end(), shuffle);
     for (size_t j = 0; j < n; ++j) {
-      Contender& c = all[(static_cast<size_t>(it) + j) % n];  // rotate who goes first
+      Contender& c = all[order[j]];
       if (!timed) {
         call(c);
         continue;
