@@ -60,7 +60,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   int scaleExp = 0;
   if (fp8) {  // the kept values, selected exactly, -> e4m3 codes with the block's scale
     std::vector<float>& kept = comm.floats;
-    kept.resize(std::max<size_t>(n, nnz));
+    kept.resize(n);  // nnz <= n
     std::memcpy(kept.data(), ws.stageBytes.data(), nnz * sizeof(float));
     scaleExp = fp8ScaleForValues(kept.data(), nnz, wire);
     for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(ws.stageBytes.data(), j, kept[j], wire, scaleExp);
