@@ -43,6 +43,7 @@ struct spcclCompressor {
   uint64_t callIndex = 0;
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
   bool residualFlushed = false;  // a dense call sent the residual: the next selection re-estimates tau
+  bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
   double mergedPerRange = -1;  // measured by the last split call (same on every rank)
 
   std::vector<uint32_t> indices;        // this call's selected pairs

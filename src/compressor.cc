@@ -119,18 +119,37 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
 }
 
 Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* out) {
-  // v = send + residual travels exactly; nothing is left behind.
-  host::loadFloats(sendbuff, dataType, count, out);
+  ++callIndex;
   if (config.errorFeedback) {
-    float* r = residual[current].data();
-    for (size_t i = 0; i < count; ++i) out[i] += r[i];
-    std::fill(residual[current].begin(), residual[current].end(), 0.0f);
     // tau was fitted to v = send + a full residual; on v = send alone it would
     // select far fewer than k entries (nothing re-estimates a tau that selects
     // too few), so the next compressed call estimates it afresh.
     residualFlushed = true;
   }
-  ++callIndex;
+  if (!config.errorFeedback || residualZero) {
+    // Nothing to add: the allreduce of the input as it is, the same bytes
+    // through memory as a plain MPI_Allreduce (fp32 needs no staging copy).
+    if (dataType == spcclFloat32) return t.allReduceDense(sendbuff, out, count, spcclFloat32, spcclSum);
+    host::loadFloats(sendbuff, dataType, count, out);
+    return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
+  }
+  // v = send + residual travels exactly; nothing is left behind. One pass
+  // forms v and empties the residual (send may alias out: elementwise).
+  float* r = residual[current].data();
+  if (dataType == spcclFloat32) {
+    const float* s = static_cast<const float*>(sendbuff);
+    for (size_t i = 0; i < count; ++i) {
+      out[i] = s[i] + r[i];
+      r[i] = 0.0f;
+    }
+  } else {
+    host::loadFloats(sendbuff, dataType, count, out);
+    for (size_t i = 0; i < count; ++i) {
+      out[i] += r[i];
+      r[i] = 0.0f;
+    }
+  }
+  residualZero = true;
   return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
 }
 
@@ -277,7 +296,10 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
   // The call is consistent on every rank: commit this call's residual. A call
   // rejected above leaves the residual as it was.
-  if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) current = 1 - current;
+  if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {
+    current = 1 - current;
+    residualZero = false;
+  }
 
   spcclStats_t call{};
   call.calls = 1;

@@ -101,12 +101,16 @@ CostTerms modelTerms(int algorithm, const CostInputs& in) {
   const double pair = indexBytesPerPair(in.indexEncoding, n, k) + in.wireBytes;
   const double mergedPair = indexBytesPerPair(in.indexEncoding, n / p, mergedPerRange(in)) + in.wireBytes;
   t.rounds = rounds(algorithm, in.ranks);
-  // Local work. Dense: v = send + residual (read both, write both) and the
-  // reduce-scatter's additions. Sparse: the fused pass (selectPassBytes);
+  // Local work. Dense, in steady state (a dense call after a dense call: the
+  // residual is already empty and the input goes out as it is): the
+  // reduce-scatter's additions, and for 16-bit inputs their conversion to
+  // fp32 (read e, write 4). The one pass of v = send + residual that a dense
+  // call right after a compressed one makes is not charged: auto weighs what
+  // an algorithm costs call after call. Sparse: the fused pass (selectPassBytes);
   // every rank zeroes its output and accumulates what it receives
   // (pairTrafficBytes: the pairs plus the output lines they touch).
   if (algorithm == SPCCL_ALGO_DENSE) {
-    t.unpackBytes = n * (in.elemBytes + 8.0) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
+    t.unpackBytes = (in.elemBytes == 4 ? 0.0 : n * (in.elemBytes + 4.0)) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
   } else {
     t.selectBytes = selectPassBytes(n, in.elemBytes, k);
     if (algorithm == SPCCL_ALGO_ALLGATHER) {

@@ -346,5 +346,54 @@ TEST(Calibrate, SparseCallAfterDenseReestimatesTau) {
   spcclCompressorDestroy(comp);
 }
 
+// Dense calls under auto, mixed with compressed ones: the first dense call
+// after a compressed one sends send + residual and empties the residual in
+// one pass; a dense call on an empty residual sends the input as it is (no
+// staging pass). Both must conserve: outputs + residuals = inputs throughout,
+// the residual is zero after every dense call, outputs agree bitwise across
+// ranks, and a dense call on an empty residual returns the plain sum.
+TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  const size_t n = size_t{1} << 14;
+  const spcclCompressConfig_t cfg = autoConfig(1000);
+  const CostModel forceDense = denseForcingModel(), forceSparse = sparseForcingModel();
+  spcclCompressor_t comp = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
+  ConservedCalls conserved(comm.c, comp, n);
+  const CostModel* schedule[] = {&forceDense,  &forceSparse, &forceSparse, &forceDense, &forceDense,
+                                 &forceSparse, &forceDense,  &forceSparse, &forceSparse};
+  std::vector<float> residual(n), plain(n);
+  bool previousDense = true;  // the residual starts empty
+  for (size_t call = 0; call < std::size(schedule); ++call) {
+    const bool dense = schedule[call] == &forceDense;
+    comm.c->costModel = *schedule[call];
+    ASSERT_TRUE(conserved.call(static_cast<unsigned>(500 + 13 * call)));
+    spcclStats_t st{};
+    ASSERT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
+    EXPECT_EQ(st.lastAlgorithm == SPCCL_ALGO_DENSE, dense) << "call " << call;
+    ASSERT_EQ(spcclCompressorGetResidual(comp, residual.data(), n), spcclSuccess);
+    const size_t nonZero = static_cast<size_t>(std::count_if(residual.begin(), residual.end(),
+                                                             [](float x) { return x != 0.0f; }));
+    if (dense) {
+      EXPECT_EQ(nonZero, 0u) << "call " << call << ": a dense call leaves the residual empty";
+    } else {
+      EXPECT_GT(nonZero, n / 2) << "call " << call << ": a compressed call at density 0.01 keeps most of v";
+    }
+    if (dense && previousDense) {  // nothing was added: the plain sum of the inputs
+      MPI_Allreduce(conserved.in.data(), plain.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      double worst = 0;
+      for (size_t i = 0; i < n; ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(conserved.out[i]) - plain[i]) /
+                                    (1.0 + std::abs(plain[i])));
+      EXPECT_LT(worst, 1e-6) << "call " << call << ": dense on an empty residual against MPI_Allreduce";
+    }
+    const double worst = conserved.worstImbalance();
+    EXPECT_LT(worst, 1e-4) << "conservation after call " << call;
+    previousDense = dense;
+  }
+  spcclCompressorDestroy(comp);
+}
+
 }  // namespace
 }  // namespace spccl::test

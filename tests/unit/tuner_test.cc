@@ -104,7 +104,7 @@ TEST(Tuner, ChoosesDenseWhenDenseAndSparseWhenSparse) {
 // Local work per rank (bytes), P=4, n=1000, k=10, fp32 in and on the wire,
 // 32-bit indices (pair = 8 bytes):
 //   selection (sparse only)   = n * (4 + 8) + 64 * n/16 * (1 - 0.99^16) + 256 k   (candidate blocks, picks)
-//   dense accumulation        = n * (4 + 8) + (P-1)/P * n * 4              = 15000
+//   dense accumulation        = (P-1)/P * n * 4 (fp32 input: no staging)  = 3000
 //   allgather accumulation    = n * 4 + P * (k * 8 + 128 * k)              = 9440
 //     (each pair touches its own output line: k < n/16)
 //   split accumulation        = n * 4 + 8 n/P + (k * 8 + 128 * k) + P * min(136 m, n/P * 12)
@@ -114,7 +114,10 @@ TEST(Tuner, LocalWorkTerms) {
                   s = modelTerms(SPCCL_ALGO_SPLIT, in);
   const double select = 12000.0 + 64.0 * 62.5 * (1.0 - std::pow(0.99, 16)) + 2560.0;
   EXPECT_DOUBLE_EQ(d.selectBytes, 0.0);
-  EXPECT_DOUBLE_EQ(d.unpackBytes, 15000.0);
+  EXPECT_DOUBLE_EQ(d.unpackBytes, 3000.0);
+  CostInputs half = in;  // fp16/bf16 inputs are converted to fp32 first: n * (2 + 4) more
+  half.elemBytes = 2;
+  EXPECT_DOUBLE_EQ(modelTerms(SPCCL_ALGO_DENSE, half).unpackBytes, 6000.0 + 3000.0);
   EXPECT_DOUBLE_EQ(a.selectBytes, select);
   EXPECT_DOUBLE_EQ(a.unpackBytes, 9440.0);
   const double m = 250.0 * (1.0 - std::pow(0.99, 4));
