@@ -15,7 +15,9 @@
 // call's time is the slowest rank's, after a barrier; the median is reported.
 // Output (rank 0): one line per contender with its median time, bytes sent
 // per rank and call, auto's settled algorithm and the threshold re-estimations
-// during the timed calls; -J writes the same as JSON.
+// during the timed calls; -J writes the same as JSON. -T 1 adds "dense2", a
+// second fixed dense compressor: dense2 / dense is the spread between two
+// identical contenders, the floor under any ratio this run reports.
 #include <mpi.h>
 
 #include <algorithm>
@@ -38,15 +40,19 @@ struct Args {
   float density = 0.01f;
   int iters = 20;
   int warmup = 29;
+  bool twin = false;
   std::string json;
 };
 
 [[noreturn]] void usage(int rank, const char* why) {
   if (rank == 0)
     std::fprintf(stderr,
-                 "auto_compare: %s\nusage: auto_compare -b SIZE [-D density] [-n iters] [-w warmup] [-J file]\n"
+                 "auto_compare: %s\n"
+                 "usage: auto_compare -b SIZE [-D density] [-n iters] [-w warmup] [-T 0|1] [-J file]\n"
                  "  -b  bytes per rank (fp32; K/M/G suffixes), -D  density (0, 1], default 0.01\n"
-                 "  -n  timed iterations (default 20), -w  warm-up iterations (default 29)\n",
+                 "  -n  timed iterations (default 20), -w  warm-up iterations (default 29)\n"
+                 "  -T 1  adds dense2, a second fixed dense compressor: its ratio to dense is the\n"
+                 "        spread between two identical contenders, the comparison's noise floor\n",
                  why);
   MPI_Finalize();
   std::exit(2);
@@ -68,6 +74,9 @@ Args parse(int argc, char** argv, int rank) {
       const long n = std::strtol(v, &end, 10);
       if (*end != '\0' || n < (flag == "-n" ? 1 : 0) || n > 1000000) usage(rank, (flag + " wants a count").c_str());
       (flag == "-n" ? a.iters : a.warmup) = static_cast<int>(n);
+    } else if (flag == "-T") {
+      if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0) usage(rank, "-T wants 0 or 1");
+      a.twin = v[0] == '1';
     } else if (flag == "-J") {
       a.json = v;
     } else {
@@ -109,6 +118,7 @@ int run(int argc, char** argv) {
                                 {"split", SPCCL_ALGO_SPLIT},
                                 {"auto", SPCCL_ALGO_AUTO},
                                 {"mpi", -1}};
+  if (args.twin) all.emplace_back("dense2", SPCCL_ALGO_DENSE);
   for (Contender& c : all) {
     if (c.algorithm < 0) continue;
     spcclCompressConfig_t config;
