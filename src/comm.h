@@ -102,7 +102,9 @@ struct spcclCompressor {
   spccl::Status settleAutoTrials();
   spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
                             int algorithm);
-  spccl::Status denseReduce(spccl::Transport& t, const void* sendbuff, float* out);
+  // Exact allreduce of send + residual (the residual emptied), or of send alone with the residual and tau
+  // left as they are when !sendResidual.
+  spccl::Status denseReduce(spccl::Transport& t, const void* sendbuff, float* out, bool sendResidual);
 };
 
 // Kept positions of one alltoall-rows forward, for its backward.

@@ -118,17 +118,19 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
 
-Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* out) {
+Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* out, bool sendResidual) {
   ++callIndex;
-  if (config.errorFeedback) {
+  const bool flush = config.errorFeedback && sendResidual;
+  if (flush) {
     // tau was fitted to v = send + a full residual; on v = send alone it would
     // select far fewer than k entries (nothing re-estimates a tau that selects
     // too few), so the next compressed call estimates it afresh.
     residualFlushed = true;
   }
-  if (!config.errorFeedback || residualZero) {
-    // Nothing to add: the allreduce of the input as it is, the same bytes
-    // through memory as a plain MPI_Allreduce (fp32 needs no staging copy).
+  if (!flush || residualZero) {
+    // Nothing to add (or the residual is held back: it and tau stay as they
+    // are): the allreduce of the input as it is, the same bytes through
+    // memory as a plain MPI_Allreduce (fp32 needs no staging copy).
     if (dataType == spcclFloat32) return t.allReduceDense(sendbuff, out, count, spcclFloat32, spcclSum);
     host::loadFloats(sendbuff, dataType, count, out);
     return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
@@ -308,7 +310,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
   call.lastAlgorithm = algorithm;
   if (algorithm == SPCCL_ALGO_DENSE) {
-    SPCCL_RETURN_IF_ERROR(denseReduce(t, sendbuff, out));
+    // auto's dense trials hold the residual back (sending only the input is
+    // as exact: nothing is lost, it waits): the sparse trials after them and
+    // a sparse pick then run on the residual and tau of steady state instead
+    // of refilling a flushed residual, and dense is timed as it runs settled.
+    SPCCL_RETURN_IF_ERROR(denseReduce(t, sendbuff, out, /*sendResidual=*/!autoTuning.timing));
     call.bytesSent += call.denseBytes;
     call.lastSelected = count;
   } else {

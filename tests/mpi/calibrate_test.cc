@@ -250,7 +250,8 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
 // each (W = kTrialWarmupCalls uncounted warm-ups first; dense's in a row, then
 // the sparse ones in turn),
 // then every rank settles on the same one and keeps it; through every switch
-// the outputs stay bitwise equal across ranks and nothing is lost. The model
+// the outputs stay bitwise equal across ranks and nothing is lost; dense's
+// trial calls leave the residual exactly as they found it. The model
 // is one where rounds dominate, so all three algorithms are candidates. Which
 // one wins is a matter of timing and is not asserted (tests/unit/tuner_test
 // checks the pick from given times).
@@ -274,11 +275,20 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
   ConservedCalls conserved(comm.c, comp, n);
   std::vector<int> took;
+  std::vector<float> before(n), after(n);
+  size_t heldDense = 0;
   for (size_t call = 0; call < calls; ++call) {
+    ASSERT_EQ(spcclCompressorGetResidual(comp, before.data(), n), spcclSuccess);
     ASSERT_TRUE(conserved.call(static_cast<unsigned>(77 * call)));
     spcclStats_t st{};
     ASSERT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
     took.push_back(st.lastAlgorithm);
+    // A dense trial sends the input alone and holds the residual back, bit for bit.
+    ASSERT_EQ(spcclCompressorGetResidual(comp, after.data(), n), spcclSuccess);
+    if (call >= 1 && call <= trialCalls && st.lastAlgorithm == SPCCL_ALGO_DENSE) {
+      EXPECT_EQ(std::memcmp(before.data(), after.data(), n * sizeof(float)), 0) << "dense trial call " << call;
+      heldDense += std::any_of(after.begin(), after.end(), [](float x) { return x != 0.0f; });
+    }
     int lo = 0, hi = 0;
     MPI_Allreduce(&st.lastAlgorithm, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&st.lastAlgorithm, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -290,6 +300,8 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   // With three candidates: dense on calls 1..perCandidate, then the sparse two in turn.
   if (c == 3) {
     for (size_t call = 1; call <= perCandidate; ++call) EXPECT_EQ(took[call], SPCCL_ALGO_DENSE) << "call " << call;
+    // Call 0 (the model's pick: allgather, fewest rounds) filled the residual the dense trials hold.
+    EXPECT_EQ(heldDense, perCandidate) << "the dense trials held a non-empty residual";
     const size_t first = perCandidate + 1;
     EXPECT_NE(took[first], took[first + 1]);
     for (size_t call = first; call <= trialCalls; ++call) {
