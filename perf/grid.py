@@ -30,7 +30,9 @@ R runs every algorithm R times, interleaved, and keeps each one's best median.
 three fixed algorithms, auto and MPI_Allreduce in one process, each with its
 own compressor, their calls interleaved on the same data, so the ratios are
 measured side by side under the same load (four compressors' memory at once:
-about 10 x the buffer per rank).
+about 10 x the buffer per rank). --twin adds a second fixed dense compressor
+to those runs: its time over dense's ("twin" column) is how far apart two
+identical contenders come out, the noise floor under every ratio of the point.
 Exit status 1 when some point is outside the tolerance.
 """
 import argparse
@@ -99,7 +101,8 @@ def run_one(args, np_, size, density, algo, tmpdir):
 
 
 HEADER = ("| ranks | size | density | dense (ms) | allgather (ms) | split (ms) | auto (ms) | fastest fixed | "
-          "auto took | auto / fastest | within {tol}% | normalized |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "auto took | auto / fastest | within {tol}% | normalized | twin |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def render(point, tolerance):
@@ -111,7 +114,12 @@ def render(point, tolerance):
     mark = "" if took == fastest else " (other)"
     return (f"| {point['ranks']} | {size_label(point['size'])} | {point['density']:g} | " + " | ".join(cells) +
             f" | {fastest} | {took}{mark} | {point['auto_over_best']:.2f} | {'yes' if point['within'] else 'NO'} | "
-            f"{normalized_cell(point)} |")
+            f"{normalized_cell(point)} | {twin_cell(point)} |")
+
+
+def twin_cell(point):
+    r = point.get("twin_over_dense")
+    return "-" if r is None else f"{r:.2f}"
 
 
 def normalized_cell(point):
@@ -130,10 +138,17 @@ def summary(points, tolerance):
                                                                                if a in p["times_us"]))
     norm = [p for p in points if p.get("normalized_auto_over_best") is not None]
     norm_within = sum(1 for p in norm if p["normalized_auto_over_best"] <= 1.0 + tolerance)
-    return (f"{within} of {len(points)} points within {round(100 * tolerance)}% of the fastest fixed algorithm; "
-            f"auto took the fastest fixed algorithm at {same} of {len(points)}, and one whose fixed run was within "
-            f"{round(100 * tolerance)}% of the fastest at {chose_well} of {len(points)}; normalized by each run's own "
-            f"MPI_Allreduce, {norm_within} of {len(norm)} within {round(100 * tolerance)}%")
+    out = (f"{within} of {len(points)} points within {round(100 * tolerance)}% of the fastest fixed algorithm; "
+           f"auto took the fastest fixed algorithm at {same} of {len(points)}, and one whose fixed run was within "
+           f"{round(100 * tolerance)}% of the fastest at {chose_well} of {len(points)}; normalized by each run's own "
+           f"MPI_Allreduce, {norm_within} of {len(norm)} within {round(100 * tolerance)}%")
+    twins = sorted(p["twin_over_dense"] for p in points if p.get("twin_over_dense") is not None)
+    if twins:
+        apart = sum(1 for t in twins if max(t, 1.0 / t) > 1.0 + tolerance)
+        out += (f"; two identical dense compressors (twin = dense2 / dense): {twins[0]:.2f} to {twins[-1]:.2f}, "
+                f"median {twins[len(twins) // 2]:.2f}, more than {round(100 * tolerance)}% apart at {apart} of "
+                f"{len(twins)}")
+    return out
 
 
 def run_compare(args, np_, size, density, tmpdir):
@@ -141,19 +156,22 @@ def run_compare(args, np_, size, density, tmpdir):
     out = os.path.join(tmpdir, f"c{np_}_{size}_{density}.json")
     binary = os.path.join(args.build, "perf", "auto_compare")
     bench = [binary, "-b", str(size), "-D", str(density), "-n", str(iters_for(args, size)),
-             "-w", str(warmup_calls(args)), "-J", out]
+             "-w", str(warmup_calls(args)), "-T", "1" if args.twin else "0", "-J", out]
     result = launch(args, np_, bench, out, auto_env(args))
     return None if result is None else {c["name"]: c for c in result["contenders"]}
 
 
 def measure_point(args, np_, size, density, tmpdir):
-    """Best median per algorithm over --repeat runs, auto's pick, and each time over its run's MPI_Allreduce."""
+    """Best median per algorithm (and dense2 with --twin) over --repeat runs, auto's pick, and each time over its
+    run's MPI_Allreduce."""
     best, rel = {}, {}
     took = "?"
     for _ in range(args.repeat):
         if args.interleaved:
             rows = run_compare(args, np_, size, density, tmpdir) or {}
             mpi = rows.get("mpi", {}).get("time_us")
+            if "dense2" in rows:  # --twin: best of its runs, like the others
+                best["dense2"] = min(best.get("dense2", float("inf")), rows["dense2"]["time_us"])
             runs = [(a, rows[a]["time_us"], mpi, rows[a]["algo"]) for a in ALGOS if a in rows]
         else:
             runs = []
@@ -191,9 +209,14 @@ def main():
     ap.add_argument("--interleaved", action="store_true",
                     help="one perf/auto_compare run per point: every algorithm and auto in one process, their "
                          "calls interleaved on the same data (needs memory for four compressors at once)")
+    ap.add_argument("--twin", action="store_true",
+                    help="with --interleaved: a second fixed dense compressor in each run; the twin column is its "
+                         "time over dense's, the spread between identical contenders")
     ap.add_argument("--json", help="also write every point as JSON here")
     ap.add_argument("--render", help="print the table of an earlier run's --json file; run nothing")
     args = ap.parse_args()
+    if args.twin and not args.interleaved:
+        ap.error("--twin needs --interleaved (the twin runs in the same process as dense)")
     if args.render:
         with open(args.render) as f:
             points = json.load(f)
@@ -215,7 +238,7 @@ def main():
                     best, rel, took = measure_point(args, np_, size, density, tmpdir)
                     fixed = [best[a] for a in ALGOS[:3] if a in best]
                     if "auto" not in best or not fixed:
-                        print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | |")
+                        print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | | |")
                         misses += 1
                         continue
                     ratio = best["auto"] / min(fixed)
@@ -226,6 +249,8 @@ def main():
                     points.append({"ranks": np_, "size": size, "density": density, "times_us": best,
                                    "auto_algo": took, "auto_over_best": ratio, "within": ok,
                                    "normalized_auto_over_best": norm, "over_own_mpi": rel,
+                                   "twin_over_dense": best["dense2"] / best["dense"] if "dense2" in best and
+                                   "dense" in best else None,
                                    "trials": args.trials, "warmup": warmup_calls(args),
                                    "interleaved": args.interleaved,
                                    "iters": iters_for(args, size)})
