@@ -174,7 +174,7 @@ int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
                  kTrialWarmupCalls, explainChoice(in, comm->costModel).c_str());
       if (a.candidates.size() == 1) return a.settled = a.candidates[0];  // nothing to compare
     }
-    *trial = static_cast<int>(trialSlot(call - 1, a.candidates, perCandidate));
+    *trial = static_cast<int>(trialSlot(call - 1, a.candidates));
     return a.candidates[static_cast<size_t>(*trial)];
   }
   const int algorithm = chooseAlgorithm(in, comm->costModel);

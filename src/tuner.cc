@@ -183,11 +183,8 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
   return candidates.empty() ? SPCCL_ALGO_ALLGATHER : candidates[best];
 }
 
-size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t perCandidate) {
-  const bool denseFirst = !candidates.empty() && candidates.front() == SPCCL_ALGO_DENSE;
-  if (!denseFirst) return candidates.empty() ? 0 : call % candidates.size();
-  if (call < perCandidate || candidates.size() == 1) return 0;
-  return 1 + (call - perCandidate) % (candidates.size() - 1);
+size_t trialSlot(size_t call, const std::vector<int>& candidates) {
+  return candidates.empty() ? 0 : call % candidates.size();
 }
 
 std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates,
@@ -196,7 +193,7 @@ std::vector<float> trialMedians(const std::vector<float>& times, const std::vect
   std::vector<std::vector<float>> per(c);
   std::vector<size_t> seen(c, 0);
   for (size_t i = 0; i < times.size() && i < c * perCandidate; ++i) {
-    const size_t slot = trialSlot(i, candidates, perCandidate);
+    const size_t slot = trialSlot(i, candidates);
     if (seen[slot]++ >= warmup) per[slot].push_back(times[i]);
   }
   const auto order = [](float x, float y) { return std::isnan(y) ? !std::isnan(x) : x < y; };  // NaN last

@@ -71,14 +71,11 @@ double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m = {}
 int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 // SPCCL_AUTO_TRIALS (docs/ALGORITHMS.md "Measured choice"): the algorithms
 // auto times before it settles are those whose modelled time is at most
-// kTrialPruneFactor times the model's best, in the order they are tried:
-// dense first, then the sparse ones fastest-modelled first. Dense goes first
-// because it sends and empties the residual: the sparse trials after it, and
-// the algorithm kept, then all start from the same state, and the error
-// feedback refills the residual during the sparse trials instead of after
-// the pick. The factor keeps a model that is off by a few times from ruling
-// out the real winner, while an algorithm modelled an order of magnitude
-// slower (dense on a slow link) costs no trial calls.
+// kTrialPruneFactor times the model's best: dense first (a tie of measured
+// times goes to the earlier candidate, and dense is exact), then the sparse
+// ones fastest-modelled first. The factor keeps a model that is off by a few
+// times from ruling out the real winner, while an algorithm modelled an order
+// of magnitude slower (dense on a slow link) costs no trial calls.
 constexpr double kTrialPruneFactor = 8;
 std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m);
 // The candidate with the least time (seconds[i] belongs to candidates[i]: its
@@ -94,12 +91,12 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds);
 constexpr size_t kTrialWarmupCalls = 2;
 // Trial calls per candidate for SPCCL_AUTO_TRIALS=trials: the warm-up calls and the timed ones.
 inline size_t trialCallsPerCandidate(size_t trials) { return trials + kTrialWarmupCalls; }
-// Which candidate trial call `call` (0 .. C*perCandidate-1) runs: dense
-// (always the first candidate when it is one) on the first perCandidate calls
-// in a row, then the sparse candidates in turn, round-robin, so both see the
-// residual refill after dense's flush alike; without dense, round-robin from
-// the start.
-size_t trialSlot(size_t call, const std::vector<int>& candidates, size_t perCandidate);
+// Which candidate trial call `call` (0 .. C*perCandidate-1) runs: the
+// candidates in turn, round-robin, so every one of them is timed across the
+// same stretch of calls (a burst of load, or the residual's growth, falls on
+// all alike). A dense trial holds the residual back rather than sending it,
+// so dense needs no place of its own in the order.
+size_t trialSlot(size_t call, const std::vector<int>& candidates);
 // The median time of each candidate's trial calls after its first `warmup`
 // (times[i] is trial call i's, scheduled by trialSlot; the mean of the middle
 // two for an even count). A non-finite time sorts last.

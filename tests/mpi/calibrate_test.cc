@@ -247,8 +247,8 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
 
 // SPCCL_AUTO_TRIALS=2 (set on the communicator's params, as at creation):
 // call 0 takes the model's pick, calls 1..C(2+W) run the C candidates 2 + W
-// each (W = kTrialWarmupCalls uncounted warm-ups first; dense's in a row, then
-// the sparse ones in turn),
+// each (W = kTrialWarmupCalls uncounted warm-ups first; the candidates in
+// turn),
 // then every rank settles on the same one and keeps it; through every switch
 // the outputs stay bitwise equal across ranks and nothing is lost; dense's
 // trial calls leave the residual exactly as they found it. The model
@@ -296,18 +296,17 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   }
   EXPECT_EQ(took[0], chooseAlgorithm(inputs, comm.c->costModel)) << "call 0 takes the model's pick";
   for (size_t call = 1; call <= trialCalls; ++call)
-    EXPECT_EQ(took[call], candidates[trialSlot(call - 1, candidates, perCandidate)]) << "trial call " << call;
-  // With three candidates: dense on calls 1..perCandidate, then the sparse two in turn.
+    EXPECT_EQ(took[call], candidates[trialSlot(call - 1, candidates)]) << "trial call " << call;
+  // With three candidates: all three in turn, dense first, each perCandidate times.
   if (c == 3) {
-    for (size_t call = 1; call <= perCandidate; ++call) EXPECT_EQ(took[call], SPCCL_ALGO_DENSE) << "call " << call;
+    for (size_t call = 1; call <= trialCalls; ++call)
+      EXPECT_EQ(took[call], took[1 + (call - 1) % 3]) << "call " << call;
+    EXPECT_EQ(took[1], SPCCL_ALGO_DENSE);
+    EXPECT_NE(took[2], took[3]);
+    EXPECT_NE(took[2], SPCCL_ALGO_DENSE);
+    EXPECT_NE(took[3], SPCCL_ALGO_DENSE);
     // Call 0 (the model's pick: allgather, fewest rounds) filled the residual the dense trials hold.
     EXPECT_EQ(heldDense, perCandidate) << "the dense trials held a non-empty residual";
-    const size_t first = perCandidate + 1;
-    EXPECT_NE(took[first], took[first + 1]);
-    for (size_t call = first; call <= trialCalls; ++call) {
-      EXPECT_NE(took[call], SPCCL_ALGO_DENSE) << "call " << call;
-      EXPECT_EQ(took[call], took[first + (call - first) % 2]) << "call " << call;
-    }
   }
   const int settled = took[trialCalls + 1];
   EXPECT_EQ(std::count(candidates.begin(), candidates.end(), settled), 1) << algorithmName(settled);

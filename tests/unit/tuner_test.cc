@@ -227,21 +227,20 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
 
 TEST(Tuner, TrialScheduleAndMedians) {
   const int D = SPCCL_ALGO_DENSE, A = SPCCL_ALGO_ALLGATHER, S = SPCCL_ALGO_SPLIT;
-  // Dense first: its T calls in a row, then the sparse ones round-robin.
+  // Round-robin over every candidate, dense included (its trials hold the residual back).
   const std::vector<int> all = {D, A, S};
   std::vector<size_t> slots;
-  for (size_t call = 0; call < 12; ++call) slots.push_back(trialSlot(call, all, 4));
-  EXPECT_EQ(slots, (std::vector<size_t>{0, 0, 0, 0, 1, 2, 1, 2, 1, 2, 1, 2}));
-  // No dense: round-robin from the start.
+  for (size_t call = 0; call < 12; ++call) slots.push_back(trialSlot(call, all));
+  EXPECT_EQ(slots, (std::vector<size_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
   const std::vector<int> sparse = {A, S};
-  EXPECT_EQ(trialSlot(0, sparse, 3), 0u);
-  EXPECT_EQ(trialSlot(1, sparse, 3), 1u);
-  EXPECT_EQ(trialSlot(4, sparse, 3), 0u);
-  EXPECT_EQ(trialSlot(5, {D}, 3), 0u);
+  EXPECT_EQ(trialSlot(0, sparse), 0u);
+  EXPECT_EQ(trialSlot(1, sparse), 1u);
+  EXPECT_EQ(trialSlot(4, sparse), 0u);
+  EXPECT_EQ(trialSlot(5, {D}), 0u);
 
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   // dense calls 9 2 3 4; allgather 7 1 1 1; split 5 inf 6 nan (interleaved as scheduled).
-  const std::vector<float> times = {9, 2, 3, 4, 7, 5, 1, inf, 1, 6, 1, nan};
+  const std::vector<float> times = {9, 7, 5, 2, 1, inf, 3, 1, 6, 4, 1, nan};
   const std::vector<float> m = trialMedians(times, all, 4, 0);
   ASSERT_EQ(m.size(), 3u);
   EXPECT_FLOAT_EQ(m[0], 3.5f);  // sorted 2 3 4 9
@@ -256,7 +255,7 @@ TEST(Tuner, TrialScheduleAndMedians) {
   EXPECT_FLOAT_EQ(warm[0], 3.5f);  // 3 4
   EXPECT_FLOAT_EQ(warm[1], 1.0f);  // 1 1
   EXPECT_FALSE(std::isfinite(warm[2]));  // inf nan: never picked
-  // Round-robin without dense: the warm-ups are each candidate's first calls, not the first calls overall.
+  // The warm-ups are each candidate's first calls, not the first calls overall.
   const std::vector<float> rr = trialMedians({100, 200, 1, 20, 3, 40}, sparse, 3, 1);
   EXPECT_FLOAT_EQ(rr[0], 2.0f);   // 100 is a warm-up: 1 3
   EXPECT_FLOAT_EQ(rr[1], 30.0f);  // 200 is a warm-up: 20 40
