@@ -184,7 +184,23 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
 }
 
 size_t trialSlot(size_t call, const std::vector<int>& candidates) {
-  return candidates.empty() ? 0 : call % candidates.size();
+  const size_t c = candidates.size();
+  if (c <= 1) return 0;
+  // Round call / c runs every candidate once, in an order drawn from the
+  // round's number alone (a splitmix64 step feeding a Fisher-Yates shuffle):
+  // the same on every rank, a different predecessor for each candidate from
+  // round to round.
+  uint64_t x = static_cast<uint64_t>(call / c) * 0x9e3779b97f4a7c15ull + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  std::vector<size_t> order(c);
+  for (size_t i = 0; i < c; ++i) order[i] = i;
+  for (size_t i = c - 1; i > 0; --i) {
+    std::swap(order[i], order[x % (i + 1)]);
+    x /= i + 1;
+  }
+  return order[call % c];
 }
 
 std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates,

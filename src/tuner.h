@@ -91,11 +91,16 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds);
 constexpr size_t kTrialWarmupCalls = 2;
 // Trial calls per candidate for SPCCL_AUTO_TRIALS=trials: the warm-up calls and the timed ones.
 inline size_t trialCallsPerCandidate(size_t trials) { return trials + kTrialWarmupCalls; }
-// Which candidate trial call `call` (0 .. C*perCandidate-1) runs: the
-// candidates in turn, round-robin, so every one of them is timed across the
-// same stretch of calls (a burst of load, or the residual's growth, falls on
-// all alike). A dense trial holds the residual back rather than sending it,
-// so dense needs no place of its own in the order.
+// Which candidate trial call `call` (0 .. C*perCandidate-1) runs: rounds of
+// C calls, each running every candidate once, so every one of them is timed
+// across the same stretch of calls (a burst of load, or the residual's
+// growth, falls on all alike), in an order shuffled from round to round by
+// the round's number (the same on every rank), so no candidate always runs
+// right after the same one (in perf/auto_compare a fixed rotation put one
+// contender 1.20x behind its twin; a shuffle per iteration took that to
+// 1.06x). A dense
+// trial holds the residual back rather than sending it, so dense needs no
+// place of its own in the order.
 size_t trialSlot(size_t call, const std::vector<int>& candidates);
 // The median time of each candidate's trial calls after its first `warmup`
 // (times[i] is trial call i's, scheduled by trialSlot; the mean of the middle

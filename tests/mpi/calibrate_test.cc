@@ -297,14 +297,14 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   EXPECT_EQ(took[0], chooseAlgorithm(inputs, comm.c->costModel)) << "call 0 takes the model's pick";
   for (size_t call = 1; call <= trialCalls; ++call)
     EXPECT_EQ(took[call], candidates[trialSlot(call - 1, candidates)]) << "trial call " << call;
-  // With three candidates: all three in turn, dense first, each perCandidate times.
+  // With three candidates: rounds of three calls, each running all three once.
   if (c == 3) {
-    for (size_t call = 1; call <= trialCalls; ++call)
-      EXPECT_EQ(took[call], took[1 + (call - 1) % 3]) << "call " << call;
-    EXPECT_EQ(took[1], SPCCL_ALGO_DENSE);
-    EXPECT_NE(took[2], took[3]);
-    EXPECT_NE(took[2], SPCCL_ALGO_DENSE);
-    EXPECT_NE(took[3], SPCCL_ALGO_DENSE);
+    for (size_t round = 0; round < perCandidate; ++round) {
+      std::vector<int> ran(took.begin() + static_cast<std::ptrdiff_t>(1 + 3 * round),
+                           took.begin() + static_cast<std::ptrdiff_t>(4 + 3 * round));
+      std::sort(ran.begin(), ran.end());
+      EXPECT_EQ(ran, (std::vector<int>{SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT})) << "round " << round;
+    }
     // Call 0 (the model's pick: allgather, fewest rounds) filled the residual the dense trials hold.
     EXPECT_EQ(heldDense, perCandidate) << "the dense trials held a non-empty residual";
   }

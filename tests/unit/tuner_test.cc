@@ -227,26 +227,55 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
 
 TEST(Tuner, TrialScheduleAndMedians) {
   const int D = SPCCL_ALGO_DENSE, A = SPCCL_ALGO_ALLGATHER, S = SPCCL_ALGO_SPLIT;
-  // Round-robin over every candidate, dense included (its trials hold the residual back).
+  // Rounds of C calls, each running every candidate once (dense included: its
+  // trials hold the residual back), in an order that changes from round to
+  // round: over many rounds each candidate follows each other one about
+  // equally often, and the order is a function of the call number alone.
   const std::vector<int> all = {D, A, S};
+  const size_t rounds = 600;
   std::vector<size_t> slots;
-  for (size_t call = 0; call < 12; ++call) slots.push_back(trialSlot(call, all));
-  EXPECT_EQ(slots, (std::vector<size_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
+  for (size_t call = 0; call < 3 * rounds; ++call) slots.push_back(trialSlot(call, all));
+  for (size_t r = 0; r < rounds; ++r) {
+    std::vector<size_t> round(slots.begin() + 3 * r, slots.begin() + 3 * r + 3);
+    std::sort(round.begin(), round.end());
+    ASSERT_EQ(round, (std::vector<size_t>{0, 1, 2})) << "round " << r;
+  }
+  size_t follows[3][3] = {};
+  for (size_t i = 1; i < slots.size(); ++i) ++follows[slots[i - 1]][slots[i]];
+  for (size_t a = 0; a < 3; ++a)
+    for (size_t b = 0; b < 3; ++b) {
+      if (a == b) continue;  // only across a round boundary
+      // 3 * rounds - 1 successions, about a sixth of them each ordered pair.
+      EXPECT_GT(follows[a][b], rounds / 4) << b << " after " << a;
+      EXPECT_LT(follows[a][b], rounds * 3 / 4) << b << " after " << a;
+    }
+  EXPECT_LT(follows[0][0] + follows[1][1] + follows[2][2], rounds / 2) << "repeats only across round boundaries";
+  std::vector<size_t> again;
+  for (size_t call = 0; call < 3 * rounds; ++call) again.push_back(trialSlot(call, all));
+  EXPECT_EQ(again, slots);
   const std::vector<int> sparse = {A, S};
-  EXPECT_EQ(trialSlot(0, sparse), 0u);
-  EXPECT_EQ(trialSlot(1, sparse), 1u);
-  EXPECT_EQ(trialSlot(4, sparse), 0u);
+  for (size_t r = 0; r < 50; ++r) EXPECT_NE(trialSlot(2 * r, sparse), trialSlot(2 * r + 1, sparse)) << r;
   EXPECT_EQ(trialSlot(5, {D}), 0u);
 
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  // dense calls 9 2 3 4; allgather 7 1 1 1; split 5 inf 6 nan (interleaved as scheduled).
-  const std::vector<float> times = {9, 7, 5, 2, 1, inf, 3, 1, 6, 4, 1, nan};
+  // dense calls 9 2 3 4; allgather 7 1 1 1; split 5 inf 6 nan.
+  // Each candidate's times, laid out in the order trialSlot schedules them.
+  const auto layout = [](const std::vector<int>& candidates, const std::vector<std::vector<float>>& each) {
+    std::vector<float> out;
+    std::vector<size_t> next(candidates.size(), 0);
+    for (size_t call = 0; call < candidates.size() * each[0].size(); ++call) {
+      const size_t slot = trialSlot(call, candidates);
+      out.push_back(each[slot][next[slot]++]);
+    }
+    return out;
+  };
+  const std::vector<float> times = layout(all, {{9, 2, 3, 4}, {7, 1, 1, 1}, {5, inf, 6, nan}});
   const std::vector<float> m = trialMedians(times, all, 4, 0);
   ASSERT_EQ(m.size(), 3u);
   EXPECT_FLOAT_EQ(m[0], 3.5f);  // sorted 2 3 4 9
   EXPECT_FLOAT_EQ(m[1], 1.0f);  // sorted 1 1 1 7
   EXPECT_EQ(m[2], inf);         // sorted 5 6 inf nan: the middle two are 6 and inf
-  const std::vector<float> odd = trialMedians({3, 8, 1, 9, 2, 7}, sparse, 3, 0);
+  const std::vector<float> odd = trialMedians(layout(sparse, {{3, 1, 2}, {8, 9, 7}}), sparse, 3, 0);
   EXPECT_FLOAT_EQ(odd[0], 2.0f);  // 3 1 2
   EXPECT_FLOAT_EQ(odd[1], 8.0f);  // 8 9 7
   // Each candidate's first `warmup` calls do not count: the same dense calls
@@ -256,13 +285,13 @@ TEST(Tuner, TrialScheduleAndMedians) {
   EXPECT_FLOAT_EQ(warm[1], 1.0f);  // 1 1
   EXPECT_FALSE(std::isfinite(warm[2]));  // inf nan: never picked
   // The warm-ups are each candidate's first calls, not the first calls overall.
-  const std::vector<float> rr = trialMedians({100, 200, 1, 20, 3, 40}, sparse, 3, 1);
+  const std::vector<float> rr = trialMedians(layout(sparse, {{100, 1, 3}, {200, 20, 40}}), sparse, 3, 1);
   EXPECT_FLOAT_EQ(rr[0], 2.0f);   // 100 is a warm-up: 1 3
   EXPECT_FLOAT_EQ(rr[1], 30.0f);  // 200 is a warm-up: 20 40
   // Cold first calls decide a plain median (dense is 2 warm, allgather 3): the warm-ups undo that.
   // Dense 12 10 2 2 (median 6, warm 2), allgather 4 3 3 3 (median 3, warm 3).
-  const std::vector<float> cold = {12, 10, 2, 2, 4, 3, 3, 3};
   const std::vector<int> denseAllgather = {D, A};
+  const std::vector<float> cold = layout(denseAllgather, {{12, 10, 2, 2}, {4, 3, 3, 3}});
   EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, denseAllgather, 4, 0).data()), A);
   EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, denseAllgather, 4, kTrialWarmupCalls).data()), D);
   EXPECT_EQ(trialCallsPerCandidate(4), 4 + kTrialWarmupCalls);
