@@ -11,8 +11,7 @@ and with SPCCL_AUTO_TRIALS=--trials (default 2; 0 = the model alone picks):
 every run then gets at least 1 + 3 x (trials + 2) + --settle warm-up calls
 (auto's first call, up to three candidates each timed on `trials` calls after
 2 uncounted warm-up calls, then the settling), so
-auto's timed calls come after it has settled and after its error feedback has
-refilled the residual its dense trial sent (every run gets the same warm-up).
+auto's timed calls come after it has settled (every run gets the same warm-up).
 
 Every run also times MPI_Allreduce on the same data right after its own
 calls; the "normalized" column compares each algorithm's time over its own
@@ -59,8 +58,9 @@ def size_label(n):
 
 
 def warmup_calls(args):
-    trial_warmup = 2  # kTrialWarmupCalls in src/tuner.h
-    return max(args.warmup, 1 + 3 * (args.trials + trial_warmup) + args.settle) if args.trials > 0 else args.warmup
+    # trialCallsPerCandidate() in src/tuner.h: T counted, kTrialWarmupCalls (2), and a lead-in call when T >= 2.
+    per_candidate = args.trials + 2 + (1 if args.trials >= 2 else 0)
+    return max(args.warmup, 1 + 3 * per_candidate + args.settle) if args.trials > 0 else args.warmup
 
 
 def iters_for(args, size):
@@ -205,7 +205,7 @@ def main():
     ap.add_argument("--no-calibrate", action="store_true", help="auto with the default model (no SPCCL_CALIBRATE)")
     ap.add_argument("--trials", type=int, default=2, help="SPCCL_AUTO_TRIALS for auto (0: the model alone picks)")
     ap.add_argument("--settle", type=int, default=10,
-                    help="extra warm-up calls after auto's trials (the residual refills after the dense trial)")
+                    help="extra warm-up calls after auto's trials")
     ap.add_argument("--interleaved", action="store_true",
                     help="one perf/auto_compare run per point: every algorithm and auto in one process, their "
                          "calls interleaved on the same data (needs memory for four compressors at once)")

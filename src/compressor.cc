@@ -169,12 +169,13 @@ int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
     if (a.candidates.empty()) {
       a.candidates = trialCandidates(in, comm->costModel);
       a.seconds.assign(a.candidates.size() * perCandidate, std::numeric_limits<float>::infinity());
-      SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d call(s) each (after %zu warm-up calls each) "
-                 "before settling; %s", a.candidates.size(), a.candidates.size() > 1 ? trials : 0,
-                 kTrialWarmupCalls, explainChoice(in, comm->costModel).c_str());
+      SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d counted call(s) each (%zu calls each with the "
+                 "uncounted warm-up and lead-in calls, in blocks of consecutive calls) before settling; %s",
+                 a.candidates.size(), a.candidates.size() > 1 ? trials : 0, perCandidate,
+                 explainChoice(in, comm->costModel).c_str());
       if (a.candidates.size() == 1) return a.settled = a.candidates[0];  // nothing to compare
     }
-    *trial = static_cast<int>(trialSlot(call - 1, a.candidates));
+    *trial = static_cast<int>(trialCall(call - 1, a.candidates.size(), static_cast<size_t>(trials)).slot);
     return a.candidates[static_cast<size_t>(*trial)];
   }
   const int algorithm = chooseAlgorithm(in, comm->costModel);
@@ -193,8 +194,7 @@ Status spcclCompressor::settleAutoTrials() {
   // held up, e.g. by more synchronisation points on oversubscribed cores).
   const size_t c = a.candidates.size();
   const std::vector<float> median =
-      trialMedians(slowest, a.candidates, trialCallsPerCandidate(static_cast<size_t>(comm->params.autoTrials)),
-                   kTrialWarmupCalls);
+      trialMedians(slowest, a.candidates.size(), static_cast<size_t>(comm->params.autoTrials));
   a.settled = pickMeasured(a.candidates, median.data());
   std::string times;
   for (size_t i = 0; i < c; ++i)

@@ -67,8 +67,8 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->calibrate = static_cast<int>(v); }},
     {"SPCCL_AUTO_TRIALS", ParamType::kInt, "0", 0, 1000, false, nullptr,
      "SPCCL_ALGO=auto, host path: after its first call each compressor times every algorithm the model leaves in "
-     "the running (modelled within 8x of its best) on this many calls each (after 2 uncounted warm-up calls each), "
-     "in turn, and keeps the one with the fastest median call (slowest rank's time, less any tau "
+     "the running (modelled within 8x of its best) on this many calls each (in two blocks of consecutive calls, after "
+     "3 uncounted ones), and keeps the one with the fastest median call (slowest rank's time, less any tau "
      "re-estimation); 0 = the model alone decides (reproducible picks).",
      [](Params* p, double v) { p->autoTrials = static_cast<int>(v); }},
     {"SPCCL_NET_GBPS", ParamType::kFloat, "0", 0, 1e6, false, nullptr,

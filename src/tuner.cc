@@ -183,34 +183,23 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
   return candidates.empty() ? SPCCL_ALGO_ALLGATHER : candidates[best];
 }
 
-size_t trialSlot(size_t call, const std::vector<int>& candidates) {
-  const size_t c = candidates.size();
-  if (c <= 1) return 0;
-  // Round call / c runs every candidate once, in an order drawn from the
-  // round's number alone (a splitmix64 step feeding a Fisher-Yates shuffle):
-  // the same on every rank, a different predecessor for each candidate from
-  // round to round.
-  uint64_t x = static_cast<uint64_t>(call / c) * 0x9e3779b97f4a7c15ull + 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  std::vector<size_t> order(c);
-  for (size_t i = 0; i < c; ++i) order[i] = i;
-  for (size_t i = c - 1; i > 0; --i) {
-    std::swap(order[i], order[x % (i + 1)]);
-    x /= i + 1;
-  }
-  return order[call % c];
+TrialCall trialCall(size_t call, size_t candidates, size_t trials) {
+  const size_t c = candidates;
+  const size_t first = kTrialWarmupCalls + (trials + 1) / 2;  // block 1: warm-ups, then ceil(T/2) counted
+  const size_t second = trials >= 2 ? 1 + trials / 2 : 0;      // block 2: a lead-in, then floor(T/2) counted
+  if (c == 0) return {0, false};
+  if (call < c * first) return {call / first, call % first >= kTrialWarmupCalls};
+  const size_t j = call - c * first;
+  if (second == 0 || j >= c * second) return {0, false};  // past the schedule
+  return {c - 1 - j / second, j % second >= 1};
 }
 
-std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates,
-                                size_t perCandidate, size_t warmup) {
-  const size_t c = candidates.size();
+std::vector<float> trialMedians(const std::vector<float>& times, size_t candidates, size_t trials) {
+  const size_t c = candidates;
   std::vector<std::vector<float>> per(c);
-  std::vector<size_t> seen(c, 0);
-  for (size_t i = 0; i < times.size() && i < c * perCandidate; ++i) {
-    const size_t slot = trialSlot(i, candidates);
-    if (seen[slot]++ >= warmup) per[slot].push_back(times[i]);
+  for (size_t i = 0; i < times.size() && i < c * trialCallsPerCandidate(trials); ++i) {
+    const TrialCall t = trialCall(i, c, trials);
+    if (t.counted) per[t.slot].push_back(times[i]);
   }
   const auto order = [](float x, float y) { return std::isnan(y) ? !std::isnan(x) : x < y; };  // NaN last
   std::vector<float> out(c, std::numeric_limits<float>::infinity());

@@ -89,24 +89,31 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds);
 // allgather's 1.5-2x, and in a median of 4 that put dense behind allgather
 // where it is 1.6x faster warm).
 constexpr size_t kTrialWarmupCalls = 2;
-// Trial calls per candidate for SPCCL_AUTO_TRIALS=trials: the warm-up calls and the timed ones.
-inline size_t trialCallsPerCandidate(size_t trials) { return trials + kTrialWarmupCalls; }
-// Which candidate trial call `call` (0 .. C*perCandidate-1) runs: rounds of
-// C calls, each running every candidate once, so every one of them is timed
-// across the same stretch of calls (a burst of load, or the residual's
-// growth, falls on all alike), in an order shuffled from round to round by
-// the round's number (the same on every rank), so no candidate always runs
-// right after the same one (in perf/auto_compare a fixed rotation put one
-// contender 1.20x behind its twin; a shuffle per iteration took that to
-// 1.06x). A dense
-// trial holds the residual back rather than sending it, so dense needs no
-// place of its own in the order.
-size_t trialSlot(size_t call, const std::vector<int>& candidates);
-// The median time of each candidate's trial calls after its first `warmup`
-// (times[i] is trial call i's, scheduled by trialSlot; the mean of the middle
-// two for an even count). A non-finite time sorts last.
-std::vector<float> trialMedians(const std::vector<float>& times, const std::vector<int>& candidates,
-                                size_t perCandidate, size_t warmup);
+// SPCCL_AUTO_TRIALS=T: each candidate runs its trial calls in two blocks of
+// consecutive calls, the candidates in order in the first round and in
+// reverse order in the second: block 1 is kTrialWarmupCalls uncounted calls
+// then ceil(T/2) counted ones, block 2 (when T >= 2) one uncounted lead-in
+// call then floor(T/2) counted ones. Every counted call follows a call of the
+// same algorithm, as every call of a compressor settled on it does. That
+// matters because the candidates share one residual and each leaves it in its
+// own state: split's owners return what their re-selection drops, so at
+// density 0.1 the call after a split selected 1.5-1.7x the entries of the
+// call after an allgather (4 ranks, 16 MiB, emulated 10 Gbit/s links), and
+// with the candidates interleaved call by call whichever followed split paid
+// for it (split was taken where allgather is 1.3x faster). Two blocks, not
+// one, so that a burst of load falls on more than one stretch of calls.
+struct TrialCall {
+  size_t slot;   // index into the candidates
+  bool counted;  // false: a warm-up or lead-in call, run but not timed into the median
+};
+// Trial calls per candidate: T counted, the warm-ups, and block 2's lead-in.
+inline size_t trialCallsPerCandidate(size_t trials) { return trials + kTrialWarmupCalls + (trials >= 2 ? 1 : 0); }
+// Trial call `call` (0 .. C * trialCallsPerCandidate(trials) - 1) of C candidates.
+TrialCall trialCall(size_t call, size_t candidates, size_t trials);
+// The median time of each candidate's counted trial calls (times[i] is trial
+// call i's; the mean of the middle two for an even count). A non-finite time
+// sorts last.
+std::vector<float> trialMedians(const std::vector<float>& times, size_t candidates, size_t trials);
 // One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
 // and its parts, and the pick.
 std::string explainChoice(const CostInputs& in, const CostModel& m);

@@ -227,74 +227,77 @@ TEST(Tuner, TrialCandidatesFollowTheModel) {
 
 TEST(Tuner, TrialScheduleAndMedians) {
   const int D = SPCCL_ALGO_DENSE, A = SPCCL_ALGO_ALLGATHER, S = SPCCL_ALGO_SPLIT;
-  // Rounds of C calls, each running every candidate once (dense included: its
-  // trials hold the residual back), in an order that changes from round to
-  // round: over many rounds each candidate follows each other one about
-  // equally often, and the order is a function of the call number alone.
-  const std::vector<int> all = {D, A, S};
-  const size_t rounds = 600;
+  // T = 4, three candidates: 7 calls each, block 1 (2 warm-ups, 2 counted) in
+  // order, block 2 (1 lead-in, 2 counted) in reverse order.
   std::vector<size_t> slots;
-  for (size_t call = 0; call < 3 * rounds; ++call) slots.push_back(trialSlot(call, all));
-  for (size_t r = 0; r < rounds; ++r) {
-    std::vector<size_t> round(slots.begin() + 3 * r, slots.begin() + 3 * r + 3);
-    std::sort(round.begin(), round.end());
-    ASSERT_EQ(round, (std::vector<size_t>{0, 1, 2})) << "round " << r;
+  std::string counted;
+  for (size_t call = 0; call < 21; ++call) {
+    const TrialCall t = trialCall(call, 3, 4);
+    slots.push_back(t.slot);
+    counted += t.counted ? 'c' : '-';
   }
-  size_t follows[3][3] = {};
-  for (size_t i = 1; i < slots.size(); ++i) ++follows[slots[i - 1]][slots[i]];
-  for (size_t a = 0; a < 3; ++a)
-    for (size_t b = 0; b < 3; ++b) {
-      if (a == b) continue;  // only across a round boundary
-      // 3 * rounds - 1 successions, about a sixth of them each ordered pair.
-      EXPECT_GT(follows[a][b], rounds / 4) << b << " after " << a;
-      EXPECT_LT(follows[a][b], rounds * 3 / 4) << b << " after " << a;
+  EXPECT_EQ(slots, (std::vector<size_t>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(counted, "--cc--cc--cc-cc-cc-cc");
+  EXPECT_EQ(trialCallsPerCandidate(4), 7u);
+  // Whatever T and C: each candidate runs trialCallsPerCandidate(T) calls, T
+  // of them counted, and every counted call follows a call of its own
+  // candidate (its residual state is its own, as when settled on it).
+  for (size_t c = 1; c <= 3; ++c)
+    for (size_t trials = 1; trials <= 7; ++trials) {
+      const size_t total = c * trialCallsPerCandidate(trials);
+      std::vector<size_t> calls(c, 0), timed(c, 0);
+      for (size_t call = 0; call < total; ++call) {
+        const TrialCall t = trialCall(call, c, trials);
+        ASSERT_LT(t.slot, c);
+        ++calls[t.slot];
+        if (!t.counted) continue;
+        ++timed[t.slot];
+        ASSERT_GT(call, 0u);
+        EXPECT_EQ(trialCall(call - 1, c, trials).slot, t.slot) << "C=" << c << " T=" << trials << " call " << call;
+      }
+      for (size_t i = 0; i < c; ++i) {
+        EXPECT_EQ(calls[i], trialCallsPerCandidate(trials)) << "C=" << c << " T=" << trials;
+        EXPECT_EQ(timed[i], trials) << "C=" << c << " T=" << trials;
+      }
+      EXPECT_FALSE(trialCall(total, c, trials).counted) << "past the schedule";
     }
-  EXPECT_LT(follows[0][0] + follows[1][1] + follows[2][2], rounds / 2) << "repeats only across round boundaries";
-  std::vector<size_t> again;
-  for (size_t call = 0; call < 3 * rounds; ++call) again.push_back(trialSlot(call, all));
-  EXPECT_EQ(again, slots);
-  const std::vector<int> sparse = {A, S};
-  for (size_t r = 0; r < 50; ++r) EXPECT_NE(trialSlot(2 * r, sparse), trialSlot(2 * r + 1, sparse)) << r;
-  EXPECT_EQ(trialSlot(5, {D}), 0u);
 
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  // dense calls 9 2 3 4; allgather 7 1 1 1; split 5 inf 6 nan.
-  // Each candidate's times, laid out in the order trialSlot schedules them.
-  const auto layout = [](const std::vector<int>& candidates, const std::vector<std::vector<float>>& each) {
+  // Each candidate's times in its own call order (uncounted calls included),
+  // laid out in the order trialCall schedules them.
+  const auto layout = [](size_t c, size_t trials, const std::vector<std::vector<float>>& each) {
     std::vector<float> out;
-    std::vector<size_t> next(candidates.size(), 0);
-    for (size_t call = 0; call < candidates.size() * each[0].size(); ++call) {
-      const size_t slot = trialSlot(call, candidates);
+    std::vector<size_t> next(c, 0);
+    for (size_t call = 0; call < c * trialCallsPerCandidate(trials); ++call) {
+      const size_t slot = trialCall(call, c, trials).slot;
       out.push_back(each[slot][next[slot]++]);
     }
     return out;
   };
-  const std::vector<float> times = layout(all, {{9, 2, 3, 4}, {7, 1, 1, 1}, {5, inf, 6, nan}});
-  const std::vector<float> m = trialMedians(times, all, 4, 0);
+  // T = 4. Dense: warm-ups 50 40, counted 9 2, lead-in 30, counted 3 4.
+  // Allgather: 70 60, 7 1, 80, 1 1. Split: 90 90, 5 inf, 90, 6 nan.
+  const std::vector<float> times =
+      layout(3, 4, {{50, 40, 9, 2, 30, 3, 4}, {70, 60, 7, 1, 80, 1, 1}, {90, 90, 5, inf, 90, 6, nan}});
+  const std::vector<float> m = trialMedians(times, 3, 4);
   ASSERT_EQ(m.size(), 3u);
   EXPECT_FLOAT_EQ(m[0], 3.5f);  // sorted 2 3 4 9
   EXPECT_FLOAT_EQ(m[1], 1.0f);  // sorted 1 1 1 7
   EXPECT_EQ(m[2], inf);         // sorted 5 6 inf nan: the middle two are 6 and inf
-  const std::vector<float> odd = trialMedians(layout(sparse, {{3, 1, 2}, {8, 9, 7}}), sparse, 3, 0);
+  EXPECT_EQ(pickMeasured({D, A, S}, m.data()), A);
+  // T = 3 (odd): block 1 counts 2, block 2 counts 1.
+  const std::vector<float> odd = trialMedians(layout(2, 3, {{99, 99, 3, 1, 99, 2}, {99, 99, 8, 9, 99, 7}}), 2, 3);
   EXPECT_FLOAT_EQ(odd[0], 2.0f);  // 3 1 2
   EXPECT_FLOAT_EQ(odd[1], 8.0f);  // 8 9 7
-  // Each candidate's first `warmup` calls do not count: the same dense calls
-  // 9 2 3 4 with the first two as warm-ups leave 3 4; allgather's 7 1 leave 1 1.
-  const std::vector<float> warm = trialMedians(times, all, 4, 2);
-  EXPECT_FLOAT_EQ(warm[0], 3.5f);  // 3 4
-  EXPECT_FLOAT_EQ(warm[1], 1.0f);  // 1 1
-  EXPECT_FALSE(std::isfinite(warm[2]));  // inf nan: never picked
-  // The warm-ups are each candidate's first calls, not the first calls overall.
-  const std::vector<float> rr = trialMedians(layout(sparse, {{100, 1, 3}, {200, 20, 40}}), sparse, 3, 1);
-  EXPECT_FLOAT_EQ(rr[0], 2.0f);   // 100 is a warm-up: 1 3
-  EXPECT_FLOAT_EQ(rr[1], 30.0f);  // 200 is a warm-up: 20 40
-  // Cold first calls decide a plain median (dense is 2 warm, allgather 3): the warm-ups undo that.
-  // Dense 12 10 2 2 (median 6, warm 2), allgather 4 3 3 3 (median 3, warm 3).
+  // T = 1: one block, no lead-in.
+  EXPECT_EQ(trialCallsPerCandidate(1), 3u);
+  const std::vector<float> one = trialMedians(layout(2, 1, {{99, 99, 5}, {99, 99, 4}}), 2, 1);
+  EXPECT_FLOAT_EQ(one[0], 5.0f);
+  EXPECT_FLOAT_EQ(one[1], 4.0f);
+  // Cold first calls and the lead-in would decide a plain median: dense is 2
+  // warm, allgather 3; dense's slow first calls and lead-in are not counted.
   const std::vector<int> denseAllgather = {D, A};
-  const std::vector<float> cold = layout(denseAllgather, {{12, 10, 2, 2}, {4, 3, 3, 3}});
-  EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, denseAllgather, 4, 0).data()), A);
-  EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, denseAllgather, 4, kTrialWarmupCalls).data()), D);
-  EXPECT_EQ(trialCallsPerCandidate(4), 4 + kTrialWarmupCalls);
+  const std::vector<float> cold = layout(2, 4, {{12, 10, 2, 2, 11, 2, 2}, {4, 3, 3, 3, 3, 3, 3}});
+  EXPECT_EQ(pickMeasured(denseAllgather, trialMedians(cold, 2, 4).data()), D);
 }
 
 TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
