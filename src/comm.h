@@ -66,9 +66,9 @@ struct spcclCompressor {
   int profileRank = 0;
 
   // SPCCL_AUTO_TRIALS on the host path: call 0 takes the model's pick (it
-  // also pays the first threshold estimate); calls 1 .. C*(T+W) run the C
-  // candidates in turn, T+W calls each (W uncounted warm-ups; a dense trial
-  // holds the residual back), each call after a one-float allreduce that lines the ranks up,
+  // also pays the first threshold estimate); calls 1 .. C*trialCallsPerCandidate(T)
+  // run the C candidates in two blocks of consecutive calls each (trialCall();
+  // a dense trial holds the residual back), each call after a one-float allreduce that lines the ranks up,
   // and time themselves (less any tau re-estimation: a steady-state call
   // rarely has one); then one MAX allreduce turns each trial's per-rank times
   // into the collective's time (its slowest rank), and the candidate with the
