@@ -127,32 +127,26 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
     // too few), so the next compressed call estimates it afresh.
     residualFlushed = true;
   }
-  if (!flush || residualZero) {
-    // Nothing to add (or the residual is held back: it and tau stay as they
-    // are): the allreduce of the input as it is, the same bytes through
-    // memory as a plain MPI_Allreduce (fp32 needs no staging copy).
-    if (dataType == spcclFloat32) return t.allReduceDense(sendbuff, out, count, spcclFloat32, spcclSum);
+  // fp32 input goes to the allreduce as it is (no staging copy, the same bytes
+  // through memory as a plain MPI_Allreduce); 16-bit input is widened first.
+  const float* v = static_cast<const float*>(sendbuff);
+  if (dataType != spcclFloat32) {
     host::loadFloats(sendbuff, dataType, count, out);
-    return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
+    v = out;
   }
-  // v = send + residual travels exactly; nothing is left behind. One pass
-  // forms v and empties the residual (send may alias out: elementwise).
-  float* r = residual[current].data();
-  if (dataType == spcclFloat32) {
-    const float* s = static_cast<const float*>(sendbuff);
+  if (flush && !residualZero) {
+    // v = send + residual travels exactly; nothing is left behind. One pass
+    // forms v and empties the residual (v may alias out: elementwise).
+    // Otherwise the residual is empty, or held back with its tau as they are.
+    float* r = residual[current].data();
     for (size_t i = 0; i < count; ++i) {
-      out[i] = s[i] + r[i];
+      out[i] = v[i] + r[i];
       r[i] = 0.0f;
     }
-  } else {
-    host::loadFloats(sendbuff, dataType, count, out);
-    for (size_t i = 0; i < count; ++i) {
-      out[i] += r[i];
-      r[i] = 0.0f;
-    }
+    residualZero = true;
+    v = out;
   }
-  residualZero = true;
-  return t.allReduceDense(out, out, count, spcclFloat32, spcclSum);
+  return t.allReduceDense(v, out, count, spcclFloat32, spcclSum);
 }
 
 int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
