@@ -322,7 +322,7 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
   constexpr uint32_t kSmallKeep = 32;
   uint32_t nonFinite = 0;
   uint32_t n = 0;
-  if (keep <= kSmallKeep && keep < rowLen) {
+  if (keep > 0 && keep <= kSmallKeep && keep < rowLen) {
     // Few kept entries (the DCT-MP case, e.g. 8 of 128): keys first (a loop
     // without branches), then keep the best `keep` ranks in a small array
     // sorted descending; most entries fail one comparison with the smallest
@@ -359,7 +359,7 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     }
   });
   n = std::min(rowLen, std::max(keep, nonFinite));
-  if (n < rowLen) std::nth_element(scratch, scratch + (n - 1), scratch + rowLen, std::greater<uint64_t>());
+  if (n > 0 && n < rowLen) std::nth_element(scratch, scratch + (n - 1), scratch + rowLen, std::greater<uint64_t>());
   for (uint32_t j = 0; j < n; ++j) positions[j] = core::rowRankPosition(scratch[j]);
   std::sort(positions, positions + n);
   return n;

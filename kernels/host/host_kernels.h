@@ -74,8 +74,8 @@ ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, co
 
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every
-// NaN/Inf beyond them, written ascending to `positions`. Returns how many.
-// `scratch` holds rowLen uint64.
+// NaN/Inf beyond them, written ascending to `positions`. Returns how many
+// (keep 0: the NaN/Inf alone). `scratch` holds rowLen uint64.
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch);
 

@@ -585,6 +585,46 @@ TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
   }
 }
 
+// ---------------------------------------------------------------- row top-k
+
+// host::selectRowTopK against its rule written out: n = min(rowLen,
+// max(keep, #NaN/Inf)) entries, NaN/Inf first, then larger |x|, then the lower
+// position; positions ascending. keep = 0 keeps only the NaN/Inf (it read
+// best[-1] and nth_element'ed at n - 1 = 2^32 - 1 before, found by the GPU
+// test's comparison on an H200).
+TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
+  auto g = rng(41);
+  for (uint32_t rowLen : {0u, 1u, 2u, 5u, 31u, 32u, 33u, 100u, 300u})
+    for (int dist = 0; dist < 3; ++dist) {  // normal; few values (ties); with NaN/Inf
+      std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
+      if (dist == 2)
+        for (float& x : row)
+          if (g() % 7 == 0) x = (g() & 1) ? -kInf : kNaN;
+      uint32_t nonFinite = 0;
+      std::vector<uint32_t> order(rowLen);
+      for (uint32_t i = 0; i < rowLen; ++i) {
+        order[i] = i;
+        nonFinite += !std::isfinite(row[i]);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+        const bool fa = std::isfinite(row[a]), fb = std::isfinite(row[b]);
+        if (fa != fb) return !fa;
+        return fa && std::fabs(row[a]) > std::fabs(row[b]);
+      });
+      for (uint32_t keep : {0u, 1u, 2u, 8u, 32u, 33u, rowLen / 2 + 1, rowLen, rowLen + 3}) {
+        const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
+        std::vector<uint32_t> want(order.begin(), order.begin() + n);
+        std::sort(want.begin(), want.end());
+        std::vector<uint32_t> got(rowLen + 1, 0xdeadbeefu);
+        std::vector<uint64_t> scratch(std::max(rowLen, 1u));
+        const uint32_t count = host::selectRowTopK(row.data(), spcclFloat32, rowLen, keep, got.data(), scratch.data());
+        ASSERT_EQ(count, n) << "rowLen " << rowLen << " keep " << keep << " dist " << dist;
+        got.resize(count);
+        ASSERT_EQ(got, want) << "rowLen " << rowLen << " keep " << keep << " dist " << dist;
+      }
+    }
+}
+
 // ---------------------------------------------------------------- conversions and accumulation
 
 TEST(HostConversions, LoadAndStoreFloatsMatchReference) {
