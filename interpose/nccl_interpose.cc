@@ -112,12 +112,18 @@ void release(ncclComm_t nccl) {
   if (settings().info && spcclCommGetStats(comm, &st) == spcclSuccess) {
     int rank = -1;
     spcclCommUserRank(comm, &rank);
+    int ranks = 0;
+    spcclCommCount(comm, &ranks);
+    char bytes[160];
+    if (ranks <= 1)
+      std::snprintf(bytes, sizeof bytes, "one rank: nothing crosses the wire");
+    else
+      std::snprintf(bytes, sizeof bytes, "bytes sent %llu of %llu dense (%.1fx fewer)",
+                    static_cast<unsigned long long>(st.bytesSent), static_cast<unsigned long long>(st.denseBytes),
+                    st.bytesSent ? static_cast<double>(st.denseBytes) / static_cast<double>(st.bytesSent) : 0.0);
     std::fprintf(stderr,
-                 "SPCCL INFO libspccl_nccl.so rank %d: %llu ncclAllReduce calls handed to spccl, %llu compressed; "
-                 "bytes sent %llu of %llu dense (%.1fx fewer)\n",
-                 rank, calls, static_cast<unsigned long long>(st.compressedCalls),
-                 static_cast<unsigned long long>(st.bytesSent), static_cast<unsigned long long>(st.denseBytes),
-                 st.bytesSent ? static_cast<double>(st.denseBytes) / static_cast<double>(st.bytesSent) : 0.0);
+                 "SPCCL INFO libspccl_nccl.so rank %d: %llu ncclAllReduce calls handed to spccl, %llu compressed; %s\n",
+                 rank, calls, static_cast<unsigned long long>(st.compressedCalls), bytes);
   }
   spcclCommDestroy(comm);
 }

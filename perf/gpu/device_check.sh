@@ -285,18 +285,24 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
   nvcc -std=c++17 -O2 -I"$nccl_inc" "$repo/perf/gpu/nccl_plain_sgd.cc" "$nccl_lib" \
     -Xlinker -rpath -Xlinker "$(dirname "$nccl_lib")" -o "$bin/nccl_plain_sgd" >"$logs/preload.log" 2>&1 &&
     timeout 90 "$bin/nccl_plain_sgd" >"$logs/plain.log" 2>&1 &&
-    SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO LD_PRELOAD="$interposer" timeout 90 "$bin/nccl_plain_sgd" \
-      >"$logs/preloaded.log" 2>&1
+    SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO SPCCL_ALLREDUCE_DENSITY=0.1 LD_PRELOAD="$interposer" \
+      timeout 90 "$bin/nccl_plain_sgd" >"$logs/preloaded.log" 2>&1
   prc=$?
   set -e
+  first=$(awk '$1 == "step" && $2 == 0 {print $4}' "$logs/plain.log" 2>/dev/null) || true
   plain=$(grep "final loss" "$logs/plain.log" 2>/dev/null | awk '{print $3}') || true
   pre=$(grep "final loss" "$logs/preloaded.log" 2>/dev/null | awk '{print $3}') || true
   used=$(grep -c "handed to spccl" "$logs/preloaded.log" 2>/dev/null || true)
   grep "libspccl_nccl" "$logs/preloaded.log" | tail -2 || true
-  if [ $prc = 0 ] && [ "${used:-0}" -ge 1 ]; then
-    add "LD_PRELOAD libspccl_nccl.so: ok, final loss plain $plain, compressed $pre (preloaded.log)"
+  # Trained: both runs end below a tenth of the starting loss (the plain one
+  # far below; nccl_plain_sgd.cc says why the compressed one levels off).
+  trained=$(awk -v a="${first:-0}" -v b="${pre:-nan}" -v c="${plain:-nan}" \
+    'BEGIN {print (a > 0 && b + 0 == b && c + 0 == c && b < a / 10 && c < a / 10) ? 1 : 0}')
+  if [ $prc = 0 ] && [ "${used:-0}" -ge 1 ] && [ "$trained" = 1 ]; then
+    add "LD_PRELOAD libspccl_nccl.so: ok, loss $first -> plain $plain, compressed $pre (preloaded.log)"
   else
-    add "LD_PRELOAD libspccl_nccl.so: FAILED (exit $prc, spccl report lines: ${used:-0}; see preload/plain/preloaded.log)"
+    add "LD_PRELOAD libspccl_nccl.so: FAILED (exit $prc, spccl report lines: ${used:-0}, loss $first -> plain" \
+      "${plain:-?}, compressed ${pre:-?}, both must end below a tenth of the start; see preload/plain/preloaded.log)"
     status=1
   fi
 else

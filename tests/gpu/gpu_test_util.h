@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -217,6 +218,16 @@ inline const char* typeName(spcclDataType_t t) {
 }
 inline const char* wireName(core::ValueType t) {
   return t == core::ValueType::kFloat32 ? "fp32" : t == core::ValueType::kFloat16 ? "fp16" : "bf16";
+}
+
+// SPCCL_GPU_TEST_TRACE=1: each step named on stderr before it runs, so a test
+// that dies of a signal (no assertion, no SCOPED_TRACE output) says where.
+inline void traceStep(const std::string& what) {
+  static const bool on = std::getenv("SPCCL_GPU_TEST_TRACE") != nullptr;
+  if (on) {
+    std::fprintf(stderr, "[trace] %s\n", what.c_str());
+    std::fflush(stderr);
+  }
 }
 
 // Index of the first element whose bits differ, or n.

@@ -113,6 +113,28 @@ struct Dev {
 
 size_t elemBytes(spcclDataType_t t) { return t == spcclFloat32 ? 4 : 2; }
 
+// Index of the first element of two float buffers (fp32, fp16 or bf16) whose
+// bits differ, except that any NaN matches any NaN, or n. A float add that
+// produces or propagates a NaN returns the canonical NaN on the GPU and an
+// operand's payload on x86 (tests/gpu/gpu_test_util.h, sameFloat); every
+// finite value, infinity and selection decision is still compared bit for bit.
+size_t firstValueMismatch(const void* a, const void* b, size_t n, spcclDataType_t t) {
+  const auto* x = static_cast<const unsigned char*>(a);
+  const auto* y = static_cast<const unsigned char*>(b);
+  const size_t eb = elemBytes(t);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u = 0, v = 0;
+    std::memcpy(&u, x + i * eb, eb);
+    std::memcpy(&v, y + i * eb, eb);
+    if (u == v) continue;
+    const bool nans = t == spcclFloat32   ? (u & 0x7fffffffu) > 0x7f800000u && (v & 0x7fffffffu) > 0x7f800000u
+                      : t == spcclFloat16 ? (u & 0x7fffu) > 0x7c00u && (v & 0x7fffu) > 0x7c00u
+                                          : (u & 0x7fffu) > 0x7f80u && (v & 0x7fffu) > 0x7f80u;
+    if (!nans) return i;
+  }
+  return n;
+}
+
 // Raw user-type bytes of normal floats (rounded to fp16/bf16 by truncating
 // the conversion through the library's own host path is not available here,
 // so fp16/bf16 inputs are built from their bit patterns directly).
@@ -200,8 +222,9 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
     ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(dc, dRes.data(), cfg.count));
     ASSERT_EQ(spcclSuccess, spcclCompressorGetResidual(hc, hRes.data(), cfg.count));
     if (exact) {
-      ASSERT_EQ(0, std::memcmp(dOut.data(), hRecv.data(), bytes)) << "output differs from the host path";
-      ASSERT_EQ(0, std::memcmp(dRes.data(), hRes.data(), cfg.count * sizeof(float))) << "residual differs";
+      ASSERT_EQ(cfg.count, firstValueMismatch(dOut.data(), hRecv.data(), cfg.count, cfg.type))
+          << "output differs from the host path";
+      ASSERT_EQ(cfg.count, firstValueMismatch(dRes.data(), hRes.data(), cfg.count, spcclFloat32)) << "residual differs";
     } else if (cfg.type == spcclFloat32) {
       for (size_t i = 0; i < cfg.count; ++i) {
         float a, b;
@@ -258,7 +281,8 @@ TEST_F(NcclWorld, DropInAllReduceCompressesOnTheDevice) {
       << spcclGetLastError(dev_);
   ASSERT_EQ(spcclSuccess, spcclAllReduce(h.data(), h.data(), n, spcclFloat32, spcclSum, host_, nullptr));
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
-  EXPECT_EQ(0, std::memcmp(d.download().data(), h.data(), n * 4)) << "in-place drop-in differs from the host path";
+  EXPECT_EQ(n, firstValueMismatch(d.download().data(), h.data(), n, spcclFloat32))
+      << "in-place drop-in differs from the host path";
   spcclStats_t s;
   ASSERT_EQ(spcclSuccess, spcclCommGetStats(dev_, &s));
   EXPECT_EQ(s.compressedCalls, 1u);
@@ -299,7 +323,7 @@ TEST_F(NcclWorld, FixedCapacityModeIsGraphCapturableAndConserves) {
       << spcclGetLastError(devFixed_);
   ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), spcclSum, hc, nullptr));
   CUDA_OK(cudaStreamSynchronize(stream_));
-  ASSERT_EQ(0, std::memcmp(dRecv.download().data(), hRecv.data(), n * 4));
+  ASSERT_EQ(n, firstValueMismatch(dRecv.download().data(), hRecv.data(), n, spcclFloat32));
   // Capture one call, replay it on new data three times.
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -326,8 +350,9 @@ TEST_F(NcclWorld, FixedCapacityModeIsGraphCapturableAndConserves) {
     spcclStats_t hs;
     ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(hc, &hs));
     if (hs.thresholdUpdates == 1) {
-      ASSERT_EQ(0, std::memcmp(dOut.data(), hRecv.data(), n * 4)) << "graph replay differs from the host path";
-      ASSERT_EQ(0, std::memcmp(dRes.data(), hRes.data(), n * 4));
+      ASSERT_EQ(n, firstValueMismatch(dOut.data(), hRecv.data(), n, spcclFloat32))
+          << "graph replay differs from the host path";
+      ASSERT_EQ(n, firstValueMismatch(dRes.data(), hRes.data(), n, spcclFloat32));
     }
     if (ranks_ == 1) {  // fp32 wire, one rank: out + residual == send + previous residual, element by element
       for (size_t i = 0; i < n; i += 101) {
@@ -487,7 +512,7 @@ TEST_F(NcclWorld, RowSparseMatchesHostPathBitForBit) {
       const std::vector<int64_t> gotIds = dOutIds.download();
       const std::vector<unsigned char> gotRows = dOutRows.download();
       ASSERT_EQ(0, std::memcmp(gotIds.data(), hOutIds.data(), hN * 8)) << "ids differ";
-      ASSERT_EQ(0, std::memcmp(gotRows.data(), hOutRows.data(), hN * rowLen * eb)) << "rows differ";
+      ASSERT_EQ(hN * rowLen, firstValueMismatch(gotRows.data(), hOutRows.data(), hN * rowLen, type)) << "rows differ";
       // Too small an output: spcclInvalidUsage on every rank, the size needed in outNrows.
       EXPECT_EQ(spcclInvalidUsage, spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows,
                                                            rowLen, type, dOutIds.p, dOutRows.p, 10, &dN, dev_,
@@ -521,7 +546,8 @@ TEST_F(NcclWorld, SparsifiedAllGatherMatchesHostPath) {
         ASSERT_EQ(spcclSuccess, spcclAllGather(dIn.p, dOut.p, n, type, d2, stream_)) << spcclGetLastError(d2);
         ASSERT_EQ(spcclSuccess, spcclAllGather(in.data(), hOut.data(), n, type, h2, nullptr));
         CUDA_OK(cudaStreamSynchronize(stream_));
-        ASSERT_EQ(0, std::memcmp(dOut.download().data(), hOut.data(), hOut.size())) << "allgather blocks differ";
+        ASSERT_EQ(n * ranks_, firstValueMismatch(dOut.download().data(), hOut.data(), n * ranks_, type))
+            << "allgather blocks differ";
       }
   spcclStats_t st;
   ASSERT_EQ(spcclSuccess, spcclCommGetStats(d2, &st));

@@ -40,6 +40,7 @@ void hostTopK(const std::vector<unsigned char>& data, const RowsCase& c, std::ve
 
 void checkRows(const RowsCase& c, std::mt19937_64& g) {
   SCOPED_TRACE(describe(c));
+  traceStep("checkRows " + describe(c));
   const size_t es = elementBytes(c.type);
   const size_t total = c.rows * c.rowLen;
   std::vector<float> f = makeFloats(total, c.dist, g);
@@ -49,7 +50,9 @@ void checkRows(const RowsCase& c, std::mt19937_64& g) {
   }
   const std::vector<unsigned char> data = encodeUser(f, c.type, c.dist, g);
   std::vector<uint32_t> hCounts, hPos;
+  traceStep("host top-k");
   hostTopK(data, c, &hCounts, &hPos);
+  traceStep("device top-k");
 
   DeviceBuffer<unsigned char> dData(total * es);
   DeviceBuffer<uint32_t> dPos(total), dCounts(c.rows);
@@ -69,6 +72,7 @@ void checkRows(const RowsCase& c, std::mt19937_64& g) {
   }
 
   // Offsets and compaction.
+  traceStep("offsets and compaction");
   std::vector<uint64_t> hOff(c.rows + 1, 0);
   for (uint64_t r = 0; r < c.rows; ++r) hOff[r + 1] = hOff[r] + hCounts[r];
   const uint64_t nnz = hOff[c.rows];
@@ -92,6 +96,7 @@ void checkRows(const RowsCase& c, std::mt19937_64& g) {
   // Gather (values at the kept positions, on the wire) and scatter (into zeroed rows).
   for (core::ValueType wire : {core::ValueType::kFloat32, core::ValueType::kFloat16, core::ValueType::kBfloat16}) {
     SCOPED_TRACE(std::string("wire=") + wireName(wire));
+    traceStep(std::string("gather and scatter, wire=") + wireName(wire));
     const uint32_t vb = core::wireValueBytes(wire);
     std::vector<unsigned char> hVals(nnz * vb);
     std::vector<float> rowF(c.rowLen);
