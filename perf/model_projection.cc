@@ -23,7 +23,12 @@
 namespace {
 
 struct Options {
-  double selectTBps = 3.0;  // assumed device memory bandwidth the selection and unpack reach
+  // The bandwidth the selection and unpack reach: by default selectPack's on an
+  // H200 (perf/gpu/kernel_bench, 64 Mi floats, density 0.01, 2026-11-30:
+  // 810.7 MB counted in 482 us, 42% of the 4.0 TB/s device-to-device copy of
+  // the same run; docs/PERF.md, "CUDA kernels on an H200").
+  double selectTBps = 1.68;
+  bool selectGiven = false;
   double latencyUs = 5.0;   // assumed latency per message round
   uint64_t count = uint64_t{64} << 20;  // fp32 gradient elements (256 MiB)
   std::vector<double> densities = {0.01, 0.001};
@@ -72,7 +77,10 @@ int main(int argc, char** argv) {
                              {nullptr, 0, nullptr, 0}};
   for (int c; (c = getopt_long(argc, argv, "h", longOpts, nullptr)) != -1;) {
     switch (c) {
-      case 's': o.selectTBps = std::atof(optarg); break;
+      case 's':
+        o.selectTBps = std::atof(optarg);
+        o.selectGiven = true;
+        break;
       case 'l': o.latencyUs = std::atof(optarg); break;
       case 'n': {  // 0 (refused below) when it is not a count
         size_t count = 0;
@@ -95,9 +103,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("Model inputs: %llu fp32 elements (%.0f MiB) per rank, %s wire values, selection and unpack at "
-              "%.2f TB/s (assumed), %.1f us per message round (assumed), one link of the given rate per rank.\n\n",
+              "%.2f TB/s (%s), %.1f us per message round (assumed), one link of the given rate per rank.\n\n",
               static_cast<unsigned long long>(o.count), static_cast<double>(o.count) * 4 / (1 << 20),
-              o.wireBytes == 2 ? "fp16" : "fp32", o.selectTBps, o.latencyUs);
+              o.wireBytes == 2 ? "fp16" : "fp32", o.selectTBps,
+              o.selectGiven ? "given" : "selectPack measured on an H200", o.latencyUs);
   std::printf("| density | ranks | link (Gbit/s) | dense (ms) | allgather (ms) | split (ms) | auto picks | "
               "dense / auto | wire MB per rank: dense / auto | split without re-selection (ms) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
