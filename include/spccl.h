@@ -10,6 +10,11 @@
  * Every call returns a result code; spcclGetLastError() returns the detailed
  * message of this thread's last failure. The library never aborts, exits or
  * prints to stdout.
+ *
+ * Threads: as with an NCCL communicator, one thread at a time may call into
+ * a communicator and its compressors (they share scratch memory). Calls on
+ * different communicators from several threads at once are not tested (for
+ * MPI communicators they would also need MPI_THREAD_MULTIPLE).
  */
 #ifndef SPCCL_H_
 #define SPCCL_H_

@@ -38,7 +38,6 @@ struct spcclCompressor {
   // leaves the current one intact.
   std::vector<float> residual[2];
   int current = 0;
-  std::vector<uint32_t> thresholdScratch;
   uint32_t tauKey = 0;
   uint64_t callIndex = 0;
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
@@ -138,6 +137,12 @@ struct spcclComm {
   std::vector<uint32_t> positions;
   std::vector<uint64_t> ranks64;
   std::vector<spccl::CallDescriptor> descriptors;
+  // The exact threshold estimation's scratch (one uint32 an element of the
+  // largest compressor that estimated), shared by the communicator's host
+  // compressors: calls on one communicator never overlap, and each compressor
+  // holding its own kept 4 bytes an element for a buffer used once every
+  // thresholdInterval calls.
+  std::vector<uint32_t> thresholdScratch;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation

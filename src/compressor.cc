@@ -39,9 +39,9 @@ uint64_t spcclCompressor::pairCapacity() const {
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
-  thresholdScratch.resize(count);
-  const host::ThresholdResult t =
-      host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, thresholdScratch.data());
+  std::vector<uint32_t>& scratch = comm->thresholdScratch;
+  if (scratch.size() < count) scratch.resize(count);
+  const host::ThresholdResult t = host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, scratch.data());
   tauKey = t.tauKey;
   // Entries tied at tau are taken in index order up to the capacity: the
   // exact rule {|v| >= tau} unless ties would break the cap.
@@ -94,9 +94,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
       if (r.selected <= indices.size()) {  // every candidate was captured
-        thresholdScratch.resize(std::max<size_t>(thresholdScratch.size(), r.selected));
-        const host::ReselectResult rs =
-            host::reselectCandidates(a, r.selected, k, capacity, thresholdScratch.data());
+        std::vector<uint32_t>& scratch = comm->thresholdScratch;
+        if (scratch.size() < r.selected) scratch.resize(r.selected);
+        const host::ReselectResult rs = host::reselectCandidates(a, r.selected, k, capacity, scratch.data());
         tauKey = rs.tauKey;
         ++callUpdates;
         *nnz = rs.selected;

@@ -409,5 +409,49 @@ TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
   spcclCompressorDestroy(comp);
 }
 
+// The exact threshold estimation's scratch is the communicator's, sized by
+// its largest compressor, not one per compressor; compressors that share it,
+// their calls interleaved and tau estimated on every call, give bit for bit
+// what each gives alone on a communicator of its own, and conserve.
+TEST(CompressorMemory, ThresholdScratchIsSharedAndChangesNothing) {
+  Comm shared, aloneSmall, aloneLarge;
+  ASSERT_TRUE(okOnAllRanks(shared.r, shared.c, "spcclCommInitMPI"));
+  ASSERT_TRUE(okOnAllRanks(aloneSmall.r, aloneSmall.c, "spcclCommInitMPI"));
+  ASSERT_TRUE(okOnAllRanks(aloneLarge.r, aloneLarge.c, "spcclCommInitMPI"));
+  const size_t small = 3001, large = 20000;
+  spcclCompressConfig_t cfg;
+  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  cfg.density = 0.01f;
+  cfg.thresholdInterval = 1;  // estimate tau on every call
+  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
+  spcclCompressor_t s1 = nullptr, s2 = nullptr, a1 = nullptr, a2 = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(shared.c, small, spcclFloat32, &cfg, &s1), shared.c, "create"));
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(shared.c, large, spcclFloat32, &cfg, &s2), shared.c, "create"));
+  ASSERT_TRUE(
+      okOnAllRanks(spcclCompressorCreate(aloneSmall.c, small, spcclFloat32, &cfg, &a1), aloneSmall.c, "create"));
+  ASSERT_TRUE(
+      okOnAllRanks(spcclCompressorCreate(aloneLarge.c, large, spcclFloat32, &cfg, &a2), aloneLarge.c, "create"));
+  ConservedCalls cs1(shared.c, s1, small), cs2(shared.c, s2, large);
+  ConservedCalls ca1(aloneSmall.c, a1, small), ca2(aloneLarge.c, a2, large);
+  for (unsigned call = 0; call < 6; ++call) {
+    // Small and large alternate on the shared communicator, the small one
+    // after the large one has grown the scratch past its own size.
+    ASSERT_TRUE(cs2.call(100 + call));
+    ASSERT_TRUE(cs1.call(200 + call));
+    ASSERT_TRUE(ca1.call(200 + call));
+    ASSERT_TRUE(ca2.call(100 + call));
+    EXPECT_EQ(std::memcmp(cs1.out.data(), ca1.out.data(), small * sizeof(float)), 0) << "call " << call;
+    EXPECT_EQ(std::memcmp(cs2.out.data(), ca2.out.data(), large * sizeof(float)), 0) << "call " << call;
+  }
+  EXPECT_EQ(shared.c->thresholdScratch.size(), large);
+  EXPECT_EQ(aloneSmall.c->thresholdScratch.size(), small);
+  EXPECT_LT(cs1.worstImbalance(), 1e-4);
+  EXPECT_LT(cs2.worstImbalance(), 1e-4);
+  spcclStats_t st{};
+  ASSERT_EQ(spcclCompressorGetStats(s1, &st), spcclSuccess);
+  EXPECT_EQ(st.thresholdUpdates, 6u);
+  for (spcclCompressor_t c : {s1, s2, a1, a2}) spcclCompressorDestroy(c);
+}
+
 }  // namespace
 }  // namespace spccl::test
