@@ -253,6 +253,24 @@ bool takesExactPath(const spcclComm& comm, size_t count, spcclDataType_t type, s
          density >= 1.0f || count == 0;
 }
 
+// The drop-in keeps one compressor, with its residual, per (recvbuff, count,
+// datatype) for the communicator's life. Stable gradient buffers make a handful;
+// buffers that move between steps make one more each step, whose residual is
+// never sent again. Warned at 64 and each doubling after (no eviction: a live
+// residual dropped would break conservation silently).
+void warnIfImplicitCompressorsPileUp(const spcclComm& comm) {
+  const size_t held = comm.implicitCompressors.size();
+  if (held < kImplicitCompressorsWarnAt || (held & (held - 1)) != 0) return;
+  uint64_t elements = 0;
+  for (const auto& entry : comm.implicitCompressors) elements += entry.second->count;
+  SPCCL_WARN(comm.rank,
+             "spcclAllReduce has made %zu implicit compressors on this communicator (one per recvbuff, count and "
+             "datatype), holding error-feedback residuals for %llu elements. A buffer that moves between steps "
+             "leaves its residual behind, never sent: keep gradient buffers in place, or give each its own "
+             "compressor (spcclCompressorCreate, spcclAllReduceCompressed)",
+             held, static_cast<unsigned long long>(elements));
+}
+
 }  // namespace
 
 Status spcclComm::exactAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
@@ -437,6 +455,7 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
       it = comm->implicitCompressors.emplace(key, std::move(c)).first;
       SPCCL_INFO(comm->rank, "implicit compressor for buffer %p, count %zu, %s", recvbuff, count,
                  dataTypeName(datatype));
+      warnIfImplicitCompressorsPileUp(*comm);
     }
     return runCompressed(it->second.get(), sendbuff, recvbuff, op, stream);
   }, comm && commAlive(comm) ? comm->rank : -1);

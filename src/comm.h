@@ -156,6 +156,10 @@ struct spcclComm {
 
 namespace spccl {
 
+// spcclAllReduce warns when a communicator's implicit compressors reach this
+// many, and at each doubling after (src/api.cc).
+constexpr size_t kImplicitCompressorsWarnAt = 64;
+
 // Validates a config and fills defaults from the communicator's params.
 Status checkConfig(const spcclCompressConfig_t& c);
 spcclCompressConfig_t configFromParams(const Params& p);

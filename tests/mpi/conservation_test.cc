@@ -243,5 +243,28 @@ TEST_F(MpiTest, DropInKeepsErrorFeedbackPerBuffer) {
   EXPECT_LE(relativeL2(outB, sumOverRanks(inB)), kMaxRelativeError) << "buffer b";
 }
 
+// Buffers that move between calls each get an implicit compressor whose
+// residual is never sent again: spcclAllReduce warns (SPCCL_DEBUG=WARN, the
+// default) at 64 of them and at each doubling (kImplicitCompressorsWarnAt in
+// src/comm.h), and not before; the calls themselves still succeed.
+TEST_F(MpiTest, DropInWarnsWhenImplicitCompressorsPileUp) {
+  constexpr size_t kBuffers = 130, kElems = 1024;  // SPCCL_MIN_COMPRESS_COUNT=1024 here
+  std::vector<std::vector<float>> bufs;
+  for (size_t b = 0; b < kBuffers; ++b) bufs.push_back(gaussian(kElems, seedFor(300 + static_cast<int>(b), rank_)));
+  std::vector<size_t> warnedAt;
+  for (size_t b = 0; b < kBuffers; ++b) {
+    testing::internal::CaptureStderr();
+    const spcclResult_t r =
+        spcclAllReduce(bufs[b].data(), bufs[b].data(), kElems, spcclFloat32, spcclSum, comm_.get(), nullptr);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(okOnAllRanks(r, comm_.get(), "spcclAllReduce"));
+    if (err.find("implicit compressors on this communicator") != std::string::npos) warnedAt.push_back(b + 1);
+  }
+  EXPECT_EQ(warnedAt, (std::vector<size_t>{64, 128}));
+  spcclStats_t s{};
+  ASSERT_TRUE(okOnAllRanks(spcclCommGetStats(comm_.get(), &s), comm_.get(), "spcclCommGetStats"));
+  EXPECT_EQ(s.compressedCalls, kBuffers);
+}
+
 }  // namespace
 }  // namespace spccl::test
