@@ -240,10 +240,8 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
   c->dataType = type;
   c->config = config;
   c->implicit = implicit;
-  if (config.errorFeedback && !comm->onDevice) {  // device compressors keep it on the device
-    c->residual[0].assign(count, 0.0f);
-    c->residual[1].resize(count);
-  }
+  // The host residual buffers come with the first compressed call
+  // (spcclCompressor::ensureResidual); device compressors keep theirs on the device.
   *out = std::move(c);
   return Status::ok();
 }
@@ -729,9 +727,9 @@ spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* resid
     if (c->comm->onDevice) return gpu::copyResidual(c, residual);
 #endif
     if (count == 0) return Status::ok();  // residual may be NULL: no 0-byte memcpy/memset on it
-    if (c->config.errorFeedback)
+    if (c->config.errorFeedback && !c->residual[c->current].empty())
       std::memcpy(residual, c->residual[c->current].data(), count * sizeof(float));
-    else
+    else  // no error feedback, or no compressed call yet: nothing held back
       std::memset(residual, 0, count * sizeof(float));
     return Status::ok();
   });

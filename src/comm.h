@@ -35,7 +35,8 @@ struct spcclCompressor {
 
   // Error-feedback residual, double-buffered: the fused pass writes the new
   // residual into the spare buffer, so a pass abandoned for a stale tau
-  // leaves the current one intact.
+  // leaves the current one intact. Empty until the first compressed call
+  // (ensureResidual): an empty residual reads as zeros.
   std::vector<float> residual[2];
   int current = 0;
   uint32_t tauKey = 0;
@@ -92,6 +93,7 @@ struct spcclCompressor {
   uint64_t splitKeepPerRange(int ranks) const;
 
  private:
+  void ensureResidual();
   spccl::Status select(const void* sendbuff, uint64_t* nnz);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);

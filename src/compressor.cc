@@ -49,6 +49,16 @@ void spcclCompressor::estimateThreshold(const void* sendbuff, const float* resid
   ++callUpdates;
 }
 
+// The two residual buffers (the current one and the pass's output) exist from
+// the first compressed call on: a compressor that only runs dense (SPCCL_ALGO_DENSE,
+// or auto settled on dense) never holds their 8 bytes an element.
+void spcclCompressor::ensureResidual() {
+  if (residual[0].size() == count) return;
+  residual[0].assign(count, 0.0f);
+  residual[1].resize(count);
+  current = 0;
+}
+
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
@@ -58,6 +68,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   const uint64_t k = selectCount();
   const uint64_t capacity = pairCapacity();
   const bool ef = config.errorFeedback != 0;
+  if (ef) ensureResidual();
   const float* residualIn = ef ? residual[current].data() : nullptr;
   float* residualOut = ef ? residual[1 - current].data() : nullptr;
   const core::ValueType wire = toValueType(config.wireValueType);

@@ -10,6 +10,7 @@
 // Links the static library to read the communicator's model (src/comm.h).
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -451,6 +452,41 @@ TEST(CompressorMemory, ThresholdScratchIsSharedAndChangesNothing) {
   ASSERT_EQ(spcclCompressorGetStats(s1, &st), spcclSuccess);
   EXPECT_EQ(st.thresholdUpdates, 6u);
   for (spcclCompressor_t c : {s1, s2, a1, a2}) spcclCompressorDestroy(c);
+}
+
+// A compressor holds its two residual buffers only from its first compressed
+// call: dense calls (SPCCL_ALGO_DENSE with error feedback) leave them
+// unallocated and the residual reads as zeros; an allgather compressor has
+// them after one call, and conserves.
+TEST(CompressorMemory, ResidualBuffersComeWithTheFirstCompressedCall) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  const size_t n = 5000;
+  spcclCompressConfig_t cfg;
+  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  cfg.density = 0.01f;
+  cfg.errorFeedback = 1;
+  cfg.algorithm = SPCCL_ALGO_DENSE;
+  spcclCompressor_t dense = nullptr, sparse = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &dense), comm.c, "create"));
+  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &sparse), comm.c, "create"));
+  EXPECT_TRUE(sparse->residual[0].empty() && sparse->residual[1].empty()) << "allocated before any call";
+  ConservedCalls d(comm.c, dense, n), s(comm.c, sparse, n);
+  for (unsigned call = 0; call < 3; ++call) {
+    ASSERT_TRUE(d.call(700 + call));
+    ASSERT_TRUE(s.call(800 + call));
+  }
+  EXPECT_TRUE(dense->residual[0].empty() && dense->residual[1].empty()) << "a dense-only compressor holds buffers";
+  std::vector<float> r(n, 1.0f);
+  ASSERT_EQ(spcclCompressorGetResidual(dense, r.data(), n), spcclSuccess);
+  EXPECT_TRUE(std::all_of(r.begin(), r.end(), [](float x) { return x == 0.0f; }));
+  EXPECT_EQ(sparse->residual[0].size(), n);
+  EXPECT_EQ(sparse->residual[1].size(), n);
+  EXPECT_LT(d.worstImbalance(), 1e-5);
+  EXPECT_LT(s.worstImbalance(), 1e-4);
+  spcclCompressorDestroy(dense);
+  spcclCompressorDestroy(sparse);
 }
 
 }  // namespace
