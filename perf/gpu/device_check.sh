@@ -255,6 +255,19 @@ if [ "$tests" = ON ]; then
     [ $trc = 124 ] && add "tests/gpu: TIMED OUT after 240 s" || add "tests/gpu: FAILED (see tests.log)"
     grep -E "Failure|FAILED|Expected|Which is|actual" "$logs/tests.log" | head -20 || true
     status=1
+    # A kernel test that died of a signal prints no assertion: rerun it under
+    # cuda-gdb for a backtrace, with each step named (SPCCL_GPU_TEST_TRACE).
+    signal='(Bus error|SEGFAULT|Child aborted|\*\*\*Exception)'
+    crashed=$(sed -E -n "s/.*Test +#[0-9]+: ([A-Za-z0-9_]+\\.[A-Za-z0-9_]+) \\.+$signal.*/\\1/p" "$logs/tests.log" |
+      head -3) || true
+    if [ -n "$crashed" ] && [ -x "$gputests" ] && command -v cuda-gdb >/dev/null 2>&1; then
+      for t in $crashed; do
+        echo "-- $t died of a signal; its backtrace (crash_$t.log):"
+        SPCCL_GPU_TEST_TRACE=1 timeout 120 cuda-gdb -batch -ex run -ex bt --args "$gputests" --gtest_filter="$t" \
+          >"$logs/crash_$t.log" 2>&1 || true
+        grep -v -E "^\[(New|Thread|Detaching)" "$logs/crash_$t.log" | tail -16 || true
+      done
+    fi
   fi
 else
   add "tests/gpu: SKIPPED (GoogleTest not installed on this machine)"
