@@ -8,9 +8,9 @@ algorithm's median time, auto's pick, auto / best fixed, and whether that is
 within the tolerance. Auto runs with SPCCL_CALIBRATE=1 unless --no-calibrate
 (the first run per rank count measures and caches, the rest reuse the cache),
 and with SPCCL_AUTO_TRIALS=--trials (default 2; 0 = the model alone picks):
-every run then gets at least 1 + 3 x (trials + 2) + --settle warm-up calls
-(auto's first call, up to three candidates each timed on `trials` calls after
-2 uncounted warm-up calls, then the settling), so
+every run then gets at least 1 + 3 x (trials + 3) + --settle warm-up calls
+(auto's first call, up to three candidates each timed on `trials` calls in two
+blocks with 3 uncounted calls among them, 2 for trials = 1, then the settling), so
 auto's timed calls come after it has settled (every run gets the same warm-up).
 
 Every run also times MPI_Allreduce on the same data right after its own
@@ -30,8 +30,8 @@ three fixed algorithms, auto and MPI_Allreduce in one process, each with its
 own compressor, their calls interleaved on the same data, so the ratios are
 measured side by side under the same load (four or five compressors' memory
 at once: 4.5 GB a rank at 256 MiB, 4 ranks, density 0.1, with --twin, about 17 x
-the buffer; 8 ranks at 256 MiB do not fit in 24 GB). --twin adds a second fixed dense compressor
-to those runs: its time over dense's ("twin" column) is how far apart two
+the buffer; 8 ranks at 256 MiB do not fit in 24 GB). --twin adds a second fixed
+dense compressor to those runs: its time over dense's ("twin" column) is how far apart two
 identical contenders come out, the noise floor under every ratio of the point.
 Exit status 1 when some point is outside the tolerance.
 """

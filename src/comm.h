@@ -145,6 +145,10 @@ struct spcclComm {
   // holding its own kept 4 bytes an element for a buffer used once every
   // thresholdInterval calls.
   std::vector<uint32_t> thresholdScratch;
+  uint32_t* thresholdScratchFor(size_t n) {
+    if (thresholdScratch.size() < n) thresholdScratch.resize(n);
+    return thresholdScratch.data();
+  }
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation

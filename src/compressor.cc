@@ -39,9 +39,8 @@ uint64_t spcclCompressor::pairCapacity() const {
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
-  std::vector<uint32_t>& scratch = comm->thresholdScratch;
-  if (scratch.size() < count) scratch.resize(count);
-  const host::ThresholdResult t = host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, scratch.data());
+  const host::ThresholdResult t =
+      host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, comm->thresholdScratchFor(count));
   tauKey = t.tauKey;
   // Entries tied at tau are taken in index order up to the capacity: the
   // exact rule {|v| >= tau} unless ties would break the cap.
@@ -56,7 +55,6 @@ void spcclCompressor::ensureResidual() {
   if (residual[0].size() == count) return;
   residual[0].assign(count, 0.0f);
   residual[1].resize(count);
-  current = 0;
 }
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
@@ -105,9 +103,8 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
       if (r.selected <= indices.size()) {  // every candidate was captured
-        std::vector<uint32_t>& scratch = comm->thresholdScratch;
-        if (scratch.size() < r.selected) scratch.resize(r.selected);
-        const host::ReselectResult rs = host::reselectCandidates(a, r.selected, k, capacity, scratch.data());
+        const host::ReselectResult rs =
+            host::reselectCandidates(a, r.selected, k, capacity, comm->thresholdScratchFor(r.selected));
         tauKey = rs.tauKey;
         ++callUpdates;
         *nnz = rs.selected;

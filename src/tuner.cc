@@ -185,8 +185,8 @@ int pickMeasured(const std::vector<int>& candidates, const float* seconds) {
 
 TrialCall trialCall(size_t call, size_t candidates, size_t trials) {
   const size_t c = candidates;
-  const size_t first = kTrialWarmupCalls + (trials + 1) / 2;  // block 1: warm-ups, then ceil(T/2) counted
-  const size_t second = trials >= 2 ? 1 + trials / 2 : 0;      // block 2: a lead-in, then floor(T/2) counted
+  const size_t first = trialFirstBlock(trials);    // warm-ups, then ceil(T/2) counted
+  const size_t second = trialSecondBlock(trials);  // a lead-in, then floor(T/2) counted
   if (c == 0) return {0, false};
   if (call < c * first) return {call / first, call % first >= kTrialWarmupCalls};
   const size_t j = call - c * first;

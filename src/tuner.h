@@ -106,8 +106,11 @@ struct TrialCall {
   size_t slot;   // index into the candidates
   bool counted;  // false: a warm-up or lead-in call, run but not timed into the median
 };
-// Trial calls per candidate: T counted, the warm-ups, and block 2's lead-in.
-inline size_t trialCallsPerCandidate(size_t trials) { return trials + kTrialWarmupCalls + (trials >= 2 ? 1 : 0); }
+// The two blocks' lengths, and their sum: the trial calls per candidate
+// (T counted, the warm-ups, and block 2's lead-in).
+inline size_t trialFirstBlock(size_t trials) { return kTrialWarmupCalls + (trials + 1) / 2; }
+inline size_t trialSecondBlock(size_t trials) { return trials >= 2 ? 1 + trials / 2 : 0; }
+inline size_t trialCallsPerCandidate(size_t trials) { return trialFirstBlock(trials) + trialSecondBlock(trials); }
 // Trial call `call` (0 .. C * trialCallsPerCandidate(trials) - 1) of C candidates.
 TrialCall trialCall(size_t call, size_t candidates, size_t trials);
 // The median time of each candidate's counted trial calls (times[i] is trial
