@@ -28,9 +28,9 @@ R runs every algorithm R times, interleaved, and keeps each one's best median.
 --interleaved instead runs perf/auto_compare once per point (and repeat): the
 three fixed algorithms, auto and MPI_Allreduce in one process, each with its
 own compressor, their calls interleaved on the same data, so the ratios are
-measured side by side under the same load (four or five compressors' memory
-at once: 4.5 GB a rank at 256 MiB, 4 ranks, density 0.1, with --twin, about 17 x
-the buffer; 8 ranks at 256 MiB do not fit in 24 GB). --twin adds a second fixed
+measured side by side under the same load (three compressors' residuals at
+once and the largest call's scratch: 3.4 GB a rank at 256 MiB, 4 ranks, density
+0.1, with --twin, about 13 x the buffer; 8 ranks at 256 MiB need about 29 GB). --twin adds a second fixed
 dense compressor to those runs: its time over dense's ("twin" column) is how far apart two
 identical contenders come out, the noise floor under every ratio of the point.
 Exit status 1 when some point is outside the tolerance.

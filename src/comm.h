@@ -46,12 +46,13 @@ struct spcclCompressor {
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
   double mergedPerRange = -1;  // measured by the last split call (same on every rank)
 
-  std::vector<uint32_t> indices;        // this call's selected pairs
-  std::vector<unsigned char> values;    // wire-typed
-  int scaleExp = 0;                     // fp8 wire: the scale exponent `values` were stored with
-  std::vector<float> accumulator;       // fp32 result for non-fp32 user buffers
-  std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
-  spccl::Workspace workspace;
+  // This call's selected pairs live in the communicator's pair buffers
+  // (spcclComm::pairsFor); pairSlots is how many of them this compressor's
+  // passes may fill: min(count, 4 x pairCapacity()), grown past that only by
+  // a call with more NaN/Inf than slots. Its own, not the shared buffers'
+  // size, so that a compressor selects alike with or without larger neighbours.
+  uint64_t pairSlots = 0;
+  int scaleExp = 0;                     // fp8 wire: the scale exponent this call's values were stored with
   spcclStats_t stats{};
   // Compressors of NCCL communicators keep their residual and scratch here
   // (device memory) instead of in the host vectors above.
@@ -133,12 +134,26 @@ struct spcclComm {
   uint64_t seq = 0;  // allreduce calls so far; stamped on every stream
   spcclStats_t stats{};
   std::map<std::tuple<void*, size_t, int>, std::unique_ptr<spcclCompressor>> implicitCompressors;
-  // Scratch of the alltoall, allgather and row-sparse collectives (grow only).
+  // Per-call scratch (grow only) of every collective on the communicator: the
+  // compressed allreduce of each compressor and the alltoall, allgather and
+  // row-sparse collectives. Calls on one communicator never overlap (one
+  // thread at a time, as for NCCL), so one set serves them all: a compressor
+  // keeps only what outlives its call (residual, tau, counters), and a
+  // program with many compressors holds the largest call's scratch once
+  // instead of every compressor's.
   spccl::Workspace workspace;
   std::vector<float> floats;
   std::vector<uint32_t> positions;
   std::vector<uint64_t> ranks64;
-  std::vector<spccl::CallDescriptor> descriptors;
+  std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
+  std::vector<float> accumulator;        // a compressed allreduce's fp32 result for 16-bit user buffers
+  std::vector<uint32_t> pairIndices;     // a compressed allreduce's selected pairs: indices
+  std::vector<unsigned char> pairValues; // and wire-typed values
+  // The pair buffers with room for at least `slots` pairs of `valueBytes` bytes.
+  void pairsFor(uint64_t slots, uint32_t valueBytes) {
+    if (pairIndices.size() < slots) pairIndices.resize(slots);
+    if (pairValues.size() < slots * valueBytes) pairValues.resize(slots * valueBytes);
+  }
   // The exact threshold estimation's scratch (one uint32 an element of the
   // largest compressor that estimated), shared by the communicator's host
   // compressors: calls on one communicator never overlap, and each compressor

@@ -73,11 +73,8 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   // Room for kCandidateSlack x the cap: a moderately stale tau's whole
   // selection fits, and re-estimating from it needs no extra pass over v.
   constexpr uint64_t kCandidateSlack = 4;
-  const uint64_t slots = std::min<uint64_t>(count, kCandidateSlack * capacity);
-  if (indices.size() < slots) {
-    indices.resize(slots);
-    values.resize(slots * core::wireValueBytes(wire));
-  }
+  pairSlots = std::max(pairSlots, std::min<uint64_t>(count, kCandidateSlack * capacity));
+  comm->pairsFor(pairSlots, core::wireValueBytes(wire));
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
   if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || residualFlushed) {
@@ -87,7 +84,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   }
   for (;;) {
     host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
-                       indices.size(), wire, indices.data(), values.data()};
+                       pairSlots, wire, comm->pairIndices.data(), comm->pairValues.data()};
     if (wire == core::ValueType::kFloat8e4m3) {
       // tau's binade -> e4m3's smallest normal binade: every selected |v| >= tau
       // is a normal code; tau == 0 (fewer non-zeros than k) has no binade, so
@@ -102,7 +99,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     if (timing) lastPass = since(passStart);
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
-      if (r.selected <= indices.size()) {  // every candidate was captured
+      if (r.selected <= pairSlots) {  // every candidate was captured
         const host::ReselectResult rs =
             host::reselectCandidates(a, r.selected, k, capacity, comm->thresholdScratchFor(r.selected));
         tauKey = rs.tauKey;
@@ -113,9 +110,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
       estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       continue;
     }
-    if (r.selected > indices.size()) {  // NaN/Inf beyond the slots: rare, grow and redo
-      indices.resize(r.selected);
-      values.resize(r.selected * core::wireValueBytes(wire));
+    if (r.selected > pairSlots) {  // NaN/Inf beyond the slots: rare, grow and redo
+      pairSlots = r.selected;
+      comm->pairsFor(pairSlots, core::wireValueBytes(wire));
       continue;
     }
     *nnz = r.selected;
@@ -273,8 +270,8 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   // been consumed by the fused pass first, so in-place is safe).
   float* out = static_cast<float*>(recvbuff);
   if (dataType != spcclFloat32) {
-    accumulator.resize(count);
-    out = accumulator.data();
+    if (comm->accumulator.size() < count) comm->accumulator.resize(count);
+    out = comm->accumulator.data();
   }
 
   uint64_t nnz = 0;
@@ -294,9 +291,10 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   IndexEncoding encoding = IndexEncoding::kCoo32;
   if (algorithm == SPCCL_ALGO_ALLGATHER) {
     size_t bytes = 0;
-    encoding = choosePairsEncoding(comm->params.indexEncoding, indices.data(), nnz, 0, count, wire, &bytes);
+    encoding = choosePairsEncoding(comm->params.indexEncoding, comm->pairIndices.data(), nnz, 0, count, wire, &bytes);
     mine.streamBytes = bytes;
   }
+  std::vector<CallDescriptor>& descriptors = comm->descriptors;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
   // The call is consistent on every rank: commit this call's residual. A call
   // rejected above leaves the residual as it was.
@@ -320,6 +318,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     call.bytesSent += call.denseBytes;
     call.lastSelected = count;
   } else {
+    Workspace& workspace = comm->workspace;
     std::vector<uint64_t>& nnzPerRank = workspace.nnzPerRank;
     nnzPerRank.resize(p);
     for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
@@ -336,8 +335,8 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
       ctx.streamBytesPerRank = streamBytes.data();
       ctx.myEncoding = encoding;
     }
-    SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit({indices.data(), values.data(), nnz}, &ctx)
-                                                        : sparseAllgather({indices.data(), values.data(), nnz}, &ctx));
+    const SparseContribution pairs{comm->pairIndices.data(), comm->pairValues.data(), nnz};
+    SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit(pairs, &ctx) : sparseAllgather(pairs, &ctx));
     if (algorithm == SPCCL_ALGO_SPLIT) mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
     call.bytesSent += ctx.bytesSent;
     call.lastSelected = nnz;

@@ -168,7 +168,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
       sparse && (c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->residualFlushed);
   if (sparse) c->residualFlushed = false;
   bool selectNow = sparse;
-  std::vector<CallDescriptor>& all = c->descriptors;  // the compressor's, reused call to call
+  std::vector<CallDescriptor>& all = c->comm->descriptors;  // the communicator's per-call scratch
   all.resize(static_cast<size_t>(p));
   for (int round = 0;; ++round) {
     if (round == 4) return internalError("compressed allreduce: the selection did not settle in 4 rounds");
@@ -228,8 +228,8 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
 
   // Allgather of the pairs: every rank's exact counts are known.
-  std::vector<uint64_t>& nnz = c->workspace.nnzPerRank;  // the host path's scratch, reused call to call
-  std::vector<uint64_t>& offset = c->workspace.cuts;
+  std::vector<uint64_t>& nnz = c->comm->workspace.nnzPerRank;  // the communicator's per-call scratch
+  std::vector<uint64_t>& offset = c->comm->workspace.cuts;
   nnz.resize(static_cast<size_t>(p));
   offset.assign(static_cast<size_t>(p) + 1, 0);
   for (int r = 0; r < p; ++r) {

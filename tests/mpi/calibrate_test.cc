@@ -17,6 +17,7 @@
 
 #include "src/comm.h"
 #include "src/tuner.h"
+#include "tests/mpi/conserved_calls.h"
 #include "tests/mpi/test_util.h"
 
 namespace spccl::test {
@@ -58,15 +59,6 @@ std::string show(const CostModel& m) {
   return "alpha=" + std::to_string(m.alpha) + " beta=" + std::to_string(m.beta) +
          " gammaSelect=" + std::to_string(m.gammaSelect) + " gammaUnpack=" + std::to_string(m.gammaUnpack);
 }
-
-struct Comm {
-  spcclComm_t c = nullptr;
-  spcclResult_t r;
-  Comm() { r = spcclCommInitMPI(&c, MPI_COMM_WORLD); }
-  ~Comm() {
-    if (c) spcclCommDestroy(c);
-  }
-};
 
 TEST(Calibrate, EveryRankGetsTheSameMeasuredModel) {
   ASSERT_NE(std::getenv("SPCCL_CALIBRATE"), nullptr) << "run by ctest with SPCCL_CALIBRATE=2";
@@ -117,49 +109,6 @@ TEST(Calibrate, UnwritableCacheIsNotAnError) {
   EXPECT_TRUE(sameOnEveryRank(comm.c->costModel)) << show(comm.c->costModel);
   EXPECT_GT(comm.c->costModel.gammaSelect, 0.0);
 }
-
-// Calls of one compressor on fresh normal inputs (seeded by the call and
-// the rank), with what conservation needs: every rank's inputs summed, the
-// outputs summed, and each output checked bitwise against rank 0's.
-struct ConservedCalls {
-  spcclComm_t comm;
-  spcclCompressor_t c;
-  size_t n;
-  std::vector<double> inSum, outSum;
-  std::vector<float> in, out, contributions;
-  ConservedCalls(spcclComm_t comm_, spcclCompressor_t c_, size_t n_)
-      : comm(comm_), c(c_), n(n_), inSum(n_), outSum(n_), in(n_), out(n_),
-        contributions(n_ * static_cast<size_t>(worldSize())) {}
-
-  // One allreduce; false (on every rank) when it failed on any.
-  bool call(unsigned seed) {
-    std::mt19937 gen(seed + static_cast<unsigned>(worldRank()));
-    std::normal_distribution<float> normal;
-    for (size_t i = 0; i < n; ++i) in[i] = normal(gen);
-    MPI_Allgather(in.data(), static_cast<int>(n), MPI_FLOAT, contributions.data(), static_cast<int>(n), MPI_FLOAT,
-                  MPI_COMM_WORLD);
-    for (int r = 0; r < worldSize(); ++r)
-      for (size_t i = 0; i < n; ++i) inSum[i] += contributions[static_cast<size_t>(r) * n + i];
-    if (!okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c, nullptr), comm, "allreduce"))
-      return false;
-    for (size_t i = 0; i < n; ++i) outSum[i] += out[i];
-    std::vector<float> rank0(out);
-    MPI_Bcast(rank0.data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
-    EXPECT_EQ(std::memcmp(rank0.data(), out.data(), n * sizeof(float)), 0) << "seed " << seed;
-    return true;
-  }
-
-  // max_i |sum of outputs + sum of residuals - sum of inputs| / (1 + |sum of inputs|)
-  double worstImbalance() {
-    std::vector<float> residual(n), residualSum(n);
-    EXPECT_EQ(spcclCompressorGetResidual(c, residual.data(), n), spcclSuccess);
-    MPI_Allreduce(residual.data(), residualSum.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double worst = 0;
-    for (size_t i = 0; i < n; ++i)
-      worst = std::max(worst, std::abs(outSum[i] + residualSum[i] - inSum[i]) / (1.0 + std::abs(inSum[i])));
-    return worst;
-  }
-};
 
 // SPCCL_ALGO_AUTO at density 0.01; thresholdInterval as given, or
 // spcclCompressConfigInit's when 0.
@@ -408,85 +357,6 @@ TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
     previousDense = dense;
   }
   spcclCompressorDestroy(comp);
-}
-
-// The exact threshold estimation's scratch is the communicator's, sized by
-// its largest compressor, not one per compressor; compressors that share it,
-// their calls interleaved and tau estimated on every call, give bit for bit
-// what each gives alone on a communicator of its own, and conserve.
-TEST(CompressorMemory, ThresholdScratchIsSharedAndChangesNothing) {
-  Comm shared, aloneSmall, aloneLarge;
-  ASSERT_TRUE(okOnAllRanks(shared.r, shared.c, "spcclCommInitMPI"));
-  ASSERT_TRUE(okOnAllRanks(aloneSmall.r, aloneSmall.c, "spcclCommInitMPI"));
-  ASSERT_TRUE(okOnAllRanks(aloneLarge.r, aloneLarge.c, "spcclCommInitMPI"));
-  const size_t small = 3001, large = 20000;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.thresholdInterval = 1;  // estimate tau on every call
-  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
-  spcclCompressor_t s1 = nullptr, s2 = nullptr, a1 = nullptr, a2 = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(shared.c, small, spcclFloat32, &cfg, &s1), shared.c, "create"));
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(shared.c, large, spcclFloat32, &cfg, &s2), shared.c, "create"));
-  ASSERT_TRUE(
-      okOnAllRanks(spcclCompressorCreate(aloneSmall.c, small, spcclFloat32, &cfg, &a1), aloneSmall.c, "create"));
-  ASSERT_TRUE(
-      okOnAllRanks(spcclCompressorCreate(aloneLarge.c, large, spcclFloat32, &cfg, &a2), aloneLarge.c, "create"));
-  ConservedCalls cs1(shared.c, s1, small), cs2(shared.c, s2, large);
-  ConservedCalls ca1(aloneSmall.c, a1, small), ca2(aloneLarge.c, a2, large);
-  for (unsigned call = 0; call < 6; ++call) {
-    // Small and large alternate on the shared communicator, the small one
-    // after the large one has grown the scratch past its own size.
-    ASSERT_TRUE(cs2.call(100 + call));
-    ASSERT_TRUE(cs1.call(200 + call));
-    ASSERT_TRUE(ca1.call(200 + call));
-    ASSERT_TRUE(ca2.call(100 + call));
-    EXPECT_EQ(std::memcmp(cs1.out.data(), ca1.out.data(), small * sizeof(float)), 0) << "call " << call;
-    EXPECT_EQ(std::memcmp(cs2.out.data(), ca2.out.data(), large * sizeof(float)), 0) << "call " << call;
-  }
-  EXPECT_EQ(shared.c->thresholdScratch.size(), large);
-  EXPECT_EQ(aloneSmall.c->thresholdScratch.size(), small);
-  EXPECT_LT(cs1.worstImbalance(), 1e-4);
-  EXPECT_LT(cs2.worstImbalance(), 1e-4);
-  spcclStats_t st{};
-  ASSERT_EQ(spcclCompressorGetStats(s1, &st), spcclSuccess);
-  EXPECT_EQ(st.thresholdUpdates, 6u);
-  for (spcclCompressor_t c : {s1, s2, a1, a2}) spcclCompressorDestroy(c);
-}
-
-// A compressor holds its two residual buffers only from its first compressed
-// call: dense calls (SPCCL_ALGO_DENSE with error feedback) leave them
-// unallocated and the residual reads as zeros; an allgather compressor has
-// them after one call, and conserves.
-TEST(CompressorMemory, ResidualBuffersComeWithTheFirstCompressedCall) {
-  Comm comm;
-  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
-  const size_t n = 5000;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.errorFeedback = 1;
-  cfg.algorithm = SPCCL_ALGO_DENSE;
-  spcclCompressor_t dense = nullptr, sparse = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &dense), comm.c, "create"));
-  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &sparse), comm.c, "create"));
-  EXPECT_TRUE(sparse->residual[0].empty() && sparse->residual[1].empty()) << "allocated before any call";
-  ConservedCalls d(comm.c, dense, n), s(comm.c, sparse, n);
-  for (unsigned call = 0; call < 3; ++call) {
-    ASSERT_TRUE(d.call(700 + call));
-    ASSERT_TRUE(s.call(800 + call));
-  }
-  EXPECT_TRUE(dense->residual[0].empty() && dense->residual[1].empty()) << "a dense-only compressor holds buffers";
-  std::vector<float> r(n, 1.0f);
-  ASSERT_EQ(spcclCompressorGetResidual(dense, r.data(), n), spcclSuccess);
-  EXPECT_TRUE(std::all_of(r.begin(), r.end(), [](float x) { return x == 0.0f; }));
-  EXPECT_EQ(sparse->residual[0].size(), n);
-  EXPECT_EQ(sparse->residual[1].size(), n);
-  EXPECT_LT(d.worstImbalance(), 1e-5);
-  EXPECT_LT(s.worstImbalance(), 1e-4);
-  spcclCompressorDestroy(dense);
-  spcclCompressorDestroy(sparse);
 }
 
 }  // namespace
