@@ -1,13 +1,15 @@
 // Host kernels against memcpy, side by side in one run, one thread: the fused
-// selection pass (selectPack), the exact threshold estimate and a plain
+// selection pass (selectPack), the exact threshold estimate, the alltoall's
+// per-row top-k (selectRowTopK over the same floats as rows) and a plain
 // memcpy of the same n floats. Bytes are counted as kernel_bench counts them
 // on the device (each input read once, each output written once):
 //   memcpy      4n read + 4n written
 //   selectPack  send 4n + residual 4n read, residual 4n written, pairs 8 B each written
 //   threshold   send 4n + residual 4n read once (what one pass must stream)
+//   rowTopK     send 4n read (the positions it writes are not counted); also in ns an element
 // Median of --iters rounds after one warm-up, the three interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
-//   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01]
+//   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   size_t n = size_t{64} << 20;
   int iters = 9;
   double density = 0.01;
+  uint32_t rowLen = 128, rowKeep = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--floats" && i + 1 < argc) {
@@ -51,13 +54,16 @@ int main(int argc, char** argv) {
       iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--density" && i + 1 < argc) {
       density = std::strtod(argv[++i], nullptr);
+    } else if ((a == "--row-len" || a == "--row-keep") && i + 1 < argc) {
+      (a == "--row-len" ? rowLen : rowKeep) = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
     } else {
-      std::fprintf(stderr, "usage: %s [--floats 64M] [--iters 9] [--density 0.01]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]\n",
+                   argv[0]);
       return 2;
     }
   }
-  if (n == 0 || !(density > 0 && density <= 1)) {
-    std::fprintf(stderr, "need --floats > 0 and --density in (0, 1]\n");
+  if (n == 0 || !(density > 0 && density <= 1) || rowLen == 0 || rowLen > n) {
+    std::fprintf(stderr, "need --floats > 0, --density in (0, 1] and --row-len in [1, floats]\n");
     return 2;
   }
   std::vector<float> send(n), residualIn(n), residualOut(n), copy(n);
@@ -79,13 +85,24 @@ int main(int argc, char** argv) {
   spccl::host::SelectResult sel = spccl::host::selectPack(a);  // warm-up: page faults out of the way
   std::memcpy(copy.data(), send.data(), n * sizeof(float));
   // Interleaved, so the three see the same load on a shared machine.
-  std::vector<double> tCopies, tSelects, tThresholds;
+  const size_t rows = n / rowLen;
+  std::vector<uint32_t> positions(rowLen);
+  std::vector<uint64_t> rowScratch(rowLen);
+  uint64_t kept = 0;
+  const auto rowTopK = [&] {
+    kept = 0;
+    for (size_t r = 0; r < rows; ++r)
+      kept += spccl::host::selectRowTopK(send.data() + r * rowLen, spcclFloat32, rowLen, rowKeep, positions.data(),
+                                         rowScratch.data());
+  };
+  std::vector<double> tCopies, tSelects, tThresholds, tRows;
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
     tThresholds.push_back(seconds([&] {
       thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
     }));
+    tRows.push_back(seconds(rowTopK));
   }
   const double tCopy = median(tCopies), tSelect = median(tSelects), tThreshold = median(tThresholds);
   const double nb = static_cast<double>(n);
@@ -102,7 +119,12 @@ int main(int argc, char** argv) {
   row("memcpy", tCopy, copyBytes);
   row("selectPack", tSelect, selectBytes);
   row("threshold", tThreshold, thresholdBytes);
+  const double tRow = median(tRows);
+  row("rowTopK", tRow, 4.0 * static_cast<double>(rows) * rowLen);
+  std::printf("# rowTopK: %zu rows of %u, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowKeep,
+              1e9 * tRow / (static_cast<double>(rows) * rowLen), static_cast<unsigned long long>(kept));
   std::printf("# selectPack selected %llu pairs (k %llu)\n", static_cast<unsigned long long>(sel.selected),
               static_cast<unsigned long long>(k));
-  return sel.selected >= k && sel.selected <= indices.size() ? 0 : 1;
+  const bool rowsOk = kept == rows * std::min(rowKeep, rowLen);  // Gaussian rows: no NaN/Inf beyond keep
+  return sel.selected >= k && sel.selected <= indices.size() && rowsOk ? 0 : 1;
 }

@@ -182,12 +182,6 @@ uint32_t RowsView::countOf(uint64_t row) const {
   return counts ? loadU32(counts + row * sizeof(uint32_t)) : static_cast<uint32_t>(keepPerRow);
 }
 
-uint32_t RowsView::positionAt(uint64_t j) const {
-  uint32_t v = 0;
-  std::memcpy(&v, positions + j * indexBytes, indexBytes);
-  return v;
-}
-
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, uint64_t seq,
                  int peer, RowsView* out) {
   RowsHeader h;

@@ -592,14 +592,19 @@ TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
 // position; positions ascending. keep = 0 keeps only the NaN/Inf (it read
 // best[-1] and nth_element'ed at n - 1 = 2^32 - 1 before, found by the GPU
 // test's comparison on an H200).
+// The floor-and-candidates path (0 < keep < rowLen, NaN/Inf <= keep) runs with
+// few candidates (counted), many (nth_element: ties, large keep) and exactly
+// `keep` (keep = rowLen - 1 and the like), the general path otherwise.
 TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
   auto g = rng(41);
-  for (uint32_t rowLen : {0u, 1u, 2u, 5u, 31u, 32u, 33u, 100u, 300u})
-    for (int dist = 0; dist < 3; ++dist) {  // normal; few values (ties); with NaN/Inf
+  for (uint32_t rowLen : {0u, 1u, 2u, 5u, 31u, 32u, 33u, 100u, 128u, 300u, 1024u})
+    for (int dist = 0; dist < 5; ++dist) {  // normal; few values (ties); with NaN/Inf; rare NaN/Inf; zeros
       std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
-      if (dist == 2)
+      if (dist == 2 || dist == 3)
         for (float& x : row)
-          if (g() % 7 == 0) x = (g() & 1) ? -kInf : kNaN;
+          if (g() % (dist == 2 ? 7 : 61) == 0) x = (g() & 1) ? -kInf : kNaN;
+      if (dist == 4)  // +0 and -0 (the same key) with a few non-zeros
+        for (float& x : row) x = g() % 13 == 0 ? x : ((g() & 1) ? -0.0f : 0.0f);
       uint32_t nonFinite = 0;
       std::vector<uint32_t> order(rowLen);
       for (uint32_t i = 0; i < rowLen; ++i) {
@@ -611,7 +616,8 @@ TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
         if (fa != fb) return !fa;
         return fa && std::fabs(row[a]) > std::fabs(row[b]);
       });
-      for (uint32_t keep : {0u, 1u, 2u, 8u, 32u, 33u, rowLen / 2 + 1, rowLen, rowLen + 3}) {
+      for (uint32_t keep : {0u, 1u, 2u, 4u, 8u, 16u, 32u, 33u, 64u, rowLen / 3, rowLen / 2 + 1, rowLen - 1, rowLen,
+                            rowLen + 3}) {
         const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
         std::vector<uint32_t> want(order.begin(), order.begin() + n);
         std::sort(want.begin(), want.end());
