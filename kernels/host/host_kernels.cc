@@ -320,7 +320,7 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
   // so a larger rank is a larger |x|, then a lower position. NaN/Inf keys
   // exceed every finite key, so they rank first.
   if (keep > 0 && keep < rowLen) {
-    constexpr uint32_t kCountedCandidates = 32;
+    constexpr uint32_t kCountedCandidates = 64;
     // A floor under the kept keys first: split the row into `keep` blocks and
     // take the smallest of the blocks' largest keys. Those `keep` maxima are
     // distinct entries with key >= floor, so the keep-th largest rank has a
@@ -359,13 +359,18 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
         if (m == keep) return m;
         if (m <= kCountedCandidates) {
           // Few: candidate j is kept when fewer than `keep` candidates
-          // outrank it (ranks are distinct: their low half is the position),
-          // m x m comparisons without a branch, and the kept stay in order.
+          // outrank it, m x m comparisons without a branch, and the kept stay
+          // in order. Candidates are in position order, so one before j
+          // outranks it with an equal key, one after only with a larger key:
+          // 32-bit compares (keys <= 0x7fffffff), which vectorize.
+          int32_t keys[kCountedCandidates];
+          for (uint32_t j = 0; j < m; ++j) keys[j] = static_cast<int32_t>(scratch[j] >> 32);
           uint32_t n = 0;
           for (uint32_t j = 0; j < m; ++j) {
-            const uint64_t r = scratch[j];
+            const int32_t key = keys[j];
             uint32_t above = 0;
-            for (uint32_t t = 0; t < m; ++t) above += scratch[t] > r;
+            for (uint32_t t = 0; t < j; ++t) above += keys[t] >= key;
+            for (uint32_t t = j + 1; t < m; ++t) above += keys[t] > key;
             positions[n] = positions[j];
             n += above < keep;
           }
