@@ -172,7 +172,13 @@ SPCCL_API spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, siz
 
 /* Fills *config with SPCCL_* env defaults (size and version included). */
 SPCCL_API spcclResult_t spcclCompressConfigInit(spcclCompressConfig_t* config);
-/* config NULL = the communicator's env defaults. Collective: no, purely local. */
+/*
+ * config NULL = the communicator's env defaults. Collective: no, purely local.
+ * Memory on a host (MPI) communicator: the compressor holds its error-feedback
+ * residual, two fp32 buffers of count (8 bytes an element), from its first
+ * compressed call on; the scratch of a call is the communicator's, shared by
+ * all its compressors and grown to the largest call (docs/ALGORITHMS.md).
+ */
 SPCCL_API spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count,
                                               spcclDataType_t datatype,
                                               const spcclCompressConfig_t* config,
