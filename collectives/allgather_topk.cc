@@ -32,14 +32,13 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   const bool fp8 = wire == core::ValueType::kFloat8e4m3;
   const core::ValueType staged = fp8 ? core::ValueType::kFloat32 : wire;  // what selectPack writes
 
-  ws.rangeIndices.resize(n);
   uint32_t tauKey = 0;
   uint64_t tieBudget = 0;
   SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(
       n, k,
       [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) {
         const host::ThresholdResult th =
-            host::kthLargestMagnitude(sendbuff, type, nullptr, n, kk, ws.rangeIndices.data());
+            host::kthLargestMagnitude(sendbuff, type, nullptr, n, kk, &ws.rangeIndices);
         *tau = th.tauKey, *above = th.above, *finite = th.finite;
         return Status::ok();
       },

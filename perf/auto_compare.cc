@@ -17,7 +17,10 @@
 // per rank and call, auto's settled algorithm and the threshold re-estimations
 // during the timed calls; -J writes the same as JSON. -T 1 adds "dense2", a
 // second fixed dense compressor: dense2 / dense is the spread between two
-// identical contenders, the floor under any ratio this run reports.
+// identical contenders, the floor under any ratio this run reports. -C names
+// the contenders to run (a comma list of dense, allgather, split, auto, mpi;
+// default all): "-C auto,split,mpi" holds two compressors' state instead of
+// four, for buffers where four do not fit (perf/grid.py --pairs).
 #include <mpi.h>
 
 #include <algorithm>
@@ -42,17 +45,19 @@ struct Args {
   int warmup = 29;
   bool twin = false;
   std::string json;
+  std::string contenders = "dense,allgather,split,auto,mpi";
 };
 
 [[noreturn]] void usage(int rank, const char* why) {
   if (rank == 0)
     std::fprintf(stderr,
                  "auto_compare: %s\n"
-                 "usage: auto_compare -b SIZE [-D density] [-n iters] [-w warmup] [-T 0|1] [-J file]\n"
+                 "usage: auto_compare -b SIZE [-D density] [-n iters] [-w warmup] [-T 0|1] [-C names] [-J file]\n"
                  "  -b  bytes per rank (fp32; K/M/G suffixes), -D  density (0, 1], default 0.01\n"
                  "  -n  timed iterations (default 20), -w  warm-up iterations (default 29)\n"
                  "  -T 1  adds dense2, a second fixed dense compressor: its ratio to dense is the\n"
-                 "        spread between two identical contenders, the comparison's noise floor\n",
+                 "        spread between two identical contenders, the comparison's noise floor\n"
+                 "  -C  the contenders, a comma list of dense, allgather, split, auto, mpi (default all)\n",
                  why);
   MPI_Finalize();
   std::exit(2);
@@ -79,6 +84,8 @@ Args parse(int argc, char** argv, int rank) {
       a.twin = v[0] == '1';
     } else if (flag == "-J") {
       a.json = v;
+    } else if (flag == "-C") {
+      a.contenders = v;
     } else {
       usage(rank, ("unknown flag " + flag).c_str());
     }
@@ -113,11 +120,22 @@ int run(int argc, char** argv) {
   std::vector<float> send(count), recv(count);
   fillGaussian(send.data(), count, spcclFloat32, static_cast<uint64_t>(rank));
 
-  std::vector<Contender> all = {{"dense", SPCCL_ALGO_DENSE},
-                                {"allgather", SPCCL_ALGO_ALLGATHER},
-                                {"split", SPCCL_ALGO_SPLIT},
-                                {"auto", SPCCL_ALGO_AUTO},
-                                {"mpi", -1}};
+  const std::vector<Contender> known = {{"dense", SPCCL_ALGO_DENSE},
+                                        {"allgather", SPCCL_ALGO_ALLGATHER},
+                                        {"split", SPCCL_ALGO_SPLIT},
+                                        {"auto", SPCCL_ALGO_AUTO},
+                                        {"mpi", -1}};
+  std::vector<Contender> all;
+  for (size_t at = 0; at <= args.contenders.size();) {
+    const size_t comma = std::min(args.contenders.find(',', at), args.contenders.size());
+    const std::string name = args.contenders.substr(at, comma - at);
+    at = comma + 1;
+    const auto it = std::find_if(known.begin(), known.end(), [&](const Contender& c) { return name == c.name; });
+    if (it == known.end()) usage(rank, ("-C: unknown contender '" + name + "'").c_str());
+    if (std::any_of(all.begin(), all.end(), [&](const Contender& c) { return name == c.name; }))
+      usage(rank, ("-C: " + name + " twice").c_str());
+    all.push_back(*it);
+  }
   if (args.twin) all.emplace_back("dense2", SPCCL_ALGO_DENSE);
   for (Contender& c : all) {
     if (c.algorithm < 0) continue;

@@ -74,11 +74,11 @@ int main(int argc, char** argv) {
     residualIn[i] = 0.1f * g(gen);
   }
   const uint64_t k = std::max<uint64_t>(1, static_cast<uint64_t>(density * static_cast<double>(n)));
-  std::vector<uint32_t> scratch(n), indices(2 * k);
+  std::vector<uint32_t> scratch, indices(2 * k);  // scratch: grown by the threshold estimate
   std::vector<float> values(2 * k);
 
   spccl::host::ThresholdResult thr =
-      spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
+      spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
   spccl::host::SelectArgs a{send.data(), spcclFloat32, residualIn.data(), residualOut.data(), n, thr.tauKey,
                             ~uint64_t{0}, indices.size(), spccl::core::ValueType::kFloat32, indices.data(),
                             values.data()};
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
     tThresholds.push_back(seconds([&] {
-      thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, scratch.data());
+      thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
     }));
     tRows.push_back(seconds(rowTopK));
   }

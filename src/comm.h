@@ -154,11 +154,10 @@ struct spcclComm {
     if (pairIndices.size() < slots) pairIndices.resize(slots);
     if (pairValues.size() < slots * valueBytes) pairValues.resize(slots * valueBytes);
   }
-  // The exact threshold estimation's scratch (one uint32 an element of the
-  // largest compressor that estimated), shared by the communicator's host
-  // compressors: calls on one communicator never overlap, and each compressor
-  // holding its own kept 4 bytes an element for a buffer used once every
-  // thresholdInterval calls.
+  // The exact threshold estimation's scratch, shared by the communicator's
+  // host compressors: the candidates of tau's radix bucket (a few thousandths
+  // of a Gaussian buffer, at most the buffer), or of a stale tau's
+  // re-selection (at most 4 x capacity).
   std::vector<uint32_t> thresholdScratch;
   uint32_t* thresholdScratchFor(size_t n) {
     if (thresholdScratch.size() < n) thresholdScratch.resize(n);

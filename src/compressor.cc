@@ -40,7 +40,7 @@ uint64_t spcclCompressor::pairCapacity() const {
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
   const host::ThresholdResult t =
-      host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, comm->thresholdScratchFor(count));
+      host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, &comm->thresholdScratch);
   tauKey = t.tauKey;
   // Entries tied at tau are taken in index order up to the capacity: the
   // exact rule {|v| >= tau} unless ties would break the cap.

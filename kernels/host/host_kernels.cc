@@ -232,9 +232,12 @@ SelectResult selectPack(const SelectArgs& a) {
 // every finite key (computing v on the fly, no n-sized write), pass 2 copies
 // only the keys of the bucket holding the k-th largest into `scratch`, and
 // nth_element finishes inside that bucket. Two streaming reads instead of a
-// copy plus nth_element over all n.
+// copy plus nth_element over all n. The histogram gives the bucket's count,
+// so `scratch` grows to that, not to n (a bucket is 1/128 of a binade: a few
+// thousandths of a Gaussian buffer, all of it only when every key shares its
+// top 16 bits).
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
-                                    uint64_t k, uint32_t* scratch) {
+                                    uint64_t k, std::vector<uint32_t>* scratchVector) {
   constexpr int kBuckets = 1 << 16;
   thread_local std::vector<uint32_t> hist(kBuckets);
   std::fill(hist.begin(), hist.end(), 0u);
@@ -257,6 +260,8 @@ ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, co
   uint64_t higher = 0;  // finite entries in buckets above b
   int b = kBuckets - 1;
   for (; b > 0 && higher + hist[b] < k; --b) higher += hist[b];
+  if (scratchVector->size() < hist[b]) scratchVector->resize(hist[b]);
+  uint32_t* scratch = scratchVector->data();
   uint64_t m = 0;
   withLoader(send, inType, [&](auto load) {
     for (size_t i = 0; i < n; ++i) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "include/spccl.h"
 #include "kernels/core/elementwise.h"
@@ -67,10 +68,10 @@ struct ThresholdResult {
 };
 
 // Exact k-th largest |v| over finite entries, v = send + residual (radix
-// select). `scratch` must hold n uint32; only the candidates of one bucket are
-// written to it.
+// select). `scratch` receives the candidates of one bucket: grown (never
+// shrunk) to that bucket's count, at most n.
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
-                                    uint64_t k, uint32_t* scratch);
+                                    uint64_t k, std::vector<uint32_t>* scratch);
 
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every

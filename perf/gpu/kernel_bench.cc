@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
       const std::vector<float> hSend = download(send, n), hRes = download(resIn, n);
       std::vector<uint32_t> scratch(n);
       const host::ThresholdResult ht = host::kthLargestMagnitude(hSend.data(), spcclFloat32, hRes.data(), n, k,
-                                                                 scratch.data());
+                                                                 &scratch);
       const cuda::ThresholdOut dt = download(thr, 1)[0];
       thrCheck = dt.tauKey == ht.tauKey && dt.above == ht.above && dt.finite == ht.finite ? "ok" : "MISMATCH";
       // selectPack's outputs from its last timed run.

@@ -104,7 +104,7 @@ void checkThreshold(const Case& c, const HostInput& in, uint64_t k, SelectWorksp
   const size_t esize = elementBytes(c.type);
   std::vector<uint32_t> scratch(std::max<size_t>(c.n, 1));
   const float* res = in.residual.empty() ? nullptr : in.residual.data();
-  const host::ThresholdResult h = host::kthLargestMagnitude(in.send.data(), c.type, res, c.n, k, scratch.data());
+  const host::ThresholdResult h = host::kthLargestMagnitude(in.send.data(), c.type, res, c.n, k, &scratch);
   if (hostOut) *hostOut = h;
 
   ASSERT_TRUE(w.ensure(c.n));
