@@ -33,6 +33,13 @@ once and the largest call's scratch: 3.4 GB a rank at 256 MiB, 4 ranks, density
 0.1, with --twin, about 13 x the buffer; 8 ranks at 256 MiB need about 29 GB). --twin adds a second fixed
 dense compressor to those runs: its time over dense's ("twin" column) is how far apart two
 identical contenders come out, the noise floor under every ratio of the point.
+--pairs (with --interleaved) runs auto_compare once per fixed algorithm X with
+only auto, X and MPI_Allreduce in it (two compressors' memory instead of four):
+auto is within the tolerance of the fastest fixed algorithm exactly when it is
+within it of every one, so "auto / fastest" is the largest of the three
+side-by-side ratios auto / X, each from its own run (the "auto (ms)" column is
+auto's time in the run with the fastest X; which X is fastest compares the
+runs' X times, which does not enter the ratio).
 Exit status 1 when some point is outside the tolerance.
 """
 import argparse
@@ -141,8 +148,10 @@ def summary(points, tolerance):
     norm_within = sum(1 for p in norm if p["normalized_auto_over_best"] <= 1.0 + tolerance)
     out = (f"{within} of {len(points)} points within {round(100 * tolerance)}% of the fastest fixed algorithm; "
            f"auto took the fastest fixed algorithm at {same} of {len(points)}, and one whose fixed run was within "
-           f"{round(100 * tolerance)}% of the fastest at {chose_well} of {len(points)}; normalized by each run's own "
-           f"MPI_Allreduce, {norm_within} of {len(norm)} within {round(100 * tolerance)}%")
+           f"{round(100 * tolerance)}% of the fastest at {chose_well} of {len(points)}")
+    if norm:
+        out += (f"; normalized by each run's own MPI_Allreduce, {norm_within} of {len(norm)} within "
+                f"{round(100 * tolerance)}%")
     twins = sorted(p["twin_over_dense"] for p in points if p.get("twin_over_dense") is not None)
     if twins:
         apart = sum(1 for t in twins if max(t, 1.0 / t) > 1.0 + tolerance)
@@ -160,6 +169,47 @@ def run_compare(args, np_, size, density, tmpdir):
              "-w", str(warmup_calls(args)), "-T", "1" if args.twin else "0", "-J", out]
     result = launch(args, np_, bench, out, auto_env(args))
     return None if result is None else {c["name"]: c for c in result["contenders"]}
+
+
+def run_pairs(args, np_, size, density, tmpdir):
+    """--pairs: one auto_compare run per fixed algorithm X with only auto, X and mpi (and dense2 with --twin in
+    X = dense's run); {X: {name: row}} for the runs that succeeded."""
+    runs = {}
+    binary = os.path.join(args.build, "perf", "auto_compare")
+    for algo in ALGOS[:3]:
+        out = os.path.join(tmpdir, f"p{np_}_{size}_{density}_{algo}.json")
+        bench = [binary, "-b", str(size), "-D", str(density), "-n", str(iters_for(args, size)),
+                 "-w", str(warmup_calls(args)), "-C", f"auto,{algo},mpi",
+                 "-T", "1" if args.twin and algo == "dense" else "0", "-J", out]
+        result = launch(args, np_, bench, out, auto_env(args))
+        if result is not None:
+            runs[algo] = {c["name"]: c for c in result["contenders"]}
+    return runs
+
+
+def measure_pairs(args, np_, size, density, tmpdir):
+    """--pairs: the point's JSON fields from --repeat rounds of run_pairs (best median of each contender per X)."""
+    best, auto_in, algo_in = {}, {}, {}
+    for _ in range(args.repeat):
+        for algo, rows in run_pairs(args, np_, size, density, tmpdir).items():
+            if algo not in rows or "auto" not in rows:
+                continue
+            best[algo] = min(best.get(algo, float("inf")), rows[algo]["time_us"])
+            if rows["auto"]["time_us"] < auto_in.get(algo, float("inf")):
+                auto_in[algo], algo_in[algo] = rows["auto"]["time_us"], rows["auto"]["algo"]
+            if "dense2" in rows:
+                best["dense2"] = min(best.get("dense2", float("inf")), rows["dense2"]["time_us"])
+    fixed = [a for a in ALGOS[:3] if a in best and a in auto_in]
+    if len(fixed) < 3:
+        return None
+    fastest = min(fixed, key=best.get)
+    pair = {a: auto_in[a] / best[a] for a in fixed}
+    times = {a: best[a] for a in fixed}
+    times["auto"] = auto_in[fastest]
+    if "dense2" in best:
+        times["dense2"] = best["dense2"]
+    return {"times_us": times, "auto_algo": algo_in[fastest], "auto_over_best": max(pair.values()),
+            "pair_ratios": pair, "auto_algo_per_pair": algo_in}
 
 
 def measure_point(args, np_, size, density, tmpdir):
@@ -210,6 +260,9 @@ def main():
     ap.add_argument("--interleaved", action="store_true",
                     help="one perf/auto_compare run per point: every algorithm and auto in one process, their "
                          "calls interleaved on the same data (needs memory for four compressors at once)")
+    ap.add_argument("--pairs", action="store_true",
+                    help="with --interleaved: one run per fixed algorithm with only it, auto and MPI_Allreduce "
+                         "(two compressors' memory); auto / fastest is the largest side-by-side auto / X")
     ap.add_argument("--twin", action="store_true",
                     help="with --interleaved: a second fixed dense compressor in each run; the twin column is its "
                          "time over dense's, the spread between identical contenders")
@@ -218,6 +271,8 @@ def main():
     args = ap.parse_args()
     if args.twin and not args.interleaved:
         ap.error("--twin needs --interleaved (the twin runs in the same process as dense)")
+    if args.pairs and not args.interleaved:
+        ap.error("--pairs needs --interleaved")
     if args.render:
         with open(args.render) as f:
             points = json.load(f)
@@ -236,6 +291,22 @@ def main():
         for np_ in ranks:
             for size in sizes:
                 for density in densities:
+                    if args.pairs:
+                        fields = measure_pairs(args, np_, size, density, tmpdir)
+                        if fields is None:
+                            print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | | |")
+                            misses += 1
+                            continue
+                        ok = fields["auto_over_best"] <= 1.0 + args.tolerance
+                        misses += 0 if ok else 1
+                        times = fields["times_us"]
+                        points.append({"ranks": np_, "size": size, "density": density, **fields, "within": ok,
+                                       "normalized_auto_over_best": None, "over_own_mpi": {},
+                                       "twin_over_dense": times["dense2"] / times["dense"] if "dense2" in times
+                                       else None, "trials": args.trials, "warmup": warmup_calls(args),
+                                       "interleaved": True, "pairs": True, "iters": iters_for(args, size)})
+                        print(render(points[-1], args.tolerance), flush=True)
+                        continue
                     best, rel, took = measure_point(args, np_, size, density, tmpdir)
                     fixed = [best[a] for a in ALGOS[:3] if a in best]
                     if "auto" not in best or not fixed:
