@@ -209,6 +209,7 @@ def measure_pairs(args, np_, size, density, tmpdir):
     if "dense2" in best:
         times["dense2"] = best["dense2"]
     return {"times_us": times, "auto_algo": algo_in[fastest], "auto_over_best": max(pair.values()),
+            "normalized_auto_over_best": None, "over_own_mpi": {}, "pairs": True,
             "pair_ratios": pair, "auto_algo_per_pair": algo_in}
 
 
@@ -238,6 +239,19 @@ def measure_point(args, np_, size, density, tmpdir):
                 if algo == "auto":
                     took = label
     return best, rel, took
+
+
+def measure_all_algorithms(args, np_, size, density, tmpdir):
+    """Without --pairs: the point's JSON fields from measure_point (one run per algorithm, or one auto_compare run
+    with --interleaved), or None when auto or every fixed algorithm failed to run."""
+    best, rel, took = measure_point(args, np_, size, density, tmpdir)
+    fixed = [best[a] for a in ALGOS[:3] if a in best]
+    if "auto" not in best or not fixed:
+        return None
+    rel_fixed = [rel[a] for a in ALGOS[:3] if a in rel]
+    norm = rel["auto"] / min(rel_fixed) if "auto" in rel and rel_fixed else None
+    return {"times_us": best, "auto_algo": took, "auto_over_best": best["auto"] / min(fixed),
+            "normalized_auto_over_best": norm, "over_own_mpi": rel}
 
 
 def main():
@@ -291,38 +305,18 @@ def main():
         for np_ in ranks:
             for size in sizes:
                 for density in densities:
-                    if args.pairs:
-                        fields = measure_pairs(args, np_, size, density, tmpdir)
-                        if fields is None:
-                            print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | | |")
-                            misses += 1
-                            continue
-                        ok = fields["auto_over_best"] <= 1.0 + args.tolerance
-                        misses += 0 if ok else 1
-                        times = fields["times_us"]
-                        points.append({"ranks": np_, "size": size, "density": density, **fields, "within": ok,
-                                       "normalized_auto_over_best": None, "over_own_mpi": {},
-                                       "twin_over_dense": times["dense2"] / times["dense"] if "dense2" in times
-                                       else None, "trials": args.trials, "warmup": warmup_calls(args),
-                                       "interleaved": True, "pairs": True, "iters": iters_for(args, size)})
-                        print(render(points[-1], args.tolerance), flush=True)
-                        continue
-                    best, rel, took = measure_point(args, np_, size, density, tmpdir)
-                    fixed = [best[a] for a in ALGOS[:3] if a in best]
-                    if "auto" not in best or not fixed:
+                    measure = measure_pairs if args.pairs else measure_all_algorithms
+                    fields = measure(args, np_, size, density, tmpdir)
+                    if fields is None:
                         print(f"| {np_} | {size_label(size)} | {density:g} | run failed | | | | | | | | | |")
                         misses += 1
                         continue
-                    ratio = best["auto"] / min(fixed)
-                    ok = ratio <= 1.0 + args.tolerance
+                    ok = fields["auto_over_best"] <= 1.0 + args.tolerance
                     misses += 0 if ok else 1
-                    rel_fixed = [rel[a] for a in ALGOS[:3] if a in rel]
-                    norm = rel["auto"] / min(rel_fixed) if "auto" in rel and rel_fixed else None
-                    points.append({"ranks": np_, "size": size, "density": density, "times_us": best,
-                                   "auto_algo": took, "auto_over_best": ratio, "within": ok,
-                                   "normalized_auto_over_best": norm, "over_own_mpi": rel,
-                                   "twin_over_dense": best["dense2"] / best["dense"] if "dense2" in best and
-                                   "dense" in best else None,
+                    times = fields["times_us"]
+                    points.append({"ranks": np_, "size": size, "density": density, **fields, "within": ok,
+                                   "twin_over_dense": times["dense2"] / times["dense"] if "dense2" in times and
+                                   "dense" in times else None,
                                    "trials": args.trials, "warmup": warmup_calls(args),
                                    "interleaved": args.interleaved,
                                    "iters": iters_for(args, size)})
