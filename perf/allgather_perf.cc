@@ -1,10 +1,10 @@
 // allgather_perf: the drop-in spcclAllGather with SPCCL_ALLGATHER_DENSITY (each
-// rank's block sparsified by its own top-k) against plain MPI_Allgather of the
-// same input, one row per size. See README.md.
+// rank's block sparsified by its own top-k) against plain MPI_Allgather (-B
+// nccl: ncclAllGather) of the same input, one row per size. See README.md.
 //
 // The library reads SPCCL_ALLGATHER_DENSITY when the communicator is created,
 // so this binary sets it from -D (and SPCCL_VALUE_TYPE from -V) on every rank
-// before spcclCommInitMPI, overriding the caller's environment.
+// before creating it, overriding the caller's environment.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -31,9 +31,10 @@ class AllGather final : public Collective {
   const char* name() const override { return "allgather"; }
   unsigned flags() const override { return 0; }
 
-  std::string describe(const Options& /*opts*/) const override {
+  std::string describe(const Options& opts) const override {
     return "compressed: spcclAllGather (drop-in, SPCCL_ALLGATHER_DENSITY: each rank's top-k)\n"
-           "dense: MPI_Allgather; size: gathered bytes per rank (ranks x send size)";
+           "dense: " + denseCallName(opts, "MPI_Allgather", "ncclAllGather") +
+           "; size: gathered bytes per rank (ranks x send size)";
   }
 
   Environment environment(const Options& opts) const override {
@@ -55,13 +56,11 @@ class AllGather final : public Collective {
   }
 
   void runCompressed(const Context& ctx, const void* send, void* recv) override {
-    SPCCL_PERF_CHECK(spcclAllGather(send, recv, sendCount_, ctx.opts.datatype, ctx.comm, nullptr));
+    SPCCL_PERF_CHECK(spcclAllGather(send, recv, sendCount_, ctx.opts.datatype, ctx.comm, ctx.stream));
   }
 
-  // The harness bounds counts by INT_MAX.
   void runDense(const Context& ctx, const void* send, void* recv) override {
-    const int count = static_cast<int>(sendCount_);
-    MPI_Allgather(send, count, ctx.denseType, recv, count, ctx.denseType, ctx.mpiComm);
+    ctx.dense.allGather(send, recv, sendCount_, ctx.opts.datatype);
   }
 
   // Block r of the output is rank r's block with all but its top-k zeroed

@@ -1,5 +1,5 @@
-// allreduce_perf: spcclAllReduceCompressed against a plain MPI_Allreduce of
-// the same input, one row per size. See README.md.
+// allreduce_perf: spcclAllReduceCompressed against a plain MPI_Allreduce (or,
+// with -B nccl, ncclAllReduce) of the same input, one row per size. See README.md.
 #include "harness.h"
 
 namespace spccl::perf {
@@ -10,8 +10,10 @@ class AllReduce final : public Collective {
   const char* name() const override { return "allreduce"; }
   unsigned flags() const override { return kFlagOp | kFlagAlgo; }
   std::string describe(const Options& opts) const override {
-    return std::string("compressed: spccl, one fresh compressor per size; dense: plain MPI") +
-           (opts.datatype == spcclFloat ? "" : " (user-defined fp32-accumulating sum op)");
+    const bool mpi = opts.backend == Backend::kMpi;
+    return "compressed: spccl, one fresh compressor per size; dense: " +
+           denseCallName(opts, "plain MPI_Allreduce", "ncclAllReduce") +
+           (mpi && opts.datatype != spcclFloat ? " (user-defined fp32-accumulating sum op)" : "");
   }
   BufferCounts bufferCounts(const Options& /*opts*/, size_t count, int /*nRanks*/) const override {
     return {count, count, count};
@@ -32,14 +34,11 @@ class AllReduce final : public Collective {
   }
 
   void runCompressed(const Context& ctx, const void* send, void* recv) override {
-    SPCCL_PERF_CHECK(spcclAllReduceCompressed(send, recv, ctx.opts.op, compressor_, nullptr));
+    SPCCL_PERF_CHECK(spcclAllReduceCompressed(send, recv, ctx.opts.op, compressor_, ctx.stream));
   }
 
-  // The harness bounds counts by INT_MAX. MPI has no average: sum, then scale.
   void runDense(const Context& ctx, const void* send, void* recv) override {
-    MPI_Allreduce(send, recv, static_cast<int>(count_), ctx.denseType, ctx.denseSum, ctx.mpiComm);
-    if (ctx.opts.op == spcclAvg)
-      scaleBuffer(recv, count_, ctx.opts.datatype, 1.0f / static_cast<float>(ctx.nRanks));
+    ctx.dense.allReduce(send, recv, count_, ctx.opts.datatype, ctx.opts.op);
   }
 
   // This compressor's calls only.

@@ -1,5 +1,6 @@
 // alltoall_perf: DCT-MP's compressed alltoall, forward and backward, against
-// plain MPI_Alltoall of the same buffers, one row per size and pass. See README.md.
+// plain MPI_Alltoall (-B nccl: ncclAlltoAll) of the same buffers, one row per
+// size and pass. See README.md.
 //   fwd: spcclAlltoAllRowsCompressed, keeping the selection;
 //   bwd: spcclAlltoAllRowsBackward of a gradient through that selection.
 #include <string>
@@ -24,7 +25,8 @@ class AlltoAll final : public Collective {
            "-bit indices), selection kept\n"
            "bwd: spcclAlltoAllRowsBackward of a gradient through that selection (its forward "
            "runs untimed)\n"
-           "dense: MPI_Alltoall of the same buffers; size: send bytes per rank";
+           "dense: " + denseCallName(opts, "MPI_Alltoall", "ncclAlltoAll") +
+           " of the same buffers; size: send bytes per rank";
   }
 
   Environment environment(const Options& opts) const override { return wireEnvironment(opts); }
@@ -51,17 +53,15 @@ class AlltoAll final : public Collective {
   void runCompressed(const Context& ctx, const void* send, void* recv) override {
     SPCCL_PERF_CHECK(spcclAlltoAllRowsCompressed(send, recv, rowsPerPeer_, ctx.opts.rowLen,
                                                  ctx.opts.datatype, ctx.opts.density,
-                                                 &selection_, ctx.comm, nullptr));
+                                                 &selection_, ctx.comm, ctx.stream));
   }
 
-  // The harness bounds counts by INT_MAX.
   void runDense(const Context& ctx, const void* send, void* recv) override {
-    const int block = static_cast<int>(rowsPerPeer_ * ctx.opts.rowLen);
-    MPI_Alltoall(send, block, ctx.denseType, recv, block, ctx.denseType, ctx.mpiComm);
+    ctx.dense.allToAll(send, recv, rowsPerPeer_ * ctx.opts.rowLen, ctx.opts.datatype);
   }
 
-  void runCompressedBackward(const Context& /*ctx*/, const void* grad, void* gradOut) override {
-    SPCCL_PERF_CHECK(spcclAlltoAllRowsBackward(grad, gradOut, selection_, nullptr));
+  void runCompressedBackward(const Context& ctx, const void* grad, void* gradOut) override {
+    SPCCL_PERF_CHECK(spcclAlltoAllRowsBackward(grad, gradOut, selection_, ctx.stream));
   }
 
   void runDenseBackward(const Context& ctx, const void* grad, void* gradOut) override {

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <new>
 #include <limits>
 #include <functional>
 #include <memory>
@@ -25,6 +28,13 @@
 #include "size_arg.h"
 
 namespace spccl::perf {
+
+#if SPCCL_PERF_WITH_NCCL
+// perf/nccl_backend.cc. Collective over `comm`: nullptr on every rank when any
+// rank cannot run NCCL (`why` says why on the ranks that found the reason).
+std::unique_ptr<Transport> makeNcclTransport(MPI_Comm comm, std::string* why);
+#endif
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -160,6 +170,69 @@ class DenseReduction {
   bool owned_ = false;
 };
 
+// Plain MPI on host buffers: the host copies are the buffers. Staged (-B
+// mpi-staged, for the harness's own tests): the calls use buffers of their
+// own, filled with 0xff bytes (NaN) and copied to and from the host copies as
+// on a device, so that a step the device path needs and misses shows on a
+// machine without a GPU.
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm comm, spcclDataType_t datatype, bool staged)
+      : mpiComm_(comm), reduction_(datatype), staged_(staged) {
+    SPCCL_PERF_CHECK(spcclCommInitMPI(&comm_, comm));
+    MPI_Comm_size(comm, &nRanks_);
+  }
+  ~MpiTransport() override {
+    if (comm_ != nullptr) SPCCL_PERF_CHECK(spcclCommDestroy(comm_));
+  }
+
+  std::string describe() const override {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    MPI_Get_library_version(version, &length);
+    const std::string_view text(version, static_cast<size_t>(length));
+    return std::string(staged_ ? "MPI, staged: buffers of their own, copied in and out as on a device ("
+                               : "MPI on host buffers (") +
+           std::string(text.substr(0, text.find_first_of(",\n"))) + ")";
+  }
+  spcclComm_t comm() const override { return comm_; }
+  void* stream() const override { return nullptr; }
+
+  // Counts are bounded by INT_MAX where the flags are parsed. MPI has no average: sum, then scale.
+  void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype,
+                 spcclRedOp_t op) const override {
+    MPI_Allreduce(send, recv, static_cast<int>(count), reduction_.type(), reduction_.sum(), mpiComm_);
+    if (op == spcclAvg) scaleBuffer(recv, count, datatype, 1.0f / static_cast<float>(nRanks_));
+  }
+  void allToAll(const void* send, void* recv, size_t countPerPeer, spcclDataType_t /*datatype*/) const override {
+    const int block = static_cast<int>(countPerPeer);
+    MPI_Alltoall(send, block, reduction_.type(), recv, block, reduction_.type(), mpiComm_);
+  }
+  void allGather(const void* send, void* recv, size_t countPerRank, spcclDataType_t /*datatype*/) const override {
+    const int block = static_cast<int>(countPerRank);
+    MPI_Allgather(send, block, reduction_.type(), recv, block, reduction_.type(), mpiComm_);
+  }
+  void synchronize() const override {}
+
+  bool deviceMemory() const override { return staged_; }
+  void* allocate(size_t bytes) override {
+    void* buffer = std::malloc(bytes);
+    if (buffer == nullptr) throw std::bad_alloc();
+    std::memset(buffer, 0xff, bytes);
+    return buffer;
+  }
+  void deallocate(void* buffer) override { std::free(buffer); }
+  void upload(void* buffer, const void* host, size_t bytes) const override { std::memcpy(buffer, host, bytes); }
+  void download(void* host, const void* buffer, size_t bytes) const override { std::memcpy(host, buffer, bytes); }
+
+ private:
+  MPI_Comm mpiComm_;
+  int nRanks_ = 1;
+  DenseReduction reduction_;
+  bool staged_;
+  spcclComm_t comm_ = nullptr;
+};
+
 // ---- names of flag values ---------------------------------------------------
 
 template <class T>
@@ -168,6 +241,13 @@ struct Named {
   T value;
 };
 
+#if SPCCL_PERF_WITH_NCCL
+constexpr bool kNcclBuilt = true;
+#else
+constexpr bool kNcclBuilt = false;
+#endif
+constexpr Named<Backend> kBackends[] = {
+    {"mpi", Backend::kMpi}, {"nccl", Backend::kNccl}, {"mpi-staged", Backend::kMpiStaged}};
 constexpr Named<spcclDataType_t> kDataTypes[] = {
     {"float", spcclFloat}, {"half", spcclFloat16}, {"bfloat16", spcclBfloat16}};
 constexpr Named<spcclRedOp_t> kOps[] = {{"sum", spcclSum}, {"avg", spcclAvg}};
@@ -267,6 +347,9 @@ void printUsage(const char* program, const Collective& collective) {
   const unsigned flags = collective.flags();
   std::printf(
       "Usage: %s [flags]\n"
+      "  -B, --backend <backend>   %s: MPI on host buffers, NCCL on device buffers with\n"
+      "                            one GPU a rank%s, or MPI with buffers copied in and out\n"
+      "                            as on a device (the harness's own test) (default mpi)\n"
       "  -b, --minbytes <size>     smallest size, bytes with K/M/G suffix (default 32M)\n"
       "  -e, --maxbytes <size>     largest size (default 32M)\n"
       "  -f, --stepfactor <n>      size multiplier between rows, >= 2 (default 2)\n"
@@ -275,7 +358,7 @@ void printUsage(const char* program, const Collective& collective) {
       "  -c, --check <0|1>         relative error and output check per row (default 1)\n"
       "  -S, --vary <0|1>          re-draw input signs before each iteration, untimed (default 1)\n"
       "  -d, --datatype <type>     %s (default float)\n",
-      program, joinNames(kDataTypes).c_str());
+      program, joinNames(kBackends).c_str(), kNcclBuilt ? "" : " (not in this build)", joinNames(kDataTypes).c_str());
   if (flags & kFlagOp)
     std::printf("  -o, --op <op>             %s (default sum)\n", joinNames(kOps).c_str());
   std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default %g)\n",
@@ -294,6 +377,7 @@ void printUsage(const char* program, const Collective& collective) {
 
 Options parseOptions(int argc, char** argv, const Collective& collective) {
   static const option kLongOptions[] = {
+      {"backend", required_argument, nullptr, 'B'},
       {"minbytes", required_argument, nullptr, 'b'},
       {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'},
@@ -315,12 +399,13 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   opts.density = collective.defaultDensity();
   opterr = 0;  // every rank parses; only rank 0 reports
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:S:d:o:D:a:R:V:E:J:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":B:b:e:f:n:w:c:S:d:o:D:a:R:V:E:J:h", kLongOptions, nullptr)) != -1) {
     const char flag = static_cast<char>(c);
     const unsigned needs = c == 'o' ? kFlagOp : c == 'a' ? kFlagAlgo : c == 'R' ? kFlagRowLen : 0u;
     if ((needs & ~collective.flags()) != 0)
       throw UsageError(strPrintf("-%c: not used by %s_perf", flag, collective.name()));
     switch (c) {
+      case 'B': opts.backend = parseNamed(flag, optarg, kBackends); break;
       case 'b': opts.minBytes = parseSize(flag, optarg); break;
       case 'e': opts.maxBytes = parseSize(flag, optarg); break;
       case 'f': opts.stepFactor = static_cast<size_t>(parseInteger(flag, optarg, 2, 1L << 20)); break;
@@ -368,16 +453,70 @@ std::vector<size_t> rowSizes(const Options& opts) {
 
 // ---- measurement ------------------------------------------------------------------
 
+// A buffer the calls use (`data`: host memory on MPI, device memory on NCCL)
+// and its host copy (the same memory on MPI).
+struct Mirror {
+  void* data = nullptr;
+  std::byte* host = nullptr;
+};
+
 struct Buffers {
-  void* send;  // the harness re-draws its signs between iterations
-  void* compressed;
-  void* dense;
+  Mirror send;  // the harness re-draws its signs between iterations
+  Mirror compressed;
+  Mirror dense;
   // Used by a backward only: the gradient (forward receive shape) and the two
   // backward outputs (forward send shape).
-  void* grad;
-  void* gradCompressed;
-  void* gradDense;
+  Mirror grad;
+  Mirror gradCompressed;
+  Mirror gradDense;
 };
+
+// The buffers of a run: host vectors, and on a device backend their device twins.
+class BufferSet {
+ public:
+  BufferSet(Transport& transport, size_t elementSize) : transport_(transport), elementSize_(elementSize) {}
+  ~BufferSet() {
+    for (void* buffer : device_) transport_.deallocate(buffer);
+  }
+  BufferSet(const BufferSet&) = delete;
+  BufferSet& operator=(const BufferSet&) = delete;
+
+  Mirror make(size_t count) {
+    const size_t bytes = count * elementSize_;
+    // 0xff bytes are NaN in every element type: an output the checks read
+    // before any call wrote it (or before it came back from the device) fails them.
+    host_.emplace_back(bytes, std::byte{0xff});
+    Mirror mirror{host_.back().data(), host_.back().data()};
+    if (transport_.deviceMemory() && bytes > 0) {
+      mirror.data = transport_.allocate(bytes);
+      device_.push_back(mirror.data);
+    }
+    return mirror;
+  }
+
+ private:
+  Transport& transport_;
+  size_t elementSize_;
+  std::deque<std::vector<std::byte>> host_;  // stable addresses
+  std::vector<void*> device_;
+};
+
+void upload(const Transport& transport, const Mirror& mirror, size_t bytes) {
+  if (mirror.data != mirror.host) transport.upload(mirror.data, mirror.host, bytes);
+}
+
+void download(const Transport& transport, const Mirror& mirror, size_t bytes) {
+  if (mirror.data != mirror.host) transport.download(mirror.host, mirror.data, bytes);
+}
+
+// Whether the buffer the calls read holds what its host copy holds: the
+// checks judge outputs against the host copy of the input.
+bool inputCurrent(const Transport& transport, const Mirror& mirror, size_t bytes) {
+  if (mirror.data == mirror.host) return true;
+  std::vector<std::byte> copy(bytes);
+  transport.download(copy.data(), mirror.data, bytes);
+  return bytes == 0 || std::memcmp(copy.data(), mirror.host, bytes) == 0;
+}
 
 struct Row {
   size_t bytes = 0;
@@ -397,26 +536,31 @@ struct Row {
 
 // Calls `before` (untimed) ahead of each call.
 template <class F, class B>
-void warmUp(int iters, F&& call, B&& before) {
+void warmUp(const Context& ctx, int iters, F&& call, B&& before) {
   for (int i = 0; i < iters; ++i) {
     before();
     call();
   }
+  ctx.dense.synchronize();
 }
 
 // Median over iterations of the slowest rank's time, barrier before each;
-// `before` and `after` run untimed around each call.
+// `before` and `after` run untimed around each call. On a device backend the
+// setup's work completes before the barrier, and the time runs until the
+// call's work on the stream has completed.
 template <class F, class B, class A>
-double medianTimeUs(MPI_Comm comm, int iters, F&& call, B&& before, A&& after) {
+double medianTimeUs(const Context& ctx, int iters, F&& call, B&& before, A&& after) {
   std::vector<double> times(static_cast<size_t>(iters));
   for (double& time : times) {
     before();
-    MPI_Barrier(comm);
+    ctx.dense.synchronize();
+    MPI_Barrier(ctx.mpiComm);
     const double start = MPI_Wtime();
     call();
+    ctx.dense.synchronize();
     time = MPI_Wtime() - start;
     after();
-    MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, ctx.mpiComm);
   }
   std::sort(times.begin(), times.end());
   const size_t mid = times.size() / 2;
@@ -495,16 +639,16 @@ Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count
   // setup forward is a collective the communicator counts too.
   spcclStats_t timed{};
   spcclStats_t before{};
-  warmUp(opts.warmupIters, calls.compressed, calls.setupCompressed);
+  warmUp(ctx, opts.warmupIters, calls.compressed, calls.setupCompressed);
   row.compressedUs = medianTimeUs(
-      ctx.mpiComm, opts.iters, calls.compressed,
+      ctx, opts.iters, calls.compressed,
       [&] {
         calls.setupCompressed();
         before = collective.stats(ctx);
       },
       [&] { addAdvance(timed, before, collective.stats(ctx)); });
-  warmUp(opts.warmupIters, calls.dense, calls.setupDense);
-  row.denseUs = medianTimeUs(ctx.mpiComm, opts.iters, calls.dense, calls.setupDense, [] {});
+  warmUp(ctx, opts.warmupIters, calls.dense, calls.setupDense);
+  row.denseUs = medianTimeUs(ctx, opts.iters, calls.dense, calls.setupDense, [] {});
 
   const std::string algo = collective.algoLabel(pass, timed);
   row.algo = sameOnAllRanks(hashBytes(algo.data(), algo.size()), ctx.mpiComm) ? algo : "mixed";
@@ -522,22 +666,32 @@ Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count
   return row;
 }
 
-// Runs `compressed` then `dense` once each (untimed) and checks the pair:
-// rel_err finite, the descriptor's own check on every rank, and for a
-// replicated output the same bits everywhere.
-void checkPass(const Context& ctx, Collective& collective, const PassCalls& calls, CheckInput& check,
-               size_t outCount, Row& row) {
+// Runs `compressed` then `dense` once each (untimed) into `got` and `want`
+// and checks the pair on their host copies: rel_err finite, the descriptor's
+// own check on every rank, for a replicated output the same bits everywhere,
+// and the calls' input (`input`, `inCount` elements) the same as its host copy.
+void checkPass(const Context& ctx, Collective& collective, const PassCalls& calls, const Mirror& got,
+               const Mirror& want, const Mirror& input, size_t inCount, CheckInput& check, size_t outCount,
+               Row& row) {
   const spcclStats_t before = collective.stats(ctx);
   calls.compressed();
   if (check.pass == Pass::kForward)
     check.compressed = collective.stats(ctx).compressedCalls > before.compressedCalls;
   calls.dense();
+  ctx.dense.synchronize();
+  const size_t outBytes = outCount * typeSize(ctx.opts.datatype);
+  download(ctx.dense, got, outBytes);
+  download(ctx.dense, want, outBytes);
+  check.got = got.host;
+  check.want = want.host;
   row.relErr = relativeError(check.got, check.want, outCount, ctx.opts.datatype, ctx.mpiComm);
   const bool outputOk = onAllRanks(collective.outputOk(ctx, check), ctx.mpiComm);
   const bool replicasMatch =
       !collective.outputReplicated() ||
       sameOnAllRanks(hashBytes(check.got, outCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
-  row.ok = outputOk && replicasMatch && std::isfinite(row.relErr);
+  const bool inputOk =
+      onAllRanks(inputCurrent(ctx.dense, input, inCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
+  row.ok = outputOk && replicasMatch && inputOk && std::isfinite(row.relErr);
 }
 
 // One row per pass for this size; none when the size rounds down to nothing.
@@ -549,26 +703,28 @@ std::vector<Row> measureSize(const Context& ctx, Collective& collective, const B
 
   uint64_t step = 0;
   const auto nextStep = [&] {
-    if (opts.varyInput)
-      flipSigns(buffers.send, counts.send, opts.datatype,
+    if (opts.varyInput) {
+      flipSigns(buffers.send.host, counts.send, opts.datatype,
                 static_cast<uint64_t>(ctx.rank) * 1000003u + step);
+      upload(ctx.dense, buffers.send, counts.send * typeSize(opts.datatype));
+    }
     ++step;
   };
-  const auto forward = [&] { collective.runCompressed(ctx, buffers.send, buffers.compressed); };
+  const auto forward = [&] { collective.runCompressed(ctx, buffers.send.data, buffers.compressed.data); };
   const PassCalls forwardCalls{
       [&] {
         nextStep();
         collective.discardCallState();
       },
-      forward, nextStep, [&] { collective.runDense(ctx, buffers.send, buffers.dense); }};
+      forward, nextStep, [&] { collective.runDense(ctx, buffers.send.data, buffers.dense.data); }};
   const PassCalls backwardCalls{
       [&] {
         nextStep();
         collective.discardCallState();
         forward();
       },
-      [&] { collective.runCompressedBackward(ctx, buffers.grad, buffers.gradCompressed); },
-      nextStep, [&] { collective.runDenseBackward(ctx, buffers.grad, buffers.gradDense); }};
+      [&] { collective.runCompressedBackward(ctx, buffers.grad.data, buffers.gradCompressed.data); },
+      nextStep, [&] { collective.runDenseBackward(ctx, buffers.grad.data, buffers.gradDense.data); }};
   const bool backward = collective.hasBackward();
 
   collective.prepare(ctx, counts.count);
@@ -584,11 +740,14 @@ std::vector<Row> measureSize(const Context& ctx, Collective& collective, const B
     // selection of that forward.
     collective.prepare(ctx, counts.count);
     collective.discardCallState();
-    CheckInput check{Pass::kForward, buffers.compressed, buffers.dense, buffers.send, false};
-    checkPass(ctx, collective, forwardCalls, check, counts.recv, rows[0]);
+    // The send buffer's host copy is current: every input step is made there.
+    CheckInput check{Pass::kForward, nullptr, nullptr, buffers.send.host, false};
+    checkPass(ctx, collective, forwardCalls, buffers.compressed, buffers.dense, buffers.send, counts.send, check,
+              counts.recv, rows[0]);
     if (backward) {
-      check = {Pass::kBackward, buffers.gradCompressed, buffers.gradDense, buffers.send, check.compressed};
-      checkPass(ctx, collective, backwardCalls, check, counts.send, rows[1]);
+      check = {Pass::kBackward, nullptr, nullptr, buffers.send.host, check.compressed};
+      checkPass(ctx, collective, backwardCalls, buffers.gradCompressed, buffers.gradDense, buffers.grad,
+                counts.recv, check, counts.send, rows[1]);
     }
   }
   return rows;
@@ -613,12 +772,15 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
   if (flags & kFlagRowLen) std::printf("  rowLen: %zu", opts.rowLen);
   if (flags & kFlagAlgo) std::printf("  algo: %s", allreduceAlgorithmName(opts.algorithm).data());
   std::printf("  wire: %s\n", wireDescription(opts).c_str());
+  std::printf("# backend: %s\n", ctx.dense.describe().c_str());
   std::printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
               "validation: %d\n",
               opts.minBytes, opts.maxBytes, opts.stepFactor, opts.warmupIters, opts.iters,
               opts.check ? 1 : 0);
   for (const auto& [name, value] : env)
-    std::printf("# set by this binary before spcclCommInitMPI: %s=%s\n", name.c_str(), value.c_str());
+    std::printf("# set by this binary before %s: %s=%s\n",
+                opts.backend == Backend::kNccl ? "spcclCommInitNccl" : "spcclCommInitMPI", name.c_str(),
+                value.c_str());
   const std::string description = collective.describe(opts);
   for (size_t begin = 0; begin <= description.size();) {
     const size_t end = std::min(description.find('\n', begin), description.size());
@@ -667,8 +829,10 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
                const std::vector<Row>& rows) {
   const Options& opts = ctx.opts;
   const unsigned flags = collective.flags();
-  std::fprintf(file, "{\n  \"collective\": \"%s\",\n  \"ranks\": %d,\n  \"datatype\": \"%s\",\n",
-               collective.name(), ctx.nRanks, nameOf(kDataTypes, opts.datatype).data());
+  std::fprintf(file,
+               "{\n  \"collective\": \"%s\",\n  \"backend\": \"%s\",\n  \"ranks\": %d,\n  \"datatype\": \"%s\",\n",
+               collective.name(), nameOf(kBackends, opts.backend).data(), ctx.nRanks,
+               nameOf(kDataTypes, opts.datatype).data());
   if (flags & kFlagOp) std::fprintf(file, "  \"op\": \"%s\",\n", nameOf(kOps, opts.op).data());
   std::fprintf(file, "  \"density\": %s,\n", jsonNumber(opts.density).c_str());
   if (flags & kFlagRowLen) std::fprintf(file, "  \"row_len\": %zu,\n", opts.rowLen);
@@ -717,7 +881,7 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     sizes = rowSizes(opts);
     const BufferCounts largest =
         collective.bufferCounts(opts, sizes.back() / typeSize(opts.datatype), nRanks);
-    if (std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
+    if (opts.backend != Backend::kNccl && std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
       throw UsageError(strPrintf("-e %zu: more elements than an MPI count holds", opts.maxBytes));
   } catch (const UsageError& error) {
     if (root) std::fprintf(stderr, "%s: %s\nRun with -h for the flags.\n", argv[0], error.what());
@@ -728,6 +892,27 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     return 0;
   }
 
+  // The library reads its SPCCL_* variables when the communicator is created.
+  const Environment env = collective.environment(opts);
+  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
+  if (!opts.indexEncoding.empty()) setenv("SPCCL_INDEX_ENCODING", opts.indexEncoding.c_str(), /*overwrite=*/1);
+  std::unique_ptr<Transport> transport;
+  if (opts.backend != Backend::kNccl) {
+    transport = std::make_unique<MpiTransport>(MPI_COMM_WORLD, opts.datatype, opts.backend == Backend::kMpiStaged);
+  } else {
+    // Every rank learns whether every rank has a device before NCCL starts.
+    std::string why;
+#if SPCCL_PERF_WITH_NCCL
+    transport = makeNcclTransport(MPI_COMM_WORLD, &why);
+#else
+    if (root) why = "this build has no NCCL (SPCCL_WITH_NCCL=OFF: CMake found no CUDA toolkit with NCCL)";
+#endif
+    if (transport == nullptr) {
+      if (!why.empty())
+        std::fprintf(stderr, "%s: rank %d: -B nccl: %s\n", argv[0], rank, why.c_str());
+      return 2;
+    }
+  }
   File json;
   if (!opts.jsonPath.empty()) {
     int opened = 1;
@@ -742,32 +927,26 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     }
   }
 
-  // The library reads its SPCCL_* variables when the communicator is created.
-  const Environment env = collective.environment(opts);
-  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
-  if (!opts.indexEncoding.empty()) setenv("SPCCL_INDEX_ENCODING", opts.indexEncoding.c_str(), /*overwrite=*/1);
-  spcclComm_t comm = nullptr;
-  SPCCL_PERF_CHECK(spcclCommInitMPI(&comm, MPI_COMM_WORLD));
-  const DenseReduction dense(opts.datatype);
-  const Context ctx{opts,         comm,         MPI_COMM_WORLD,     rank, nRanks,
-                    dense.type(), dense.sum(), effectiveWire(opts)};
+  const Context ctx{opts, transport->comm(), MPI_COMM_WORLD, rank, nRanks, *transport, transport->stream(),
+                    effectiveWire(opts)};
 
   // Sized for the largest row; smaller rows use the front of each buffer.
   const size_t elementSize = typeSize(opts.datatype);
   const BufferCounts largest = collective.bufferCounts(opts, sizes.back() / elementSize, nRanks);
-  const auto bytesOf = [&](size_t count) { return std::vector<std::byte>(count * elementSize); };
-  std::vector<std::byte> send = bytesOf(largest.send);
-  std::vector<std::byte> recvCompressed = bytesOf(largest.recv);
-  std::vector<std::byte> recvDense = bytesOf(largest.recv);
-  fillGaussian(send.data(), largest.send, opts.datatype, static_cast<uint64_t>(rank));
   const bool backward = collective.hasBackward();
-  std::vector<std::byte> grad = bytesOf(backward ? largest.recv : 0);
-  std::vector<std::byte> gradCompressed = bytesOf(backward ? largest.send : 0);
-  std::vector<std::byte> gradDense = bytesOf(backward ? largest.send : 0);
-  if (backward)
-    fillGaussian(grad.data(), largest.recv, opts.datatype, static_cast<uint64_t>(nRanks + rank));
-  const Buffers buffers{send.data(), recvCompressed.data(), recvDense.data(),
-                        grad.data(), gradCompressed.data(), gradDense.data()};
+  BufferSet memory(*transport, elementSize);
+  const Buffers buffers{memory.make(largest.send),
+                        memory.make(largest.recv),
+                        memory.make(largest.recv),
+                        memory.make(backward ? largest.recv : 0),
+                        memory.make(backward ? largest.send : 0),
+                        memory.make(backward ? largest.send : 0)};
+  fillGaussian(buffers.send.host, largest.send, opts.datatype, static_cast<uint64_t>(rank));
+  upload(*transport, buffers.send, largest.send * elementSize);
+  if (backward) {
+    fillGaussian(buffers.grad.host, largest.recv, opts.datatype, static_cast<uint64_t>(nRanks + rank));
+    upload(*transport, buffers.grad, largest.recv * elementSize);
+  }
 
   if (root) printHeader(ctx, collective, env);
   std::vector<Row> rows;
@@ -787,8 +966,7 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     if (json) writeJson(json.get(), ctx, collective, rows);
   }
 
-  collective.release();
-  SPCCL_PERF_CHECK(spcclCommDestroy(comm));
+  collective.release();  // before the communicator goes with the transport
   return failures ? 1 : 0;
 }
 
@@ -922,6 +1100,10 @@ void failSpccl(spcclResult_t result, const char* call, const char* file, int lin
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::exit(1);  // MPI_Abort does not return
+}
+
+std::string denseCallName(const Options& opts, std::string_view mpiName, std::string_view ncclName) {
+  return std::string(opts.backend == Backend::kNccl ? ncclName : mpiName);
 }
 
 void scaleBuffer(void* buf, size_t count, spcclDataType_t datatype, float factor) {

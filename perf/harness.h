@@ -26,7 +26,14 @@
 
 namespace spccl::perf {
 
+// What carries the row's calls (-B): plain MPI on host buffers, or NCCL on
+// device buffers with one GPU per rank. The compressed side runs on an spccl
+// communicator of the same kind (spcclCommInitMPI or spcclCommInitNccl).
+// kMpiStaged: MPI, with the buffers copied in and out as on a device (tests).
+enum class Backend { kMpi, kNccl, kMpiStaged };
+
 struct Options {
+  Backend backend = Backend::kMpi;
   size_t minBytes = size_t{32} << 20;
   size_t maxBytes = size_t{32} << 20;
   size_t stepFactor = 2;
@@ -47,17 +54,43 @@ struct Options {
   bool help = false;
 };
 
+// The backend of a run: the spccl communicator, the memory the collectives
+// read and write, and the dense collectives a row compares against, all on
+// one stream. The harness keeps a host copy of every buffer: input steps are
+// made there and uploaded (untimed), outputs downloaded for the checks.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // One header line: the backend, its version and the devices.
+  virtual std::string describe() const = 0;
+  virtual spcclComm_t comm() const = 0;
+  // The `stream` argument of every spccl call (NULL on MPI).
+  virtual void* stream() const = 0;
+  // The dense reference calls; avg is sum / ranks.
+  virtual void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype,
+                         spcclRedOp_t op) const = 0;
+  virtual void allToAll(const void* send, void* recv, size_t countPerPeer, spcclDataType_t datatype) const = 0;
+  virtual void allGather(const void* send, void* recv, size_t countPerRank, spcclDataType_t datatype) const = 0;
+  // Returns once every call made so far has completed (the timer stops after it).
+  virtual void synchronize() const = 0;
+  // False: the collectives use the host copies themselves (MPI).
+  virtual bool deviceMemory() const { return false; }
+  virtual void* allocate(size_t /*bytes*/) { return nullptr; }
+  virtual void deallocate(void* /*buffer*/) {}
+  virtual void upload(void* /*buffer*/, const void* /*host*/, size_t /*bytes*/) const {}
+  virtual void download(void* /*host*/, const void* /*buffer*/, size_t /*bytes*/) const {}
+};
+
 // What a descriptor needs to make its calls.
 struct Context {
   const Options& opts;
   spcclComm_t comm;
-  MPI_Comm mpiComm;
+  MPI_Comm mpiComm;  // the ranks (MPI runs the harness's own barriers and reductions either way)
   int rank;
   int nRanks;
-  // Plain-MPI reference: MPI has no fp16/bf16, so for those the element is
-  // 2 opaque bytes and the sum a user-defined op that adds in fp32.
-  MPI_Datatype denseType;
-  MPI_Op denseSum;
+  // The dense side of every row, and the stream of the compressed calls.
+  const Transport& dense;
+  void* stream;
   // Wire value type in effect: -V, else SPCCL_VALUE_TYPE, else fp32.
   spcclDataType_t wireValueType;
 };
@@ -104,7 +137,7 @@ class Collective {
   // The header lines (separated by '\n') saying what the two sides of a row are.
   virtual std::string describe(const Options& opts) const = 0;
   // SPCCL_* variables the library reads at communicator creation that the
-  // flags decide; the harness sets them on every rank before spcclCommInitMPI.
+  // flags decide; the harness sets them on every rank before creating the communicator.
   virtual Environment environment(const Options& /*opts*/) const { return {}; }
   // `count` is the size over the type size; the result may round it down.
   virtual BufferCounts bufferCounts(const Options& opts, size_t count, int nRanks) const = 0;
@@ -121,7 +154,7 @@ class Collective {
   virtual void runCompressed(const Context& ctx, const void* send, void* recv) = 0;
   virtual void runDense(const Context& ctx, const void* send, void* recv) = 0;
   // The backward of the last runCompressed: `grad` has the forward's receive
-  // shape, `gradOut` its send shape. The dense one is the same plain-MPI call.
+  // shape, `gradOut` its send shape. The dense one is the same dense call.
   virtual void runCompressedBackward(const Context& /*ctx*/, const void* /*grad*/, void* /*gradOut*/) {}
   virtual void runDenseBackward(const Context& /*ctx*/, const void* /*grad*/, void* /*gradOut*/) {}
   // Counters the compressed calls advance; by default the communicator's,
@@ -130,7 +163,8 @@ class Collective {
   // The algo column. `timed` holds the counters' advance over the row's timed
   // calls, and their last* fields as the last call left them.
   virtual std::string algoLabel(Pass pass, const spcclStats_t& timed) const;
-  // This rank's part of the -c 1 check beyond rel_err and replicas.
+  // This rank's part of the -c 1 check beyond rel_err and replicas; the
+  // pointers in `check` are host copies.
   virtual bool outputOk(const Context& /*ctx*/, const CheckInput& /*check*/) const { return true; }
   // Frees the state; called before the communicator is destroyed.
   virtual void release() = 0;
@@ -175,7 +209,11 @@ void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step)
 // buf[i] *= factor for a float, half or bfloat16 buffer (dense average).
 void scaleBuffer(void* buf, size_t count, spcclDataType_t datatype, float factor);
 
-// MPI_Init, flags, one row per size and pass, MPI_Finalize. Returns main's exit code.
+// "MPI_Allreduce" or "ncclAllReduce": the dense call's name for -B's backend.
+std::string denseCallName(const Options& opts, std::string_view mpiName, std::string_view ncclName);
+
+// MPI_Init, flags, the backend, one row per size and pass, MPI_Finalize.
+// Returns main's exit code.
 int runBenchmark(int argc, char** argv, Collective& collective);
 
 }  // namespace spccl::perf

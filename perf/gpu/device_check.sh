@@ -10,7 +10,9 @@
 #      also checked bit-exact against kernels/host;
 #      plus, in the CMake build with NCCL, the spccl collectives end to end
 #      on an NCCL communicator against the MPI path (spccl_gpu_nccl_tests);
-#   4. an NCCL smoke test on one rank, when libnccl is found;
+#   4. an NCCL smoke test on one rank, when libnccl is found; an unmodified
+#      NCCL program under LD_PRELOAD; allreduce/alltoall/allgather_perf with
+#      -B nccl on one rank (1-64 MiB, output checks on; logs perf_nccl_*.log);
 # then a short summary, the benchmark's table last. Budget: under 6 minutes
 # on one H200.
 #
@@ -172,6 +174,7 @@ if [ "$mode" = cmake ]; then
   # built where CMake found NCCL (and MPI, which the library needs anyway).
   if grep -q "NCCL transport ON" "$logs/configure.log"; then
     targets+=(spccl_nccl)  # libspccl_nccl.so, for the unmodified-program run below
+    targets+=(allreduce_perf alltoall_perf allgather_perf)  # -B nccl, below
     [ "$tests" = ON ] && targets+=(nccl_interpose_symbols)
   fi
   if [ "$tests" = ON ] && grep -q "NCCL transport ON" "$logs/configure.log"; then
@@ -324,6 +327,38 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
   fi
 else
   add "LD_PRELOAD libspccl_nccl.so: SKIPPED (needs NCCL and the CMake build of interpose/)"
+fi
+
+# ---- 4c. the perf binaries on the NCCL backend (-B nccl: device buffers, the
+# dense side NCCL's own collective), one rank: the lent machines have one GPU.
+if [ "$mode" = cmake ] && [ -x "$build/perf/allreduce_perf" ] && grep -q "NCCL transport ON" "$logs/configure.log"; then
+  say "perf binaries, -B nccl, one rank"
+  perf_ok=1
+  for run in "allreduce_perf" "allreduce_perf -a split" "alltoall_perf" "allgather_perf" \
+    "allreduce_perf -a split SPCCL_DEVICE_MODE=fixed"; do
+    set -- $run
+    bin_name=$1
+    shift
+    args=()
+    envs=()
+    for a in "$@"; do case $a in *=*) envs+=("$a") ;; *) args+=("$a") ;; esac; done
+    log=$logs/perf_nccl_$(echo "$run" | tr -c 'a-zA-Z0-9' _ | cut -c1-48).log
+    set +e
+    env "${envs[@]}" timeout 150 mpirun --allow-run-as-root -np 1 "$build/perf/$bin_name" -B nccl "${args[@]}" \
+      -b 1M -e 64M -f 4 -n 10 -w 3 -c 1 -J "${log%.log}.json" >"$log" 2>&1
+    prc=$?
+    set -e
+    if [ $prc = 0 ] && grep -q "# Check failures *: 0 OK" "$log"; then
+      add "perf -B nccl $run: ok ($(grep -c '^  ' "$log") rows, $(basename "$log"))"
+    else
+      add "perf -B nccl $run: FAILED (exit $prc, see $(basename "$log"))"
+      tail -5 "$log"
+      perf_ok=0
+    fi
+  done
+  [ $perf_ok = 1 ] || status=1
+else
+  add "perf -B nccl: NOT RUN (needs the CMake build with NCCL)"
 fi
 
 # ---- 3. benchmark
