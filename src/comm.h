@@ -42,7 +42,10 @@ struct spcclCompressor {
   uint32_t tauKey = 0;
   uint64_t callIndex = 0;
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
-  bool residualFlushed = false;  // a dense call sent the residual: the next selection re-estimates tau
+  // The next compressed call re-estimates tau whatever the schedule says: a
+  // dense call sent the residual (tau was fitted to send + a full residual),
+  // or the stored tau selected fewer than starvedBelow() entries.
+  bool estimateNext = false;
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
   double mergedPerRange = -1;  // measured by the last split call (same on every rank)
 
@@ -89,6 +92,10 @@ struct spcclCompressor {
   // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
   uint64_t selectCount() const;
   uint64_t pairCapacity() const;
+  // floor(k / capacityFactor): a stored (non-zero) tau that selects fewer
+  // finite entries than this has gone stale low (the input shrank since it was
+  // fitted), and the next call re-estimates it; the mirror of pairCapacity().
+  uint64_t starvedBelow() const;
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
   // at least 1; 0 when off (splitReselect 0 or no error feedback).
   uint64_t splitKeepPerRange(int ranks) const;

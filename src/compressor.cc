@@ -1,7 +1,8 @@
 // DCT-DP compressed allreduce, per rank, per call:
 //   v = send + residual; tau = |v| of the k-th largest finite entry, estimated
 //   exactly on the first call and every thresholdInterval calls (and whenever
-//   the stored tau would select more than capacityFactor*k entries); the rank
+//   the stored tau would select more than capacityFactor*k entries; on the
+//   call after it selected fewer than k/capacityFactor); the rank
 //   sends v on S = {|v| >= tau, v != 0} plus every NaN/Inf; the residual keeps
 //   v outside S and the wire rounding inside S.
 #include <algorithm>
@@ -35,6 +36,10 @@ uint64_t spcclCompressor::splitKeepPerRange(int ranks) const {
 uint64_t spcclCompressor::pairCapacity() const {
   const uint64_t k = selectCount();
   return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
+}
+
+uint64_t spcclCompressor::starvedBelow() const {
+  return static_cast<uint64_t>(std::floor(static_cast<double>(selectCount()) / config.capacityFactor));
 }
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
@@ -77,10 +82,10 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   comm->pairsFor(pairSlots, core::wireValueBytes(wire));
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
-  if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || residualFlushed) {
+  if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || estimateNext) {
     estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
     estimated = true;
-    residualFlushed = false;
+    estimateNext = false;
   }
   for (;;) {
     host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
@@ -116,6 +121,11 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
       continue;
     }
     *nnz = r.selected;
+    // A stored tau that starves the selection (the input shrank since it was
+    // fitted) is re-estimated by the next call; this call's unsent entries
+    // wait in the residual. tau 0 (fewer non-zeros than k) already selects
+    // every non-zero.
+    if (!estimated && tauKey != 0 && r.finiteSelected < starvedBelow()) estimateNext = true;
     break;
   }
   if (timing) autoTuning.estimateSeconds = since(start) - lastPass;
@@ -128,9 +138,9 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   const bool flush = config.errorFeedback && sendResidual;
   if (flush) {
     // tau was fitted to v = send + a full residual; on v = send alone it would
-    // select far fewer than k entries (nothing re-estimates a tau that selects
-    // too few), so the next compressed call estimates it afresh.
-    residualFlushed = true;
+    // select far fewer than k entries, so the next compressed call estimates
+    // it afresh (rather than one call later, after a starved selection).
+    estimateNext = true;
   }
   // fp32 input goes to the allreduce as it is (no staging copy, the same bytes
   // through memory as a plain MPI_Allreduce); 16-bit input is widened first.
@@ -254,10 +264,11 @@ spcclCompressor::~spcclCompressor() {
   logMessage(LogLevel::kInfo, profileRank,
              "profile: compressor of %zu elements, %llu allreduce calls, per call %.3f ms = selection %.3f ms "
              "(%.0f%%) + communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: "
-             "encoding, owners' reduction, re-selection, unpacking)",
+             "encoding, owners' reduction, re-selection, unpacking); tau estimated %llu times",
              count, static_cast<unsigned long long>(profile.calls), 1e3 * profile.total / n,
              1e3 * profile.selection / n, 100 * profile.selection / profile.total, 1e3 * profile.communication / n,
-             100 * profile.communication / profile.total, 1e3 * local / n, 100 * local / profile.total);
+             100 * profile.communication / profile.total, 1e3 * local / n, 100 * local / profile.total,
+             static_cast<unsigned long long>(stats.thresholdUpdates));
 }
 
 Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,

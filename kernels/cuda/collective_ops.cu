@@ -15,13 +15,13 @@ constexpr int kThreads = 256;
 // The header arrives as a kernel parameter, copied at launch: no pinned
 // staging buffer to race with the next call, and a captured graph replays
 // the value it was captured with.
-__global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h) {
+__global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h, const ThresholdOut* threshold) {
   if (threadIdx.x == 0) {
     std::memcpy(dst->descriptor, h.descriptor, sizeof h.descriptor);
     dst->capacity = h.capacity;
     dst->slots = h.slots;
     dst->estimated = h.estimated;
-    dst->reserved = 0;
+    dst->tauKey = threshold != nullptr ? threshold->tauKey : 0u;
   }
 }
 
@@ -53,9 +53,10 @@ __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, f
 
 }  // namespace
 
-Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, cudaStream_t stream) {
+Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
+                             cudaStream_t stream) {
   if (dst == nullptr) return invalidArgument("writeCallRecordHeader: null record");
-  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header);
+  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header, threshold);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

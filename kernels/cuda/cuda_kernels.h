@@ -215,7 +215,7 @@ struct CallRecord {
   uint64_t capacity;
   uint64_t slots;
   uint32_t estimated;
-  uint32_t reserved;
+  uint32_t tauKey;  // the magnitude key this round selected with (0: every non-zero); not compared across ranks
   SelectCounts counts;
 };
 static_assert(sizeof(CallRecord) == 88, "the call record is exchanged as 88 bytes");
@@ -228,8 +228,10 @@ constexpr int kRecordDensityOffset = 40;
 constexpr uint32_t kAsyncBadStream = 1u;  // a peer's stream failed unpackAccumulate's checks
 constexpr uint32_t kAsyncMismatch = 2u;   // ranks disagreed on the call
 
-// Writes the header fields of *dst (not the counts) on the stream.
-Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, cudaStream_t stream);
+// Writes the header fields of *dst (not the counts) on the stream, and its
+// tauKey from *threshold (0 when threshold is null).
+Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
+                             cudaStream_t stream);
 // Fixed-capacity verdict: if every record matches rank 0's (checked
 // descriptor bytes and capacity), nnz[r] = min(selected_r, capacity_r);
 // otherwise every nnz[r] = 0 (nothing is accumulated) and kAsyncMismatch is

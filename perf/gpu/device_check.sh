@@ -315,7 +315,7 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
   used=$(grep -c "handed to spccl" "$logs/preloaded.log" 2>/dev/null || true)
   grep "libspccl_nccl" "$logs/preloaded.log" | tail -2 || true
   # Trained: both runs end below a tenth of the starting loss (the plain one
-  # far below; nccl_plain_sgd.cc says why the compressed one levels off).
+  # far below; nccl_plain_sgd.cc has the earlier readings).
   trained=$(awk -v a="${first:-0}" -v b="${pre:-nan}" -v c="${plain:-nan}" \
     'BEGIN {print (a > 0 && b + 0 == b && c + 0 == c && b < a / 10 && c < a / 10) ? 1 : 0}')
   if [ $prc = 0 ] && [ "${used:-0}" -ge 1 ] && [ "$trained" = 1 ]; then

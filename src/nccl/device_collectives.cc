@@ -17,7 +17,9 @@
 //   slots (padded with kPadIndex), the records travel in the same NCCL group,
 //   and a one-block kernel turns them into per-rank counts. No host
 //   synchronisation and no allocation after the first call: capturable in a
-//   CUDA graph. Selected entries past the capacity stay in the residual.
+//   CUDA graph. Selected entries past the capacity stay in the residual, and
+//   a stored tau that selects too few is not seen (the counts never reach
+//   the host): tau follows the schedule only.
 #include "src/nccl/device_collectives.h"
 
 #include <algorithm>
@@ -139,7 +141,7 @@ Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStre
     float* r = s.residual[s.current].get<float>();
     SPCCL_RETURN_IF_ERROR(cuda::denseAccumulate(r, core::ValueType::kFloat32, c->count, acc, stream));
     SPCCL_CUDA_CHECK(cudaMemsetAsync(r, 0, c->count * sizeof(float), stream));
-    c->residualFlushed = true;  // tau fitted to a full residual: the next compressed call re-estimates
+    c->estimateNext = true;  // tau fitted to a full residual: the next compressed call re-estimates
   }
   ++c->callIndex;
   return transportOf(c->comm).allReduceDense(acc, acc, c->count, spcclFloat32, spcclSum);
@@ -165,8 +167,8 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
   bool estimated = false;
   bool estimateNow =
-      sparse && (c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->residualFlushed);
-  if (sparse) c->residualFlushed = false;
+      sparse && (c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->estimateNext);
+  if (sparse) c->estimateNext = false;
   bool selectNow = sparse;
   std::vector<CallDescriptor>& all = c->comm->descriptors;  // the communicator's per-call scratch
   all.resize(static_cast<size_t>(p));
@@ -186,7 +188,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
       SPCCL_CUDA_CHECK(cudaMemsetAsync(&records[me].counts, 0, sizeof(cuda::SelectCounts), stream));
     }
     SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated),
-                                                      stream));
+                                                      s.threshold.get<cuda::ThresholdOut>(), stream));
     SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
                                      cudaMemcpyDeviceToHost, stream));
@@ -216,7 +218,11 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     }
     if (!anyRetry) break;
   }
-  // The call is consistent everywhere: commit the residual the pass wrote.
+  // The call is consistent everywhere: commit the residual the pass wrote. A
+  // stored tau that starved the selection is re-estimated by the next call
+  // (the host compressor's rule, from this round's record).
+  if (sparse && !estimated && host[me].tauKey != 0 && host[me].counts.finiteSelected < c->starvedBelow())
+    c->estimateNext = true;
   if (sparse) ++c->callIndex;  // (the dense path counts its call itself)
   if (sparse && c->config.errorFeedback) s.current = 1 - s.current;
   call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
@@ -294,15 +300,15 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   void* myVal = valAll + static_cast<size_t>(me) * capacity * vb;
 
   const bool estimated =
-      c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->residualFlushed;
-  c->residualFlushed = false;
+      c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->estimateNext;
+  c->estimateNext = false;
   if (estimated) SPCCL_RETURN_IF_ERROR(estimate(c, send, stream));
   SPCCL_CUDA_CHECK(cudaMemsetAsync(myIdx, 0xff, capacity * sizeof(uint32_t), stream));  // kPadIndex
   // In place: no pass is ever redone here, so one residual buffer serves.
   SPCCL_RETURN_IF_ERROR(selectInto(c, send, estimated, true, s.residual[s.current].get<float>(), capacity, capacity,
                                    myIdx, myVal, &records[me].counts, stream));
   SPCCL_RETURN_IF_ERROR(
-      cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated), stream));
+      cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated), nullptr, stream));
   ncclComm_t nc = t.nccl();
   SPCCL_NCCL_CHECK(pncclGroupStart(), nc);
   SPCCL_NCCL_CHECK(pncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);

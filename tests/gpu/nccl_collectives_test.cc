@@ -172,12 +172,14 @@ struct Config {
   int interval;
   size_t count;
   bool nonFinite;
+  bool shrink = false;  // fp32 input halved every call: a stored tau starves, the next call re-estimates
 };
 
 std::string describe(const Config& c) {
   return "type=" + std::to_string(c.type) + " wire=" + std::to_string(c.wire) + " op=" + std::to_string(c.op) +
          " algo=" + std::to_string(c.algorithm) + " ef=" + std::to_string(c.errorFeedback) +
-         " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count);
+         " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count) +
+         (c.shrink ? " shrinking" : "");
 }
 
 // Runs `calls` compressed allreduces of fresh data on the device comm and
@@ -213,6 +215,13 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
         f *= (i % 2) ? 4.0f : 0.25f;
         std::memcpy(in.data() + 4 * i, &f, 4);
       }
+    if (cfg.shrink && cfg.type == spcclFloat32)
+      for (size_t i = 0; i < cfg.count; ++i) {
+        float f;
+        std::memcpy(&f, in.data() + 4 * i, 4);
+        f = std::ldexp(f, -call);
+        std::memcpy(in.data() + 4 * i, &f, 4);
+      }
     dSend.upload(in);
     ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, cfg.op, dc, stream)) << spcclGetLastError(dev);
     ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), cfg.op, hc, nullptr))
@@ -244,6 +253,11 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
     if (!fixedMode) {  // fixed mode keeps the count on the device
       ASSERT_EQ(ds.lastSelected, hs.lastSelected);
     }
+    if (cfg.shrink && !cfg.errorFeedback && call == calls - 1) {
+      // Without error feedback a halved input starves the stored tau: the
+      // rule ran (on both paths, as the per-call comparison above shows).
+      EXPECT_GT(hs.thresholdUpdates, 2u) << "set-up: the shrinking input should re-estimate tau off the schedule";
+    }
   }
   EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
   EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
@@ -259,6 +273,14 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
                         ranks_);
         if (HasFatalFailure()) return;
       }
+  // A stored tau the input shrank away from: re-estimated by the call after
+  // the starved one, on both paths alike (thresholdUpdates compared per call).
+  for (int ef : {0, 1}) {
+    Config shrinking{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, ef, 1000, 50001, false};
+    shrinking.shrink = true;
+    compareWithHost(dev_, host_, shrinking, 6, stream_, rank_, ranks_);
+    if (HasFatalFailure()) return;
+  }
   for (spcclRedOp_t op : {spcclSum, spcclAvg})
     // (Not auto: the host's auto learns from its split calls, which the
     // device runs as allgather, so the two may choose differently.)

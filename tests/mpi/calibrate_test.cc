@@ -272,7 +272,7 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
 
 // A dense call under auto sends the residual and zeroes it; tau was fitted to
 // send + residual, so on the next sparse call it would select far fewer than
-// k entries (and nothing re-estimates a tau that selects too few). The
+// k entries (and be re-estimated only by the call after that one). The
 // compressor re-estimates tau exactly on the first compressed call after a
 // dense one: k entries again. The model is switched between calls to force
 // sparse, dense, sparse on one compressor.

@@ -650,6 +650,74 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   }
 }
 
+// A stored tau that selects fewer than floor(k / capacityFactor) entries (the
+// input shrank since tau was fitted) is re-estimated by the next call, not
+// thresholdInterval calls later. distinctMagnitudes' magnitudes are uniform
+// over (0, n] x 2^-17 and k is 1% of n, so tau sits near 0.99 n and input
+// scaled by s selects about n - 0.99 n / s with it: s = 0.998 about 0.8 k
+// (not starved: k/2 = 655), s = 0.993 about 0.3 k (starved).
+TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
+  const int algorithm = GetParam();
+  const size_t n = size_t{1} << 17;
+  const size_t k = selectionSize(n, kDensity);  // 1311
+  const size_t starved = k / 2;                 // capacity factor 2
+  CompressorPtr c;
+  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
+  const float scales[] = {1.0f, 0.998f, 0.993f, 0.993f, 0.993f};
+  // Estimated at call 0 (the first) and call 3 (the one after call 2 starved).
+  const uint64_t updatesAfter[] = {1, 1, 1, 2, 2};
+  float storedTau = 0.0f;
+  std::vector<float> out(n);
+  for (int call = 0; call < 5; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::vector<float> in = distinctMagnitudes(n, seedFor(73, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
+    for (float& x : in) x *= scales[call];
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
+                             "spcclAllReduceCompressed"));
+    spcclStats_t s;
+    ASSERT_TRUE(stats(c.get(), s));
+    const bool update = call == 0 || call == 3;
+    if (update) storedTau = kthLargestMagnitude(in, k);
+    EXPECT_EQ(s.thresholdUpdates, updatesAfter[call]);
+    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
+                                                      << storedTau;
+    const std::vector<uint8_t> sel = selectionMask(in, storedTau);
+    const uint64_t selected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+    EXPECT_EQ(s.lastSelected, selected);
+    if (call == 1) {
+      EXPECT_TRUE(allRanks(selected >= starved && selected < k)) << "set-up: stale but not starved, " << selected;
+    }
+    if (call == 2) {
+      EXPECT_TRUE(allRanks(selected < starved)) << "set-up: the stored tau should starve this call, " << selected;
+    }
+  }
+}
+
+// tau 0 (fewer non-zeros than k) already selects every non-zero: however few
+// that is, nothing is re-estimated off the schedule.
+TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
+  const int algorithm = GetParam();
+  const size_t n = size_t{1} << 17;
+  const size_t k = selectionSize(n, kDensity);
+  CompressorPtr c;
+  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
+  std::vector<float> out(n);
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::vector<float> in = distinctMagnitudes(n, seedFor(79, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
+    for (size_t i = 0; i < n; ++i)
+      if (i % 512 != 0) in[i] = 0.0f;  // n / 512 = 256 non-zeros, under k / 2
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
+                             "spcclAllReduceCompressed"));
+    spcclStats_t s;
+    ASSERT_TRUE(stats(c.get(), s));
+    EXPECT_EQ(s.thresholdUpdates, 1u);
+    EXPECT_EQ(s.lastThreshold, 0.0f);
+    EXPECT_EQ(s.lastSelected, n / 512);
+    EXPECT_LT(n / 512, k / 2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllgatherSplit, ScheduleTest, testing::ValuesIn(kCompressedAlgorithms),
                          [](const testing::TestParamInfo<int>& p) { return std::string(algorithmName(p.param)); });
 
