@@ -111,13 +111,13 @@ typedef struct {
   size_t size;                   /* sizeof(spcclCompressConfig_t), set by Init */
   unsigned int version;          /* SPCCL_COMPRESS_CONFIG_VERSION, set by Init */
   float density;                 /* fraction of entries kept, (0, 1]; 1 = exact */
-  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1 (off it: capacityFactor) */
+  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; also the call after one whose
+                                    stored tau selected fewer than k/2 entries, and see capacityFactor */
   int errorFeedback;             /* 1: unsent values carried to the next call */
   int algorithm;                 /* SPCCL_ALGO_* */
   spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16, spcclBfloat16 or spcclFloat8e4m3 */
   float capacityFactor;          /* a call never sends more than capacityFactor*k entries, >= 1; a stored tau
-                                    that would is re-estimated in the call, one that selects fewer than
-                                    k/capacityFactor by the next call */
+                                    that would is re-estimated in the call */
   /* Since version 2. Split algorithm (Ok-Topk's re-selection): each range
    * owner sends at most ceil(splitReselect*k/P) entries of its reduced range,
    * the largest in magnitude (NaN/Inf always), and keeps the rest in its

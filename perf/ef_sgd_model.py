@@ -6,7 +6,7 @@ one rank. Each step sends v = gradient + residual through the DCT-DP rule of
 docs/ALGORITHMS.md: tau is the k-th largest |v| on step 0 and every `interval`
 steps, re-estimated in the step whose stale tau selects more than
 capacity x k entries and in the step after one whose stored tau selected fewer
-than k / capacity (--no-starve-rule: the rule before that, which the device
+than k / 2 (--no-starve-rule: the rule before that, which the device
 figures below were measured with); the entries with |v| >= tau are applied, the rest stay in
 the residual (error feedback). Ties, NaN/Inf and wire rounding are left out (fp32,
 random normal data). Pure Python, no dependencies; n = 20000 takes seconds.
@@ -56,7 +56,7 @@ def run(n, density, lr, interval, steps, capacity, seed, starve_rule=True):
             tau = kth(v)
             sent = [i for i in range(n) if abs(v[i]) >= tau]
             estimated = True
-        if starve_rule and not estimated and tau > 0 and len(sent) < int(k / capacity):
+        if starve_rule and not estimated and tau > 0 and len(sent) < k // 2:
             estimate_next = True  # stale tau starves the selection: the next step re-estimates
         residual = v
         for i in sent:

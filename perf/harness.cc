@@ -883,6 +883,9 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
         collective.bufferCounts(opts, sizes.back() / typeSize(opts.datatype), nRanks);
     if (opts.backend != Backend::kNccl && std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
       throw UsageError(strPrintf("-e %zu: more elements than an MPI count holds", opts.maxBytes));
+    if (opts.backend == Backend::kNccl && effectiveWire(opts) == spcclFloat8e4m3)
+      throw UsageError(std::string(opts.wireValueType ? "-V fp8" : "SPCCL_VALUE_TYPE=fp8") +
+                       ": fp8 wire values are host-only; the NCCL path sends fp32, fp16 or bf16 (docs/GPU.md)");
   } catch (const UsageError& error) {
     if (root) std::fprintf(stderr, "%s: %s\nRun with -h for the flags.\n", argv[0], error.what());
     return 2;

@@ -8,8 +8,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness.h"
 #include "spccl_nccl.h"
@@ -131,7 +133,10 @@ class NcclTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> makeNcclTransport(MPI_Comm comm, std::string* why) {
-  // Ranks on one host take its devices in local-rank order: NCCL runs one rank a device.
+  // Ranks on one host take its visible devices in local-rank order (a rank
+  // that sees one device, as under CUDA_VISIBLE_DEVICES per rank, takes it).
+  // NCCL runs one rank a GPU: two ranks of a host on the same GPU (by UUID)
+  // are refused here, before NCCL would fail inside ncclCommInitRank.
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm host;
@@ -140,21 +145,42 @@ std::unique_ptr<Transport> makeNcclTransport(MPI_Comm comm, std::string* why) {
   int localRanks = 1;
   MPI_Comm_rank(host, &localRank);
   MPI_Comm_size(host, &localRanks);
-  MPI_Comm_free(&host);
 
   int devices = 0;
+  int device = -1;
+  unsigned char uuid[16] = {};  // all zero: no device
   const cudaError_t counted = cudaGetDeviceCount(&devices);
-  if (counted != cudaSuccess) {
-    *why = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(counted) + ")";
+  if (counted != cudaSuccess || devices == 0) {
+    *why = std::string("no usable CUDA device (cudaGetDeviceCount: ") +
+           (counted != cudaSuccess ? cudaGetErrorString(counted) : "0 devices") + ")";
     (void)cudaGetLastError();
-  } else if (devices < localRanks) {
-    *why = std::to_string(localRanks) + " ranks on this host and " + std::to_string(devices) +
-           " CUDA device(s): NCCL needs one device per rank (run fewer ranks a host)";
+  } else {
+    device = localRank % devices;
+    cudaDeviceProp prop{};
+    const cudaError_t got = cudaGetDeviceProperties(&prop, device);
+    if (got != cudaSuccess) {
+      *why = "device " + std::to_string(device) + ": cudaGetDeviceProperties: " + cudaGetErrorString(got);
+    } else {
+      static_assert(sizeof prop.uuid == sizeof uuid, "a CUDA device UUID is 16 bytes");
+      std::memcpy(uuid, &prop.uuid, sizeof uuid);
+    }
+  }
+  std::vector<unsigned char> all(static_cast<size_t>(localRanks) * sizeof uuid);
+  MPI_Allgather(uuid, sizeof uuid, MPI_BYTE, all.data(), sizeof uuid, MPI_BYTE, host);
+  MPI_Comm_free(&host);
+  if (why->empty()) {
+    for (int other = 0; other < localRanks; ++other) {
+      if (other == localRank || std::memcmp(all.data() + other * sizeof uuid, uuid, sizeof uuid) != 0) continue;
+      *why = std::to_string(localRanks) + " ranks on this host and " + std::to_string(devices) +
+             " CUDA device(s) visible to this rank: it would share a GPU with local rank " + std::to_string(other) +
+             ", and NCCL needs one GPU a rank (run fewer ranks a host)";
+      break;
+    }
   }
   int ok = why->empty() ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
   if (!ok) return nullptr;
-  return std::make_unique<NcclTransport>(comm, localRank);
+  return std::make_unique<NcclTransport>(comm, device);
 }
 
 }  // namespace spccl::perf

@@ -44,7 +44,7 @@ struct spcclCompressor {
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
   // The next compressed call re-estimates tau whatever the schedule says: a
   // dense call sent the residual (tau was fitted to send + a full residual),
-  // or the stored tau selected fewer than starvedBelow() entries.
+  // or the stored tau of a committed call selected fewer than starvedBelow().
   bool estimateNext = false;
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
   double mergedPerRange = -1;  // measured by the last split call (same on every rank)
@@ -92,9 +92,10 @@ struct spcclCompressor {
   // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
   uint64_t selectCount() const;
   uint64_t pairCapacity() const;
-  // floor(k / capacityFactor): a stored (non-zero) tau that selects fewer
-  // finite entries than this has gone stale low (the input shrank since it was
-  // fitted), and the next call re-estimates it; the mirror of pairCapacity().
+  // floor(k / 2): a stored (non-zero) tau that selects fewer finite entries
+  // than this has gone stale low (the input shrank since it was fitted), and
+  // the next call re-estimates it. Not tied to capacityFactor: at factor 1
+  // that would re-estimate whenever a call selects other than exactly k.
   uint64_t starvedBelow() const;
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
   // at least 1; 0 when off (splitReselect 0 or no error feedback).
@@ -102,7 +103,9 @@ struct spcclCompressor {
 
  private:
   void ensureResidual();
-  spccl::Status select(const void* sendbuff, uint64_t* nnz);
+  // *starved: a stored tau selected fewer than starvedBelow() (the caller sets
+  // estimateNext once the call has committed).
+  spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* starved);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one. *trial: the index in

@@ -2,7 +2,7 @@
 //   v = send + residual; tau = |v| of the k-th largest finite entry, estimated
 //   exactly on the first call and every thresholdInterval calls (and whenever
 //   the stored tau would select more than capacityFactor*k entries; on the
-//   call after it selected fewer than k/capacityFactor); the rank
+//   call after it selected fewer than k/2); the rank
 //   sends v on S = {|v| >= tau, v != 0} plus every NaN/Inf; the residual keeps
 //   v outside S and the wire rounding inside S.
 #include <algorithm>
@@ -38,9 +38,7 @@ uint64_t spcclCompressor::pairCapacity() const {
   return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
 }
 
-uint64_t spcclCompressor::starvedBelow() const {
-  return static_cast<uint64_t>(std::floor(static_cast<double>(selectCount()) / config.capacityFactor));
-}
+uint64_t spcclCompressor::starvedBelow() const { return selectCount() / 2; }
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
@@ -62,7 +60,7 @@ void spcclCompressor::ensureResidual() {
   residual[1].resize(count);
 }
 
-Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
+Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starved) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const bool timing = autoTuning.timing;
@@ -125,7 +123,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     // fitted) is re-estimated by the next call; this call's unsent entries
     // wait in the residual. tau 0 (fewer non-zeros than k) already selects
     // every non-zero.
-    if (!estimated && tauKey != 0 && r.finiteSelected < starvedBelow()) estimateNext = true;
+    *starved = !estimated && tauKey != 0 && r.finiteSelected < starvedBelow();
     break;
   }
   if (timing) autoTuning.estimateSeconds = since(start) - lastPass;
@@ -286,11 +284,12 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
 
   uint64_t nnz = 0;
+  bool starved = false;
   if (algorithm != SPCCL_ALGO_DENSE) {
     using Clock = std::chrono::steady_clock;
     const bool timed = comm->params.profile;  // no clock reads unless SPCCL_PROFILE asked for them
     const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
-    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
+    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &starved));
     if (timed) profile.selection += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
@@ -307,12 +306,13 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
-  // The call is consistent on every rank: commit this call's residual. A call
-  // rejected above leaves the residual as it was.
+  // The call is consistent on every rank: commit this call's residual (and a
+  // starved tau's re-estimate). A call rejected above leaves both as they were.
   if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {
     current = 1 - current;
     residualZero = false;
   }
+  if (starved) estimateNext = true;
 
   spcclStats_t call{};
   call.calls = 1;

@@ -50,12 +50,11 @@ constexpr ParamSpec kParamSpecs[] = {
      "Fraction of entries a compressed allreduce keeps per call, in (0, 1]; 1 = exact.",
      [](Params* p, double v) { p->allreduceDensity = static_cast<float>(v); }},
     {"SPCCL_THRESHOLD_INTERVAL", ParamType::kInt, "1000", 1, 1e9, false, nullptr,
-     "Calls between exact re-estimations of the threshold tau (the first call always estimates; "
-     "SPCCL_CAPACITY_FACTOR says when a stale tau is re-estimated off the schedule).",
+     "Calls between exact re-estimations of the threshold tau (the first call always estimates, and so does "
+     "the call after one whose stored tau selected fewer than k/2 entries).",
      [](Params* p, double v) { p->thresholdInterval = static_cast<int>(v); }},
     {"SPCCL_CAPACITY_FACTOR", ParamType::kFloat, "2", 1, 1e6, false, nullptr,
-     "A call never sends more than this many times k entries; a stale tau that would is re-estimated in "
-     "that call, and one that selects fewer than k / this by the next call.",
+     "A call never sends more than this many times k entries; a stale tau that would is re-estimated.",
      [](Params* p, double v) { p->capacityFactor = static_cast<float>(v); }},
     {"SPCCL_ERROR_FEEDBACK", ParamType::kBool, "1", 0, 1, false, nullptr,
      "1: what a rank does not send (and wire rounding) stays in its residual for the next call.",

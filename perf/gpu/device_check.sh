@@ -168,13 +168,13 @@ fi
 
 bin=$build
 if [ "$mode" = cmake ]; then
-  targets=(kernel_bench)
+  # The perf binaries: -B nccl below, and ctest -L gpu's perf_allreduce_nccl_gpu_np1.
+  targets=(kernel_bench allreduce_perf alltoall_perf allgather_perf)
   [ "$tests" = ON ] && targets+=(spccl_gpu_tests)
   # The collectives end to end over NCCL (tests/gpu/nccl_collectives_test.cc):
   # built where CMake found NCCL (and MPI, which the library needs anyway).
   if grep -q "NCCL transport ON" "$logs/configure.log"; then
     targets+=(spccl_nccl)  # libspccl_nccl.so, for the unmodified-program run below
-    targets+=(allreduce_perf alltoall_perf allgather_perf)  # -B nccl, below
     [ "$tests" = ON ] && targets+=(nccl_interpose_symbols)
   fi
   if [ "$tests" = ON ] && grep -q "NCCL transport ON" "$logs/configure.log"; then

@@ -172,14 +172,15 @@ struct Config {
   int interval;
   size_t count;
   bool nonFinite;
-  bool shrink = false;  // fp32 input halved every call: a stored tau starves, the next call re-estimates
+  bool shrink = false;      // fp32 input halved every call: a stored tau starves, the next call re-estimates
+  bool mostlyZero = false;  // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
 };
 
 std::string describe(const Config& c) {
   return "type=" + std::to_string(c.type) + " wire=" + std::to_string(c.wire) + " op=" + std::to_string(c.op) +
          " algo=" + std::to_string(c.algorithm) + " ef=" + std::to_string(c.errorFeedback) +
          " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count) +
-         (c.shrink ? " shrinking" : "");
+         (c.shrink ? " shrinking" : "") + (c.mostlyZero ? " mostly zero" : "");
 }
 
 // Runs `calls` compressed allreduces of fresh data on the device comm and
@@ -222,6 +223,9 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
         f = std::ldexp(f, -call);
         std::memcpy(in.data() + 4 * i, &f, 4);
       }
+    if (cfg.mostlyZero)
+      for (size_t i = 0; i < cfg.count; ++i)
+        if (i % 512 != 0) std::memset(in.data() + i * elemBytes(cfg.type), 0, elemBytes(cfg.type));
     dSend.upload(in);
     ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, cfg.op, dc, stream)) << spcclGetLastError(dev);
     ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), cfg.op, hc, nullptr))
@@ -258,6 +262,10 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
       // rule ran (on both paths, as the per-call comparison above shows).
       EXPECT_GT(hs.thresholdUpdates, 2u) << "set-up: the shrinking input should re-estimate tau off the schedule";
     }
+    if (cfg.mostlyZero && cfg.interval > calls) {
+      // tau 0 selects every non-zero: never starved, estimated on call 0 only.
+      EXPECT_EQ(hs.thresholdUpdates, 1u);
+    }
   }
   EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
   EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
@@ -281,6 +289,11 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
     compareWithHost(dev_, host_, shrinking, 6, stream_, rank_, ranks_);
     if (HasFatalFailure()) return;
   }
+  // Fewer non-zeros than k: tau 0 (the record's tau key 0), never re-estimated off the schedule.
+  Config sparseInput{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 1000, 50001, false};
+  sparseInput.mostlyZero = true;
+  compareWithHost(dev_, host_, sparseInput, 4, stream_, rank_, ranks_);
+  if (HasFatalFailure()) return;
   for (spcclRedOp_t op : {spcclSum, spcclAvg})
     // (Not auto: the host's auto learns from its split calls, which the
     // device runs as allgather, so the two may choose differently.)

@@ -650,7 +650,7 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   }
 }
 
-// A stored tau that selects fewer than floor(k / capacityFactor) entries (the
+// A stored tau that selects fewer than floor(k / 2) entries (the
 // input shrank since tau was fitted) is re-estimated by the next call, not
 // thresholdInterval calls later. distinctMagnitudes' magnitudes are uniform
 // over (0, n] x 2^-17 and k is 1% of n, so tau sits near 0.99 n and input
@@ -660,7 +660,7 @@ TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   const size_t k = selectionSize(n, kDensity);  // 1311
-  const size_t starved = k / 2;                 // capacity factor 2
+  const size_t starved = k / 2;
   CompressorPtr c;
   ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
   const float scales[] = {1.0f, 0.998f, 0.993f, 0.993f, 0.993f};
