@@ -693,6 +693,56 @@ TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
   }
 }
 
+// The same rule with error feedback, where the residual makes the counts
+// depend on the data: the test reads the residual before each call, forms
+// v = input + residual as the library does (fp32), tracks the stored tau
+// itself, and predicts every call's estimate from the rule: scheduled (call
+// 0), the stored tau selecting more than 2k (re-estimated in the call), or
+// the previous call's stored tau selecting fewer than k/2. Inputs halve every
+// call, so some calls starve.
+TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
+  const int algorithm = GetParam();
+  const size_t n = size_t{1} << 16;
+  const size_t k = selectionSize(n, kDensity);
+  CompressorPtr c;
+  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 1), c));
+  std::vector<float> out(n), res(n), v(n);
+  float storedTau = 0.0f;
+  bool estimateNext = false;
+  uint64_t expectedUpdates = 0;
+  uint64_t offSchedule = 0;  // estimates the low-side rule caused
+  for (int call = 0; call < 10; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::vector<float> in = distinctMagnitudes(n, seedFor(83, rank_, static_cast<uint64_t>(call)), 0x1p-16f);
+    for (float& x : in) x = std::ldexp(x, -call);
+    ASSERT_TRUE(residual(c.get(), res));
+    for (size_t i = 0; i < n; ++i) v[i] = in[i] + res[i];
+    bool estimated = call == 0 || estimateNext;
+    if (estimateNext) ++offSchedule;
+    if (estimated) storedTau = kthLargestMagnitude(v, k);
+    std::vector<uint8_t> sel = selectionMask(v, storedTau);
+    uint64_t selected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+    if (!estimated && selected > 2 * k) {  // the high side: re-estimated in this call
+      estimated = true;
+      storedTau = kthLargestMagnitude(v, k);
+      sel = selectionMask(v, storedTau);
+      selected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+    }
+    if (estimated) ++expectedUpdates;
+    estimateNext = !estimated && storedTau != 0.0f && selected < k / 2;
+
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
+                             "spcclAllReduceCompressed"));
+    spcclStats_t s;
+    ASSERT_TRUE(stats(c.get(), s));
+    EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
+    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
+                                                      << storedTau;
+    EXPECT_EQ(s.lastSelected, selected);
+  }
+  EXPECT_TRUE(allRanks(offSchedule > 0)) << "set-up: halving inputs should starve some call's stored tau";
+}
+
 // tau 0 (fewer non-zeros than k) already selects every non-zero: however few
 // that is, nothing is re-estimated off the schedule.
 TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
