@@ -44,7 +44,7 @@ struct spcclCompressor {
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
   // The next compressed call re-estimates tau whatever the schedule says: a
   // dense call sent the residual (tau was fitted to send + a full residual),
-  // or the stored tau of a committed call selected fewer than starvedBelow().
+  // or the stored tau of a committed call starved its selection (starves()).
   bool estimateNext = false;
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
   double mergedPerRange = -1;  // measured by the last split call (same on every rank)
@@ -92,19 +92,24 @@ struct spcclCompressor {
   // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
   uint64_t selectCount() const;
   uint64_t pairCapacity() const;
-  // floor(k / 2): a stored (non-zero) tau that selects fewer finite entries
-  // than this has gone stale low (the input shrank since it was fitted), and
-  // the next call re-estimates it. Not tied to capacityFactor: at factor 1
-  // that would re-estimate whenever a call selects other than exactly k.
-  uint64_t starvedBelow() const;
+  // Whether this call estimates tau exactly: the first call and every
+  // thresholdInterval-th, or estimateNext (which it clears). The host and
+  // device paths both use it.
+  bool takeEstimateDue();
+  // Whether a call's selection starved: a stored (not just estimated),
+  // non-zero tau selected fewer than floor(k / 2) finite entries (the input
+  // shrank since it was fitted); the next call then re-estimates. Not tied to
+  // capacityFactor: at factor 1 that would re-estimate whenever a call
+  // selects other than exactly k. tau 0 already selects every non-zero.
+  bool starves(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected) const;
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
   // at least 1; 0 when off (splitReselect 0 or no error feedback).
   uint64_t splitKeepPerRange(int ranks) const;
 
  private:
   void ensureResidual();
-  // *starved: a stored tau selected fewer than starvedBelow() (the caller sets
-  // estimateNext once the call has committed).
+  // *starved: starves() for this selection (the caller sets estimateNext once
+  // the call has committed).
   spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* starved);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);

@@ -38,7 +38,15 @@ uint64_t spcclCompressor::pairCapacity() const {
   return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
 }
 
-uint64_t spcclCompressor::starvedBelow() const { return selectCount() / 2; }
+bool spcclCompressor::takeEstimateDue() {
+  const bool due = callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || estimateNext;
+  estimateNext = false;
+  return due;
+}
+
+bool spcclCompressor::starves(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected) const {
+  return !estimated && usedTauKey != 0 && finiteSelected < selectCount() / 2;
+}
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
@@ -80,10 +88,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
   comm->pairsFor(pairSlots, core::wireValueBytes(wire));
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
-  if (callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || estimateNext) {
+  if (takeEstimateDue()) {
     estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
     estimated = true;
-    estimateNext = false;
   }
   for (;;) {
     host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
@@ -119,11 +126,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
       continue;
     }
     *nnz = r.selected;
-    // A stored tau that starves the selection (the input shrank since it was
-    // fitted) is re-estimated by the next call; this call's unsent entries
-    // wait in the residual. tau 0 (fewer non-zeros than k) already selects
-    // every non-zero.
-    *starved = !estimated && tauKey != 0 && r.finiteSelected < starvedBelow();
+    // A stored tau that starves the selection is re-estimated by the next
+    // call; this call's unsent entries wait in the residual.
+    *starved = starves(estimated, tauKey, r.finiteSelected);
     break;
   }
   if (timing) autoTuning.estimateSeconds = since(start) - lastPass;

@@ -166,9 +166,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     SPCCL_RETURN_IF_ERROR(s.values.ensure(s.slots * vb));
   }
   bool estimated = false;
-  bool estimateNow =
-      sparse && (c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->estimateNext);
-  if (sparse) c->estimateNext = false;
+  bool estimateNow = sparse && c->takeEstimateDue();
   bool selectNow = sparse;
   std::vector<CallDescriptor>& all = c->comm->descriptors;  // the communicator's per-call scratch
   all.resize(static_cast<size_t>(p));
@@ -221,8 +219,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   // The call is consistent everywhere: commit the residual the pass wrote. A
   // stored tau that starved the selection is re-estimated by the next call
   // (the host compressor's rule, from this round's record).
-  if (sparse && !estimated && host[me].tauKey != 0 && host[me].counts.finiteSelected < c->starvedBelow())
-    c->estimateNext = true;
+  if (sparse && c->starves(estimated, host[me].tauKey, host[me].counts.finiteSelected)) c->estimateNext = true;
   if (sparse) ++c->callIndex;  // (the dense path counts its call itself)
   if (sparse && c->config.errorFeedback) s.current = 1 - s.current;
   call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
@@ -299,9 +296,7 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   uint32_t* myIdx = idxAll + static_cast<size_t>(me) * capacity;
   void* myVal = valAll + static_cast<size_t>(me) * capacity * vb;
 
-  const bool estimated =
-      c->callIndex % static_cast<uint64_t>(c->config.thresholdInterval) == 0 || c->estimateNext;
-  c->estimateNext = false;
+  const bool estimated = c->takeEstimateDue();
   if (estimated) SPCCL_RETURN_IF_ERROR(estimate(c, send, stream));
   SPCCL_CUDA_CHECK(cudaMemsetAsync(myIdx, 0xff, capacity * sizeof(uint32_t), stream));  // kPadIndex
   // In place: no pass is ever redone here, so one residual buffer serves.
