@@ -640,8 +640,7 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau))
         << "lastThreshold " << s.lastThreshold << ", expected " << storedTau
         << (update ? " (exact k-th largest |v|)" : " (tau stored at the last update)");
-    const std::vector<uint8_t> sel = selectionMask(in, storedTau);
-    const uint64_t expectedSelected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+    const uint64_t expectedSelected = selectedCount(in, storedTau);
     EXPECT_EQ(s.lastSelected, expectedSelected);
     EXPECT_LE(static_cast<double>(s.lastSelected), capacity * static_cast<double>(k));
     if (update) {
@@ -681,8 +680,7 @@ TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
     EXPECT_EQ(s.thresholdUpdates, updatesAfter[call]);
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
                                                       << storedTau;
-    const std::vector<uint8_t> sel = selectionMask(in, storedTau);
-    const uint64_t selected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+    const uint64_t selected = selectedCount(in, storedTau);
     EXPECT_EQ(s.lastSelected, selected);
     if (call == 1) {
       EXPECT_TRUE(allRanks(selected >= starved && selected < k)) << "set-up: stale but not starved, " << selected;
@@ -720,13 +718,11 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
     bool estimated = call == 0 || estimateNext;
     if (estimateNext) ++offSchedule;
     if (estimated) storedTau = kthLargestMagnitude(v, k);
-    std::vector<uint8_t> sel = selectionMask(v, storedTau);
-    uint64_t selected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+    uint64_t selected = selectedCount(v, storedTau);
     if (!estimated && selected > 2 * k) {  // the high side: re-estimated in this call
       estimated = true;
       storedTau = kthLargestMagnitude(v, k);
-      sel = selectionMask(v, storedTau);
-      selected = static_cast<uint64_t>(std::count(sel.begin(), sel.end(), 1));
+      selected = selectedCount(v, storedTau);
     }
     if (estimated) ++expectedUpdates;
     estimateNext = !estimated && storedTau != 0.0f && selected < k / 2;

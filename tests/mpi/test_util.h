@@ -496,6 +496,12 @@ inline std::vector<uint8_t> selectionMask(const std::vector<float>& v, float tau
   return s;
 }
 
+// |S| for the same rule.
+inline uint64_t selectedCount(const std::vector<float>& v, float tau) {
+  const std::vector<uint8_t> s = selectionMask(v, tau);
+  return static_cast<uint64_t>(std::count(s.begin(), s.end(), 1));
+}
+
 // ---------- issue 3: element access, MPI references, rows selection ----------
 
 // A value a C caller can pass but C++ may not static_cast to the enum (outside
