@@ -87,6 +87,11 @@ struct SelectArgs {
   uint32_t* indices;     // capacity slots
   void* values;          // capacity slots of the wire type
   SelectCounts* result;  // written when the pass is complete
+  // Experimental, off everywhere in the library until a device run shows it
+  // bit-exact and faster (perf/gpu/NOTES.md, item 1): residual stores of
+  // candidate-free rounds issued before the tile's look-back. tests/gpu checks
+  // both kernels against the host; kernel_bench times both in one run.
+  bool storeEarly = false;
 };
 
 // Scratch of one selectPack pass over n elements: per-tile prefix state for

@@ -62,6 +62,13 @@ __device__ __forceinline__ unsigned long long field(unsigned long long packed, i
   return (packed >> (16 * r)) & 0xffffu;
 }
 
+// No candidate among this thread's kVec elements of load round r.
+template <int kVec>
+__device__ __forceinline__ bool roundQuiet(uint32_t picks, int r) {
+  constexpr uint32_t kMask = kVec * 2 >= 32 ? 0xffffffffu : (1u << (2 * kVec)) - 1u;
+  return ((picks >> (2 * r * kVec)) & kMask) == 0u;
+}
+
 struct alignas(64) SelectState {
   unsigned long long generation;
   unsigned int tileCounter;
@@ -148,7 +155,27 @@ __device__ Counts lookBack(const Params& p, unsigned tile, unsigned long long ge
   }
 }
 
-template <class In, core::ValueType kWire>
+// One load round's residual: vector stores on full tiles, guarded scalar
+// stores on the last.
+template <int kVec>
+__device__ __forceinline__ void storeResidualRound(const Params& p, bool full, uint64_t e0, const float (&res)[kVec]) {
+  if (full) {
+    detail::storeF32<kVec, true>(p.residualOut + e0, res);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      if (e0 + j < p.n) p.residualOut[e0 + j] = res[j];
+  }
+}
+
+// kEarly (SelectArgs::storeEarly): warps 1-7 store the residual (= v) of
+// their load rounds without a candidate while warp 0 publishes the tile's
+// counts and looks back, instead of every warp waiting at the barrier with
+// all its stores still to issue; warp 0 and the rounds with a candidate
+// store after the barrier as before. Same bits either way, only the order of
+// the stores changes (every element was loaded before any store, so an
+// in-place residual is safe).
+template <class In, core::ValueType kWire, bool kEarly>
 __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) {
   using Raw = typename In::Raw;
   constexpr int kVec = In::kVec;
@@ -257,8 +284,21 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       }
     }
     if (lead) sPrefix = prefix;
+  } else if constexpr (kEarly) {
+    // Warps 1-7 store their candidate-free rounds while warp 0 looks back.
+    if (p.residualOut != nullptr) {
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) {
+        if (!roundQuiet<kVec>(picks, r)) continue;
+        float x[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) x[j] = v[r * kVec + j];
+        storeResidualRound<kVec>(p, full, base + (static_cast<uint64_t>(r) * kThreads + threadIdx.x) * kVec, x);
+      }
+    }
   }
   __syncthreads();
+  const bool storedEarly = kEarly && threadIdx.x >= 32;  // the quiet rounds, above
 
   // Every element's residual defaults to v; the candidates (rare) are
   // visited through a bit mask, so the packing code exists once per round
@@ -310,15 +350,8 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       for (int q = 0; q < kVec; ++q)
         if (q == jj) res[q] = out;
     }
-    if (p.residualOut != nullptr) {
-      if (full) {
-        detail::storeF32<kVec, true>(p.residualOut + e0, res);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j)
-          if (e0 + j < p.n) p.residualOut[e0 + j] = res[j];
-      }
-    }
+    if (p.residualOut != nullptr && !(storedEarly && roundQuiet<kVec>(picks, r)))
+      storeResidualRound<kVec>(p, full, e0, res);
     roundA += field(total.a, r);
     roundT += field(total.t, r);
   }
@@ -394,8 +427,12 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
                (a.residualOut == nullptr || detail::aligned16(a.residualOut))};
   detail::withLoader(a.inType, [&](auto in) {
     detail::withWire(a.wireType, [&](auto wire) {
-      selectPackKernel<decltype(in), decltype(wire)::value>
-          <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+      if (a.storeEarly)
+        selectPackKernel<decltype(in), decltype(wire)::value, true>
+            <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+      else
+        selectPackKernel<decltype(in), decltype(wire)::value, false>
+            <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
     });
   });
   SPCCL_CUDA_CHECK_LAUNCH();

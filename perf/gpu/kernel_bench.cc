@@ -11,6 +11,7 @@
 // Bytes counted (each input read once, each output written once):
 //   copy       4n read + 4n written
 //   selectPack send 4n + residual 4n read, residual 4n written, pairs 8 B each written
+//              (selectEarly: the same kernel with SelectArgs::storeEarly, same bytes)
 //   threshold  3 passes x (send 4n + residual 4n) read (what the kernel streams)
 //   unpack     pairs 8 B each read, accumulator 4 B read + 4 B written per pair
 //   rowTopK    rows 4n read, positions 4 B x kept + counts 4 B x rows written
@@ -207,8 +208,17 @@ int main(int argc, char** argv) {
     a.indices = idx;
     a.values = val;
     a.result = counts;
-    const double selMs =
-        medianMs([&] { CHECK_STATUS(cuda::selectPack(a, selWs, selWsBytes, stream)); }, opt.iters, stream);
+    // Both kernels (SelectArgs::storeEarly off and on, perf/gpu/NOTES.md item 1),
+    // alternated twice, the better median of each kept.
+    double selMs = 1e30, earlyMs = 1e30;
+    for (int round = 0; round < 2; ++round)
+      for (bool early : {false, true}) {
+        a.storeEarly = early;
+        const double ms =
+            medianMs([&] { CHECK_STATUS(cuda::selectPack(a, selWs, selWsBytes, stream)); }, opt.iters, stream);
+        (early ? earlyMs : selMs) = std::min(early ? earlyMs : selMs, ms);
+      }
+    a.storeEarly = false;
     CHECK_CUDA(cudaStreamSynchronize(stream));
     const cuda::SelectCounts sc = download(counts, 1)[0];
     const uint64_t pairs = std::min<uint64_t>(sc.selected, capacity);
@@ -234,7 +244,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamSynchronize(stream));
 
     // Checks against kernels/host.
-    std::string selCheck = "skipped", thrCheck = "skipped", topkCheck = "skipped";
+    std::string selCheck = "skipped", earlyCheck = "skipped", thrCheck = "skipped", topkCheck = "skipped";
     if (opt.check) {
       const std::vector<float> hSend = download(send, n), hRes = download(resIn, n);
       std::vector<uint32_t> scratch(n);
@@ -242,9 +252,6 @@ int main(int argc, char** argv) {
                                                                  &scratch);
       const cuda::ThresholdOut dt = download(thr, 1)[0];
       thrCheck = dt.tauKey == ht.tauKey && dt.above == ht.above && dt.finite == ht.finite ? "ok" : "MISMATCH";
-      // selectPack's outputs from its last timed run.
-      CHECK_STATUS(cuda::selectPack(a, selWs, selWsBytes, stream));
-      CHECK_CUDA(cudaStreamSynchronize(stream));
       std::vector<float> hOut(n);
       std::vector<uint32_t> hIdx(capacity);
       std::vector<float> hVal(capacity);
@@ -252,37 +259,48 @@ int main(int argc, char** argv) {
       host::SelectArgs ha{hSend.data(), spcclFloat32, hRes.data(), hOut.data(), n, ht.tauKey, budget, capacity,
                           core::ValueType::kFloat32, hIdx.data(), hVal.data()};
       const host::SelectResult hr = host::selectPack(ha);
-      const cuda::SelectCounts dc = download(counts, 1)[0];
-      bool ok = dc.selected == hr.selected && dc.finiteSelected == hr.finiteSelected;
-      const uint64_t m = std::min<uint64_t>(hr.selected, capacity);
-      if (ok) {
-        const std::vector<uint32_t> dIdx = download(idx, m);
-        const std::vector<float> dVal = download(val, m);
-        ok = std::equal(dIdx.begin(), dIdx.end(), hIdx.begin()) &&
-             std::equal(dVal.begin(), dVal.end(), hVal.begin(), sameBitsOrNaN);
-      }
-      if (ok) {
-        const std::vector<float> dOut = download(resOut, n);
-        ok = std::equal(dOut.begin(), dOut.end(), hOut.begin(), sameBitsOrNaN);
-      }
-      selCheck = ok ? "ok" : "MISMATCH";
+      // Each kernel's outputs from a fresh pass (the residual out poisoned first).
+      const auto selectMatches = [&](bool early) {
+        CHECK_CUDA(cudaMemsetAsync(resOut, 0xa5, n * sizeof(float), stream));
+        a.storeEarly = early;
+        CHECK_STATUS(cuda::selectPack(a, selWs, selWsBytes, stream));
+        a.storeEarly = false;
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        const cuda::SelectCounts dc = download(counts, 1)[0];
+        bool same = dc.selected == hr.selected && dc.finiteSelected == hr.finiteSelected;
+        const uint64_t m = std::min<uint64_t>(hr.selected, capacity);
+        if (same) {
+          const std::vector<uint32_t> dIdx = download(idx, m);
+          const std::vector<float> dVal = download(val, m);
+          same = std::equal(dIdx.begin(), dIdx.end(), hIdx.begin()) &&
+                 std::equal(dVal.begin(), dVal.end(), hVal.begin(), sameBitsOrNaN);
+        }
+        if (same) {
+          const std::vector<float> dOut = download(resOut, n);
+          same = std::equal(dOut.begin(), dOut.end(), hOut.begin(), sameBitsOrNaN);
+        }
+        return same;
+      };
+      selCheck = selectMatches(false) ? "ok" : "MISMATCH";
+      earlyCheck = selectMatches(true) ? "ok" : "MISMATCH";
       // Top-k: the first rows.
       const uint64_t checkRows = std::min<uint64_t>(nRows, 2000);
       const std::vector<uint32_t> dCounts = download(rowCounts, checkRows);
       const std::vector<uint32_t> dPos = download(rowPos, checkRows * keep);
       std::vector<uint32_t> pos(rowLen);
       std::vector<uint64_t> rankScratch(rowLen);
-      ok = true;
+      bool ok = true;
       for (uint64_t r = 0; r < checkRows && ok; ++r) {
         const uint32_t c = host::selectRowTopK(hSend.data() + r * rowLen, spcclFloat32, rowLen, keep, pos.data(),
                                                rankScratch.data());
         ok = c == dCounts[r] && std::equal(pos.begin(), pos.begin() + std::min(c, keep), dPos.begin() + r * keep);
       }
       topkCheck = ok ? "ok" : "MISMATCH";
-      allOk = allOk && selCheck == "ok" && thrCheck == "ok" && topkCheck == "ok";
+      allOk = allOk && selCheck == "ok" && earlyCheck == "ok" && thrCheck == "ok" && topkCheck == "ok";
     }
 
     rows.push_back({"selectPack", n, selMs, 12.0 * n + 8.0 * static_cast<double>(pairs), copyGbs, selCheck});
+    rows.push_back({"selectEarly", n, earlyMs, 12.0 * n + 8.0 * static_cast<double>(pairs), copyGbs, earlyCheck});
     rows.push_back({"threshold", n, thrMs, 24.0 * n, copyGbs, thrCheck});
     rows.push_back({"unpack", n, unpackMs, 16.0 * static_cast<double>(pairs), copyGbs, "-"});
     rows.push_back({"rowTopK", n, topkMs, 4.0 * n + 4.0 * static_cast<double>(nRows) * (keep + 1), copyGbs,

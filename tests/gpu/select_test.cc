@@ -172,15 +172,16 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
   const host::SelectResult hr = host::selectPack(ha);
   const std::vector<float>& hostResult = c.res == ResMode::kInPlace ? hostRes : hostOut;
 
-  // Device, twice (the second pass reuses the workspace the first left).
+  // Device, twice with each kernel (SelectArgs::storeEarly off, then on);
+  // every pass after the first reuses the workspace the one before left.
   DeviceBuffer<unsigned char> send((n + c.offset) * esize);
   DeviceBuffer<float> resIn(n + c.offset), resOut(n + c.offset);
   DeviceBuffer<uint32_t> idx(capacity);
   DeviceBuffer<unsigned char> val(capacity * vb);
   DeviceBuffer<cuda::SelectCounts> counts(1);
   CUDA_ASSERT(cudaMemcpy(send.get() + c.offset * esize, in.send.data(), n * esize, cudaMemcpyHostToDevice));
-  for (int pass = 0; pass < 2; ++pass) {
-    SCOPED_TRACE("pass " + std::to_string(pass));
+  for (int pass = 0; pass < 4; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass) + (pass >= 2 ? " (storeEarly)" : ""));
     if (hasIn) {
       CUDA_ASSERT(cudaMemcpy(resIn.get() + c.offset, in.residual.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
@@ -206,6 +207,7 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
     da.indices = capacity ? idx.get() : nullptr;
     da.values = capacity ? val.get() : nullptr;
     da.result = counts.get();
+    da.storeEarly = pass >= 2;
     STATUS_ASSERT(cuda::selectPack(da, w.ws.get(), w.ws.bytes(), nullptr));
     SYNC_ASSERT();
 
