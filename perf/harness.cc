@@ -861,6 +861,52 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
   std::fprintf(file, "\n  ]\n}\n");
 }
 
+// "rank 3", "ranks 0-3", "ranks 0,2,5-7": ranks ascending.
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ',';
+    out += std::to_string(ranks[i]);
+    if (j > i) out += '-' + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Each rank's reason (empty: none) gathered to rank 0, which prints every
+// distinct reason once with the ranks that gave it, so that 8 ranks without
+// a GPU say so in one line, not eight. Collective over `comm`.
+void reportReasons(MPI_Comm comm, const std::string& why, const char* program, const char* what) {
+  int rank = 0, nRanks = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &nRanks);
+  const int length = static_cast<int>(why.size());
+  std::vector<int> lengths(rank == 0 ? nRanks : 0), offsets(rank == 0 ? nRanks : 0);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm);
+  int total = 0;
+  for (int r = 0; r < static_cast<int>(lengths.size()); ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Gatherv(why.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, comm);
+  if (rank != 0) return;
+  std::vector<std::pair<std::string, std::vector<int>>> distinct;  // in order of the first rank to give each
+  for (int r = 0; r < nRanks; ++r) {
+    if (lengths[r] == 0) continue;
+    std::string reason = all.substr(offsets[r], lengths[r]);
+    auto same = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == reason; });
+    if (same == distinct.end())
+      distinct.push_back({std::move(reason), {r}});
+    else
+      same->second.push_back(r);
+  }
+  for (const auto& [reason, ranks] : distinct)
+    std::fprintf(stderr, "%s: %s: %s: %s\n", program, rankList(ranks).c_str(), what, reason.c_str());
+}
+
 struct FileCloser {
   void operator()(std::FILE* file) const { std::fclose(file); }
 };
@@ -908,11 +954,10 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
 #if SPCCL_PERF_WITH_NCCL
     transport = makeNcclTransport(MPI_COMM_WORLD, &why);
 #else
-    if (root) why = "this build has no NCCL (SPCCL_WITH_NCCL=OFF: CMake found no CUDA toolkit with NCCL)";
+    why = "this build has no NCCL (SPCCL_WITH_NCCL=OFF: CMake found no CUDA toolkit with NCCL)";
 #endif
     if (transport == nullptr) {
-      if (!why.empty())
-        std::fprintf(stderr, "%s: rank %d: -B nccl: %s\n", argv[0], rank, why.c_str());
+      reportReasons(MPI_COMM_WORLD, why, argv[0], "-B nccl");
       return 2;
     }
   }

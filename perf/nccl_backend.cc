@@ -171,9 +171,10 @@ std::unique_ptr<Transport> makeNcclTransport(MPI_Comm comm, std::string* why) {
   if (why->empty()) {
     for (int other = 0; other < localRanks; ++other) {
       if (other == localRank || std::memcmp(all.data() + other * sizeof uuid, uuid, sizeof uuid) != 0) continue;
+      // Worded alike on every rank that shares, so rank 0 prints it once for all of them.
       *why = std::to_string(localRanks) + " ranks on this host and " + std::to_string(devices) +
-             " CUDA device(s) visible to this rank: it would share a GPU with local rank " + std::to_string(other) +
-             ", and NCCL needs one GPU a rank (run fewer ranks a host)";
+             " CUDA device(s) visible: ranks would share a GPU, and NCCL needs one GPU a rank (run fewer "
+             "ranks a host, or give each its own device)";
       break;
     }
   }
