@@ -376,6 +376,6 @@ fi
 say "summary ($mode build, total $(($(date +%s) - start)) s)"
 for line in "${summary[@]}"; do echo "  $line"; done
 echo
-grep -E "^# kernel_bench|^kernel |^d2d copy|^selectPack|^selectEarly|^threshold|^unpack|^rowTopK|differs" "$logs/bench.log" ||
+grep -E "^# kernel_bench|^kernel |^d2d copy|^select(Pack|Early)|^threshold|^unpack|^rowTopK|differs" "$logs/bench.log" ||
   tail -20 "$logs/bench.log"
 exit $status
