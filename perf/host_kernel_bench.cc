@@ -5,9 +5,10 @@
 // on the device (each input read once, each output written once):
 //   memcpy      4n read + 4n written
 //   selectPack  send 4n + residual 4n read, residual 4n written, pairs 8 B each written
-//   threshold   send 4n + residual 4n read once (what one pass must stream)
+//   threshold   send 4n + residual 4n read once (what one pass must stream); radix: the same
+//               estimate by the two-pass radix select alone (its fallback), same bytes
 //   rowTopK     send 4n read (the positions it writes are not counted); also in ns an element
-// Median of --iters rounds after one warm-up, the three interleaved; tau is the exact k-th largest
+// Median of --iters rounds after one warm-up, all interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
 //   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]
 #include <algorithm>
@@ -95,12 +96,16 @@ int main(int argc, char** argv) {
       kept += spccl::host::selectRowTopK(send.data() + r * rowLen, spcclFloat32, rowLen, rowKeep, positions.data(),
                                          rowScratch.data());
   };
-  std::vector<double> tCopies, tSelects, tThresholds, tRows;
+  spccl::host::ThresholdResult radix = thr;
+  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows;
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
     tThresholds.push_back(seconds([&] {
       thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
+    }));
+    tRadix.push_back(seconds([&] {
+      radix = spccl::host::kthLargestMagnitudeRadix(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
     }));
     tRows.push_back(seconds(rowTopK));
   }
@@ -119,6 +124,7 @@ int main(int argc, char** argv) {
   row("memcpy", tCopy, copyBytes);
   row("selectPack", tSelect, selectBytes);
   row("threshold", tThreshold, thresholdBytes);
+  row("radix", median(tRadix), thresholdBytes);
   const double tRow = median(tRows);
   row("rowTopK", tRow, 4.0 * static_cast<double>(rows) * rowLen);
   std::printf("# rowTopK: %zu rows of %u, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowKeep,
@@ -126,5 +132,7 @@ int main(int argc, char** argv) {
   std::printf("# selectPack selected %llu pairs (k %llu)\n", static_cast<unsigned long long>(sel.selected),
               static_cast<unsigned long long>(k));
   const bool rowsOk = kept == rows * std::min(rowKeep, rowLen);  // Gaussian rows: no NaN/Inf beyond keep
-  return sel.selected >= k && sel.selected <= indices.size() && rowsOk ? 0 : 1;
+  const bool thresholdsAgree = thr.tauKey == radix.tauKey && thr.above == radix.above && thr.finite == radix.finite;
+  if (!thresholdsAgree) std::printf("# threshold and radix disagree\n");
+  return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree ? 0 : 1;
 }

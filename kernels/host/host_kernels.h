@@ -67,11 +67,19 @@ struct ThresholdResult {
   uint64_t finite;     // finite entries
 };
 
-// Exact k-th largest |v| over finite entries, v = send + residual (radix
-// select). `scratch` receives the candidates of one bucket: grown (never
-// shrunk) to that bucket's count, at most n.
+// Exact k-th largest |v| over finite entries, v = send + residual. From 2^16
+// elements one pass collects the keys at or above a floor that a strided
+// sample of the keys places under tau, and nth_element ranks those; where
+// the sample misleads (too few or too many collected) the radix select below
+// runs instead. Either way the result is the same exact one. `scratch`
+// receives the candidates: grown (never shrunk), at most n.
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                     uint64_t k, std::vector<uint32_t>* scratch);
+// The radix select alone (two passes: a histogram of the keys' top 16 bits,
+// then the one bucket holding tau): kthLargestMagnitude's fallback, exposed
+// for the benchmark and the tests that compare the two.
+ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inType, const float* residual, size_t n,
+                                         uint64_t k, std::vector<uint32_t>* scratch);
 
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every

@@ -130,6 +130,32 @@ std::vector<Dataset> thresholdDatasets() {
     d.push_back({"radix_bucket_edge", edge, {}});
   }
   d.push_back({"large", randomNormal(g, 100000), randomNormal(g, 100000, 0.01f)});
+  // From 65536 elements a strided sample places a floor under tau first
+  // (kernels/host, sampledSelect). n = 2^17: the sample reads every 16th
+  // element from the 8th (i % 16 == 8). Data that fools it must still give
+  // the exact answer, through the radix select.
+  {
+    const size_t n = size_t{1} << 17;
+    const auto sampled = [](size_t i) { return i % 16 == 8; };
+    std::vector<float> spikes = randomNormal(g, n, 0.001f), misses = randomNormal(g, n, 100.0f);
+    std::vector<float> nanOutside(n, kNaN), mostlyZero(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) {
+      if (sampled(i)) {
+        spikes[i] *= 100000.0f;          // the sample sees only the spikes: its floor is too high
+        misses[i] *= 0.00001f;           // the sample sees only small values: its floor is too low
+        nanOutside[i] = static_cast<float>(g() % 1000) - 500.0f;  // finite only where sampled
+      }
+      if (g() % 100 == 0) mostlyZero[i] = static_cast<float>(static_cast<int>(g() % 2001) - 1000);
+    }
+    d.push_back({"sampled_sees_only_spikes", spikes, {}});
+    d.push_back({"sampled_misses_the_large", misses, {}});
+    d.push_back({"sampled_nonfinite_elsewhere", nanOutside, {}});
+    d.push_back({"sampled_mostly_zero", mostlyZero, {}});
+    std::vector<float> nf = randomNormal(g, n);
+    sprinkleNonFinite(g, nf, 0.01);
+    d.push_back({"sampled_nonfinite_residual_ties", nf, randomTies(g, n, 0.25f)});
+    d.push_back({"sampled_ties", randomTies(g, n), {}});
+  }
   return d;
 }
 
@@ -161,6 +187,12 @@ TEST(KthLargestMagnitude, MatchesFullSort) {
                                                             << want.tau;
         ASSERT_EQ(got.finite, want.finite);
         ASSERT_EQ(got.above, want.above);
+        // The radix select alone (the sampled pass's fallback) gives the same.
+        const host::ThresholdResult radix =
+            host::kthLargestMagnitudeRadix(in.data(), t, res ? res->data() : nullptr, v.size(), k, &scratch);
+        ASSERT_EQ(radix.tauKey, got.tauKey);
+        ASSERT_EQ(radix.finite, got.finite);
+        ASSERT_EQ(radix.above, got.above);
         ++checked;
       }
     }
