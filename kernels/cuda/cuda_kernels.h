@@ -150,8 +150,16 @@ Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst, 
 // how many (always the full count). Positions past posStride are not
 // written: posStride >= rowLen always suffices, posStride >= keep when the
 // rows hold fewer than `keep` NaN/Inf each. One block per row.
+// kRadix: an 8-bit radix select over the 64-bit ranks (the measured kernel).
+// kFloorFirst (experimental, off everywhere in the library until a device run
+// shows it bit-exact and faster: perf/gpu/NOTES.md item 3): the host's floor
+// under the kept keys first, the few keys reaching it ranked pairwise in
+// shared memory, the radix select only for rows where that does not apply.
+// tests/gpu checks both against the host; kernel_bench times both.
+enum class RowTopKMethod { kRadix, kFloorFirst };
 Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
-                      uint32_t* positions, uint32_t posStride, uint32_t* counts, cudaStream_t stream);
+                      uint32_t* positions, uint32_t posStride, uint32_t* counts, cudaStream_t stream,
+                      RowTopKMethod method = RowTopKMethod::kRadix);
 
 // offsets[r] = counts[0] + ... + counts[r-1], for r = 0..nRows (nRows + 1 entries).
 size_t rowOffsetsWorkspaceBytes(uint64_t nRows);

@@ -23,11 +23,27 @@ namespace {
 
 constexpr uint32_t kSharedKeys = 8192;  // 32 KiB of keys per block
 constexpr int kRadix = 256;
+constexpr unsigned kFloorCandidates = 512;  // RowTopKMethod::kFloorFirst: ranks compared pairwise at most
 
-template <class In, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-    rowTopKKernel(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen, uint32_t keep, uint32_t* positions,
-                  uint32_t posStride, uint32_t* counts, bool keysInShared) {
+struct MinOp {
+  __device__ __forceinline__ unsigned operator()(unsigned a, unsigned b) const { return a < b ? a : b; }
+};
+
+// kFloor (RowTopKMethod::kFloorFirst, experimental): before the radix
+// select, the host's floor (host::selectRowTopK): the smallest of the
+// largest keys of `keep` blocks of the row. Those `keep` maxima are distinct
+// entries at or above it, so the keep-th largest rank and every rank above
+// it have keys at or above the floor. The keys that reach it (about 2.5 x
+// keep in a Gaussian row) go to shared memory, and the candidate outranked
+// by exactly keep - 1 others is the threshold: one pass, one pairwise count
+// over a few hundred ranks, instead of eight digit passes with a barrier and
+// a scan each. Rows with more NaN/Inf than `keep`, rows whose keys are not
+// in shared memory, and rows with more than kFloorCandidates candidates
+// (ties) take the radix select as before.
+template <class In, int kThreads, bool kFloor>
+__device__ __forceinline__ void rowTopKBody(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen,
+                                            uint32_t keep, uint32_t* positions, uint32_t posStride, uint32_t* counts,
+                                            bool keysInShared) {
   constexpr int kDigitsPer = kRadix / kThreads;
   constexpr int kOutPer = kThreads >= 256 ? 4 : 8;  // positions per thread per output chunk
   using Reduce = cub::BlockReduce<unsigned, kThreads>;
@@ -40,6 +56,9 @@ __global__ void __launch_bounds__(kThreads)
   } temp;
   __shared__ unsigned sN, sRemaining;
   __shared__ unsigned long long sPrefix;
+  __shared__ unsigned long long sCand[kFloor ? kFloorCandidates : 1];
+  __shared__ unsigned sFloor, sM;
+  __shared__ unsigned long long sThreshold;
 
   for (uint64_t row = blockIdx.x; row < nRows; row += gridDim.x) {
     const typename In::Raw* x = rows + row * rowLen;
@@ -66,7 +85,47 @@ __global__ void __launch_bounds__(kThreads)
     // 63 significant bits, 8 at a time; after the key's four digits only the
     // entries tied with the n-th largest key are still counted.
     unsigned long long threshold = 0;  // n == rowLen: everything
-    if (n < rowLen) {
+    bool found = n >= rowLen;
+    if constexpr (kFloor) {
+      if (!found && keysInShared && n == keep) {  // n == keep: at most keep NaN/Inf
+        unsigned floorKey = 0xffffffffu;
+        for (uint32_t b = threadIdx.x; b < keep; b += kThreads) {
+          const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
+          const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
+          unsigned largest = 0;
+          for (uint32_t i = begin; i < end; ++i) largest = sKeys[i] > largest ? sKeys[i] : largest;
+          floorKey = largest < floorKey ? largest : floorKey;
+        }
+        floorKey = Reduce(temp.reduce).Reduce(floorKey, MinOp{});
+        if (threadIdx.x == 0) {
+          sFloor = floorKey;
+          sM = 0;
+        }
+        __syncthreads();
+        const unsigned fk = sFloor;
+        for (uint32_t i = threadIdx.x; i < rowLen; i += kThreads) {
+          const uint32_t key = sKeys[i];
+          if (key >= fk) {
+            const unsigned slot = atomicAdd(&sM, 1u);
+            if (slot < kFloorCandidates) sCand[slot] = core::rowRank(key, i);
+          }
+        }
+        __syncthreads();
+        const unsigned m = sM;
+        if (m <= kFloorCandidates) {  // the same on every thread
+          for (unsigned c = threadIdx.x; c < m; c += kThreads) {
+            const unsigned long long rank = sCand[c];
+            unsigned higher = 0;
+            for (unsigned t = 0; t < m; ++t) higher += sCand[t] > rank;
+            if (higher == n - 1) sThreshold = rank;  // ranks are unique: exactly one
+          }
+          __syncthreads();
+          threshold = sThreshold;
+          found = true;
+        }
+      }
+    }
+    if (!found) {
       unsigned long long prefix = 0;
       unsigned remaining = n;
 #pragma unroll 1
@@ -124,6 +183,22 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();  // temp.scan is reused by the next chunk
     }
   }
+}
+
+template <class In, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    rowTopKKernel(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen, uint32_t keep, uint32_t* positions,
+                  uint32_t posStride, uint32_t* counts, bool keysInShared) {
+  rowTopKBody<In, kThreads, false>(rows, nRows, rowLen, keep, positions, posStride, counts, keysInShared);
+}
+
+// The 64-thread floor kernel has a register budget of its own (ptxas held it
+// to 32 registers and spilled 8 bytes): at least 16 blocks an SM, so up to 64.
+template <class In, int kThreads>
+__global__ void __launch_bounds__(kThreads, kThreads == 64 ? 16 : 1)
+    rowTopKFloorKernel(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                       uint32_t* positions, uint32_t posStride, uint32_t* counts, bool keysInShared) {
+  rowTopKBody<In, kThreads, true>(rows, nRows, rowLen, keep, positions, posStride, counts, keysInShared);
 }
 
 template <int kWarpsPerBlock>
@@ -221,7 +296,8 @@ size_t scanTempBytes(uint64_t nRows) {
 }  // namespace
 
 Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
-                      uint32_t* positions, uint32_t posStride, uint32_t* counts, cudaStream_t stream) {
+                      uint32_t* positions, uint32_t posStride, uint32_t* counts, cudaStream_t stream,
+                      RowTopKMethod method) {
   if (!detail::isFloatInput(type)) return invalidArgument("selectRowsTopK: type must be fp32/fp16/bf16");
   if (nRows == 0) return Status::ok();
   if (counts == nullptr || (rowLen > 0 && rows == nullptr) || (posStride > 0 && positions == nullptr))
@@ -231,12 +307,21 @@ Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, ui
   detail::withLoader(type, [&](auto in) {
     using In = decltype(in);
     const auto* r = static_cast<const typename In::Raw*>(rows);
-    if (rowLen <= 512) {
-      rowTopKKernel<In, 64><<<detail::gridFor(nRows, 1, 32), 64, smem, stream>>>(r, nRows, rowLen, keep, positions,
-                                                                                  posStride, counts, keysInShared);
+    const bool small = rowLen <= 512;
+    const unsigned grid = small ? detail::gridFor(nRows, 1, 32) : detail::gridFor(nRows, 1, 8);
+    if (method == RowTopKMethod::kFloorFirst) {
+      if (small)
+        rowTopKFloorKernel<In, 64><<<grid, 64, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts,
+                                                              keysInShared);
+      else
+        rowTopKFloorKernel<In, 256><<<grid, 256, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride,
+                                                                counts, keysInShared);
+    } else if (small) {
+      rowTopKKernel<In, 64><<<grid, 64, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts,
+                                                       keysInShared);
     } else {
-      rowTopKKernel<In, 256><<<detail::gridFor(nRows, 1, 8), 256, smem, stream>>>(r, nRows, rowLen, keep, positions,
-                                                                                  posStride, counts, keysInShared);
+      rowTopKKernel<In, 256><<<grid, 256, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts,
+                                                         keysInShared);
     }
   });
   SPCCL_CUDA_CHECK_LAUNCH();

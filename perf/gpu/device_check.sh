@@ -6,7 +6,7 @@
 #      with nvcc, since only the library itself needs MPI);
 #   2. tests/gpu (ctest -L gpu), when GoogleTest is installed;
 #   3. perf/gpu/kernel_bench: selectPack (both kernels, storeEarly off and
-#      on), threshold, unpack, row top-k at
+#      on), threshold, unpack, row top-k (radix and floor-first) at
 #      16, 64 and 256 Mi floats against a device-to-device copy, each size
 #      also checked bit-exact against kernels/host;
 #      plus, in the CMake build with NCCL, the spccl collectives end to end
@@ -376,6 +376,6 @@ fi
 say "summary ($mode build, total $(($(date +%s) - start)) s)"
 for line in "${summary[@]}"; do echo "  $line"; done
 echo
-grep -E "^# kernel_bench|^kernel |^d2d copy|^select(Pack|Early)|^threshold|^unpack|^rowTopK|differs" "$logs/bench.log" ||
+grep -E "^# kernel_bench|^kernel |^d2d copy|^select(Pack|Early)|^threshold|^unpack|^row(TopK|Floor)|differs" "$logs/bench.log" ||
   tail -20 "$logs/bench.log"
 exit $status

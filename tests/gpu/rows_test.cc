@@ -1,4 +1,5 @@
-// DCT-MP rows on the device: cuda::selectRowsTopK against host::selectRowTopK
+// DCT-MP rows on the device: cuda::selectRowsTopK (both kernels: the radix
+// select and the experimental floor-first one) against host::selectRowTopK
 // row by row (same counts, same ascending positions), then the offsets,
 // compaction, gather and scatter against the alltoall host path's loops.
 #include <algorithm>
@@ -57,18 +58,22 @@ void checkRows(const RowsCase& c, std::mt19937_64& g) {
   DeviceBuffer<unsigned char> dData(total * es);
   DeviceBuffer<uint32_t> dPos(total), dCounts(c.rows);
   CUDA_ASSERT(dData.upload(data));
-  CUDA_ASSERT(dPos.poison());
-  CUDA_ASSERT(dCounts.poison());
-  STATUS_ASSERT(cuda::selectRowsTopK(dData.get(), c.type, c.rows, c.rowLen, c.keep, dPos.get(), c.rowLen,
-                                     dCounts.get(), nullptr));
-  SYNC_ASSERT();
-  std::vector<uint32_t> counts, pos;
-  CUDA_ASSERT(dCounts.download(counts));
-  CUDA_ASSERT(dPos.download(pos));
-  for (uint64_t r = 0; r < c.rows; ++r) {
-    ASSERT_EQ(counts[r], hCounts[r]) << "row " << r;
-    for (uint32_t j = 0; j < counts[r]; ++j)
-      ASSERT_EQ(pos[r * c.rowLen + j], hPos[r * c.rowLen + j]) << "row " << r << " entry " << j;
+  // Both kernels (the radix select last: the steps below use its output).
+  for (cuda::RowTopKMethod method : {cuda::RowTopKMethod::kFloorFirst, cuda::RowTopKMethod::kRadix}) {
+    SCOPED_TRACE(method == cuda::RowTopKMethod::kRadix ? "radix" : "floor first");
+    CUDA_ASSERT(dPos.poison());
+    CUDA_ASSERT(dCounts.poison());
+    STATUS_ASSERT(cuda::selectRowsTopK(dData.get(), c.type, c.rows, c.rowLen, c.keep, dPos.get(), c.rowLen,
+                                       dCounts.get(), nullptr, method));
+    SYNC_ASSERT();
+    std::vector<uint32_t> counts, pos;
+    CUDA_ASSERT(dCounts.download(counts));
+    CUDA_ASSERT(dPos.download(pos));
+    for (uint64_t r = 0; r < c.rows; ++r) {
+      ASSERT_EQ(counts[r], hCounts[r]) << "row " << r;
+      for (uint32_t j = 0; j < counts[r]; ++j)
+        ASSERT_EQ(pos[r * c.rowLen + j], hPos[r * c.rowLen + j]) << "row " << r << " entry " << j;
+    }
   }
 
   // Offsets and compaction.
@@ -166,17 +171,20 @@ TEST(GpuRowTopK, NarrowStrideKeepsCountsAndTruncates) {
   DeviceBuffer<float> dData(f.size());
   DeviceBuffer<uint32_t> dPos(rows * keep + 8), dCounts(rows);
   CUDA_ASSERT(dData.upload(f));
-  CUDA_ASSERT(dPos.poison());
-  STATUS_ASSERT(cuda::selectRowsTopK(dData.get(), spcclFloat32, rows, rowLen, keep, dPos.get(), keep, dCounts.get(),
-                                     nullptr));
-  SYNC_ASSERT();
-  std::vector<uint32_t> counts, pos;
-  CUDA_ASSERT(dCounts.download(counts));
-  CUDA_ASSERT(dPos.download(pos));
-  EXPECT_EQ(counts, (std::vector<uint32_t>{4, 16, 4}));
-  EXPECT_EQ(std::vector<uint32_t>(pos.begin(), pos.begin() + 12),
-            (std::vector<uint32_t>{0, 1, 2, 3, 0, 4, 8, 12, 0, 1, 2, 3}));
-  for (size_t i = 12; i < pos.size(); ++i) EXPECT_EQ(pos[i], 0xa5a5a5a5u) << i;
+  for (cuda::RowTopKMethod method : {cuda::RowTopKMethod::kRadix, cuda::RowTopKMethod::kFloorFirst}) {
+    SCOPED_TRACE(method == cuda::RowTopKMethod::kRadix ? "radix" : "floor first");
+    CUDA_ASSERT(dPos.poison());
+    STATUS_ASSERT(cuda::selectRowsTopK(dData.get(), spcclFloat32, rows, rowLen, keep, dPos.get(), keep,
+                                       dCounts.get(), nullptr, method));
+    SYNC_ASSERT();
+    std::vector<uint32_t> counts, pos;
+    CUDA_ASSERT(dCounts.download(counts));
+    CUDA_ASSERT(dPos.download(pos));
+    EXPECT_EQ(counts, (std::vector<uint32_t>{4, 16, 4}));
+    EXPECT_EQ(std::vector<uint32_t>(pos.begin(), pos.begin() + 12),
+              (std::vector<uint32_t>{0, 1, 2, 3, 0, 4, 8, 12, 0, 1, 2, 3}));
+    for (size_t i = 12; i < pos.size(); ++i) EXPECT_EQ(pos[i], 0xa5a5a5a5u) << i;
+  }
 }
 
 }  // namespace
