@@ -289,8 +289,25 @@ namespace {
 // sample of the keys bounds tau from below first.
 constexpr size_t kSampledMinElements = size_t{1} << 16;
 
-// One pass instead of two, for large buffers: a strided sample of the keys
-// gives a floor L that at least k finite keys reach with high probability
+}  // namespace
+
+size_t thresholdSampleCount(size_t n) { return n >= kSampledMinElements ? std::min<size_t>(16384, n / 16) : 0; }
+
+size_t thresholdSamplePosition(size_t j, size_t samples, size_t n) {
+  const uint64_t lo = static_cast<uint64_t>(j) * n / samples, hi = (static_cast<uint64_t>(j) + 1) * n / samples;
+  uint64_t h = (static_cast<uint64_t>(j) + 1) * 0x9e3779b97f4a7c15ull;  // a fixed mix of j: the same every call
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 32;
+  return static_cast<size_t>(lo + h % (hi - lo));
+}
+
+namespace {
+
+// One pass instead of two, for large buffers: a sample of the keys (one
+// pseudo-random element of each of `samples` strata: a regular stride could
+// line up with rows of the buffer and see one column of them) gives a floor
+// L that at least k finite keys reach with high probability
 // (the sample's rank of the k-th largest, plus 4 standard deviations and 4);
 // the pass counts NaN/Inf and zeros and collects every finite key >= L, and
 // nth_element over those few finds tau. The result is the exact k-th largest
@@ -301,12 +318,12 @@ constexpr size_t kSampledMinElements = size_t{1} << 16;
 // selectPack's pass, where the radix select's histogram increments do not.
 bool sampledSelect(const void* send, spcclDataType_t inType, const float* residual, size_t n, uint64_t k,
                    std::vector<uint32_t>* scratchVector, ThresholdResult* out) {
-  const size_t samples = std::min<size_t>(16384, n / 16);
+  const size_t samples = thresholdSampleCount(n);
   thread_local std::vector<uint32_t> sample;
   sample.clear();
   withLoader(send, inType, [&](auto load) {
     for (size_t j = 0; j < samples; ++j) {
-      const size_t i = static_cast<size_t>((2 * static_cast<uint64_t>(j) + 1) * n / (2 * samples));
+      const size_t i = thresholdSamplePosition(j, samples, n);
       const uint32_t key = core::magnitudeKey(residual ? load(i) + residual[i] : load(i));
       if (!core::isNonFiniteKey(key)) sample.push_back(key);
     }

@@ -68,8 +68,8 @@ struct ThresholdResult {
 };
 
 // Exact k-th largest |v| over finite entries, v = send + residual. From 2^16
-// elements one pass collects the keys at or above a floor that a strided
-// sample of the keys places under tau, and nth_element ranks those; where
+// elements one pass collects the keys at or above a floor that a sample of
+// the keys places under tau, and nth_element ranks those; where
 // the sample misleads (too few or too many collected) the radix select below
 // runs instead. Either way the result is the same exact one. `scratch`
 // receives the candidates: grown (never shrunk), at most n.
@@ -80,6 +80,12 @@ ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, co
 // for the benchmark and the tests that compare the two.
 ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                          uint64_t k, std::vector<uint32_t>* scratch);
+// kthLargestMagnitude's sample: thresholdSampleCount(n) elements (0 below
+// 2^16), the j-th a fixed pseudo-random element of the j-th of that many
+// equal strata, so that no layout (rows of a power-of-two length, say) lines
+// up with it. Exposed for tests that build inputs to fool it.
+size_t thresholdSampleCount(size_t n);
+size_t thresholdSamplePosition(size_t j, size_t samples, size_t n);
 
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every

@@ -130,13 +130,16 @@ std::vector<Dataset> thresholdDatasets() {
     d.push_back({"radix_bucket_edge", edge, {}});
   }
   d.push_back({"large", randomNormal(g, 100000), randomNormal(g, 100000, 0.01f)});
-  // From 65536 elements a strided sample places a floor under tau first
-  // (kernels/host, sampledSelect). n = 2^17: the sample reads every 16th
-  // element from the 8th (i % 16 == 8). Data that fools it must still give
-  // the exact answer, through the radix select.
+  // From 65536 elements a sample places a floor under tau first (kernels/host,
+  // sampledSelect; host::thresholdSamplePosition says which elements). Data
+  // built to fool it must still give the exact answer, through the radix
+  // select.
   {
     const size_t n = size_t{1} << 17;
-    const auto sampled = [](size_t i) { return i % 16 == 8; };
+    std::vector<bool> isSampled(n, false);
+    const size_t samples = host::thresholdSampleCount(n);
+    for (size_t j = 0; j < samples; ++j) isSampled[host::thresholdSamplePosition(j, samples, n)] = true;
+    const auto sampled = [&](size_t i) { return isSampled[i]; };
     std::vector<float> spikes = randomNormal(g, n, 0.001f), misses = randomNormal(g, n, 100.0f);
     std::vector<float> nanOutside(n, kNaN), mostlyZero(n, 0.0f);
     for (size_t i = 0; i < n; ++i) {
