@@ -92,6 +92,24 @@ inline void store4(float* dst, F4 x, bool streaming) {
 // compare is exact). No candidate (most blocks): the residual line is stored
 // straight from the registers and true is returned. Otherwise v goes to v[]
 // for the element-by-element packing and false is returned.
+// Bit j set when keys[j] >= floor, for j < len <= 64 (keys and floor are
+// magnitude keys, <= 0x7fffffff, so signed 32-bit compares are exact): four
+// keys a compare and a movemask where SSE2 is there.
+inline uint64_t atLeastMask(const uint32_t* keys, uint32_t len, uint32_t floor) {
+  uint64_t mask = 0;
+  uint32_t j = 0;
+#if defined(__SSE2__)
+  const __m128i below = _mm_set1_epi32(static_cast<int32_t>(floor) - 1);
+  for (; j + 4 <= len; j += 4) {
+    const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + j));
+    const int bits = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, below)));
+    mask |= static_cast<uint64_t>(bits) << j;
+  }
+#endif
+  for (; j < len; ++j) mask |= static_cast<uint64_t>(keys[j] >= floor) << j;
+  return mask;
+}
+
 template <bool kHasResidualIn, bool kHasResidualOut>
 inline bool plainBlockF32(const float* send, const float* residual, float* out, uint32_t minKey, bool streaming,
                           float* v) {
@@ -463,66 +481,72 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     // 128 and keep 8). Both passes are free of data-dependent branches (the
     // old insertion into a sorted top-`keep` mispredicted on every insert:
     // 4.2 ns an element at 128/8 here).
+    // The row's keys once, into a buffer of this thread's.
+    thread_local std::vector<uint32_t> keyBuffer;
+    if (keyBuffer.size() < rowLen) keyBuffer.resize(rowLen);
+    uint32_t* const keys = keyBuffer.data();
     uint32_t nonFinite = 0;
-    uint32_t floor = 0xffffffffu;
     withLoader(row, type, [&](auto load) {
-      for (uint32_t b = 0; b < keep; ++b) {
-        const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
-        const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
-        uint32_t largest = 0;
-        for (uint32_t i = begin; i < end; ++i) {
-          const uint32_t key = core::magnitudeKey(load(i));
-          largest = std::max(largest, key);
-          nonFinite += core::isNonFiniteKey(key);
-        }
-        floor = std::min(floor, largest);
+      for (uint32_t i = 0; i < rowLen; ++i) {
+        keys[i] = core::magnitudeKey(load(i));
+        nonFinite += core::isNonFiniteKey(keys[i]);
       }
     });
+    uint32_t floor = 0xffffffffu;
+    for (uint32_t b = 0; b < keep; ++b) {
+      const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
+      const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
+      uint32_t largest = 0;
+      for (uint32_t i = begin; i < end; ++i) largest = std::max(largest, keys[i]);
+      floor = std::min(floor, largest);
+    }
     if (nonFinite <= keep) {  // else more NaN/Inf than `keep`: all of them stay, the general path below
-      return withLoader(row, type, [&](auto load) {
-        // The candidates in position order: rank and position written at m
-        // unconditionally, m advanced by the test (m <= i: nothing unread is
-        // overwritten).
-        uint32_t m = 0;
-        for (uint32_t i = 0; i < rowLen; ++i) {
-          const uint32_t key = core::magnitudeKey(load(i));
-          scratch[m] = core::rowRank(key, i);
+      // The candidates in position order: a mask of the keys at or above the
+      // floor, 64 at a time, walked bit by bit (a few in a Gaussian row),
+      // instead of a rank and a position stored for every entry.
+      uint32_t m = 0;
+      for (uint32_t c = 0; c < rowLen; c += 64) {
+        uint64_t mask = atLeastMask(keys + c, std::min<uint32_t>(64, rowLen - c), floor);
+        while (mask != 0) {
+          const auto i = c + static_cast<uint32_t>(__builtin_ctzll(mask));
+          mask &= mask - 1;
+          scratch[m] = core::rowRank(keys[i], i);
           positions[m] = i;
-          m += key >= floor;
+          ++m;
         }
-        if (m == keep) return m;
-        if (m <= kCountedCandidates) {
-          // Few: candidate j is kept when fewer than `keep` candidates
-          // outrank it, m x m comparisons without a branch, and the kept stay
-          // in order. Candidates are in position order, so one before j
-          // outranks it with an equal key, one after only with a larger key:
-          // 32-bit compares (keys <= 0x7fffffff), which vectorize.
-          int32_t keys[kCountedCandidates];
-          for (uint32_t j = 0; j < m; ++j) keys[j] = static_cast<int32_t>(scratch[j] >> 32);
-          uint32_t n = 0;
-          for (uint32_t j = 0; j < m; ++j) {
-            const int32_t key = keys[j];
-            uint32_t above = 0;
-            for (uint32_t t = 0; t < j; ++t) above += keys[t] >= key;
-            for (uint32_t t = j + 1; t < m; ++t) above += keys[t] > key;
-            positions[n] = positions[j];
-            n += above < keep;
-          }
-          return n;
-        }
-        // The keep-th largest rank among them; ranks are distinct (their low
-        // half is the position), so exactly `keep` candidates reach it. The
-        // survivors stay in position order.
-        std::nth_element(scratch, scratch + (keep - 1), scratch + m, std::greater<uint64_t>());
-        const uint64_t cut = scratch[keep - 1];
+      }
+      if (m == keep) return m;
+      if (m <= kCountedCandidates) {
+        // Few: candidate j is kept when fewer than `keep` candidates outrank
+        // it, m x m comparisons without a branch, and the kept stay in order.
+        // Candidates are in position order, so one before j outranks it with
+        // an equal key, one after only with a larger key: 32-bit compares
+        // (keys <= 0x7fffffff), which vectorize.
+        int32_t candidateKeys[kCountedCandidates];
+        for (uint32_t j = 0; j < m; ++j) candidateKeys[j] = static_cast<int32_t>(scratch[j] >> 32);
         uint32_t n = 0;
         for (uint32_t j = 0; j < m; ++j) {
-          const uint32_t i = positions[j];
-          positions[n] = i;
-          n += core::rowRank(core::magnitudeKey(load(i)), i) >= cut;
+          const int32_t key = candidateKeys[j];
+          uint32_t above = 0;
+          for (uint32_t t = 0; t < j; ++t) above += candidateKeys[t] >= key;
+          for (uint32_t t = j + 1; t < m; ++t) above += candidateKeys[t] > key;
+          positions[n] = positions[j];
+          n += above < keep;
         }
         return n;
-      });
+      }
+      // The keep-th largest rank among them; ranks are distinct (their low
+      // half is the position), so exactly `keep` candidates reach it. The
+      // survivors stay in position order.
+      std::nth_element(scratch, scratch + (keep - 1), scratch + m, std::greater<uint64_t>());
+      const uint64_t cut = scratch[keep - 1];
+      uint32_t n = 0;
+      for (uint32_t j = 0; j < m; ++j) {
+        const uint32_t i = positions[j];
+        positions[n] = i;
+        n += core::rowRank(keys[i], i) >= cut;
+      }
+      return n;
     }
   }
   uint32_t nonFinite = 0;
