@@ -35,6 +35,7 @@ using detail::F32In;
 constexpr int kThreads = 256;
 constexpr int kItems = 16;  // elements per thread per tile
 constexpr uint64_t kTile = static_cast<uint64_t>(kThreads) * kItems;
+static_assert(2 * kItems <= 32, "a thread's picks (2 bits an element) live in one uint32_t");
 
 constexpr unsigned long long kStateAggregate = 1;
 constexpr unsigned long long kStateInclusive = 2;

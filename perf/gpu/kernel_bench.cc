@@ -295,15 +295,16 @@ int main(int argc, char** argv) {
       };
       selCheck = selectMatches(false) ? "ok" : "MISMATCH";
       earlyCheck = selectMatches(true) ? "ok" : "MISMATCH";
-      // Top-k: the first rows, the radix select's output (the last timed run), then the floor-first kernel's.
-      const uint64_t checkRows = std::min<uint64_t>(nRows, 2000);
+      // Top-k: the radix select's output (the last timed run), then the floor-first kernel's; the first
+      // rows and the last ones (past the grid, so blocks that went round their row loop are checked too).
       const auto rowsMatch = [&] {
-        const std::vector<uint32_t> dCounts = download(rowCounts, checkRows);
-        const std::vector<uint32_t> dPos = download(rowPos, checkRows * keep);
+        const std::vector<uint32_t> dCounts = download(rowCounts, nRows);
+        const std::vector<uint32_t> dPos = download(rowPos, nRows * keep);
         std::vector<uint32_t> pos(rowLen);
         std::vector<uint64_t> rankScratch(rowLen);
         bool ok = true;
-        for (uint64_t r = 0; r < checkRows && ok; ++r) {
+        for (uint64_t r = 0; r < nRows && ok; ++r) {
+          if (r == 2000 && nRows > 4000) r = nRows - 2000;
           const uint32_t c = host::selectRowTopK(hSend.data() + r * rowLen, spcclFloat32, rowLen, keep, pos.data(),
                                                  rankScratch.data());
           ok = c == dCounts[r] && std::equal(pos.begin(), pos.begin() + std::min(c, keep), dPos.begin() + r * keep);
@@ -311,7 +312,8 @@ int main(int argc, char** argv) {
         return ok;
       };
       topkCheck = rowsMatch() ? "ok" : "MISMATCH";
-      CHECK_CUDA(cudaMemsetAsync(rowPos, 0xa5, checkRows * keep * sizeof(uint32_t), stream));
+      CHECK_CUDA(cudaMemsetAsync(rowPos, 0xa5, nRows * keep * sizeof(uint32_t), stream));
+      CHECK_CUDA(cudaMemsetAsync(rowCounts, 0xa5, nRows * sizeof(uint32_t), stream));
       CHECK_STATUS(cuda::selectRowsTopK(send, spcclFloat32, nRows, rowLen, keep, rowPos, keep, rowCounts, stream,
                                         cuda::RowTopKMethod::kFloorFirst));
       CHECK_CUDA(cudaStreamSynchronize(stream));

@@ -158,6 +158,11 @@ TEST(GpuRowTopK, ManyRows) {
   checkRows(RowsCase{20011, 128, core::rowKeep(128, 1.0f / 16), spcclFloat32, Dist::kNormal}, g);
   if (HasFatalFailure()) return;
   checkRows(RowsCase{2003, 1024, core::rowKeep(1024, 0.01f), spcclBfloat16, Dist::kFewValues}, g);
+  if (HasFatalFailure()) return;
+  // More rows of over 512 than the 256-thread kernels' grid (132 SMs x 32 on an
+  // H200): blocks go round their row loop more than once, so shared state left
+  // by one row must not leak into the next (both kernels).
+  checkRows(RowsCase{9001, 1024, core::rowKeep(1024, 1.0f / 16), spcclFloat32, Dist::kNormal}, g);
 }
 
 TEST(GpuRowTopK, NarrowStrideKeepsCountsAndTruncates) {
