@@ -87,11 +87,6 @@ inline void store4(float* dst, F4 x, bool streaming) {
   std::memcpy(dst, &x, sizeof x);
 }
 
-// One block of 16 fp32 elements: v = send + residual in four 4-wide vectors
-// and whether any has magnitude key >= minKey (minKey >= 1, so the signed
-// compare is exact). No candidate (most blocks): the residual line is stored
-// straight from the registers and true is returned. Otherwise v goes to v[]
-// for the element-by-element packing and false is returned.
 // Bit j set when keys[j] >= floor, for j < len <= 64 (keys and floor are
 // magnitude keys, <= 0x7fffffff, so signed 32-bit compares are exact): four
 // keys a compare and a movemask where SSE2 is there.
@@ -110,6 +105,11 @@ inline uint64_t atLeastMask(const uint32_t* keys, uint32_t len, uint32_t floor) 
   return mask;
 }
 
+// One block of 16 fp32 elements: v = send + residual in four 4-wide vectors
+// and whether any has magnitude key >= minKey (minKey >= 1, so the signed
+// compare is exact). No candidate (most blocks): the residual line is stored
+// straight from the registers and true is returned. Otherwise v goes to v[]
+// for the element-by-element packing and false is returned.
 template <bool kHasResidualIn, bool kHasResidualOut>
 inline bool plainBlockF32(const float* send, const float* residual, float* out, uint32_t minKey, bool streaming,
                           float* v) {
@@ -247,8 +247,6 @@ SelectResult selectPack(const SelectArgs& a) {
   });
 }
 
-namespace {
-
 // Radix select on the magnitude keys: pass 1 histograms the top 16 bits of
 // every finite key (computing v on the fly, no n-sized write), pass 2 copies
 // only the keys of the bucket holding the k-th largest into `scratch`, and
@@ -257,8 +255,6 @@ namespace {
 // so `scratch` grows to that, not to n (a bucket is 1/128 of a binade: a few
 // thousandths of a Gaussian buffer, all of it only when every key shares its
 // top 16 bits).
-}  // namespace
-
 ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                          uint64_t k, std::vector<uint32_t>* scratchVector) {
   constexpr int kBuckets = 1 << 16;
