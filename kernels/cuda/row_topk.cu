@@ -59,6 +59,7 @@ __device__ __forceinline__ void rowTopKBody(const typename In::Raw* rows, uint64
   __shared__ unsigned long long sCand[kFloor ? kFloorCandidates : 1];
   __shared__ unsigned sFloor, sM;
   __shared__ unsigned long long sThreshold;
+  __shared__ unsigned sBlockMax[kFloor ? kThreads : 1];
 
   for (uint64_t row = blockIdx.x; row < nRows; row += gridDim.x) {
     const typename In::Raw* x = rows + row * rowLen;
@@ -88,13 +89,32 @@ __device__ __forceinline__ void rowTopKBody(const typename In::Raw* rows, uint64
     bool found = n >= rowLen;
     if constexpr (kFloor) {
       if (!found && keysInShared && n == keep) {  // n == keep: at most keep NaN/Inf
-        unsigned floorKey = 0xffffffffu;
-        for (uint32_t b = threadIdx.x; b < keep; b += kThreads) {
-          const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
-          const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
-          unsigned largest = 0;
-          for (uint32_t i = begin; i < end; ++i) largest = sKeys[i] > largest ? sKeys[i] : largest;
-          floorKey = largest < floorKey ? largest : floorKey;
+        unsigned floorKey = 0xffffffffu;  // min's identity for threads without a block
+        if (keep < static_cast<uint32_t>(kThreads)) {
+          // Fewer blocks than threads: kThreads / keep threads share a block
+          // (keep 1 on a row of 8192 would otherwise be one thread reading
+          // all 8192 keys); their maxima meet in shared memory.
+          const uint32_t per = static_cast<uint32_t>(kThreads) / keep;
+          const uint32_t b = threadIdx.x / per, part = threadIdx.x - b * per;
+          if (threadIdx.x < keep) sBlockMax[threadIdx.x] = 0;
+          __syncthreads();
+          if (b < keep) {
+            const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
+            const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
+            unsigned largest = 0;
+            for (uint32_t i = begin + part; i < end; i += per) largest = sKeys[i] > largest ? sKeys[i] : largest;
+            atomicMax(&sBlockMax[b], largest);
+          }
+          __syncthreads();
+          if (threadIdx.x < keep) floorKey = sBlockMax[threadIdx.x];
+        } else {
+          for (uint32_t b = threadIdx.x; b < keep; b += kThreads) {
+            const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
+            const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
+            unsigned largest = 0;
+            for (uint32_t i = begin; i < end; ++i) largest = sKeys[i] > largest ? sKeys[i] : largest;
+            floorKey = largest < floorKey ? largest : floorKey;
+          }
         }
         floorKey = Reduce(temp.reduce).Reduce(floorKey, MinOp{});
         if (threadIdx.x == 0) {
