@@ -66,6 +66,8 @@ struct spcclCompressor {
   struct Profile {
     uint64_t calls = 0;
     double total = 0, selection = 0, communication = 0;  // seconds
+    uint64_t fullEstimates = 0;  // exact tau estimates over the whole buffer (not from captured candidates)
+    double estimation = 0;       // their seconds (part of selection)
   } profile;
   int profileRank = 0;
 

@@ -50,8 +50,15 @@ bool spcclCompressor::starves(bool estimated, uint32_t usedTauKey, uint64_t fini
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
+  using Clock = std::chrono::steady_clock;
+  const bool timed = comm->params.profile;  // no clock reads unless SPCCL_PROFILE asked for them
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
   const host::ThresholdResult t =
       host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, &comm->thresholdScratch);
+  if (timed) {
+    profile.estimation += std::chrono::duration<double>(Clock::now() - t0).count();
+    ++profile.fullEstimates;
+  }
   tauKey = t.tauKey;
   // Entries tied at tau are taken in index order up to the capacity: the
   // exact rule {|v| >= tau} unless ties would break the cap.
@@ -267,11 +274,14 @@ spcclCompressor::~spcclCompressor() {
   logMessage(LogLevel::kInfo, profileRank,
              "profile: compressor of %zu elements, %llu allreduce calls, per call %.3f ms = selection %.3f ms "
              "(%.0f%%) + communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: "
-             "encoding, owners' reduction, re-selection, unpacking); tau estimated %llu times",
+             "encoding, owners' reduction, re-selection, unpacking); tau estimated %llu times, %llu of them over "
+             "the whole buffer at %.3f ms each (part of selection)",
              count, static_cast<unsigned long long>(profile.calls), 1e3 * profile.total / n,
              1e3 * profile.selection / n, 100 * profile.selection / profile.total, 1e3 * profile.communication / n,
              100 * profile.communication / profile.total, 1e3 * local / n, 100 * local / profile.total,
-             static_cast<unsigned long long>(stats.thresholdUpdates));
+             static_cast<unsigned long long>(stats.thresholdUpdates),
+             static_cast<unsigned long long>(profile.fullEstimates),
+             profile.fullEstimates ? 1e3 * profile.estimation / static_cast<double>(profile.fullEstimates) : 0.0);
 }
 
 Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,

@@ -117,7 +117,8 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->testCorruptStreams = static_cast<uint64_t>(v); }},
     {"SPCCL_PROFILE", ParamType::kBool, "0", 0, 1, false, nullptr,
      "1: each compressor times its compressed allreduce calls (host path) and prints, when destroyed, the mean "
-     "per call split into selection, communication (wire and waiting) and local work.",
+     "per call split into selection, communication (wire and waiting) and local work, and how often it estimated "
+     "tau (the whole-buffer estimates' mean time).",
      [](Params* p, double v) { p->profile = v != 0; }},
     {"SPCCL_DEVICE_MODE", ParamType::kChoice, "exact", 0, 0, false, "exact|fixed",
      "Device buffers (NCCL): exact = one small device-to-host copy per call sizes the exchange; fixed = "
