@@ -46,6 +46,14 @@ decltype(auto) withLoader(const void* src, spcclDataType_t type, F&& f) {
   }
 }
 
+// v = send + residual at i (residual nullptr: zeros), the value every
+// threshold and selection rule looks at; selectPackImpl has its own, with the
+// residual's presence fixed at compile time.
+template <class Load>
+inline float vOf(const Load& load, const float* residual, size_t i) {
+  return residual ? load(i) + residual[i] : load(i);
+}
+
 template <ValueType kWire>
 struct WireTag {
   static constexpr ValueType value = kWire;
@@ -263,7 +271,7 @@ ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inTyp
   uint64_t finite = 0, zeros = 0;
   withLoader(send, inType, [&](auto load) {
     for (size_t i = 0; i < n; ++i) {
-      const float v = residual ? load(i) + residual[i] : load(i);
+      const float v = vOf(load, residual, i);
       const uint32_t key = core::magnitudeKey(v);
       if (core::isNonFiniteKey(key)) continue;
       ++finite;
@@ -284,7 +292,7 @@ ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inTyp
   uint64_t m = 0;
   withLoader(send, inType, [&](auto load) {
     for (size_t i = 0; i < n; ++i) {
-      const float v = residual ? load(i) + residual[i] : load(i);
+      const float v = vOf(load, residual, i);
       const uint32_t key = core::magnitudeKey(v);
       if (!core::isNonFiniteKey(key) && static_cast<int>(key >> 16) == b) scratch[m++] = key;
     }
@@ -338,7 +346,7 @@ bool sampledSelect(const void* send, spcclDataType_t inType, const float* residu
   withLoader(send, inType, [&](auto load) {
     for (size_t j = 0; j < samples; ++j) {
       const size_t i = thresholdSamplePosition(j, samples, n);
-      const uint32_t key = core::magnitudeKey(residual ? load(i) + residual[i] : load(i));
+      const uint32_t key = core::magnitudeKey(vOf(load, residual, i));
       if (!core::isNonFiniteKey(key)) sample.push_back(key);
     }
   });
@@ -375,7 +383,7 @@ bool sampledSelect(const void* send, spcclDataType_t inType, const float* residu
       uint32_t keys[kBlock];
       uint32_t nf = 0, z = 0, any = 0;
       for (size_t j = 0; j < kBlock; ++j) {
-        keys[j] = core::magnitudeKey(residual ? load(i + j) + residual[i + j] : load(i + j));
+        keys[j] = core::magnitudeKey(vOf(load, residual, i + j));
         nf += keys[j] >= core::kInfKey;
         z += keys[j] == 0;
         any |= keys[j] >= floorKey;
@@ -386,7 +394,7 @@ bool sampledSelect(const void* send, spcclDataType_t inType, const float* residu
         for (size_t j = 0; j < kBlock; ++j) collect(keys[j]);
     }
     for (; i < n && !overflow; ++i) {
-      const uint32_t key = core::magnitudeKey(residual ? load(i) + residual[i] : load(i));
+      const uint32_t key = core::magnitudeKey(vOf(load, residual, i));
       nonFinite += key >= core::kInfKey;
       zeros += key == 0;
       collect(key);
@@ -417,14 +425,15 @@ bool sampledSelect(const void* send, spcclDataType_t inType, const float* residu
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                     uint64_t k, std::vector<uint32_t>* scratchVector) {
   ThresholdResult r;
-  if (n >= kSampledMinElements && k > 0 && sampledSelect(send, inType, residual, n, k, scratchVector, &r)) return r;
+  if (thresholdSampleCount(n) > 0 && k > 0 && sampledSelect(send, inType, residual, n, k, scratchVector, &r))
+    return r;
   return kthLargestMagnitudeRadix(send, inType, residual, n, k, scratchVector);
 }
 
 ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k, uint64_t capacity,
                                   uint32_t* scratch) {
   return withLoader(a.send, a.inType, [&](auto load) {
-    auto vAt = [&](uint32_t i) { return a.residualIn ? load(i) + a.residualIn[i] : load(i); };
+    auto vAt = [&](uint32_t i) { return vOf(load, a.residualIn, i); };
     uint64_t m = 0;
     for (uint64_t j = 0; j < nnz; ++j) {
       const uint32_t key = core::magnitudeKey(vAt(a.indices[j]));
@@ -474,10 +483,11 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     // distinct entries with key >= floor, so the keep-th largest rank has a
     // key >= floor, and so has every rank above it: only entries with
     // key >= floor can be kept (about 2.5 x keep of them in a Gaussian row of
-    // 128 and keep 8). Both passes are free of data-dependent branches (the
-    // old insertion into a sorted top-`keep` mispredicted on every insert:
-    // 4.2 ns an element at 128/8 here).
-    // The row's keys once, into a buffer of this thread's.
+    // 128 and keep 8). Neither the floor nor the candidates take a branch per
+    // entry (the old insertion into a sorted top-`keep` mispredicted on every
+    // insert: 4.2 ns an element at 128/8 here); the candidates' walk branches
+    // once per candidate. The row's keys are computed once, into a buffer of
+    // this thread's.
     thread_local std::vector<uint32_t> keyBuffer;
     if (keyBuffer.size() < rowLen) keyBuffer.resize(rowLen);
     uint32_t* const keys = keyBuffer.data();
@@ -578,7 +588,7 @@ uint32_t maxFiniteMagnitudeKey(const void* send, spcclDataType_t inType, const f
   return withLoader(send, inType, [&](auto load) {
     uint32_t best = 0;
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t key = core::magnitudeKey(residual ? load(i) + residual[i] : load(i));
+      const uint32_t key = core::magnitudeKey(vOf(load, residual, i));
       if (!core::isNonFiniteKey(key) && key > best) best = key;
     }
     return best;
