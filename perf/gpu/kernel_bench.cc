@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -109,6 +110,17 @@ double medianMs(F&& f, int iters, cudaStream_t s) {
   CHECK_CUDA(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[iters / 2];
+}
+
+// Two variants of one kernel side by side: run(false) then run(true), twice
+// over, the better median of each; {false's, true's}. run(true) runs last.
+template <typename F>
+std::pair<double, double> medianMsOfTwo(F&& run, int iters, cudaStream_t s) {
+  double best[2] = {1e30, 1e30};
+  for (int round = 0; round < 2; ++round)
+    for (bool second : {false, true})
+      best[second] = std::min(best[second], medianMs([&] { run(second); }, iters, s));
+  return {best[0], best[1]};
 }
 
 struct Row {
@@ -209,16 +221,13 @@ int main(int argc, char** argv) {
     a.indices = idx;
     a.values = val;
     a.result = counts;
-    // Both kernels (SelectArgs::storeEarly off and on, perf/gpu/NOTES.md item 1),
-    // alternated twice, the better median of each kept.
-    double selMs = 1e30, earlyMs = 1e30;
-    for (int round = 0; round < 2; ++round)
-      for (bool early : {false, true}) {
-        a.storeEarly = early;
-        const double ms =
-            medianMs([&] { CHECK_STATUS(cuda::selectPack(a, selWs, selWsBytes, stream)); }, opt.iters, stream);
-        (early ? earlyMs : selMs) = std::min(early ? earlyMs : selMs, ms);
-      }
+    // Both kernels (SelectArgs::storeEarly off and on, perf/gpu/NOTES.md item 1).
+    const auto [selMs, earlyMs] = medianMsOfTwo(
+        [&](bool early) {
+          a.storeEarly = early;
+          CHECK_STATUS(cuda::selectPack(a, selWs, selWsBytes, stream));
+        },
+        opt.iters, stream);
     a.storeEarly = false;
     CHECK_CUDA(cudaStreamSynchronize(stream));
     const cuda::SelectCounts sc = download(counts, 1)[0];
@@ -237,21 +246,14 @@ int main(int argc, char** argv) {
     const uint64_t nRows = n / rowLen;
     uint32_t* rowPos = reinterpret_cast<uint32_t*>(acc);  // n/16 positions fit easily
     uint32_t* rowCounts = deviceAlloc<uint32_t>(nRows);
-    // Both kernels (RowTopKMethod, perf/gpu/NOTES.md item 3), alternated twice,
-    // the better median of each kept; the radix select's output is checked
-    // below, the floor-first kernel's after it.
-    double topkMs = 1e30, floorMs = 1e30;
-    for (int round = 0; round < 2; ++round)
-      for (cuda::RowTopKMethod method : {cuda::RowTopKMethod::kFloorFirst, cuda::RowTopKMethod::kRadix}) {
-        const double ms = medianMs(
-            [&] {
-              CHECK_STATUS(cuda::selectRowsTopK(send, spcclFloat32, nRows, rowLen, keep, rowPos, keep, rowCounts,
-                                                stream, method));
-            },
-            opt.iters, stream);
-        double& best = method == cuda::RowTopKMethod::kRadix ? topkMs : floorMs;
-        best = std::min(best, ms);
-      }
+    // Both kernels (RowTopKMethod, perf/gpu/NOTES.md item 3), the radix select
+    // last: its output is checked below, the floor-first kernel's after it.
+    const auto [floorMs, topkMs] = medianMsOfTwo(
+        [&](bool radix) {
+          CHECK_STATUS(cuda::selectRowsTopK(send, spcclFloat32, nRows, rowLen, keep, rowPos, keep, rowCounts, stream,
+                                            radix ? cuda::RowTopKMethod::kRadix : cuda::RowTopKMethod::kFloorFirst));
+        },
+        opt.iters, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
 
     // Checks against kernels/host.
