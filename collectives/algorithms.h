@@ -34,6 +34,7 @@ struct Workspace {
   std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank;
   std::vector<float> rangeAcc;
   std::vector<uint32_t> rangeIndices;
+  std::vector<float> rangeValues;  // split's owner: rangeAcc at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;
 };
 

@@ -22,6 +22,10 @@
 #include <cmath>
 #include <functional>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "collectives/algorithms.h"
 #include "src/codec.h"
 
@@ -35,10 +39,12 @@ size_t maxStreamBytes(uint64_t len, core::ValueType vt) {
 }
 
 // Re-selection on the owner's nonzeros (ws.rangeIndices, sorted global
-// indices): keeps the `keep` finite ones largest in magnitude (ties: lower
-// index) and every NaN/Inf, moves the others' sums into the residual, zeroes
-// them in acc and removes them from ws.rangeIndices. Returns how many it dropped.
-uint64_t reselect(float* acc, uint64_t b, uint64_t keep, float* residual, Workspace& ws) {
+// indices, and their sums ws.rangeValues): keeps the `keep` finite ones
+// largest in magnitude (ties: lower index) and every NaN/Inf, adds the
+// others' sums to the residual and removes them from both arrays. Returns how
+// many it dropped. Works on the compact arrays only: the dense range is not
+// read again (each of its lines would be a cache miss) nor updated.
+uint64_t reselect(uint64_t b, uint64_t keep, float* residual, Workspace& ws) {
   // One 64-bit key per finite nonzero: |sum|'s bits above, the complement of
   // the range offset below. Larger key = larger magnitude, then lower index:
   // a strict total order, so the kept set does not depend on nth_element's
@@ -46,10 +52,12 @@ uint64_t reselect(float* acc, uint64_t b, uint64_t keep, float* residual, Worksp
   auto key = [](float v, uint64_t offset) {
     return static_cast<uint64_t>(core::magnitudeKey(v)) << 32 | (0xffffffffu - offset);
   };
+  std::vector<uint32_t>& indices = ws.rangeIndices;
+  std::vector<float>& values = ws.rangeValues;
   std::vector<uint64_t>& keys = ws.reselectKeys;
   keys.clear();
-  for (uint32_t g : ws.rangeIndices)
-    if (std::isfinite(acc[g - b])) keys.push_back(key(acc[g - b], g - b));
+  for (size_t j = 0; j < indices.size(); ++j)
+    if (std::isfinite(values[j])) keys.push_back(key(values[j], indices[j] - b));
   if (keys.size() <= keep) return 0;
   std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(keep), keys.end(),
                    std::greater<uint64_t>());
@@ -57,35 +65,57 @@ uint64_t reselect(float* acc, uint64_t b, uint64_t keep, float* residual, Worksp
   // residual is written front to back) drops every finite key <= it.
   const uint64_t largestDropped = keys[keep];
   size_t kept = 0;
-  for (uint32_t g : ws.rangeIndices) {
-    const uint64_t offset = g - b;
-    const float v = acc[offset];
-    if (std::isfinite(v) && key(v, offset) <= largestDropped) {
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const uint32_t g = indices[j];
+    const float v = values[j];
+    if (std::isfinite(v) && key(v, g - b) <= largestDropped) {
       residual[g] += v;
-      acc[offset] = 0.0f;
     } else {
-      ws.rangeIndices[kept++] = g;
+      indices[kept] = g;
+      values[kept++] = v;
     }
   }
-  ws.rangeIndices.resize(kept);
+  indices.resize(kept);
+  values.resize(kept);
   return keys.size() - keep;
 }
 
-// Appends b + i for every i in [0, len) with acc[i] not +-0 (NaN included)
-// to `out`. Mostly zeros at useful densities: blocks of 16 that are all +-0
-// are skipped with one test.
-void appendNonzeros(const float* acc, uint64_t len, uint64_t b, std::vector<uint32_t>* out) {
-  constexpr uint64_t kBlock = 16;
+// Bit j set when acc[j] is not +-0 (NaN included), for j < 64: one compare
+// of four magnitude keys against zero and a movemask where SSE2 is there.
+inline uint64_t nonzeroMask64(const float* acc) {
+  uint64_t mask = 0;
+#if defined(__SSE2__)
+  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), zero = _mm_setzero_si128();
+  for (uint32_t j = 0; j < 64; j += 4) {
+    const __m128i k = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + j)), magnitude);
+    const int isZero = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(k, zero)));
+    mask |= static_cast<uint64_t>(~isZero & 0xf) << j;
+  }
+#else
+  for (uint32_t j = 0; j < 64; ++j) mask |= static_cast<uint64_t>(core::magnitudeKey(acc[j]) != 0) << j;
+#endif
+  return mask;
+}
+
+// Appends b + i and acc[i] for every i in [0, len) with acc[i] not +-0 (NaN
+// included) to ws.rangeIndices and ws.rangeValues. A few percent of the range
+// at useful densities, at unpredictable places: a mask of 64 elements is
+// built without branches and walked bit by bit, so a branch mispredicts
+// about once per set bit rather than once per element tested.
+void appendNonzeros(const float* acc, uint64_t len, uint64_t b, Workspace& ws) {
   uint64_t i = 0;
-  for (; i + kBlock <= len; i += kBlock) {
-    uint32_t any = 0;
-    for (uint64_t j = 0; j < kBlock; ++j) any |= core::magnitudeKey(acc[i + j]);
-    if (any == 0) continue;
-    for (uint64_t j = 0; j < kBlock; ++j)
-      if (acc[i + j] != 0.0f) out->push_back(static_cast<uint32_t>(b + i + j));
+  for (; i + 64 <= len; i += 64) {
+    for (uint64_t mask = nonzeroMask64(acc + i); mask != 0; mask &= mask - 1) {
+      const uint64_t j = i + static_cast<uint64_t>(__builtin_ctzll(mask));
+      ws.rangeIndices.push_back(static_cast<uint32_t>(b + j));
+      ws.rangeValues.push_back(acc[j]);
+    }
   }
   for (; i < len; ++i)
-    if (acc[i] != 0.0f) out->push_back(static_cast<uint32_t>(b + i));
+    if (acc[i] != 0.0f) {
+      ws.rangeIndices.push_back(static_cast<uint32_t>(b + i));
+      ws.rangeValues.push_back(acc[i]);
+    }
 }
 
 // Encodes the owner's reduced range [b, e) of `acc` into ws.stageBytes as
@@ -95,9 +125,11 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
                         uint64_t keepPerRange, uint64_t* dropped) {
   const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
   ws.rangeIndices.clear();
-  appendNonzeros(acc, len, b, &ws.rangeIndices);  // NaN != 0: kept
-  *dropped = residual != nullptr && keepPerRange > 0 ? reselect(acc, b, keepPerRange, residual, ws) : 0;
+  ws.rangeValues.clear();
+  appendNonzeros(acc, len, b, ws);  // NaN != 0: kept
+  *dropped = residual != nullptr && keepPerRange > 0 ? reselect(b, keepPerRange, residual, ws) : 0;
   const uint64_t m = ws.rangeIndices.size();
+  const float* values = ws.rangeValues.data();  // acc at ws.rangeIndices
   size_t pairsBytes = 0;
   const IndexEncoding encoding =
       choosePairsEncoding(indexEncoding, ws.rangeIndices.data(), m, b, base.rangeEnd, base.valueType, &pairsBytes);
@@ -106,32 +138,35 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
   StreamInfo info = base;
   if (base.valueType == core::ValueType::kFloat8e4m3) {
     uint32_t maxKey = 0;  // acc is zero outside ws.rangeIndices
-    for (uint32_t g : ws.rangeIndices) {
-      const uint32_t key = core::magnitudeKey(acc[g - b]);
+    for (uint64_t j = 0; j < m; ++j) {
+      const uint32_t key = core::magnitudeKey(values[j]);
       if (!core::isNonFiniteKey(key) && key > maxKey) maxKey = key;
     }
     info.scaleExp = core::fp8ScaleForMax(maxKey);
   }
   if (residual && rounds) {  // zeros round to zero: only the nonzeros can leave anything
-    for (uint32_t g : ws.rangeIndices) {
-      const float v = acc[g - b], d = core::roundToWire(v, base.valueType, info.scaleExp);
-      if (std::isfinite(d) && std::isfinite(v)) residual[g] += v - d;
+    for (uint64_t j = 0; j < m; ++j) {
+      const float v = values[j], d = core::roundToWire(v, base.valueType, info.scaleExp);
+      if (std::isfinite(d) && std::isfinite(v)) residual[ws.rangeIndices[j]] += v - d;
     }
   }
   if (dense) {
+    if (*dropped > 0) {  // acc still holds the dropped sums: rebuild it from what was kept
+      std::fill(acc, acc + len, 0.0f);
+      for (uint64_t j = 0; j < m; ++j) acc[ws.rangeIndices[j] - b] = values[j];
+    }
     info.kind = StreamKind::kDense;
     ws.stageBytes.resize(denseStreamBytes(len, base.valueType));
     return encodeDense(ws.stageBytes.data(), info, acc, nullptr);
   }
-  std::vector<unsigned char>& values = ws.sendBytes;  // stage 1 is done with it
-  values.resize(m * core::wireValueBytes(base.valueType));
-  for (uint64_t j = 0; j < m; ++j)
-    core::storeWireValue(values.data(), j, acc[ws.rangeIndices[j] - b], base.valueType, info.scaleExp);
+  std::vector<unsigned char>& wire = ws.sendBytes;  // stage 1 is done with it
+  wire.resize(m * core::wireValueBytes(base.valueType));
+  for (uint64_t j = 0; j < m; ++j) core::storeWireValue(wire.data(), j, values[j], base.valueType, info.scaleExp);
   info.kind = StreamKind::kPairs;
   info.nnz = m;
   info.encoding = encoding;
   ws.stageBytes.resize(pairsBytes);
-  return encodePairs(ws.stageBytes.data(), info, ws.rangeIndices.data(), values.data());
+  return encodePairs(ws.stageBytes.data(), info, ws.rangeIndices.data(), wire.data());
 }
 
 }  // namespace

@@ -161,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(HalfBuffers, HalfBufferIdenticalTest,
 // indices no rank selected), and per element everywhere:
 // out + sum of residuals == sum of inputs. Inputs have distinct magnitudes on
 // each rank, so |S_r| == k exactly. Density 0.3 makes split send the owners'
-// ranges dense (without re-selection).
+// ranges dense (without re-selection); at 0.98 they go dense after the
+// re-selection has dropped a few sums.
 // Split re-selects by default (SPCCL_SPLIT_RESELECT=1, Ok-Topk): in each
 // owner's range only the keep = ceil(k/P) largest finite sums of the
 // reference are sent (ties: lower index); the others are 0 in the output and
@@ -293,11 +294,13 @@ TEST_P(ReferenceTest, FirstCallFollowsSelectionRule) {
 
 INSTANTIATE_TEST_SUITE_P(AllgatherSplitAllWireTypes, ReferenceTest,
                          testing::Combine(testing::ValuesIn(kCompressedAlgorithms), testing::ValuesIn(kWireTypes),
-                                          testing::Values(spcclSum, spcclAvg), testing::Values(kDensity, 0.3f)),
+                                          testing::Values(spcclSum, spcclAvg), testing::Values(kDensity, 0.3f, 0.98f)),
                          [](const testing::TestParamInfo<ReferenceParam>& p) {
                            return std::string(algorithmName(std::get<0>(p.param))) + "_" +
                                   typeName(std::get<1>(p.param)) + "_" + opName(std::get<2>(p.param)) +
-                                  (std::get<3>(p.param) == kDensity ? "_d001" : "_d03");
+                                  (std::get<3>(p.param) == kDensity ? "_d001"
+                                   : std::get<3>(p.param) == 0.3f   ? "_d03"
+                                                                    : "_d098");
                          });
 
 // Counts smaller than, equal to and just above the rank count leave some of
