@@ -115,8 +115,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   for (int r = 0; r < p; ++r) {
     StreamView view;
     SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
-    std::fill(comm.floats.begin(), comm.floats.end(), 0.0f);
-    accumulateStream(view, comm.floats.data(), 0);
+    storeStream(view, comm.floats.data(), 0);
     host::storeFloats(comm.floats.data(), n, type, static_cast<char*>(recvbuff) + r * n * esize);
   }
   *call = spcclStats_t{};

@@ -41,13 +41,21 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
                                      ws.offsets.data()));
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
 
-  std::fill(ctx->out, ctx->out + ctx->count, 0.0f);
+  // Rank 0's stream is stored over the whole buffer (zeros between its
+  // entries), the others added: the same sums as zeroing first.
   const StreamExpect expect{ctx->count, 0, ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
                             false};
   for (int r = 0; r < p; ++r) {
     StreamView view;
-    SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
-    accumulateStream(view, ctx->out, 0);
+    const Status st = parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view);
+    if (!st.isOk()) {
+      if (r == 0) std::fill(ctx->out, ctx->out + ctx->count, 0.0f);
+      return st;
+    }
+    if (r == 0)
+      storeStream(view, ctx->out, 0);
+    else
+      accumulateStream(view, ctx->out, 0);
   }
   return Status::ok();
 }

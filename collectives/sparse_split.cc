@@ -230,12 +230,17 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     if (r != me) ctx->bytesSent += sizeof(uint64_t) + ws.sizes[r];
 
   // Stage 2: the owner sums its range in rank order.
-  ws.rangeAcc.assign(myLen, 0.0f);
+  // Rank 0's piece is stored (zeros between its entries), the others added.
+  ws.rangeAcc.resize(myLen);
   const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
   for (int r = 0; r < p && local.isOk(); ++r) {
     StreamView view;
     local = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &view);
-    if (local.isOk()) accumulateStream(view, ws.rangeAcc.data(), myBegin);
+    if (!local.isOk()) break;
+    if (r == 0)
+      storeStream(view, ws.rangeAcc.data(), myBegin);
+    else
+      accumulateStream(view, ws.rangeAcc.data(), myBegin);
   }
 
   // Stage 3: allgather the reduced ranges (or an error marker).
@@ -265,7 +270,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + myBytes);
 
   if (!local.isOk()) return local;
-  std::fill(ctx->out, ctx->out + n, 0.0f);
+  // The owners' ranges are disjoint and cover [0, n): each is stored in place
+  // (zeros between its entries), or zeroed when its stream is refused.
   Status remote;
   ctx->mergedNnz = 0;
   for (int r = 0; r < p; ++r) {
@@ -277,9 +283,10 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
                                                 spcclGetErrorString(view.peerStatus)));
     if (!st.isOk()) {
       if (remote.isOk()) remote = st;
+      std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);
       continue;
     }
-    accumulateStream(view, ctx->out, 0);
+    storeStream(view, ctx->out, 0);
     ctx->mergedNnz += view.nnz;
   }
   return remote;

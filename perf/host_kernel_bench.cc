@@ -8,6 +8,11 @@
 //   threshold   send 4n + residual 4n read once (what one pass must stream); radix: the same
 //               estimate by the two-pass radix select alone (its fallback), same bytes
 //   rowTopK     send 4n read (the positions it writes are not counted); also in ns an element
+//   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
+//               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
+//               then add every stream; unpackStore: store the first (zeros between its
+//               entries, codec.h storeStream), add the others. Bytes: the output, 4n, once.
+//               Both must give the same bits (checked).
 // Median of --iters rounds after one warm-up, all interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
 //   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]
@@ -21,6 +26,7 @@
 #include <vector>
 
 #include "kernels/host/host_kernels.h"
+#include "src/codec.h"
 #include "size_arg.h"
 
 namespace {
@@ -96,8 +102,43 @@ int main(int argc, char** argv) {
       kept += spccl::host::selectRowTopK(send.data() + r * rowLen, spcclFloat32, rowLen, rowKeep, positions.data(),
                                          rowScratch.data());
   };
+  // Four streams of 2k sorted distinct positions each, Gaussian values, varint gaps.
+  constexpr int kStreams = 4;
+  std::vector<std::vector<unsigned char>> streams(kStreams);
+  std::vector<spccl::StreamView> views(kStreams);
+  for (int r = 0; r < kStreams; ++r) {
+    std::vector<uint32_t> at;
+    std::uniform_int_distribution<uint64_t> pos(0, n - 1);
+    while (at.size() < std::min<uint64_t>(2 * k, n)) {
+      for (size_t j = at.size(); j < std::min<uint64_t>(2 * k, n); ++j) at.push_back(static_cast<uint32_t>(pos(gen)));
+      std::sort(at.begin(), at.end());
+      at.erase(std::unique(at.begin(), at.end()), at.end());
+    }
+    std::vector<float> val(at.size());
+    for (float& v : val) v = g(gen);
+    spccl::StreamInfo info{n, 0, n, at.size(), 1, SPCCL_ALGO_ALLGATHER, spccl::core::ValueType::kFloat32,
+                           spccl::StreamKind::kPairs};
+    info.encoding = spccl::IndexEncoding::kDelta;
+    streams[r].resize(spccl::encodedPairsBytes(info.encoding, at.data(), at.size(), 0, n, info.valueType));
+    spccl::encodePairs(streams[r].data(), info, at.data(), val.data());
+    const spccl::StreamExpect expect{n, 0, n, 1, SPCCL_ALGO_ALLGATHER, info.valueType, false};
+    if (!spccl::parseStream(streams[r].data(), streams[r].size(), expect, r, &views[r]).isOk()) {
+      std::fprintf(stderr, "could not parse the unpack benchmark's stream %d\n", r);
+      return 1;
+    }
+  }
+  std::vector<float>& unpacked = residualOut;  // selectPack's output: rewritten by it on every round anyway
+  const auto unpackAdd = [&] {
+    std::fill(copy.begin(), copy.end(), 0.0f);
+    for (const spccl::StreamView& v : views) spccl::accumulateStream(v, copy.data(), 0);
+  };
+  const auto unpackStore = [&] {
+    spccl::storeStream(views[0], unpacked.data(), 0);
+    for (int r = 1; r < kStreams; ++r) spccl::accumulateStream(views[r], unpacked.data(), 0);
+  };
+
   spccl::host::ThresholdResult radix = thr;
-  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows;
+  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tAdds, tStores;
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
@@ -108,7 +149,11 @@ int main(int argc, char** argv) {
       radix = spccl::host::kthLargestMagnitudeRadix(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
     }));
     tRows.push_back(seconds(rowTopK));
+    tAdds.push_back(seconds(unpackAdd));
+    tStores.push_back(seconds(unpackStore));
   }
+  // Compared before selectPack writes residualOut again; copy holds unpackAdd's result.
+  const bool unpacksAgree = std::memcmp(copy.data(), unpacked.data(), n * sizeof(float)) == 0;
   const double tCopy = median(tCopies), tSelect = median(tSelects), tThreshold = median(tThresholds);
   const double nb = static_cast<double>(n);
   const double copyBytes = 8 * nb, selectBytes = 12 * nb + 8.0 * static_cast<double>(sel.selected),
@@ -129,10 +174,13 @@ int main(int argc, char** argv) {
   row("rowTopK", tRow, 4.0 * static_cast<double>(rows) * rowLen);
   std::printf("# rowTopK: %zu rows of %u, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowKeep,
               1e9 * tRow / (static_cast<double>(rows) * rowLen), static_cast<unsigned long long>(kept));
+  row("unpackAdd", median(tAdds), 4 * nb);
+  row("unpackStore", median(tStores), 4 * nb);
   std::printf("# selectPack selected %llu pairs (k %llu)\n", static_cast<unsigned long long>(sel.selected),
               static_cast<unsigned long long>(k));
   const bool rowsOk = kept == rows * std::min(rowKeep, rowLen);  // Gaussian rows: no NaN/Inf beyond keep
   const bool thresholdsAgree = thr.tauKey == radix.tauKey && thr.above == radix.above && thr.finite == radix.finite;
   if (!thresholdsAgree) std::printf("# threshold and radix disagree\n");
-  return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree ? 0 : 1;
+  if (!unpacksAgree) std::printf("# unpackAdd and unpackStore disagree\n");
+  return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree && unpacksAgree ? 0 : 1;
 }

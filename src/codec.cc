@@ -406,6 +406,24 @@ void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
   }
 }
 
+void storeStream(const StreamView& v, float* out, uint64_t outBase) {
+  float* range = out + (v.rangeBegin - outBase);
+  const uint64_t len = v.rangeEnd - v.rangeBegin;
+  if (v.kind != StreamKind::kPairs) {  // dense: a sequential pass either way
+    std::fill(range, range + len, 0.0f);
+    accumulateStream(v, out, outBase);
+    return;
+  }
+  uint64_t next = 0;  // range[0, next) written
+  forEachPair(v, [&](uint64_t index, uint64_t j) {
+    const uint64_t at = index - v.rangeBegin;  // > next - 1: indices strictly increase (parseStream)
+    std::fill(range + next, range + at, 0.0f);
+    range[at] = 0.0f + core::loadWireValue(v.values, j, v.valueType, v.scaleExp);  // -0 becomes +0, as in a sum
+    next = at + 1;
+  });
+  std::fill(range + next, range + len, 0.0f);
+}
+
 // ---- CRC32C ----
 
 namespace {

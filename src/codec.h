@@ -208,6 +208,11 @@ void forEachPair(const StreamView& v, F&& f) {
 
 // acc[i - accBase] += value for every entry of a validated stream.
 void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);
+// The same bits as zeroing out[rangeBegin - outBase, rangeEnd - outBase) and
+// then accumulateStream(view, out, outBase) (0.0f + value at the entries,
+// +0 between them), in one pass front to back: no second visit to lines the
+// zeroing has already evicted. kPairs and kDense streams.
+void storeStream(const StreamView& view, float* out, uint64_t outBase);
 
 // ---- Row streams (alltoall rows, backward values, row-sparse id rows) ----
 // Same 56 bytes as StreamHeader; the five trailing words mean, per kind:

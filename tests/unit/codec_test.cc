@@ -139,6 +139,18 @@ constexpr Shape kShapes[] = {
     {"empty_subrange", 7, 7, 7, 0},
 };
 
+// storeStream against its definition, computed here from the originals:
+// over the stream's range 0.0f + each decoded value at its index (so a -0
+// value lands as +0) and +0 between; nothing outside the range written.
+void expectStore(const StreamView& view, const Pairs& p, ValueType vt, uint64_t outBase) {
+  std::vector<float> got(p.count - outBase + 2, 3.5f), want = got;
+  std::fill(want.begin() + static_cast<std::ptrdiff_t>(p.begin - outBase),
+            want.begin() + static_cast<std::ptrdiff_t>(p.end - outBase), 0.0f);
+  for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j] - outBase] = 0.0f + refRoundToWire(p.values[j], vt);
+  storeStream(view, got.data(), outBase);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(sameFloat(got[i], want[i])) << "out[" << i << "]";
+}
+
 TEST(Codec, PairsRoundTripEveryValueType) {
   auto g = rng(50);
   for (ValueType vt : kAllValueTypes) {
@@ -173,6 +185,7 @@ TEST(Codec, PairsRoundTripEveryValueType) {
         for (uint64_t j = 0; j < s.nnz; ++j) want[p.indices[j] - accBase] += refRoundToWire(p.values[j], vt);
         accumulateStream(view, acc.data(), accBase);
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+        expectStore(view, p, vt, accBase);
       }
     }
   }
@@ -231,6 +244,8 @@ TEST(Codec, CompactPairsRoundTrip) {
         for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j]] += refRoundToWire(p.values[j], vt);
         accumulateStream(view, acc.data(), 0);
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+        expectStore(view, p, vt, 0);
+        expectStore(view, p, vt, p.begin);
       }
     }
   }
@@ -352,6 +367,10 @@ TEST(Codec, DenseRoundTripEveryValueType) {
         for (uint64_t i = 0; i < len; ++i) want[s.begin + i] += decoded[i];
         accumulateStream(view, acc.data(), 0);
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
+        std::vector<float> out(s.count + 2, 1.0f), wantOut = out;
+        for (uint64_t i = 0; i < len; ++i) wantOut[s.begin + i] = 0.0f + decoded[i];
+        storeStream(view, out.data(), 0);
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(sameFloat(out[i], wantOut[i])) << "out[" << i << "]";
       }
     }
   }
