@@ -36,6 +36,8 @@ struct Workspace {
   std::vector<uint32_t> rangeIndices;
   std::vector<float> rangeValues;  // split's owner: rangeAcc at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;
+  std::vector<StreamView> views;  // received streams, parsed, for reduceStreams
+  std::vector<PairCursor> cursors;
 };
 
 // This rank's selected entries: sorted global indices and wire-typed values.

@@ -41,22 +41,19 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
                                      ws.offsets.data()));
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
 
-  // Rank 0's stream is stored over the whole buffer (zeros between its
-  // entries), the others added: the same sums as zeroing first.
+  // Every stream covers the whole buffer: all are parsed, then summed in
+  // rank order a cache-sized block of the output at a time.
   const StreamExpect expect{ctx->count, 0, ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
                             false};
+  ws.views.resize(p);
   for (int r = 0; r < p; ++r) {
-    StreamView view;
-    const Status st = parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view);
+    const Status st = parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &ws.views[r]);
     if (!st.isOk()) {
-      if (r == 0) std::fill(ctx->out, ctx->out + ctx->count, 0.0f);
+      std::fill(ctx->out, ctx->out + ctx->count, 0.0f);
       return st;
     }
-    if (r == 0)
-      storeStream(view, ctx->out, 0);
-    else
-      accumulateStream(view, ctx->out, 0);
   }
+  reduceStreams(ws.views.data(), ws.views.size(), ctx->out, 0, &ws.cursors);
   return Status::ok();
 }
 

@@ -230,18 +230,14 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     if (r != me) ctx->bytesSent += sizeof(uint64_t) + ws.sizes[r];
 
   // Stage 2: the owner sums its range in rank order.
-  // Rank 0's piece is stored (zeros between its entries), the others added.
+  // Every piece covers the owner's range: all are parsed, then summed in
+  // rank order a cache-sized block of the range at a time.
   ws.rangeAcc.resize(myLen);
   const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
-  for (int r = 0; r < p && local.isOk(); ++r) {
-    StreamView view;
-    local = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &view);
-    if (!local.isOk()) break;
-    if (r == 0)
-      storeStream(view, ws.rangeAcc.data(), myBegin);
-    else
-      accumulateStream(view, ws.rangeAcc.data(), myBegin);
-  }
+  ws.views.resize(p);
+  for (int r = 0; r < p && local.isOk(); ++r)
+    local = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &ws.views[r]);
+  if (local.isOk()) reduceStreams(ws.views.data(), ws.views.size(), ws.rangeAcc.data(), myBegin, &ws.cursors);
 
   // Stage 3: allgather the reduced ranges (or an error marker).
   const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};

@@ -10,9 +10,9 @@
 //   rowTopK     send 4n read (the positions it writes are not counted); also in ns an element
 //   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
 //               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
-//               then add every stream; unpackStore: store the first (zeros between its
-//               entries, codec.h storeStream), add the others. Bytes: the output, 4n, once.
-//               Both must give the same bits (checked).
+//               then add every stream; unpackBlock: the same sums a 16 KiB block of the output
+//               at a time (codec.h reduceStreams, what the algorithm runs). Bytes: the output,
+//               4n, once. Both must give the same bits (checked).
 // Median of --iters rounds after one warm-up, all interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
 //   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]
@@ -132,13 +132,11 @@ int main(int argc, char** argv) {
     std::fill(copy.begin(), copy.end(), 0.0f);
     for (const spccl::StreamView& v : views) spccl::accumulateStream(v, copy.data(), 0);
   };
-  const auto unpackStore = [&] {
-    spccl::storeStream(views[0], unpacked.data(), 0);
-    for (int r = 1; r < kStreams; ++r) spccl::accumulateStream(views[r], unpacked.data(), 0);
-  };
+  std::vector<spccl::PairCursor> cursors;
+  const auto unpackBlock = [&] { spccl::reduceStreams(views.data(), views.size(), unpacked.data(), 0, &cursors); };
 
   spccl::host::ThresholdResult radix = thr;
-  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tAdds, tStores;
+  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tAdds, tBlocks;
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
@@ -150,7 +148,7 @@ int main(int argc, char** argv) {
     }));
     tRows.push_back(seconds(rowTopK));
     tAdds.push_back(seconds(unpackAdd));
-    tStores.push_back(seconds(unpackStore));
+    tBlocks.push_back(seconds(unpackBlock));
   }
   // Compared before selectPack writes residualOut again; copy holds unpackAdd's result.
   const bool unpacksAgree = std::memcmp(copy.data(), unpacked.data(), n * sizeof(float)) == 0;
@@ -175,12 +173,12 @@ int main(int argc, char** argv) {
   std::printf("# rowTopK: %zu rows of %u, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowKeep,
               1e9 * tRow / (static_cast<double>(rows) * rowLen), static_cast<unsigned long long>(kept));
   row("unpackAdd", median(tAdds), 4 * nb);
-  row("unpackStore", median(tStores), 4 * nb);
+  row("unpackBlock", median(tBlocks), 4 * nb);
   std::printf("# selectPack selected %llu pairs (k %llu)\n", static_cast<unsigned long long>(sel.selected),
               static_cast<unsigned long long>(k));
   const bool rowsOk = kept == rows * std::min(rowKeep, rowLen);  // Gaussian rows: no NaN/Inf beyond keep
   const bool thresholdsAgree = thr.tauKey == radix.tauKey && thr.above == radix.above && thr.finite == radix.finite;
   if (!thresholdsAgree) std::printf("# threshold and radix disagree\n");
-  if (!unpacksAgree) std::printf("# unpackAdd and unpackStore disagree\n");
+  if (!unpacksAgree) std::printf("# unpackAdd and unpackBlock disagree\n");
   return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree && unpacksAgree ? 0 : 1;
 }

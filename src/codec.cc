@@ -424,6 +424,30 @@ void storeStream(const StreamView& v, float* out, uint64_t outBase) {
   std::fill(range + next, range + len, 0.0f);
 }
 
+void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
+                   std::vector<PairCursor>* cursors) {
+  if (count == 0) return;
+  const uint64_t b = views[0].rangeBegin, e = views[0].rangeEnd;
+  cursors->clear();
+  for (size_t r = 0; r < count; ++r) cursors->emplace_back(views[r]);
+  constexpr uint64_t kBlock = 4096;  // 16 KiB of output
+  for (uint64_t c = b; c < e; c += kBlock) {
+    const uint64_t ce = c + kBlock < e ? c + kBlock : e;
+    std::fill(acc + (c - accBase), acc + (ce - accBase), 0.0f);
+    for (size_t r = 0; r < count; ++r) {
+      const StreamView& v = views[r];
+      if (v.kind == StreamKind::kDense) {
+        const auto* values = static_cast<const unsigned char*>(v.values) + (c - b) * core::wireValueBytes(v.valueType);
+        host::denseAccumulate(values, v.valueType, ce - c, acc + (c - accBase), v.scaleExp);
+      } else {
+        (*cursors)[r].until(ce, [&](uint64_t index, uint64_t j) {
+          acc[index - accBase] += core::loadWireValue(v.values, j, v.valueType, v.scaleExp);
+        });
+      }
+    }
+  }
+}
+
 // ---- CRC32C ----
 
 namespace {

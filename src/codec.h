@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/core/elementwise.h"
 #include "src/status.h"
@@ -172,38 +173,79 @@ struct StreamView {
 // index order and bounds. `peer` names the sender in messages.
 Status parseStream(const void* data, size_t bytes, const StreamExpect& expect, int peer, StreamView* out);
 
+// Walks the pairs of a validated kPairs stream in index order, whatever its
+// index encoding, and can stop at a position and resume there: the blocked
+// reduction below takes every stream a block at a time.
+class PairCursor {
+ public:
+  PairCursor() = default;
+  explicit PairCursor(const StreamView& v) : v_(&v) {
+    if (v.nnz == 0) return;
+    if (v.encoding == IndexEncoding::kDelta) {
+      p_ = v.indexBytes;
+      index_ = v.rangeBegin + readVarint();
+    } else if (v.encoding == IndexEncoding::kBitmap) {
+      mapBytes_ = (v.rangeEnd - v.rangeBegin + 7) / 8;
+      bits_ = loadWord(0);
+    }
+  }
+  bool done() const { return j_ == v_->nnz; }
+
+  // Calls f(index, j) for the j-th pair, for every pair not yet visited
+  // whose index is below `end`, and stops before the first at or past it.
+  template <typename F>
+  void until(uint64_t end, F&& f) {
+    const uint64_t nnz = v_->nnz;
+    if (v_->encoding == IndexEncoding::kCoo32) {
+      for (; j_ < nnz && v_->indices[j_] < end; ++j_) f(static_cast<uint64_t>(v_->indices[j_]), j_);
+    } else if (v_->encoding == IndexEncoding::kDelta) {
+      while (j_ < nnz && index_ < end) {
+        f(index_, j_);
+        if (++j_ < nnz) index_ += readVarint() + 1;
+      }
+    } else {  // kBitmap: 64 positions a (little-endian) word; parseStream checked no bit lies past the range
+      while (j_ < nnz) {
+        if (bits_ == 0) {
+          if (byte_ + 8 >= mapBytes_) break;  // cannot happen in a validated stream: nnz bits are set
+          byte_ += 8;
+          bits_ = loadWord(byte_);
+          continue;
+        }
+        const uint64_t index = v_->rangeBegin + byte_ * 8 + static_cast<uint64_t>(__builtin_ctzll(bits_));
+        if (index >= end) break;
+        f(index, j_++);
+        bits_ &= bits_ - 1;
+      }
+    }
+  }
+
+ private:
+  uint64_t readVarint() {
+    uint64_t value = 0;
+    for (int shift = 0;; shift += 7) {
+      const unsigned char b = *p_++;
+      value |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return value;
+    }
+  }
+  uint64_t loadWord(uint64_t byte) const {
+    uint64_t bits = 0;
+    std::memcpy(&bits, v_->indexBytes + byte, static_cast<size_t>(mapBytes_ - byte < 8 ? mapBytes_ - byte : 8));
+    return bits;
+  }
+
+  const StreamView* v_ = nullptr;
+  uint64_t j_ = 0;                  // pairs visited
+  uint64_t index_ = 0;              // kDelta: the index of pair j_
+  const unsigned char* p_ = nullptr;  // kDelta: the varint after pair j_'s
+  uint64_t mapBytes_ = 0, byte_ = 0, bits_ = 0;  // kBitmap: the word at byte_, its unvisited bits
+};
+
 // Calls f(index, j) for the j-th pair of a validated kPairs stream, in index
 // order, whatever its index encoding.
 template <typename F>
 void forEachPair(const StreamView& v, F&& f) {
-  if (v.encoding == IndexEncoding::kCoo32) {
-    for (uint64_t j = 0; j < v.nnz; ++j) f(static_cast<uint64_t>(v.indices[j]), j);
-  } else if (v.encoding == IndexEncoding::kDelta) {
-    const unsigned char* p = v.indexBytes;
-    uint64_t index = v.rangeBegin;
-    for (uint64_t j = 0; j < v.nnz; ++j) {
-      uint64_t gap = 0;
-      for (int shift = 0;; shift += 7) {
-        const unsigned char b = *p++;
-        gap |= static_cast<uint64_t>(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) break;
-      }
-      index += gap + (j > 0 ? 1 : 0);
-      f(index, j);
-    }
-  } else {  // kBitmap: 64 positions a (little-endian) word; parseStream checked no bit lies past the range
-    const uint64_t mapBytes = (v.rangeEnd - v.rangeBegin + 7) / 8;
-    uint64_t j = 0;
-    for (uint64_t byte = 0; byte < mapBytes && j < v.nnz; byte += 8) {
-      uint64_t bits = 0;
-      std::memcpy(&bits, v.indexBytes + byte, static_cast<size_t>(mapBytes - byte < 8 ? mapBytes - byte : 8));
-      while (bits != 0) {
-        const int bit = __builtin_ctzll(bits);
-        bits &= bits - 1;
-        f(v.rangeBegin + byte * 8 + static_cast<uint64_t>(bit), j++);
-      }
-    }
-  }
+  PairCursor(v).until(~uint64_t{0}, f);
 }
 
 // acc[i - accBase] += value for every entry of a validated stream.
@@ -213,6 +255,14 @@ void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);
 // +0 between them), in one pass front to back: no second visit to lines the
 // zeroing has already evicted. kPairs and kDense streams.
 void storeStream(const StreamView& view, float* out, uint64_t outBase);
+// The same bits as zeroing acc over the streams' common range and then
+// accumulateStream of views[0], views[1], ... in that order (every element's
+// sum starts from +0 and adds in stream order), but in blocks small enough
+// to stay in the first-level cache: each output line is fetched once, and
+// the streams are read front to back alongside. kPairs and kDense streams,
+// all over the same [rangeBegin, rangeEnd). `cursors` is scratch.
+void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
+                   std::vector<PairCursor>* cursors);
 
 // ---- Row streams (alltoall rows, backward values, row-sparse id rows) ----
 // Same 56 bytes as StreamHeader; the five trailing words mean, per kind:
