@@ -10,9 +10,10 @@
 //   rowTopK     send 4n read (the positions it writes are not counted); also in ns an element
 //   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
 //               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
-//               then add every stream; unpackBlock: the same sums a 16 KiB block of the output
-//               at a time (codec.h reduceStreams, what the algorithm runs). Bytes: the output,
-//               4n, once. Both must give the same bits (checked).
+//               then add every stream; unpackBlock: codec.h reduceStreams, what the algorithm
+//               runs (the same sums a 16 KiB block of the output at a time, or as unpackAdd
+//               below one pair in kScatterBelow elements). Bytes: the output, 4n, once. Both
+//               must give the same bits (checked).
 // Median of --iters rounds after one warm-up, all interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
 //   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]

@@ -406,10 +406,12 @@ void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
   }
 }
 
+bool zeroThenScatter(uint64_t pairs, uint64_t len) { return pairs * kScatterBelow < len; }
+
 void storeStream(const StreamView& v, float* out, uint64_t outBase) {
   float* range = out + (v.rangeBegin - outBase);
   const uint64_t len = v.rangeEnd - v.rangeBegin;
-  if (v.kind != StreamKind::kPairs) {  // dense: a sequential pass either way
+  if (v.kind != StreamKind::kPairs || zeroThenScatter(v.nnz, len)) {  // dense: a sequential pass either way
     std::fill(range, range + len, 0.0f);
     accumulateStream(v, out, outBase);
     return;
@@ -428,6 +430,13 @@ void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t a
                    std::vector<PairCursor>* cursors) {
   if (count == 0) return;
   const uint64_t b = views[0].rangeBegin, e = views[0].rangeEnd;
+  uint64_t pairs = 0;
+  for (size_t r = 0; r < count; ++r) pairs += views[r].nnz;  // a dense stream's nnz is its length
+  if (zeroThenScatter(pairs, e - b)) {
+    std::fill(acc + (b - accBase), acc + (e - accBase), 0.0f);
+    for (size_t r = 0; r < count; ++r) accumulateStream(views[r], acc, accBase);
+    return;
+  }
   cursors->clear();
   for (size_t r = 0; r < count; ++r) cursors->emplace_back(views[r]);
   constexpr uint64_t kBlock = 4096;  // 16 KiB of output

@@ -250,17 +250,27 @@ void forEachPair(const StreamView& v, F&& f) {
 
 // acc[i - accBase] += value for every entry of a validated stream.
 void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);
+// Below one pair per kScatterBelow elements of the range, zeroing the range
+// (memset's streaming stores, no line read) and adding the pairs where they
+// fall (a cache miss each) is cheaper than a pass that fetches every line;
+// above it the pass wins. host_kernel_bench's unpackAdd/unpackBlock rows at
+// --density 0.0003-0.004 (4 streams of 2k pairs) cross at about 1 in 125.
+constexpr uint64_t kScatterBelow = 128;
+bool zeroThenScatter(uint64_t pairs, uint64_t len);
+
 // The same bits as zeroing out[rangeBegin - outBase, rangeEnd - outBase) and
 // then accumulateStream(view, out, outBase) (0.0f + value at the entries,
-// +0 between them), in one pass front to back: no second visit to lines the
-// zeroing has already evicted. kPairs and kDense streams.
+// +0 between them). Dense enough (zeroThenScatter false): in one pass front
+// to back, no second visit to lines the zeroing has already evicted.
+// kPairs and kDense streams.
 void storeStream(const StreamView& view, float* out, uint64_t outBase);
 // The same bits as zeroing acc over the streams' common range and then
 // accumulateStream of views[0], views[1], ... in that order (every element's
-// sum starts from +0 and adds in stream order), but in blocks small enough
-// to stay in the first-level cache: each output line is fetched once, and
-// the streams are read front to back alongside. kPairs and kDense streams,
-// all over the same [rangeBegin, rangeEnd). `cursors` is scratch.
+// sum starts from +0 and adds in stream order). Dense enough (all the
+// streams' pairs together): in blocks small enough to stay in the
+// first-level cache, so each output line is fetched once and the streams
+// are read front to back alongside. kPairs and kDense streams, all over the
+// same [rangeBegin, rangeEnd). `cursors` is scratch.
 void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
                    std::vector<PairCursor>* cursors);
 

@@ -254,43 +254,56 @@ TEST(Codec, CompactPairsRoundTrip) {
 // reduceStreams against zeroing and accumulateStream (itself checked against
 // the originals above) in stream order: pairs in each index encoding, dense,
 // empty, NaN/Inf/-0 among the values, ranges shorter and longer than its
-// block and not aligned to it; nothing outside the range written.
+// block and not aligned to it; nothing outside the range written. Both of
+// its ways: streams dense enough for the blocked pass, and sparse ones
+// (fewer than one pair in kScatterBelow elements) that are scattered.
 TEST(Codec, ReduceStreamsEqualsZeroThenAccumulate) {
   auto g = rng(59);
   struct Range {
     uint64_t count, begin, end;
   };
-  for (ValueType vt : kAllValueTypes) {
-    for (const Range& rg : {Range{20011, 2500, 15003}, Range{10, 3, 9}, Range{7, 7, 7}, Range{4096, 0, 4096}}) {
-      SCOPED_TRACE(std::string(typeName(vt)) + " range [" + std::to_string(rg.begin) + ", " +
-                   std::to_string(rg.end) + ")");
-      const uint64_t len = rg.end - rg.begin;
-      std::vector<std::vector<unsigned char>> streams;
-      const std::pair<IndexEncoding, double> pairKinds[] = {{IndexEncoding::kCoo32, 0.05},
-                                                            {IndexEncoding::kDelta, 0.3},
-                                                            {IndexEncoding::kBitmap, 0.6},
-                                                            {IndexEncoding::kDelta, 0.0},
-                                                            {IndexEncoding::kCoo32, 1.0}};
-      for (const auto& [enc, share] : pairKinds) {
-        const Pairs p = randomPairs(g, rg.count, rg.begin, rg.end, static_cast<uint64_t>(share * len));
-        streams.push_back(encodeCompact(p, vt, enc));
-      }
-      std::vector<float> dense = randomNormal(g, len);
-      sprinkleNonFinite(g, dense, 0.05);
-      const Pairs shape{rg.count, rg.begin, rg.end, {}, {}};
-      streams.insert(streams.begin() + 2, encodeDenseStream(shape, dense, vt));
-      std::vector<StreamView> views(streams.size());
-      for (size_t r = 0; r < streams.size(); ++r)
-        ASSERT_TRUE(parseStream(streams[r].data(), streams[r].size(), expectFor(shape, vt, true), 0, &views[r]).isOk())
-            << "stream " << r;
-      for (uint64_t accBase : {uint64_t{0}, rg.begin}) {
-        std::vector<float> want(rg.count - accBase + 2, 3.5f), got = want;
-        std::fill(want.begin() + static_cast<std::ptrdiff_t>(rg.begin - accBase),
-                  want.begin() + static_cast<std::ptrdiff_t>(rg.end - accBase), 0.0f);
-        for (const StreamView& v : views) accumulateStream(v, want.data(), accBase);
-        std::vector<PairCursor> cursors;
-        reduceStreams(views.data(), views.size(), got.data(), accBase, &cursors);
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(sameFloat(got[i], want[i])) << "acc[" << i << "]";
+  for (bool sparse : {false, true}) {
+    for (ValueType vt : kAllValueTypes) {
+      for (const Range& rg : {Range{20011, 2500, 15003}, Range{10, 3, 9}, Range{7, 7, 7}, Range{4096, 0, 4096}}) {
+        SCOPED_TRACE(std::string(sparse ? "sparse " : "dense enough ") + typeName(vt) + " range [" +
+                     std::to_string(rg.begin) + ", " + std::to_string(rg.end) + ")");
+        const uint64_t len = rg.end - rg.begin;
+        std::vector<std::vector<unsigned char>> streams;
+        const std::pair<IndexEncoding, double> pairKinds[] = {{IndexEncoding::kCoo32, sparse ? 0.001 : 0.05},
+                                                              {IndexEncoding::kDelta, sparse ? 0.002 : 0.3},
+                                                              {IndexEncoding::kBitmap, sparse ? 0.001 : 0.6},
+                                                              {IndexEncoding::kDelta, 0.0},
+                                                              {IndexEncoding::kCoo32, sparse ? 0.0 : 1.0}};
+        for (const auto& [enc, share] : pairKinds) {
+          const Pairs p = randomPairs(g, rg.count, rg.begin, rg.end, static_cast<uint64_t>(share * len));
+          streams.push_back(encodeCompact(p, vt, enc));
+        }
+        const Pairs shape{rg.count, rg.begin, rg.end, {}, {}};
+        if (!sparse) {
+          std::vector<float> dense = randomNormal(g, len);
+          sprinkleNonFinite(g, dense, 0.05);
+          streams.insert(streams.begin() + 2, encodeDenseStream(shape, dense, vt));
+        }
+        std::vector<StreamView> views(streams.size());
+        uint64_t pairs = 0;
+        for (size_t r = 0; r < streams.size(); ++r) {
+          ASSERT_TRUE(
+              parseStream(streams[r].data(), streams[r].size(), expectFor(shape, vt, true), 0, &views[r]).isOk())
+              << "stream " << r;
+          pairs += views[r].nnz;
+        }
+        if (len > 10000) {
+          ASSERT_EQ(zeroThenScatter(pairs, len), sparse) << pairs << " pairs";
+        }
+        for (uint64_t accBase : {uint64_t{0}, rg.begin}) {
+          std::vector<float> want(rg.count - accBase + 2, 3.5f), got = want;
+          std::fill(want.begin() + static_cast<std::ptrdiff_t>(rg.begin - accBase),
+                    want.begin() + static_cast<std::ptrdiff_t>(rg.end - accBase), 0.0f);
+          for (const StreamView& v : views) accumulateStream(v, want.data(), accBase);
+          std::vector<PairCursor> cursors;
+          reduceStreams(views.data(), views.size(), got.data(), accBase, &cursors);
+          for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(sameFloat(got[i], want[i])) << "acc[" << i << "]";
+        }
       }
     }
   }
