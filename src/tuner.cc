@@ -43,6 +43,13 @@ double log2Rounds(int p) { return p > 1 ? std::ceil(std::log2(static_cast<double
 // split owner (key, nth_element, drop pass).
 constexpr double kPickBytes = 256;
 constexpr double kReselectBytes = 384;
+// Received pairs, per pair beyond its own bytes (codec.h reduceStreams and
+// storeStream, host_kernel_bench's unpack rows at densities 0.0001-0.05):
+// the blocked pass decodes and adds each in the first-level cache; below
+// one pair in kScatterBelow elements each lands on a line memset has left
+// in memory, a read-modify-write that waits on the miss.
+constexpr double kBlockedPairBytes = 40;
+constexpr double kScatteredPairBytes = 320;
 
 double mergedBeforeReselection(const CostInputs& in) {
   const double n = static_cast<double>(in.count), p = in.ranks;
@@ -88,8 +95,9 @@ double selectPassBytes(double n, double elemBytes, double k) {
   return n * (elemBytes + 8.0) + 64.0 * (n / 16.0) * (1.0 - std::pow(1.0 - d, 16.0)) + kPickBytes * k;
 }
 
-double pairTrafficBytes(double pairs, double span, double pairBytes) {
-  return pairs * pairBytes + 128.0 * std::min(pairs, span / 16.0);
+double reduceBytes(double pairs, double span, double pairBytes) {
+  if (pairs * static_cast<double>(kScatterBelow) < span) return 2.0 * span + pairs * (pairBytes + kScatteredPairBytes);
+  return 4.0 * span + pairs * (pairBytes + kBlockedPairBytes);
 }
 
 CostTerms modelTerms(int algorithm, const CostInputs& in) {
@@ -107,23 +115,23 @@ CostTerms modelTerms(int algorithm, const CostInputs& in) {
   // fp32 (read e, write 4). The one pass of v = send + residual that a dense
   // call right after a compressed one makes is not charged: auto weighs what
   // an algorithm costs call after call. Sparse: the fused pass (selectPassBytes);
-  // every rank zeroes its output and accumulates what it receives
-  // (pairTrafficBytes: the pairs plus the output lines they touch).
+  // every rank sums what it receives into its zeroed output (reduceBytes).
   if (algorithm == SPCCL_ALGO_DENSE) {
     t.unpackBytes = (in.elemBytes == 4 ? 0.0 : n * (in.elemBytes + 4.0)) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
   } else {
     t.selectBytes = selectPassBytes(n, in.elemBytes, k);
     if (algorithm == SPCCL_ALGO_ALLGATHER) {
-      t.unpackBytes = n * 4.0 + p * pairTrafficBytes(k, n, pair);
+      t.unpackBytes = reduceBytes(p * k, n, pair);
     } else {
-      // Owners zero and scan their range (8 n/P), accumulate ~k pairs into it,
+      // Owners sum ~k pairs into their range, scan it for the nonzeros (4 n/P)
       // and, re-selecting, sort out the merged entries beyond the budget (a
       // 64-bit key each, nth_element, a pass in index order: kReselectBytes
-      // an entry); then every rank unpacks the P ranges.
+      // an entry); then every rank stores the P ranges, each as pairs or,
+      // where that is smaller, dense (memset, then a pass adding the values).
       const double range = n / p, sent = mergedPerRange(in), merged = mergedBeforeReselection(in);
       const double reselect = in.keepPerRange > 0 && merged > in.keepPerRange ? kReselectBytes * merged : 0.0;
-      t.unpackBytes = n * 4.0 + 8.0 * range + pairTrafficBytes(k, range, pair) + reselect +
-                      p * std::min(pairTrafficBytes(sent, range, mergedPair), range * (in.wireBytes + 8.0));
+      t.unpackBytes = reduceBytes(k, range, pair) + 4.0 * range + reselect +
+                      p * std::min(reduceBytes(sent, range, mergedPair), range * (in.wireBytes + 10.0));
     }
   }
   if (in.ranks <= 1) return t;
@@ -281,7 +289,7 @@ std::string calibrationCachePath(const std::string& dir, const std::string& key,
 
 namespace {
 constexpr const char* kCacheMagic = "spccl-cost-model";
-constexpr int kCacheVersion = 1;
+constexpr int kCacheVersion = 2;  // 2: unpack_s_per_byte of reduceStreams (blocked), not of memset and scatter
 
 bool validModel(const CostModel& m) {
   for (double v : {m.alpha, m.beta, m.gammaSelect, m.gammaUnpack})
@@ -421,21 +429,30 @@ void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
                      std::numeric_limits<uint64_t>::max(), capacity, core::ValueType::kFloat32, indices.data(),
                      values.data()};
   std::vector<double> selectTimes, unpackTimes;
+  std::vector<unsigned char> stream;
+  std::vector<PairCursor> cursors;
   uint64_t nnz = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const Clock::time_point t0 = Clock::now();
     nnz = std::min<uint64_t>(host::selectPack(a).selected, capacity);
     selectTimes.push_back(since(t0));
+    // The selection as a received stream (32-bit indices, fp32 values),
+    // summed into the zeroed output the way the collectives do.
+    StreamInfo info{n, 0, n, nnz, 0, SPCCL_ALGO_ALLGATHER, core::ValueType::kFloat32, StreamKind::kPairs};
+    stream.resize(pairsStreamBytes(nnz, info.valueType));
+    encodePairs(stream.data(), info, indices.data(), values.data());
+    StreamView view{};
+    const StreamExpect expect{n, 0, n, 0, SPCCL_ALGO_ALLGATHER, info.valueType, false};
+    if (!parseStream(stream.data(), stream.size(), expect, rank, &view).isOk()) continue;  // cannot happen
     const Clock::time_point t1 = Clock::now();
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    host::unpackAccumulate(indices.data(), values.data(), core::ValueType::kFloat32, nnz, acc.data(), 0);
+    reduceStreams(&view, 1, acc.data(), 0, &cursors);
     unpackTimes.push_back(since(t1));
   }
   // Per byte as modelTerms counts them, so the model's terms times these
   // rates reproduce the timed passes.
   const double nd = static_cast<double>(n), kd = static_cast<double>(nnz);
   *selectPerByte = fastest(selectTimes) / selectPassBytes(nd, 4.0, kd);
-  *unpackPerByte = fastest(unpackTimes) / (nd * 4.0 + pairTrafficBytes(kd, nd, 8.0));
+  *unpackPerByte = fastest(unpackTimes) / reduceBytes(kd, nd, 8.0);
 }
 
 }  // namespace

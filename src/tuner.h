@@ -58,10 +58,12 @@ struct CostTerms {
 // element by element (64 bytes each; 1 - (1 - k/n)^16 of the n/16 blocks),
 // and 256 per selected entry (its classification and packing).
 double selectPassBytes(double n, double elemBytes, double k);
-// Bytes-equivalent of accumulating `pairs` pairs of pairBytes spread over
-// `span` output elements: the pairs read, and each 64-byte output line they
-// touch read and written back (128 bytes; at most span / 16 lines).
-double pairTrafficBytes(double pairs, double span, double pairBytes);
+// Bytes-equivalent of summing `pairs` received pairs of pairBytes into a
+// zeroed output of `span` floats, the way codec.h's reduceStreams and
+// storeStream do it: one blocked pass over the output (4 span; 40 a pair to
+// decode and add, beyond its bytes) or, below one pair in kScatterBelow
+// elements, memset's streaming stores (2 span) and a cache miss a pair (320).
+double reduceBytes(double pairs, double span, double pairBytes);
 
 CostTerms modelTerms(int algorithm, const CostInputs& in);
 // Bytes one rank sends to others for one call (headers and size exchanges included).

@@ -105,9 +105,12 @@ TEST(Tuner, ChoosesDenseWhenDenseAndSparseWhenSparse) {
 // 32-bit indices (pair = 8 bytes):
 //   selection (sparse only)   = n * (4 + 8) + 64 * n/16 * (1 - 0.99^16) + 256 k   (candidate blocks, picks)
 //   dense accumulation        = (P-1)/P * n * 4 (fp32 input: no staging)  = 3000
-//   allgather accumulation    = n * 4 + P * (k * 8 + 128 * k)              = 9440
-//     (each pair touches its own output line: k < n/16)
-//   split accumulation        = n * 4 + 8 n/P + (k * 8 + 128 * k) + P * min(136 m, n/P * 12)
+//   allgather accumulation    = U(P k, n) = 4 n + P k (8 + 40)             = 5920
+//     (P k = 40 pairs in 1000 elements: the blocked pass, 1 pair in 25)
+//   split accumulation        = U(k, n/P) + 4 n/P + P min(U(m, n/P), n/P (4 + 10))
+//                             = (1000 + 10 * 48) + 1000 + P (1000 + 48 m)
+// where U(pairs, span) = 4 span + pairs (8 + 40) at one pair in 128 elements
+// or more, else 2 span + pairs (8 + 320) (memset, then a miss a pair).
 TEST(Tuner, LocalWorkTerms) {
   const CostInputs in{4, 1000, 10, 4, 4};
   const CostTerms d = modelTerms(SPCCL_ALGO_DENSE, in), a = modelTerms(SPCCL_ALGO_ALLGATHER, in),
@@ -119,18 +122,22 @@ TEST(Tuner, LocalWorkTerms) {
   half.elemBytes = 2;
   EXPECT_DOUBLE_EQ(modelTerms(SPCCL_ALGO_DENSE, half).unpackBytes, 6000.0 + 3000.0);
   EXPECT_DOUBLE_EQ(a.selectBytes, select);
-  EXPECT_DOUBLE_EQ(a.unpackBytes, 9440.0);
+  EXPECT_DOUBLE_EQ(a.unpackBytes, 5920.0);
   const double m = 250.0 * (1.0 - std::pow(0.99, 4));
   EXPECT_DOUBLE_EQ(s.selectBytes, select);
-  EXPECT_NEAR(s.unpackBytes, 4000.0 + 2000.0 + 1360.0 + 4 * 136.0 * m, 1e-9);
+  EXPECT_NEAR(s.unpackBytes, 1480.0 + 1000.0 + 4 * (1000.0 + 48.0 * m), 1e-9);
   // Re-selecting below the merge (keep 3 < m) adds 384 bytes per merged entry
-  // and unpacks only the kept pairs.
+  // and stores only the kept pairs.
   CostInputs r = in;
   r.keepPerRange = 3;
-  EXPECT_NEAR(modelTerms(SPCCL_ALGO_SPLIT, r).unpackBytes, 4000.0 + 2000.0 + 1360.0 + 384.0 * m + 4 * 136.0 * 3,
+  EXPECT_NEAR(modelTerms(SPCCL_ALGO_SPLIT, r).unpackBytes, 1480.0 + 1000.0 + 384.0 * m + 4 * (1000.0 + 48.0 * 3),
               1e-9);
-  // Denser than one pair per output line: lines, not pairs, bound the traffic.
-  EXPECT_DOUBLE_EQ(pairTrafficBytes(1000, 1600, 8.0), 8000.0 + 128.0 * 100);
+  // Sparser than one pair in 128 elements: memset and a miss a pair.
+  EXPECT_DOUBLE_EQ(reduceBytes(7, 1000, 8.0), 2000.0 + 7 * 328.0);
+  EXPECT_DOUBLE_EQ(reduceBytes(8, 1000, 8.0), 4000.0 + 8 * 48.0);
+  // A 100000-element allgather at 1 pair in 1000 a rank, 4 ranks: scattered.
+  EXPECT_DOUBLE_EQ(modelTerms(SPCCL_ALGO_ALLGATHER, {4, 100000, 100, 4, 4}).unpackBytes,
+                   200000.0 + 400 * (8.0 + 320.0));
   // The candidate-block term grows with the density and saturates at 64 n/16.
   EXPECT_LT(selectPassBytes(1e6, 4, 1e3), selectPassBytes(1e6, 4, 1e5));
   EXPECT_DOUBLE_EQ(selectPassBytes(1e6, 4, 1e6), 12e6 + 4e6 + 256e6);
@@ -421,16 +428,20 @@ TEST(TunerCache, RoundTripIsBitExactAndRejectsOtherFiles) {
   EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 3, &untouched));
   EXPECT_EQ(untouched.alpha, 9.0);
   EXPECT_FALSE(readCalibrationCache(tmp.path + "/missing.txt", "00ff00ff00ff00ff", 4, &untouched));
-  // Corrupt contents: a negative value, a missing field, a future version.
+  // Corrupt contents: a negative value, a missing field, a future version,
+  // version 1 (its unpack rate was timed on another unpack).
   auto writeRaw = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
-  const std::string head = "spccl-cost-model 1\nkey 00ff00ff00ff00ff\nranks 4\n";
+  const std::string head = "spccl-cost-model 2\nkey 00ff00ff00ff00ff\nranks 4\n";
   writeRaw(head + "alpha_s -1\nbeta_s_per_byte 1e-9\nselect_s_per_byte 0\nunpack_s_per_byte 0\n");
   EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
   writeRaw(head + "alpha_s 1e-6\nbeta_s_per_byte 1e-9\nselect_s_per_byte 0\n");
   EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
-  writeRaw("spccl-cost-model 2\nkey 00ff00ff00ff00ff\nranks 4\nalpha_s 1e-6\nbeta_s_per_byte 1e-9\n"
-           "select_s_per_byte 0\nunpack_s_per_byte 0\n");
-  EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
+  for (const char* version : {"3", "1"}) {
+    writeRaw(std::string("spccl-cost-model ") + version +
+             "\nkey 00ff00ff00ff00ff\nranks 4\nalpha_s 1e-6\nbeta_s_per_byte 1e-9\n"
+             "select_s_per_byte 0\nunpack_s_per_byte 0\n");
+    EXPECT_FALSE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched)) << "version " << version;
+  }
   writeRaw(head + "alpha_s 1e-6\nbeta_s_per_byte 1e-9\nselect_s_per_byte 0\nunpack_s_per_byte 0\n");
   EXPECT_TRUE(readCalibrationCache(path, "00ff00ff00ff00ff", 4, &untouched));
   EXPECT_EQ(untouched.alpha, 1e-6);
