@@ -178,7 +178,6 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& expect, i
 // reduction below takes every stream a block at a time.
 class PairCursor {
  public:
-  PairCursor() = default;
   explicit PairCursor(const StreamView& v) : v_(&v) {
     if (v.nnz == 0) return;
     if (v.encoding == IndexEncoding::kDelta) {
@@ -189,8 +188,6 @@ class PairCursor {
       bits_ = loadWord(0);
     }
   }
-  bool done() const { return j_ == v_->nnz; }
-
   // Calls f(index, j) for the j-th pair, for every pair not yet visited
   // whose index is below `end`, and stops before the first at or past it.
   template <typename F>
@@ -234,10 +231,10 @@ class PairCursor {
     return bits;
   }
 
-  const StreamView* v_ = nullptr;
-  uint64_t j_ = 0;                  // pairs visited
-  uint64_t index_ = 0;              // kDelta: the index of pair j_
-  const unsigned char* p_ = nullptr;  // kDelta: the varint after pair j_'s
+  const StreamView* v_;
+  uint64_t j_ = 0;                               // pairs visited
+  uint64_t index_ = 0;                           // kDelta: the index of pair j_
+  const unsigned char* p_ = nullptr;             // kDelta: the varint after pair j_'s
   uint64_t mapBytes_ = 0, byte_ = 0, bits_ = 0;  // kBitmap: the word at byte_, its unvisited bits
 };
 
