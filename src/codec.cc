@@ -394,15 +394,39 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
   return Status::ok();
 }
 
+namespace {
+
+// acc[i - accBase] += value for the cursor's pairs below `end`, the value
+// type fixed at compile time (the per-pair switch stays out of the loop).
+template <core::ValueType kVt>
+void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float* acc, uint64_t accBase) {
+  const void* values = v.values;
+  const int scaleExp = v.scaleExp;
+  cursor.until(end, [=](uint64_t index, uint64_t j) {
+    acc[index - accBase] += core::loadWireValue(values, j, kVt, scaleExp);
+  });
+}
+
+void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float* acc, uint64_t accBase) {
+  switch (v.valueType) {
+    case core::ValueType::kFloat16: return addPairsBelow<core::ValueType::kFloat16>(cursor, v, end, acc, accBase);
+    case core::ValueType::kBfloat16: return addPairsBelow<core::ValueType::kBfloat16>(cursor, v, end, acc, accBase);
+    case core::ValueType::kFloat8e4m3:
+      return addPairsBelow<core::ValueType::kFloat8e4m3>(cursor, v, end, acc, accBase);
+    default: return addPairsBelow<core::ValueType::kFloat32>(cursor, v, end, acc, accBase);
+  }
+}
+
+}  // namespace
+
 void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
   if (v.kind == StreamKind::kDense) {
     host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase), v.scaleExp);
   } else if (v.kind == StreamKind::kPairs && v.encoding == IndexEncoding::kCoo32) {
     host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase, v.scaleExp);
   } else if (v.kind == StreamKind::kPairs) {
-    forEachPair(v, [&](uint64_t index, uint64_t j) {
-      acc[index - accBase] += core::loadWireValue(v.values, j, v.valueType, v.scaleExp);
-    });
+    PairCursor cursor(v);
+    addPairsBelow(cursor, v, ~uint64_t{0}, acc, accBase);
   }
 }
 
@@ -449,9 +473,7 @@ void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t a
         const auto* values = static_cast<const unsigned char*>(v.values) + (c - b) * core::wireValueBytes(v.valueType);
         host::denseAccumulate(values, v.valueType, ce - c, acc + (c - accBase), v.scaleExp);
       } else {
-        (*cursors)[r].until(ce, [&](uint64_t index, uint64_t j) {
-          acc[index - accBase] += core::loadWireValue(v.values, j, v.valueType, v.scaleExp);
-        });
+        addPairsBelow((*cursors)[r], v, ce, acc, accBase);
       }
     }
   }

@@ -182,7 +182,7 @@ class PairCursor {
     if (v.nnz == 0) return;
     if (v.encoding == IndexEncoding::kDelta) {
       p_ = v.indexBytes;
-      index_ = v.rangeBegin + readVarint();
+      index_ = v.rangeBegin + readVarint(p_);
     } else if (v.encoding == IndexEncoding::kBitmap) {
       mapBytes_ = (v.rangeEnd - v.rangeBegin + 7) / 8;
       bits_ = loadWord(0);
@@ -190,37 +190,49 @@ class PairCursor {
   }
   // Calls f(index, j) for the j-th pair, for every pair not yet visited
   // whose index is below `end`, and stops before the first at or past it.
+  // The state is copied into locals for the loop and written back after it,
+  // so it stays in registers while f stores floats.
   template <typename F>
   void until(uint64_t end, F&& f) {
     const uint64_t nnz = v_->nnz;
+    uint64_t j = j_;
     if (v_->encoding == IndexEncoding::kCoo32) {
-      for (; j_ < nnz && v_->indices[j_] < end; ++j_) f(static_cast<uint64_t>(v_->indices[j_]), j_);
+      const uint32_t* indices = v_->indices;
+      for (; j < nnz && indices[j] < end; ++j) f(static_cast<uint64_t>(indices[j]), j);
     } else if (v_->encoding == IndexEncoding::kDelta) {
-      while (j_ < nnz && index_ < end) {
-        f(index_, j_);
-        if (++j_ < nnz) index_ += readVarint() + 1;
+      uint64_t index = index_;
+      const unsigned char* p = p_;
+      while (j < nnz && index < end) {
+        f(index, j);
+        if (++j < nnz) index += readVarint(p) + 1;
       }
+      index_ = index;
+      p_ = p;
     } else {  // kBitmap: 64 positions a (little-endian) word; parseStream checked no bit lies past the range
-      while (j_ < nnz) {
-        if (bits_ == 0) {
-          if (byte_ + 8 >= mapBytes_) break;  // cannot happen in a validated stream: nnz bits are set
-          byte_ += 8;
-          bits_ = loadWord(byte_);
+      uint64_t bits = bits_, byte = byte_;
+      while (j < nnz) {
+        if (bits == 0) {
+          if (byte + 8 >= mapBytes_) break;  // cannot happen in a validated stream: nnz bits are set
+          byte += 8;
+          bits = loadWord(byte);
           continue;
         }
-        const uint64_t index = v_->rangeBegin + byte_ * 8 + static_cast<uint64_t>(__builtin_ctzll(bits_));
+        const uint64_t index = v_->rangeBegin + byte * 8 + static_cast<uint64_t>(__builtin_ctzll(bits));
         if (index >= end) break;
-        f(index, j_++);
-        bits_ &= bits_ - 1;
+        f(index, j++);
+        bits &= bits - 1;
       }
+      bits_ = bits;
+      byte_ = byte;
     }
+    j_ = j;
   }
 
  private:
-  uint64_t readVarint() {
+  static uint64_t readVarint(const unsigned char*& p) {
     uint64_t value = 0;
     for (int shift = 0;; shift += 7) {
-      const unsigned char b = *p_++;
+      const unsigned char b = *p++;
       value |= static_cast<uint64_t>(b & 0x7f) << shift;
       if ((b & 0x80) == 0) return value;
     }
