@@ -151,7 +151,10 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
     }
   }
   if (dense) {
-    if (*dropped > 0) {  // acc still holds the dropped sums: rebuild it from what was kept
+    // acc still holds the dropped sums: rebuild it from what was kept. Zeros
+    // come back as +0, the only zero acc can hold (sums from +0 under the
+    // default rounding mode are never -0).
+    if (*dropped > 0) {
       std::fill(acc, acc + len, 0.0f);
       for (uint64_t j = 0; j < m; ++j) acc[ws.rangeIndices[j] - b] = values[j];
     }

@@ -279,7 +279,10 @@ void storeStream(const StreamView& view, float* out, uint64_t outBase);
 // streams' pairs together): in blocks small enough to stay in the
 // first-level cache, so each output line is fetched once and the streams
 // are read front to back alongside. kPairs and kDense streams, all over the
-// same [rangeBegin, rangeEnd). `cursors` is scratch.
+// same [rangeBegin, rangeEnd). `cursors` is scratch. Where two NaNs meet,
+// which payload the sum keeps is the compiler's operand order (x86 passes
+// the first operand's), here as in accumulateStream: the result is a NaN
+// either way, and every rank runs the same code on the same bytes.
 void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
                    std::vector<PairCursor>* cursors);
 
