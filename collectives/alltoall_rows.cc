@@ -117,26 +117,34 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   SPCCL_RETURN_IF_ERROR(implausible);  // the exchange is over: nothing left to wait for
   SPCCL_RETURN_IF_ERROR(moved);
 
-  // Dense rows out, zeros at the dropped positions.
-  if (blockElems > 0) std::memset(recvbuff, 0, static_cast<size_t>(p) * blockElems * esize);  // may be NULL when empty
+  // Dense rows out, zeros at the dropped positions: each row zeroed right
+  // before its kept entries are stored, so the stores hit the lines the
+  // zeroing has just brought in. A refused stream leaves the whole output zero.
+  const size_t outBytes = static_cast<size_t>(p) * blockElems * esize;
+  auto refuse = [&](Status st) {
+    if (outBytes > 0) std::memset(recvbuff, 0, outBytes);  // recvbuff may be NULL when empty
+    return st;
+  };
   s.recvCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
   s.recvPositions.clear();
   s.recvPositions.reserve(s.recvCounts.size() * keep);
   for (int j = 0; j < p; ++j) {
     RowsView v;
-    SPCCL_RETURN_IF_ERROR(parseRows(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
-                                    wire, seq, j, &v));
+    const Status parsed = parseRows(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
+                                    wire, seq, j, &v);
+    if (!parsed.isOk()) return refuse(parsed);
     if (v.keepPerRow != 0 && v.keepPerRow != keep)
-      return invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u (different "
-                                       "densities?)",
-                                       j, static_cast<unsigned long long>(v.keepPerRow), keep));
+      return refuse(invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
+                                              "(different densities?)",
+                                              j, static_cast<unsigned long long>(v.keepPerRow), keep)));
     uint64_t e = 0;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
       const uint32_t c = v.countOf(r);
       if (c < keep)
-        return invalidUsage(formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, c,
-                                         keep));
+        return refuse(invalidUsage(
+            formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, c, keep)));
       const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
+      std::memset(static_cast<char*>(recvbuff) + rowBase * esize, 0, rowLen * esize);
       s.recvCounts[j * rowsPerPeer + r] = c;
       for (uint32_t k = 0; k < c; ++k, ++e) {
         const uint32_t pos = v.positionAt(e);
@@ -210,17 +218,23 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                     ws.recvSizes.data(), ws.recvOffsets.data()));
 
-  if (blockElems > 0) std::memset(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize);
+  // As in the forward: each row zeroed right before its entries are stored;
+  // a refused stream leaves the whole output zero.
   e = 0;
   for (int j = 0; j < p; ++j) {
     const void* vals = nullptr;
     int scaleExp = 0;
     const uint64_t n = ws.nnzPerRank[j + 1] - ws.nnzPerRank[j];
-    SPCCL_RETURN_IF_ERROR(parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j,
-                                      &vals, &scaleExp));
+    const Status parsed =
+        parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j, &vals, &scaleExp);
+    if (!parsed.isOk()) {
+      if (blockElems > 0) std::memset(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize);
+      return parsed;
+    }
     uint64_t k = 0;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
       const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
+      std::memset(static_cast<char*>(gradRecv) + rowBase * esize, 0, rowLen * esize);
       for (uint32_t c = 0; c < s.sentCounts[j * rowsPerPeer + r]; ++c, ++k, ++e)
         storeElement(gradRecv, rowBase + s.sentPositions[e], s.dataType,
                      core::loadWireValue(vals, k, s.wire, scaleExp));
