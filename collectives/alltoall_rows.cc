@@ -31,6 +31,12 @@ inline void storeElement(void* buf, size_t i, spcclDataType_t type, float v) {
   }
 }
 
+// Zeroes elements [at, at + elems) of a user buffer of esize-byte elements
+// (buf may be NULL when elems is 0).
+inline void zeroElements(void* buf, size_t at, size_t elems, size_t esize) {
+  if (elems > 0) std::memset(static_cast<char*>(buf) + at * esize, 0, elems * esize);
+}
+
 }  // namespace
 
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen,
@@ -120,9 +126,8 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   // Dense rows out, zeros at the dropped positions: each row zeroed right
   // before its kept entries are stored, so the stores hit the lines the
   // zeroing has just brought in. A refused stream leaves the whole output zero.
-  const size_t outBytes = static_cast<size_t>(p) * blockElems * esize;
   auto refuse = [&](Status st) {
-    if (outBytes > 0) std::memset(recvbuff, 0, outBytes);  // recvbuff may be NULL when empty
+    zeroElements(recvbuff, 0, static_cast<size_t>(p) * blockElems, esize);
     return st;
   };
   s.recvCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
@@ -144,7 +149,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
         return refuse(invalidUsage(
             formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, c, keep)));
       const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
-      std::memset(static_cast<char*>(recvbuff) + rowBase * esize, 0, rowLen * esize);
+      zeroElements(recvbuff, rowBase, rowLen, esize);
       s.recvCounts[j * rowsPerPeer + r] = c;
       for (uint32_t k = 0; k < c; ++k, ++e) {
         const uint32_t pos = v.positionAt(e);
@@ -228,13 +233,13 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
     const Status parsed =
         parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j, &vals, &scaleExp);
     if (!parsed.isOk()) {
-      if (blockElems > 0) std::memset(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize);
+      zeroElements(gradRecv, 0, static_cast<size_t>(p) * blockElems, esize);
       return parsed;
     }
     uint64_t k = 0;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
       const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
-      std::memset(static_cast<char*>(gradRecv) + rowBase * esize, 0, rowLen * esize);
+      zeroElements(gradRecv, rowBase, rowLen, esize);
       for (uint32_t c = 0; c < s.sentCounts[j * rowsPerPeer + r]; ++c, ++k, ++e)
         storeElement(gradRecv, rowBase + s.sentPositions[e], s.dataType,
                      core::loadWireValue(vals, k, s.wire, scaleExp));
