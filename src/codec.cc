@@ -422,8 +422,6 @@ void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float*
 void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
   if (v.kind == StreamKind::kDense) {
     host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase), v.scaleExp);
-  } else if (v.kind == StreamKind::kPairs && v.encoding == IndexEncoding::kCoo32) {
-    host::unpackAccumulate(v.indices, v.values, v.valueType, v.nnz, acc, accBase, v.scaleExp);
   } else if (v.kind == StreamKind::kPairs) {
     PairCursor cursor(v);
     addPairsBelow(cursor, v, ~uint64_t{0}, acc, accBase);

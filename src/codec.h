@@ -281,8 +281,9 @@ void storeStream(const StreamView& view, float* out, uint64_t outBase);
 // are read front to back alongside. kPairs and kDense streams, all over the
 // same [rangeBegin, rangeEnd). `cursors` is scratch. Where two NaNs meet,
 // which payload the sum keeps is the compiler's operand order (x86 passes
-// the first operand's), here as in accumulateStream: the result is a NaN
-// either way, and every rank runs the same code on the same bytes.
+// the first operand's); both ways add pairs in the same loop as
+// accumulateStream (addPairsBelow), and every rank runs the same code on the
+// same bytes.
 void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
                    std::vector<PairCursor>* cursors);
 
