@@ -95,24 +95,6 @@ inline void store4(float* dst, F4 x, bool streaming) {
   std::memcpy(dst, &x, sizeof x);
 }
 
-// Bit j set when keys[j] >= floor, for j < len <= 64 (keys and floor are
-// magnitude keys, <= 0x7fffffff, so signed 32-bit compares are exact): four
-// keys a compare and a movemask where SSE2 is there.
-inline uint64_t atLeastMask(const uint32_t* keys, uint32_t len, uint32_t floor) {
-  uint64_t mask = 0;
-  uint32_t j = 0;
-#if defined(__SSE2__)
-  const __m128i below = _mm_set1_epi32(static_cast<int32_t>(floor) - 1);
-  for (; j + 4 <= len; j += 4) {
-    const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + j));
-    const int bits = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, below)));
-    mask |= static_cast<uint64_t>(bits) << j;
-  }
-#endif
-  for (; j < len; ++j) mask |= static_cast<uint64_t>(keys[j] >= floor) << j;
-  return mask;
-}
-
 // One block of 16 fp32 elements: v = send + residual in four 4-wide vectors
 // and whether any has magnitude key >= minKey (minKey >= 1, so the signed
 // compare is exact). No candidate (most blocks): the residual line is stored
@@ -471,88 +453,243 @@ ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k,
   });
 }
 
+namespace {
+
+// The per-row top-k's pieces (selectRowTopK below).
+
+// keys[i] = magnitude key of row[i] for the whole row, and the floor: the
+// smallest of the largest keys of `keep` blocks of the row. Any one key per
+// block would give a valid floor (`keep` distinct entries reach it); the
+// blocks' maxima give the highest. *nonFinite counts the NaN/Inf keys.
+template <class Load>
+uint32_t rowKeysAndFloor(const Load& load, uint32_t rowLen, uint32_t keep, uint32_t* keys, uint32_t* nonFinite) {
+  uint32_t floor = 0xffffffffu, nf = 0;
+#if defined(__SSE2__)
+  const uint32_t w = rowLen / keep;
+  if constexpr (std::is_same_v<Load, LoadF32>) {
+    if (w * keep == rowLen && w % 4 == 0) {
+      // fp32, blocks of a multiple of 4: four keys an instruction, the block
+      // maximum with maxps (keys are non-negative floats, ordered as their
+      // bits; maxps returns one of its operands even for NaN or a denormal
+      // under DAZ, and any key of the block makes a valid floor), the
+      // minimum over blocks with an integer compare.
+      const __m128 absMask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+      const __m128i finiteTop = _mm_set1_epi32(static_cast<int32_t>(core::kInfKey - 1));
+      __m128i nfv = _mm_setzero_si128();
+      for (uint32_t b = 0; b < keep; ++b) {
+        const float* src = load.p + size_t{b} * w;
+        uint32_t* dst = keys + size_t{b} * w;
+        __m128 mx = _mm_setzero_ps();
+        for (uint32_t q = 0; q < w; q += 4) {
+          const __m128 k = _mm_and_ps(_mm_loadu_ps(src + q), absMask);
+          _mm_storeu_ps(reinterpret_cast<float*>(dst + q), k);
+          mx = _mm_max_ps(k, mx);
+          nfv = _mm_sub_epi32(nfv, _mm_cmpgt_epi32(_mm_castps_si128(k), finiteTop));
+        }
+        mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+        mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+        floor = std::min(floor, static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(mx))));
+      }
+      nfv = _mm_add_epi32(nfv, _mm_shuffle_epi32(nfv, _MM_SHUFFLE(1, 0, 3, 2)));
+      nfv = _mm_add_epi32(nfv, _mm_shuffle_epi32(nfv, _MM_SHUFFLE(2, 3, 0, 1)));
+      *nonFinite = static_cast<uint32_t>(_mm_cvtsi128_si32(nfv));
+      return floor;
+    }
+  }
+#endif
+  for (uint32_t i = 0; i < rowLen; ++i) {
+    keys[i] = core::magnitudeKey(load(i));
+    nf += core::isNonFiniteKey(keys[i]);
+  }
+  for (uint32_t b = 0; b < keep; ++b) {
+    const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
+    const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
+    uint32_t largest = 0;
+    for (uint32_t i = begin; i < end; ++i) largest = std::max(largest, keys[i]);
+    floor = std::min(floor, largest);
+  }
+  *nonFinite = nf;
+  return floor;
+}
+
+// The positions of the keys >= floor, ascending, without a branch per key:
+// each group of four writes its candidates' positions (a table indexed by the
+// compare's movemask) at positions + m, m <= the group's first position, so
+// nothing is written past positions[rowLen - 1]. Returns how many.
+uint32_t rowCandidates(const uint32_t* keys, uint32_t rowLen, uint32_t floor, uint32_t* positions) {
+  uint32_t m = 0, i = 0;
+#if defined(__SSE2__)
+  static const struct Compaction {
+    alignas(16) int32_t lanes[16][4];  // the set lanes of a 4-bit mask, in order
+    uint8_t count[16];
+    Compaction() {
+      for (int bits = 0; bits < 16; ++bits) {
+        int c = 0;
+        for (int lane = 0; lane < 4; ++lane)
+          if ((bits >> lane) & 1) lanes[bits][c++] = lane;
+        count[bits] = static_cast<uint8_t>(c);
+        for (; c < 4; ++c) lanes[bits][c] = 0;
+      }
+    }
+  } table;
+  const __m128i below = _mm_set1_epi32(static_cast<int32_t>(floor) - 1);  // keys <= 0x7fffffff: signed is exact
+  for (; i + 4 <= rowLen; i += 4) {
+    const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + i));
+    const int bits = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(k, below)));
+    const __m128i lanes = _mm_load_si128(reinterpret_cast<const __m128i*>(table.lanes[bits]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(positions + m),
+                     _mm_add_epi32(lanes, _mm_set1_epi32(static_cast<int32_t>(i))));
+    m += table.count[bits];
+  }
+#endif
+  for (; i < rowLen; ++i) {
+    positions[m] = i;
+    m += keys[i] >= floor;
+  }
+  return m;
+}
+
+// How many of keys[0, m) are >= key, padded to whole vectors with -1 (keys
+// <= 0x7fffffff, so 32-bit signed compares are exact).
+constexpr uint32_t kCountedCandidates = 64;
+inline uint32_t countAtLeast(const int32_t* keys, uint32_t m, int32_t key) {
+#if defined(__SSE2__)
+  const __m128i below = _mm_set1_epi32(key - 1);
+  __m128i acc = _mm_setzero_si128();
+  for (uint32_t v = 0; v < m; v += 4)
+    acc = _mm_sub_epi32(acc, _mm_cmpgt_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(keys + v)), below));
+  acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, _MM_SHUFFLE(1, 0, 3, 2)));
+  acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(acc));
+#else
+  uint32_t n = 0;
+  for (uint32_t t = 0; t < m; ++t) n += keys[t] >= key;
+  return n;
+#endif
+}
+
+// Keeps, of m <= kCountedCandidates candidates (positions ascending, their
+// keys in `keys`, padded with -1 to a multiple of 4), those outranked by
+// fewer than `keep` others, compacted in order; returns how many (keep).
+uint32_t keepByCount(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positions) {
+  for (uint32_t j = m; j % 4 != 0; ++j) keys[j] = -1;
+  // First without ties: a candidate is kept when at most `keep` keys
+  // (itself included) reach its key. A tie overcounts, never undercounts,
+  // so this keeps a subset of the right set; when it has `keep` members it
+  // is the set.
+  uint32_t kept[kCountedCandidates];
+  uint32_t n = 0;
+  for (uint32_t j = 0; j < m; ++j) {
+    kept[n] = positions[j];
+    n += countAtLeast(keys, m, keys[j]) <= keep;
+  }
+  if (n == keep) {
+    std::memcpy(positions, kept, n * sizeof(uint32_t));
+    return n;
+  }
+  // Ties at the cut: candidates are in position order, so one before j
+  // outranks it with an equal key, one after only with a larger key.
+  n = 0;
+  for (uint32_t j = 0; j < m; ++j) {
+    const int32_t key = keys[j];
+    uint32_t above = 0;
+    for (uint32_t t = 0; t < j; ++t) above += keys[t] >= key;
+    for (uint32_t t = j + 1; t < m; ++t) above += keys[t] > key;
+    positions[n] = positions[j];
+    n += above < keep;
+  }
+  return n;
+}
+
+// The same for many candidates (m > kCountedCandidates, a large keep): a
+// histogram of their keys' top 8 bits above the floor finds the bin holding
+// the keep-th largest; every candidate of a higher bin is kept, the cut bin's
+// are ranked among themselves (nth_element on their ranks when there are
+// many: ties, zeros). One pass to bin, one to compact, instead of
+// nth_element over all m ranks.
+uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint32_t keep, uint32_t* positions,
+                         uint64_t* scratch) {
+  uint32_t top = floor;
+  for (uint32_t j = 0; j < m; ++j) top = std::max(top, keys[positions[j]]);
+  const uint32_t span = top - floor;
+  const int shift = span < 256 ? 0 : 24 - __builtin_clz(span);  // (span >> shift) < 256
+  uint32_t hist[256] = {};
+  auto* bins = reinterpret_cast<uint8_t*>(scratch);  // m bytes of scratch's 8 m
+  for (uint32_t j = 0; j < m; ++j) {
+    const uint32_t bin = (keys[positions[j]] - floor) >> shift;
+    bins[j] = static_cast<uint8_t>(bin);
+    ++hist[bin];
+  }
+  uint32_t higher = 0, cutBin = 255;
+  while (higher + hist[cutBin] < keep) higher += hist[cutBin--];  // m >= keep: stops at a bin
+  const uint32_t need = keep - higher, inCut = hist[cutBin];  // the cut bin's `need` best are kept
+  uint32_t n = 0;
+  if (inCut <= kCountedCandidates) {
+    int32_t cutKeys[kCountedCandidates];
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < m; ++j)
+      if (bins[j] == cutBin) cutKeys[c++] = static_cast<int32_t>(keys[positions[j]]);
+    c = 0;
+    for (uint32_t j = 0; j < m; ++j) {
+      const uint32_t i = positions[j];
+      bool take = bins[j] > cutBin;
+      if (bins[j] == cutBin) {
+        const int32_t key = cutKeys[c];
+        uint32_t above = 0;
+        for (uint32_t t = 0; t < c; ++t) above += cutKeys[t] >= key;
+        for (uint32_t t = c + 1; t < inCut; ++t) above += cutKeys[t] > key;
+        take = above < need;
+        ++c;
+      }
+      positions[n] = i;
+      n += take;
+    }
+    return n;
+  }
+  // Many in the cut bin: the need-th largest of their ranks (distinct).
+  std::vector<uint64_t> ranks;
+  ranks.reserve(inCut);
+  for (uint32_t j = 0; j < m; ++j)
+    if (bins[j] == cutBin) ranks.push_back(core::rowRank(keys[positions[j]], positions[j]));
+  std::nth_element(ranks.begin(), ranks.begin() + (need - 1), ranks.end(), std::greater<uint64_t>());
+  const uint64_t cut = ranks[need - 1];
+  for (uint32_t j = 0; j < m; ++j) {
+    const uint32_t i = positions[j];
+    positions[n] = i;
+    n += bins[j] > cutBin || (bins[j] == cutBin && core::rowRank(keys[i], i) >= cut);
+  }
+  return n;
+}
+
+}  // namespace
+
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch) {
   // One 64-bit rank per entry: magnitude key above, inverted position below,
   // so a larger rank is a larger |x|, then a lower position. NaN/Inf keys
   // exceed every finite key, so they rank first.
   if (keep > 0 && keep < rowLen) {
-    constexpr uint32_t kCountedCandidates = 64;
-    // A floor under the kept keys first: split the row into `keep` blocks and
-    // take the smallest of the blocks' largest keys. Those `keep` maxima are
-    // distinct entries with key >= floor, so the keep-th largest rank has a
-    // key >= floor, and so has every rank above it: only entries with
-    // key >= floor can be kept (about 2.5 x keep of them in a Gaussian row of
-    // 128 and keep 8). Neither the floor nor the candidates take a branch per
-    // entry (the old insertion into a sorted top-`keep` mispredicted on every
-    // insert: 4.2 ns an element at 128/8 here); the candidates' walk branches
-    // once per candidate. The row's keys are computed once, into a buffer of
-    // this thread's.
+    // A floor under the kept keys first (rowKeysAndFloor): those `keep`
+    // maxima are distinct entries with key >= floor, so the keep-th largest
+    // rank has a key >= floor, and so has every rank above it: only entries
+    // with key >= floor can be kept (about 2.5 x keep of them in a Gaussian
+    // row of 128 and keep 8). Neither the keys, the floor nor the candidates
+    // take a branch per entry (the old insertion into a sorted top-`keep`
+    // mispredicted on every insert: 4.2 ns an element at 128/8 here). The
+    // row's keys are computed once, into a buffer of this thread's.
     thread_local std::vector<uint32_t> keyBuffer;
     if (keyBuffer.size() < rowLen) keyBuffer.resize(rowLen);
     uint32_t* const keys = keyBuffer.data();
     uint32_t nonFinite = 0;
-    withLoader(row, type, [&](auto load) {
-      for (uint32_t i = 0; i < rowLen; ++i) {
-        keys[i] = core::magnitudeKey(load(i));
-        nonFinite += core::isNonFiniteKey(keys[i]);
-      }
-    });
-    uint32_t floor = 0xffffffffu;
-    for (uint32_t b = 0; b < keep; ++b) {
-      const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
-      const auto end = static_cast<uint32_t>(uint64_t{b + 1} * rowLen / keep);
-      uint32_t largest = 0;
-      for (uint32_t i = begin; i < end; ++i) largest = std::max(largest, keys[i]);
-      floor = std::min(floor, largest);
-    }
+    const uint32_t floor = withLoader(
+        row, type, [&](auto load) { return rowKeysAndFloor(load, rowLen, keep, keys, &nonFinite); });
     if (nonFinite <= keep) {  // else more NaN/Inf than `keep`: all of them stay, the general path below
-      // The candidates in position order: a mask of the keys at or above the
-      // floor, 64 at a time, walked bit by bit (a few in a Gaussian row),
-      // instead of a rank and a position stored for every entry.
-      uint32_t m = 0;
-      for (uint32_t c = 0; c < rowLen; c += 64) {
-        uint64_t mask = atLeastMask(keys + c, std::min<uint32_t>(64, rowLen - c), floor);
-        while (mask != 0) {
-          const auto i = c + static_cast<uint32_t>(__builtin_ctzll(mask));
-          mask &= mask - 1;
-          scratch[m] = core::rowRank(keys[i], i);
-          positions[m] = i;
-          ++m;
-        }
-      }
+      const uint32_t m = rowCandidates(keys, rowLen, floor, positions);
       if (m == keep) return m;
-      if (m <= kCountedCandidates) {
-        // Few: candidate j is kept when fewer than `keep` candidates outrank
-        // it, m x m comparisons without a branch, and the kept stay in order.
-        // Candidates are in position order, so one before j outranks it with
-        // an equal key, one after only with a larger key: 32-bit compares
-        // (keys <= 0x7fffffff), which vectorize.
-        int32_t candidateKeys[kCountedCandidates];
-        for (uint32_t j = 0; j < m; ++j) candidateKeys[j] = static_cast<int32_t>(scratch[j] >> 32);
-        uint32_t n = 0;
-        for (uint32_t j = 0; j < m; ++j) {
-          const int32_t key = candidateKeys[j];
-          uint32_t above = 0;
-          for (uint32_t t = 0; t < j; ++t) above += candidateKeys[t] >= key;
-          for (uint32_t t = j + 1; t < m; ++t) above += candidateKeys[t] > key;
-          positions[n] = positions[j];
-          n += above < keep;
-        }
-        return n;
-      }
-      // The keep-th largest rank among them; ranks are distinct (their low
-      // half is the position), so exactly `keep` candidates reach it. The
-      // survivors stay in position order.
-      std::nth_element(scratch, scratch + (keep - 1), scratch + m, std::greater<uint64_t>());
-      const uint64_t cut = scratch[keep - 1];
-      uint32_t n = 0;
-      for (uint32_t j = 0; j < m; ++j) {
-        const uint32_t i = positions[j];
-        positions[n] = i;
-        n += core::rowRank(keys[i], i) >= cut;
-      }
-      return n;
+      if (m > kCountedCandidates) return keepByHistogram(keys, floor, m, keep, positions, scratch);
+      alignas(16) int32_t candidateKeys[kCountedCandidates];
+      for (uint32_t j = 0; j < m; ++j) candidateKeys[j] = static_cast<int32_t>(keys[positions[j]]);
+      return keepByCount(candidateKeys, m, keep, positions);
     }
   }
   uint32_t nonFinite = 0;

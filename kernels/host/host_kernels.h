@@ -90,7 +90,8 @@ size_t thresholdSamplePosition(size_t j, size_t samples, size_t n);
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every
 // NaN/Inf beyond them, written ascending to `positions`. Returns how many
-// (keep 0: the NaN/Inf alone). `scratch` holds rowLen uint64.
+// (keep 0: the NaN/Inf alone). `positions` and `scratch` hold rowLen
+// entries each (positions past the returned count are left unspecified).
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch);
 

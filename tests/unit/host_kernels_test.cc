@@ -625,11 +625,38 @@ TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
 
 // host::selectRowTopK against its rule written out: n = min(rowLen,
 // max(keep, #NaN/Inf)) entries, NaN/Inf first, then larger |x|, then the lower
-// position; positions ascending. keep = 0 keeps only the NaN/Inf (it read
-// best[-1] and nth_element'ed at n - 1 = 2^32 - 1 before, found by the GPU
-// test's comparison on an H200).
+// position; positions ascending. `values` are the row's values as the
+// selection sees them (decoded from fp16/bf16).
+void expectRowTopK(const void* row, spcclDataType_t type, const std::vector<float>& values, uint32_t keep,
+                   const std::string& what) {
+  const auto rowLen = static_cast<uint32_t>(values.size());
+  uint32_t nonFinite = 0;
+  std::vector<uint32_t> order(rowLen);
+  for (uint32_t i = 0; i < rowLen; ++i) {
+    order[i] = i;
+    nonFinite += !std::isfinite(values[i]);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const bool fa = std::isfinite(values[a]), fb = std::isfinite(values[b]);
+    if (fa != fb) return !fa;
+    return fa && std::fabs(values[a]) > std::fabs(values[b]);
+  });
+  const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
+  std::vector<uint32_t> want(order.begin(), order.begin() + n);
+  std::sort(want.begin(), want.end());
+  std::vector<uint32_t> got(rowLen + 1, 0xdeadbeefu);
+  std::vector<uint64_t> scratch(std::max(rowLen, 1u));
+  const uint32_t count = host::selectRowTopK(row, type, rowLen, keep, got.data(), scratch.data());
+  ASSERT_EQ(count, n) << what << " rowLen " << rowLen << " keep " << keep;
+  ASSERT_EQ(got[rowLen], 0xdeadbeefu) << what << ": written past rowLen";
+  got.resize(count);
+  ASSERT_EQ(got, want) << what << " rowLen " << rowLen << " keep " << keep;
+}
+
+// keep = 0 keeps only the NaN/Inf (it read best[-1] and nth_element'ed at
+// n - 1 = 2^32 - 1 before, found by the GPU test's comparison on an H200).
 // The floor-and-candidates path (0 < keep < rowLen, NaN/Inf <= keep) runs with
-// few candidates (counted), many (nth_element: ties, large keep) and exactly
+// few candidates (counted), many (the histogram: ties, large keep) and exactly
 // `keep` (keep = rowLen - 1 and the like), the general path otherwise.
 TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
   auto g = rng(41);
@@ -641,30 +668,38 @@ TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
           if (g() % (dist == 2 ? 7 : 61) == 0) x = (g() & 1) ? -kInf : kNaN;
       if (dist == 4)  // +0 and -0 (the same key) with a few non-zeros
         for (float& x : row) x = g() % 13 == 0 ? x : ((g() & 1) ? -0.0f : 0.0f);
-      uint32_t nonFinite = 0;
-      std::vector<uint32_t> order(rowLen);
-      for (uint32_t i = 0; i < rowLen; ++i) {
-        order[i] = i;
-        nonFinite += !std::isfinite(row[i]);
-      }
-      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-        const bool fa = std::isfinite(row[a]), fb = std::isfinite(row[b]);
-        if (fa != fb) return !fa;
-        return fa && std::fabs(row[a]) > std::fabs(row[b]);
-      });
       for (uint32_t keep : {0u, 1u, 2u, 4u, 8u, 16u, 32u, 33u, 64u, rowLen / 3, rowLen / 2 + 1, rowLen - 1, rowLen,
-                            rowLen + 3}) {
-        const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
-        std::vector<uint32_t> want(order.begin(), order.begin() + n);
-        std::sort(want.begin(), want.end());
-        std::vector<uint32_t> got(rowLen + 1, 0xdeadbeefu);
-        std::vector<uint64_t> scratch(std::max(rowLen, 1u));
-        const uint32_t count = host::selectRowTopK(row.data(), spcclFloat32, rowLen, keep, got.data(), scratch.data());
-        ASSERT_EQ(count, n) << "rowLen " << rowLen << " keep " << keep << " dist " << dist;
-        got.resize(count);
-        ASSERT_EQ(got, want) << "rowLen " << rowLen << " keep " << keep << " dist " << dist;
-      }
+                            rowLen + 3})
+        ASSERT_NO_FATAL_FAILURE(expectRowTopK(row.data(), spcclFloat32, row, keep, "dist " + std::to_string(dist)));
     }
+}
+
+// The shapes DCT-MP uses (blocks of a multiple of 4 elements: fp32 keys and
+// floor four at a time), rows off that (rowLen % 4 != 0: the candidates'
+// scalar tail; blocks of unequal length), keeps past the counted candidates
+// (the histogram, with a cut bin of a few keys or, for ties and zeros, of
+// many), in all three input types, many rows each (the counted path's
+// no-tie shortcut must fall back whenever a tie sits at the cut).
+TEST(SelectRowTopK, FastPathsMatchTheRule) {
+  auto g = rng(42);
+  const std::pair<uint32_t, uint32_t> shapes[] = {{64, 4},    {128, 8},   {130, 8},    {128, 12},  {256, 16},
+                                                  {256, 100}, {1024, 64}, {1000, 60}, {2048, 128}};
+  for (spcclDataType_t type : kAllFloatTypes)
+    for (const auto& [rowLen, keep] : shapes)
+      for (int dist = 0; dist < 6; ++dist)  // normal; ties; mostly zeros; one value; wide exponents; keep +-1 Inf
+        for (int r = 0; r < (rowLen <= 256 ? 24 : 6); ++r) {
+          std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
+          if (dist == 2)
+            for (float& x : row) x = g() % 9 == 0 ? x : 0.0f;
+          if (dist == 3) row.assign(rowLen, r % 2 ? -1.5f : 0.0f);
+          if (dist == 4)
+            for (float& x : row) x = std::ldexp(x, static_cast<int>(g() % 60) - 30);
+          if (dist == 5)  // about `keep` infinities: the fast path or, past keep, all of them
+            for (uint32_t j = 0; j + 1 < keep + r % 3; ++j) row[g() % rowLen] = (g() & 1) ? kInf : -kInf;
+          const TypedInput in(row, type);
+          ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
+                                                std::string(typeName(type)) + " dist " + std::to_string(dist)));
+        }
 }
 
 // ---------------------------------------------------------------- conversions and accumulation
