@@ -31,6 +31,18 @@ inline void storeElement(void* buf, size_t i, spcclDataType_t type, float v) {
   }
 }
 
+// Element i of a user float buffer as fp32.
+inline float loadElement(const void* buf, size_t i, spcclDataType_t type) {
+  switch (type) {
+    case spcclFloat16:
+      return core::halfBitsToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case spcclBfloat16:
+      return core::bfloat16BitsToFloat(static_cast<const uint16_t*>(buf)[i]);
+    default:
+      return static_cast<const float*>(buf)[i];
+  }
+}
+
 // Zeroes elements [at, at + elems) of a user buffer of esize-byte elements
 // (buf may be NULL when elems is 0).
 inline void zeroElements(void* buf, size_t at, size_t elems, size_t esize) {
@@ -63,25 +75,33 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   spcclSelection local;
   spcclSelection& s = sel ? *sel : local;
   s.sentCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
-  s.sentPositions.clear();
-  s.sentPositions.reserve(s.sentCounts.size() * keep);
+  // Kept positions and their values go straight to their slots (rows keep
+  // `keep` each unless NaN/Inf add more: grown then), and only the kept
+  // elements are read back from the row.
+  s.sentPositions.resize(s.sentCounts.size() * keep);
   comm.ranks64.resize(rowLen);
   comm.positions.resize(rowLen);
-  comm.floats.resize(rowLen);
   std::vector<float>& values = ws.rangeAcc;  // kept values, in sentPositions order
-  values.clear();
-  values.reserve(s.sentCounts.size() * keep);
+  values.resize(s.sentPositions.size());
+  size_t used = 0;
   for (size_t r = 0; r < s.sentCounts.size(); ++r) {
     const char* row = static_cast<const char*>(sendbuff) + r * rowLen * esize;
     const uint32_t n = host::selectRowTopK(row, type, static_cast<uint32_t>(rowLen), keep, comm.positions.data(),
                                            comm.ranks64.data());
-    host::loadFloats(row, type, rowLen, comm.floats.data());
     s.sentCounts[r] = n;
-    for (uint32_t e = 0; e < n; ++e) {
-      s.sentPositions.push_back(comm.positions[e]);
-      values.push_back(comm.floats[comm.positions[e]]);
+    if (used + n > values.size()) {
+      s.sentPositions.resize(std::max(2 * values.size(), used + n));
+      values.resize(s.sentPositions.size());
     }
+    for (uint32_t e = 0; e < n; ++e) {
+      const uint32_t pos = comm.positions[e];
+      s.sentPositions[used + e] = pos;
+      values[used + e] = loadElement(row, pos, type);
+    }
+    used += n;
   }
+  s.sentPositions.resize(used);
+  values.resize(used);
 
   // One stream per peer.
   ws.sizes.resize(p);
@@ -208,11 +228,10 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
   std::vector<float>& values = ws.rangeAcc;
   values.resize(ws.cuts[p]);
-  comm.floats.resize(rowLen);
   uint64_t e = 0;
   for (size_t row = 0; row < s.recvCounts.size(); ++row) {
-    host::loadFloats(static_cast<const char*>(gradSend) + row * rowLen * esize, s.dataType, rowLen, comm.floats.data());
-    for (uint32_t k = 0; k < s.recvCounts[row]; ++k, ++e) values[e] = comm.floats[s.recvPositions[e]];
+    const char* grad = static_cast<const char*>(gradSend) + row * rowLen * esize;
+    for (uint32_t k = 0; k < s.recvCounts[row]; ++k, ++e) values[e] = loadElement(grad, s.recvPositions[e], s.dataType);
   }
   for (int j = 0; j < p; ++j) {
     encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j], ws.cuts[j + 1] - ws.cuts[j],
