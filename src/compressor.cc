@@ -21,6 +21,24 @@
 
 using namespace spccl;
 
+namespace {
+
+// Reads the clock only when on (SPCCL_PROFILE, or an auto trial call): off,
+// a timed step costs a branch, no clock read.
+class Stopwatch {
+ public:
+  explicit Stopwatch(bool on) : on_(on), start_(on ? Clock::now() : Clock::time_point{}) {}
+  // Seconds since construction; 0 when off.
+  double seconds() const { return on_ ? std::chrono::duration<double>(Clock::now() - start_).count() : 0.0; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool on_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
 uint64_t spcclCompressor::selectCount() const {
   const double k = std::ceil(static_cast<double>(config.density) * static_cast<double>(count));
   return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(count, 1));
@@ -50,13 +68,11 @@ bool spcclCompressor::starves(bool estimated, uint32_t usedTauKey, uint64_t fini
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
                                         uint64_t capacity, uint64_t* tieBudget) {
-  using Clock = std::chrono::steady_clock;
-  const bool timed = comm->params.profile;  // no clock reads unless SPCCL_PROFILE asked for them
-  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const Stopwatch watch(comm->params.profile);
   const host::ThresholdResult t =
       host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, &comm->thresholdScratch);
-  if (timed) {
-    profile.estimation += std::chrono::duration<double>(Clock::now() - t0).count();
+  if (comm->params.profile) {
+    profile.estimation += watch.seconds();
     ++profile.fullEstimates;
   }
   tauKey = t.tauKey;
@@ -76,10 +92,8 @@ void spcclCompressor::ensureResidual() {
 }
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starved) {
-  using Clock = std::chrono::steady_clock;
-  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const bool timing = autoTuning.timing;
-  const Clock::time_point start = timing ? Clock::now() : Clock::time_point{};
+  const Stopwatch call(timing);
   double lastPass = 0;  // seconds of the last selectPack pass (the one a call without re-estimation makes)
   const uint64_t k = selectCount();
   const uint64_t capacity = pairCapacity();
@@ -111,9 +125,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
                      : core::fp8ScaleForMax(host::maxFiniteMagnitudeKey(sendbuff, dataType, residualIn, count));
       a.scaleExp = scaleExp;
     }
-    const Clock::time_point passStart = timing ? Clock::now() : Clock::time_point{};
+    const Stopwatch pass(timing);
     const host::SelectResult r = host::selectPack(a);
-    if (timing) lastPass = since(passStart);
+    lastPass = pass.seconds();
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
       if (r.selected <= pairSlots) {  // every candidate was captured
@@ -138,7 +152,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
     *starved = starves(estimated, tauKey, r.finiteSelected);
     break;
   }
-  if (timing) autoTuning.estimateSeconds = since(start) - lastPass;
+  if (timing) autoTuning.estimateSeconds = call.seconds() - lastPass;
   ++callIndex;
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
@@ -224,7 +238,6 @@ Status spcclCompressor::settleAutoTrials() {
 }
 
 Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
-  using Clock = std::chrono::steady_clock;
   int trial = -1;
   const int algorithm = config.algorithm == SPCCL_ALGO_AUTO ? autoAlgorithm(comm->ranks, &trial) : config.algorithm;
   if (trial >= 0) {  // line the ranks up, so each rank's time is the collective's from a common start
@@ -233,8 +246,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   }
   autoTuning.timing = trial >= 0;
   autoTuning.estimateSeconds = 0;
-  const bool timed = comm->params.profile || trial >= 0;
-  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+  const Stopwatch watch(comm->params.profile || trial >= 0);
   Status s;
   if (comm->params.profile) {
     TimedTransport timedTransport(*comm->transport, &profile.communication);
@@ -242,7 +254,7 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   } else {
     s = allReduceOn(*comm->transport, sendbuff, recvbuff, op, algorithm);
   }
-  const double seconds = timed ? std::chrono::duration<double>(Clock::now() - t0).count() : 0;
+  const double seconds = watch.seconds();
   autoTuning.timing = false;
   if (comm->params.profile) {
     profile.total += seconds;
@@ -301,11 +313,9 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   uint64_t nnz = 0;
   bool starved = false;
   if (algorithm != SPCCL_ALGO_DENSE) {
-    using Clock = std::chrono::steady_clock;
-    const bool timed = comm->params.profile;  // no clock reads unless SPCCL_PROFILE asked for them
-    const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
+    const Stopwatch watch(comm->params.profile);
     SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &starved));
-    if (timed) profile.selection += std::chrono::duration<double>(Clock::now() - t0).count();
+    profile.selection += watch.seconds();
   }
 
   CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
