@@ -597,7 +597,20 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
 // k + count*c/1024, well under 2k), and the test can tell the stored tau from
 // a fresh one. Call 10 scales by 100.
 
-class ScheduleTest : public MpiTest, public testing::WithParamInterface<int> {};
+class ScheduleTest : public MpiTest, public testing::WithParamInterface<int> {
+ protected:
+  // One compressed allreduce of `in` through c on every rank, then c's
+  // statistics (use under ASSERT_NO_FATAL_FAILURE).
+  void reduceAndRead(spcclCompressor* c, const std::vector<float>& in, spcclStats_t* s) {
+    out_.resize(in.size());
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out_.data(), spcclSum, c, nullptr), comm_.get(),
+                             "spcclAllReduceCompressed"));
+    ASSERT_TRUE(stats(c, *s));
+  }
+
+ private:
+  std::vector<float> out_;
+};
 
 TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   const int algorithm = GetParam();
@@ -610,7 +623,6 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   ASSERT_TRUE(createCompressor(n, spcclFloat32, config, c));
 
   float storedTau = 0.0f;
-  std::vector<float> out(n);
   spcclStats_t commBefore{};
   ASSERT_EQ(spcclCommGetStats(comm_.get(), &commBefore), spcclSuccess);
   for (int call = 0; call <= 10; ++call) {
@@ -618,10 +630,8 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
     std::vector<float> in = distinctMagnitudes(n, seedFor(71, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
     const float scale = call < 10 ? 1.0f + static_cast<float>(call) * 0x1p-10f : 100.0f;
     for (float& x : in) x *= scale;
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
-                             "spcclAllReduceCompressed"));
     spcclStats_t s;
-    ASSERT_TRUE(stats(c.get(), s));
+    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
 
     const float exactTau = kthLargestMagnitude(in, k);
     // Scheduled at calls 0, 4, 8; call 10 (100x input) overflows the capacity
@@ -669,15 +679,12 @@ TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
   // Estimated at call 0 (the first) and call 3 (the one after call 2 starved).
   const uint64_t updatesAfter[] = {1, 1, 1, 2, 2};
   float storedTau = 0.0f;
-  std::vector<float> out(n);
   for (int call = 0; call < 5; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     std::vector<float> in = distinctMagnitudes(n, seedFor(73, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
     for (float& x : in) x *= scales[call];
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
-                             "spcclAllReduceCompressed"));
     spcclStats_t s;
-    ASSERT_TRUE(stats(c.get(), s));
+    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
     const bool update = call == 0 || call == 3;
     if (update) storedTau = kthLargestMagnitude(in, k);
     EXPECT_EQ(s.thresholdUpdates, updatesAfter[call]);
@@ -707,7 +714,7 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
   const size_t k = selectionSize(n, kDensity);
   CompressorPtr c;
   ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 1), c));
-  std::vector<float> out(n), res(n), v(n);
+  std::vector<float> res(n), v(n);
   float storedTau = 0.0f;
   bool estimateNext = false;
   uint64_t expectedUpdates = 0;
@@ -730,10 +737,8 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
     if (estimated) ++expectedUpdates;
     estimateNext = !estimated && storedTau != 0.0f && selected < k / 2;
 
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
-                             "spcclAllReduceCompressed"));
     spcclStats_t s;
-    ASSERT_TRUE(stats(c.get(), s));
+    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
     EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
                                                       << storedTau;
@@ -750,16 +755,13 @@ TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
   const size_t k = selectionSize(n, kDensity);
   CompressorPtr c;
   ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
-  std::vector<float> out(n);
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     std::vector<float> in = distinctMagnitudes(n, seedFor(79, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
     for (size_t i = 0; i < n; ++i)
       if (i % 512 != 0) in[i] = 0.0f;  // n / 512 = 256 non-zeros, under k / 2
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
-                             "spcclAllReduceCompressed"));
     spcclStats_t s;
-    ASSERT_TRUE(stats(c.get(), s));
+    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
     EXPECT_EQ(s.thresholdUpdates, 1u);
     EXPECT_EQ(s.lastThreshold, 0.0f);
     EXPECT_EQ(s.lastSelected, n / 512);
