@@ -353,8 +353,11 @@ void printUsage(const char* program, const Collective& collective) {
       "  -b, --minbytes <size>     smallest size, bytes with K/M/G suffix (default 32M)\n"
       "  -e, --maxbytes <size>     largest size (default 32M)\n"
       "  -f, --stepfactor <n>      size multiplier between rows, >= 2 (default 2)\n"
+      "  -i, --stepbytes <size>    size increment between rows instead of -f (K/M/G suffix)\n"
       "  -n, --iters <n>           timed iterations per row (default 20)\n"
       "  -w, --warmup_iters <n>    untimed iterations before them (default 5)\n"
+      "  -z, --blocking <0|1>      1: each call timed alone, barrier first, median; 0: the -n calls\n"
+      "                            back to back after one setup, the mean (nccl-tests' way) (default 1)\n"
       "  -c, --check <0|1>         relative error and output check per row (default 1)\n"
       "  -S, --vary <0|1>          re-draw input signs before each iteration, untimed (default 1)\n"
       "  -d, --datatype <type>     %s (default float)\n",
@@ -381,6 +384,8 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       {"minbytes", required_argument, nullptr, 'b'},
       {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'},
+      {"stepbytes", required_argument, nullptr, 'i'},
+      {"blocking", required_argument, nullptr, 'z'},
       {"iters", required_argument, nullptr, 'n'},
       {"warmup_iters", required_argument, nullptr, 'w'},
       {"check", required_argument, nullptr, 'c'},
@@ -398,8 +403,9 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   Options opts;
   opts.density = collective.defaultDensity();
   opterr = 0;  // every rank parses; only rank 0 reports
+  bool factorGiven = false;
   int c;
-  while ((c = getopt_long(argc, argv, ":B:b:e:f:n:w:c:S:d:o:D:a:R:V:E:J:h", kLongOptions, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":B:b:e:f:i:z:n:w:c:S:d:o:D:a:R:V:E:J:h", kLongOptions, nullptr)) != -1) {
     const char flag = static_cast<char>(c);
     const unsigned needs = c == 'o' ? kFlagOp : c == 'a' ? kFlagAlgo : c == 'R' ? kFlagRowLen : 0u;
     if ((needs & ~collective.flags()) != 0)
@@ -408,7 +414,15 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       case 'B': opts.backend = parseNamed(flag, optarg, kBackends); break;
       case 'b': opts.minBytes = parseSize(flag, optarg); break;
       case 'e': opts.maxBytes = parseSize(flag, optarg); break;
-      case 'f': opts.stepFactor = static_cast<size_t>(parseInteger(flag, optarg, 2, 1L << 20)); break;
+      case 'f':
+        opts.stepFactor = static_cast<size_t>(parseInteger(flag, optarg, 2, 1L << 20));
+        factorGiven = true;
+        break;
+      case 'i':
+        opts.stepBytes = parseSize(flag, optarg);
+        if (opts.stepBytes == 0) throw UsageError("-i: the increment must be at least 1 byte");
+        break;
+      case 'z': opts.blocking = parseInteger(flag, optarg, 0, 1) != 0; break;
       case 'n': opts.iters = static_cast<int>(parseInteger(flag, optarg, 1, INT_MAX)); break;
       case 'w': opts.warmupIters = static_cast<int>(parseInteger(flag, optarg, 0, INT_MAX)); break;
       case 'c': opts.check = parseInteger(flag, optarg, 0, 1) != 0; break;
@@ -438,12 +452,24 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   if (opts.minBytes == 0) throw UsageError("-b: the smallest size must be at least 1 byte");
   if (opts.minBytes > opts.maxBytes)
     throw UsageError(strPrintf("-b %zu is larger than -e %zu", opts.minBytes, opts.maxBytes));
+  if (opts.stepBytes > 0 && factorGiven) throw UsageError("-f and -i: give one, a factor or an increment");
+  constexpr size_t kMaxRows = 10000;
+  if (opts.stepBytes > 0 && (opts.maxBytes - opts.minBytes) / opts.stepBytes >= kMaxRows)
+    throw UsageError(strPrintf("-i %zu: more than %zu rows from -b %zu to -e %zu", opts.stepBytes, kMaxRows,
+                               opts.minBytes, opts.maxBytes));
   return opts;
 }
 
-// -b, -b*f, -b*f^2, ... up to -e.
+// -b, -b*f, -b*f^2, ... up to -e; with -i, -b, -b+i, -b+2i, ... up to -e.
 std::vector<size_t> rowSizes(const Options& opts) {
   std::vector<size_t> sizes;
+  if (opts.stepBytes > 0) {
+    for (size_t bytes = opts.minBytes;; bytes += opts.stepBytes) {
+      sizes.push_back(bytes);
+      if (opts.maxBytes - bytes < opts.stepBytes) break;
+    }
+    return sizes;
+  }
   for (size_t bytes = opts.minBytes;; bytes *= opts.stepFactor) {
     sizes.push_back(bytes);
     if (bytes > opts.maxBytes / opts.stepFactor) break;
@@ -568,6 +594,23 @@ double medianTimeUs(const Context& ctx, int iters, F&& call, B&& before, A&& aft
   return median * 1e6;
 }
 
+// -z 0: the calls back to back, timed as one batch from a barrier (after
+// one untimed `before`) to the end of the last call's work; the slowest
+// rank's batch time over the calls.
+template <class F, class B, class A>
+double batchMeanTimeUs(const Context& ctx, int iters, F&& call, B&& before, A&& after) {
+  before();
+  ctx.dense.synchronize();
+  MPI_Barrier(ctx.mpiComm);
+  const double start = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) call();
+  ctx.dense.synchronize();
+  double time = MPI_Wtime() - start;
+  after();
+  MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, ctx.mpiComm);
+  return time / iters * 1e6;
+}
+
 // sum += after - before for the counters; the last* fields as `after` has them.
 void addAdvance(spcclStats_t& sum, const spcclStats_t& before, const spcclStats_t& after) {
   sum.calls += after.calls - before.calls;
@@ -626,6 +669,9 @@ struct PassCalls {
   std::function<void()> compressed;
   std::function<void()> setupDense;
   std::function<void()> dense;
+  // The compressed call needs its setup before every call (a backward: a
+  // selection serves one backward), so -z 0 cannot run it back to back.
+  bool setupEveryCall = false;
 };
 
 Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count,
@@ -639,16 +685,20 @@ Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count
   // setup forward is a collective the communicator counts too.
   spcclStats_t timed{};
   spcclStats_t before{};
+  const auto timeCalls = [&](auto&& call, auto&& setup, auto&& after) {
+    return opts.blocking || calls.setupEveryCall ? medianTimeUs(ctx, opts.iters, call, setup, after)
+                                                 : batchMeanTimeUs(ctx, opts.iters, call, setup, after);
+  };
   warmUp(ctx, opts.warmupIters, calls.compressed, calls.setupCompressed);
-  row.compressedUs = medianTimeUs(
-      ctx, opts.iters, calls.compressed,
+  row.compressedUs = timeCalls(
+      calls.compressed,
       [&] {
         calls.setupCompressed();
         before = collective.stats(ctx);
       },
       [&] { addAdvance(timed, before, collective.stats(ctx)); });
   warmUp(ctx, opts.warmupIters, calls.dense, calls.setupDense);
-  row.denseUs = medianTimeUs(ctx, opts.iters, calls.dense, calls.setupDense, [] {});
+  row.denseUs = timeCalls(calls.dense, calls.setupDense, [] {});
 
   const std::string algo = collective.algoLabel(pass, timed);
   row.algo = sameOnAllRanks(hashBytes(algo.data(), algo.size()), ctx.mpiComm) ? algo : "mixed";
@@ -724,7 +774,7 @@ std::vector<Row> measureSize(const Context& ctx, Collective& collective, const B
         forward();
       },
       [&] { collective.runCompressedBackward(ctx, buffers.grad.data, buffers.gradCompressed.data); },
-      nextStep, [&] { collective.runDenseBackward(ctx, buffers.grad.data, buffers.gradDense.data); }};
+      nextStep, [&] { collective.runDenseBackward(ctx, buffers.grad.data, buffers.gradDense.data); }, true};
   const bool backward = collective.hasBackward();
 
   collective.prepare(ctx, counts.count);
@@ -773,10 +823,10 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
   if (flags & kFlagAlgo) std::printf("  algo: %s", allreduceAlgorithmName(opts.algorithm).data());
   std::printf("  wire: %s\n", wireDescription(opts).c_str());
   std::printf("# backend: %s\n", ctx.dense.describe().c_str());
-  std::printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
-              "validation: %d\n",
-              opts.minBytes, opts.maxBytes, opts.stepFactor, opts.warmupIters, opts.iters,
-              opts.check ? 1 : 0);
+  std::printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d blocking: %d\n",
+              opts.minBytes, opts.maxBytes, opts.stepBytes > 0 ? opts.stepBytes : opts.stepFactor,
+              opts.stepBytes > 0 ? "bytes" : "factor", opts.warmupIters, opts.iters, opts.check ? 1 : 0,
+              opts.blocking ? 1 : 0);
   for (const auto& [name, value] : env)
     std::printf("# set by this binary before %s: %s=%s\n",
                 opts.backend == Backend::kNccl ? "spcclCommInitNccl" : "spcclCommInitMPI", name.c_str(),
@@ -788,7 +838,15 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
     begin = end + 1;
   }
   std::printf("# input: per-rank Gaussian, %s\n",
-              opts.varyInput ? "signs re-drawn before every iteration (untimed)" : "identical every call (-S 0)");
+              !opts.varyInput  ? "identical every call (-S 0)"
+              : opts.blocking ? "signs re-drawn before every iteration (untimed)"
+                              : "signs re-drawn before every warm-up call and each batch of timed calls (-z 0)");
+  std::printf("# time: %s%s\n",
+              opts.blocking ? "median of -n calls, each the slowest rank's, barrier first"
+                            : "mean of -n calls run back to back, the slowest rank's batch (-z 0)",
+              !opts.blocking && collective.hasBackward()
+                  ? "; backward rows per call as with -z 1 (each backward needs a forward of its own)"
+                  : "");
   std::printf("#\n");
   std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s\n", "size", "count", "algo",
               "time", "dense", "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err", "tau");
@@ -841,9 +899,9 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
   const char* encoding = std::getenv("SPCCL_INDEX_ENCODING");  // -E sets it; else the user's, else auto
   std::fprintf(file,
                "  \"wire\": \"%s\",\n  \"index_encoding\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n"
-               "  \"rows\": [",
+               "  \"blocking\": %d,\n  \"rows\": [",
                wireTypeName(ctx.wireValueType).data(), encoding && *encoding ? encoding : "auto", opts.iters,
-               opts.warmupIters);
+               opts.warmupIters, opts.blocking ? 1 : 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     std::fprintf(file,

@@ -37,9 +37,15 @@ struct Options {
   size_t minBytes = size_t{32} << 20;
   size_t maxBytes = size_t{32} << 20;
   size_t stepFactor = 2;
+  size_t stepBytes = 0;  // -i: rows -b, -b + i, ... (0: -f's factor)
   int iters = 20;
   int warmupIters = 5;
   bool check = true;
+  // -z 1: each timed call alone, after its own untimed setup and a barrier,
+  // the row's time the median; -z 0: the -n calls back to back after one
+  // setup, no barrier or stream synchronisation between them, the row's time
+  // the batch's mean (nccl-tests' way of timing).
+  bool blocking = true;
   // 1: signs of the input are re-drawn before every iteration (untimed), as
   // gradients change from step to step; 0: the identical input every call.
   bool varyInput = true;
