@@ -198,11 +198,12 @@ class MpiTransport final : public Transport {
   spcclComm_t comm() const override { return comm_; }
   void* stream() const override { return nullptr; }
 
-  // Counts are bounded by INT_MAX where the flags are parsed. MPI has no average: sum, then scale.
+  // Counts are bounded by INT_MAX where the flags are parsed. MPI has no average: sum, then divide by
+  // the ranks, as spccl defines avg on host buffers (so -D 1 rows match it bit for bit).
   void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype,
                  spcclRedOp_t op) const override {
     MPI_Allreduce(send, recv, static_cast<int>(count), reduction_.type(), reduction_.sum(), mpiComm_);
-    if (op == spcclAvg) scaleBuffer(recv, count, datatype, 1.0f / static_cast<float>(nRanks_));
+    if (op == spcclAvg) divideBuffer(recv, count, datatype, static_cast<float>(nRanks_));
   }
   void allToAll(const void* send, void* recv, size_t countPerPeer, spcclDataType_t /*datatype*/) const override {
     const int block = static_cast<int>(countPerPeer);
@@ -557,6 +558,9 @@ struct Row {
   double compressionRatio = kNaN;
   double relErr = kNaN;  // NaN when not checked
   uint64_t thresholdUpdates = 0;  // exact tau estimations during the timed calls (this rank)
+  // #wrong (-D 1 only, as nccl-tests counts them): output elements, over all
+  // ranks, whose bits differ from the dense call's; -1 when not counted.
+  int64_t wrong = -1;
   bool ok = true;        // every check passed on every rank (when checked)
 };
 
@@ -735,13 +739,23 @@ void checkPass(const Context& ctx, Collective& collective, const PassCalls& call
   check.got = got.host;
   check.want = want.host;
   row.relErr = relativeError(check.got, check.want, outCount, ctx.opts.datatype, ctx.mpiComm);
+  if (ctx.opts.density == 1.0f) {
+    // An exact call: the compressed side must give the dense side's bits.
+    const size_t es = typeSize(ctx.opts.datatype);
+    const auto* got = static_cast<const unsigned char*>(check.got);
+    const auto* want = static_cast<const unsigned char*>(check.want);
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < outCount; ++i) wrong += std::memcmp(got + i * es, want + i * es, es) != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, ctx.mpiComm);
+    row.wrong = static_cast<int64_t>(wrong);
+  }
   const bool outputOk = onAllRanks(collective.outputOk(ctx, check), ctx.mpiComm);
   const bool replicasMatch =
       !collective.outputReplicated() ||
       sameOnAllRanks(hashBytes(check.got, outCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
   const bool inputOk =
       onAllRanks(inputCurrent(ctx.dense, input, inCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
-  row.ok = outputOk && replicasMatch && inputOk && std::isfinite(row.relErr);
+  row.ok = outputOk && replicasMatch && inputOk && std::isfinite(row.relErr) && row.wrong <= 0;
 }
 
 // One row per pass for this size; none when the size rounds down to nothing.
@@ -848,18 +862,19 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
                   ? "; backward rows per call as with -z 1 (each backward needs a forward of its own)"
                   : "");
   std::printf("#\n");
-  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s\n", "size", "count", "algo",
-              "time", "dense", "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err", "tau");
-  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s\n", "(B)", "(elements)", "", "(us)",
-              "(us)", "", "(GB/s)", "(GB/s)", "(B/rank)", "", "", "(upd)");
+  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s %7s\n", "size", "count", "algo",
+              "time", "dense", "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err", "tau", "#wrong");
+  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s %7s\n", "(B)", "(elements)", "", "(us)",
+              "(us)", "", "(GB/s)", "(GB/s)", "(B/rank)", "", "", "(upd)", "(-D 1)");
 }
 
 void printRow(const Row& row) {
-  std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s %5llu%s\n", row.bytes,
+  std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s %5llu %7s%s\n", row.bytes,
               row.count, row.algo.c_str(), row.compressedUs, row.denseUs,
               row.speedup, row.algBw, row.busBw, row.bytesSentPerCall,
               formatOrNa("%.1f", row.compressionRatio).c_str(),
               formatOrNa("%.3e", row.relErr).c_str(), static_cast<unsigned long long>(row.thresholdUpdates),
+              row.wrong < 0 ? "N/A" : strPrintf("%lld", static_cast<long long>(row.wrong)).c_str(),
               row.ok ? "" : "  FAILED");
   std::fflush(stdout);
 }
@@ -908,13 +923,14 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
                  "%s\n    {\"size\": %zu, \"count\": %zu, \"algo\": \"%s\", \"time_us\": %s, "
                  "\"dense_time_us\": %s, \"speedup\": %s, \"algbw\": %s, \"busbw\": %s, "
                  "\"bytes_sent_per_call\": %s, \"compression_ratio\": %s, \"rel_err\": %s, "
-                 "\"threshold_updates\": %llu, \"ok\": %s}",
+                 "\"threshold_updates\": %llu, \"wrong\": %s, \"ok\": %s}",
                  i ? "," : "", row.bytes, row.count, row.algo.c_str(),
                  jsonNumber(row.compressedUs).c_str(), jsonNumber(row.denseUs).c_str(),
                  jsonNumber(row.speedup).c_str(), jsonNumber(row.algBw).c_str(),
                  jsonNumber(row.busBw).c_str(), jsonNumber(row.bytesSentPerCall).c_str(),
                  jsonNumber(row.compressionRatio).c_str(), jsonNumber(row.relErr).c_str(),
-                 static_cast<unsigned long long>(row.thresholdUpdates), row.ok ? "true" : "false");
+                 static_cast<unsigned long long>(row.thresholdUpdates),
+                 row.wrong < 0 ? "null" : std::to_string(row.wrong).c_str(), row.ok ? "true" : "false");
   }
   std::fprintf(file, "\n  ]\n}\n");
 }
@@ -1212,11 +1228,11 @@ std::string denseCallName(const Options& opts, std::string_view mpiName, std::st
   return std::string(opts.backend == Backend::kNccl ? ncclName : mpiName);
 }
 
-void scaleBuffer(void* buf, size_t count, spcclDataType_t datatype, float factor) {
+void divideBuffer(void* buf, size_t count, spcclDataType_t datatype, float divisor) {
   visitType(datatype, [&](auto v) {
     using T = decltype(v);
     T* values = static_cast<T*>(buf);
-    for (size_t i = 0; i < count; ++i) values[i] = fromFloat<T>(toFloat(values[i]) * factor);
+    for (size_t i = 0; i < count; ++i) values[i] = fromFloat<T>(toFloat(values[i]) / divisor);
   });
 }
 

@@ -212,8 +212,8 @@ void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step)
       ::spccl::perf::failSpccl(spcclPerfResult_, #call, __FILE__, __LINE__);    \
   } while (0)
 
-// buf[i] *= factor for a float, half or bfloat16 buffer (dense average).
-void scaleBuffer(void* buf, size_t count, spcclDataType_t datatype, float factor);
+// buf[i] /= divisor for a float, half or bfloat16 buffer (dense average).
+void divideBuffer(void* buf, size_t count, spcclDataType_t datatype, float divisor);
 
 // "MPI_Allreduce" or "ncclAllReduce": the dense call's name for -B's backend.
 std::string denseCallName(const Options& opts, std::string_view mpiName, std::string_view ncclName);
