@@ -604,22 +604,19 @@ uint32_t keepByCount(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positio
 // The same for many candidates (m > kCountedCandidates, a large keep): a
 // histogram of their keys' top 8 bits above the floor finds the bin holding
 // the keep-th largest; every candidate of a higher bin is kept, the cut bin's
-// are ranked among themselves (nth_element on their ranks when there are
-// many: ties, zeros). One pass to bin, one to compact, instead of
-// nth_element over all m ranks.
+// are ranked among themselves (nth_element on their ranks, in `scratch`,
+// when there are many: ties, zeros). One pass to bin, one to compact,
+// instead of nth_element over all m ranks; a bin is recomputed from its key
+// rather than stored.
 uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint32_t keep, uint32_t* positions,
                          uint64_t* scratch) {
   uint32_t top = floor;
   for (uint32_t j = 0; j < m; ++j) top = std::max(top, keys[positions[j]]);
   const uint32_t span = top - floor;
   const int shift = span < 256 ? 0 : 24 - __builtin_clz(span);  // (span >> shift) < 256
+  const auto binOf = [&](uint32_t i) { return (keys[i] - floor) >> shift; };
   uint32_t hist[256] = {};
-  auto* bins = reinterpret_cast<uint8_t*>(scratch);  // m bytes of scratch's 8 m
-  for (uint32_t j = 0; j < m; ++j) {
-    const uint32_t bin = (keys[positions[j]] - floor) >> shift;
-    bins[j] = static_cast<uint8_t>(bin);
-    ++hist[bin];
-  }
+  for (uint32_t j = 0; j < m; ++j) ++hist[binOf(positions[j])];
   uint32_t higher = 0, cutBin = 255;
   while (higher + hist[cutBin] < keep) higher += hist[cutBin--];  // m >= keep: stops at a bin
   const uint32_t need = keep - higher, inCut = hist[cutBin];  // the cut bin's `need` best are kept
@@ -628,12 +625,12 @@ uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint3
     int32_t cutKeys[kCountedCandidates];
     uint32_t c = 0;
     for (uint32_t j = 0; j < m; ++j)
-      if (bins[j] == cutBin) cutKeys[c++] = static_cast<int32_t>(keys[positions[j]]);
+      if (binOf(positions[j]) == cutBin) cutKeys[c++] = static_cast<int32_t>(keys[positions[j]]);
     c = 0;
     for (uint32_t j = 0; j < m; ++j) {
-      const uint32_t i = positions[j];
-      bool take = bins[j] > cutBin;
-      if (bins[j] == cutBin) {
+      const uint32_t i = positions[j], bin = binOf(i);
+      bool take = bin > cutBin;
+      if (bin == cutBin) {
         const int32_t key = cutKeys[c];
         uint32_t above = 0;
         for (uint32_t t = 0; t < c; ++t) above += cutKeys[t] >= key;
@@ -647,16 +644,15 @@ uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint3
     return n;
   }
   // Many in the cut bin: the need-th largest of their ranks (distinct).
-  std::vector<uint64_t> ranks;
-  ranks.reserve(inCut);
+  uint32_t c = 0;
   for (uint32_t j = 0; j < m; ++j)
-    if (bins[j] == cutBin) ranks.push_back(core::rowRank(keys[positions[j]], positions[j]));
-  std::nth_element(ranks.begin(), ranks.begin() + (need - 1), ranks.end(), std::greater<uint64_t>());
-  const uint64_t cut = ranks[need - 1];
+    if (binOf(positions[j]) == cutBin) scratch[c++] = core::rowRank(keys[positions[j]], positions[j]);
+  std::nth_element(scratch, scratch + (need - 1), scratch + inCut, std::greater<uint64_t>());
+  const uint64_t cut = scratch[need - 1];
   for (uint32_t j = 0; j < m; ++j) {
-    const uint32_t i = positions[j];
+    const uint32_t i = positions[j], bin = binOf(i);
     positions[n] = i;
-    n += bins[j] > cutBin || (bins[j] == cutBin && core::rowRank(keys[i], i) >= cut);
+    n += bin > cutBin || (bin == cutBin && core::rowRank(keys[i], i) >= cut);
   }
   return n;
 }
