@@ -50,7 +50,10 @@ class AlltoAll final : public Collective {
   // A selection serves one backward; the next forward makes a new one.
   void discardCallState() override { release(); }
 
+  // A training step destroys each selection after its backward; under -z 0
+  // the forwards run back to back, so each destroys the last one's here.
   void runCompressed(const Context& ctx, const void* send, void* recv) override {
+    release();
     SPCCL_PERF_CHECK(spcclAlltoAllRowsCompressed(send, recv, rowsPerPeer_, ctx.opts.rowLen,
                                                  ctx.opts.datatype, ctx.opts.density,
                                                  &selection_, ctx.comm, ctx.stream));
@@ -66,6 +69,12 @@ class AlltoAll final : public Collective {
 
   void runDenseBackward(const Context& ctx, const void* grad, void* gradOut) override {
     runDense(ctx, grad, gradOut);
+  }
+
+  // Density 1 keeps every entry, but the values still travel in the wire
+  // type: bit-exact only where that type holds the input's values.
+  bool exactAtDensityOne(const Context& ctx) const override {
+    return ctx.wireValueType == spcclFloat32 || ctx.wireValueType == ctx.opts.datatype;
   }
 
   std::string algoLabel(Pass pass, const spcclStats_t& /*timed*/) const override {

@@ -169,6 +169,8 @@ class Collective {
   // The algo column. `timed` holds the counters' advance over the row's timed
   // calls, and their last* fields as the last call left them.
   virtual std::string algoLabel(Pass pass, const spcclStats_t& timed) const;
+  // Whether a -D 1 call must give the dense call's bits (#wrong counted).
+  virtual bool exactAtDensityOne(const Context& /*ctx*/) const { return true; }
   // This rank's part of the -c 1 check beyond rel_err and replicas; the
   // pointers in `check` are host copies.
   virtual bool outputOk(const Context& /*ctx*/, const CheckInput& /*check*/) const { return true; }
@@ -180,7 +182,7 @@ class Collective {
 
 size_t typeSize(spcclDataType_t datatype);
 std::string_view allreduceAlgorithmName(int algorithm);  // SPCCL_ALGO_* as -a spells it
-std::string_view wireTypeName(spcclDataType_t wire);     // fp32, fp16, bf16 (SPCCL_VALUE_TYPE's values)
+std::string_view wireTypeName(spcclDataType_t wire);     // fp32, fp16, bf16, fp8 (SPCCL_VALUE_TYPE's values)
 
 // SPCCL_VALUE_TYPE=-V when -V is given.
 Environment wireEnvironment(const Options& opts);
