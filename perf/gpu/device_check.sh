@@ -13,7 +13,8 @@
 #      on an NCCL communicator against the MPI path (spccl_gpu_nccl_tests);
 #   4. an NCCL smoke test on one rank, when libnccl is found; an unmodified
 #      NCCL program under LD_PRELOAD; allreduce/alltoall/allgather_perf with
-#      -B nccl on one rank (1-64 MiB, output checks on; logs perf_nccl_*.log);
+#      -B nccl on one rank (1-64 MiB, output checks on, and at -D 1 the
+#      #wrong count; logs perf_nccl_*.log);
 # then a short summary, the benchmark's table last. Budget: under 6 minutes
 # on one H200.
 #
@@ -335,8 +336,9 @@ fi
 if [ "$mode" = cmake ] && [ -x "$build/perf/allreduce_perf" ] && grep -q "NCCL transport ON" "$logs/configure.log"; then
   say "perf binaries, -B nccl, one rank"
   perf_ok=1
+  # -D 1 rows count #wrong: spccl's exact path against NCCL's own call, bit for bit.
   for run in "allreduce_perf" "allreduce_perf -a split" "alltoall_perf" "allgather_perf" \
-    "allreduce_perf -a split SPCCL_DEVICE_MODE=fixed"; do
+    "allreduce_perf -a split SPCCL_DEVICE_MODE=fixed" "allreduce_perf -D 1 -o avg" "alltoall_perf -D 1"; do
     set -- $run
     bin_name=$1
     shift
