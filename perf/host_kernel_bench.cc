@@ -7,7 +7,8 @@
 //   selectPack  send 4n + residual 4n read, residual 4n written, pairs 8 B each written
 //   threshold   send 4n + residual 4n read once (what one pass must stream); radix: the same
 //               estimate by the two-pass radix select alone (its fallback), same bytes
-//   rowTopK     send 4n read (the positions it writes are not counted); also in ns an element
+//   rowTopK     send 4n read (2n for --row-type fp16/bf16: the same values rounded; the positions it
+//               writes are not counted); also in ns an element
 //   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
 //               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
 //               then add every stream; unpackBlock: codec.h reduceStreams, what the algorithm
@@ -17,6 +18,7 @@
 // Median of --iters rounds after one warm-up, all interleaved; tau is the exact k-th largest
 // |v|, so selectPack writes k pairs as in a call right after an estimate.
 //   build/perf/host_kernel_bench [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]
+//                                [--row-type fp32|fp16|bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/elementwise.h"
 #include "kernels/host/host_kernels.h"
 #include "src/codec.h"
 #include "size_arg.h"
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   int iters = 9;
   double density = 0.01;
   uint32_t rowLen = 128, rowKeep = 8;
+  std::string rowType = "fp32";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--floats" && i + 1 < argc) {
@@ -64,8 +68,14 @@ int main(int argc, char** argv) {
       density = std::strtod(argv[++i], nullptr);
     } else if ((a == "--row-len" || a == "--row-keep") && i + 1 < argc) {
       (a == "--row-len" ? rowLen : rowKeep) = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
+    } else if (a == "--row-type" && i + 1 < argc && (std::string(argv[i + 1]) == "fp32" ||
+                                                     std::string(argv[i + 1]) == "fp16" ||
+                                                     std::string(argv[i + 1]) == "bf16")) {
+      rowType = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--floats 64M] [--iters 9] [--density 0.01] [--row-len 128] [--row-keep 8] "
+                   "[--row-type fp32|fp16|bf16]\n",
                    argv[0]);
       return 2;
     }
@@ -96,12 +106,21 @@ int main(int argc, char** argv) {
   const size_t rows = n / rowLen;
   std::vector<uint32_t> positions(rowLen);
   std::vector<uint64_t> rowScratch(rowLen);
+  // The rows in --row-type: the same values, rounded for fp16/bf16.
+  const spcclDataType_t rowDataType = rowType == "fp16" ? spcclFloat16 : rowType == "bf16" ? spcclBfloat16 : spcclFloat32;
+  const size_t rowElemBytes = rowDataType == spcclFloat32 ? 4 : 2;
+  std::vector<uint16_t> halves(rowDataType == spcclFloat32 ? 0 : n);
+  for (size_t i = 0; i < halves.size(); ++i)
+    halves[i] = rowDataType == spcclFloat16 ? spccl::core::floatToHalfBits(send[i])
+                                            : spccl::core::floatToBfloat16Bits(send[i]);
+  const auto* rowData = rowDataType == spcclFloat32 ? reinterpret_cast<const unsigned char*>(send.data())
+                                                    : reinterpret_cast<const unsigned char*>(halves.data());
   uint64_t kept = 0;
   const auto rowTopK = [&] {
     kept = 0;
     for (size_t r = 0; r < rows; ++r)
-      kept += spccl::host::selectRowTopK(send.data() + r * rowLen, spcclFloat32, rowLen, rowKeep, positions.data(),
-                                         rowScratch.data());
+      kept += spccl::host::selectRowTopK(rowData + r * rowLen * rowElemBytes, rowDataType, rowLen, rowKeep,
+                                         positions.data(), rowScratch.data());
   };
   // Four streams of 2k sorted distinct positions each, Gaussian values, varint gaps.
   constexpr int kStreams = 4;
@@ -170,8 +189,9 @@ int main(int argc, char** argv) {
   row("threshold", tThreshold, thresholdBytes);
   row("radix", median(tRadix), thresholdBytes);
   const double tRow = median(tRows);
-  row("rowTopK", tRow, 4.0 * static_cast<double>(rows) * rowLen);
-  std::printf("# rowTopK: %zu rows of %u, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowKeep,
+  row("rowTopK", tRow, static_cast<double>(rowElemBytes) * static_cast<double>(rows) * rowLen);
+  std::printf("# rowTopK: %zu rows of %u %s, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowType.c_str(),
+              rowKeep,
               1e9 * tRow / (static_cast<double>(rows) * rowLen), static_cast<unsigned long long>(kept));
   row("unpackAdd", median(tAdds), 4 * nb);
   row("unpackBlock", median(tBlocks), 4 * nb);

@@ -457,49 +457,80 @@ namespace {
 
 // The per-row top-k's pieces (selectRowTopK below).
 
-// keys[i] = magnitude key of row[i] for the whole row, and the floor: the
+// A row's magnitude keys need only order the row: fp32 and bf16 take the
+// fp32 magnitude key (bf16's bits are fp32's upper half), fp16 its own
+// magnitude bits shifted up by 13, which orders as the decoded values' fp32
+// keys do (fp16 -> fp32 is monotone and one-to-one: the same ties, NaN above
+// Inf) without decoding a half. kInf: the type's infinity in that domain.
+template <class Load>
+struct RowKeys;
+template <>
+struct RowKeys<LoadF32> {
+  static constexpr uint32_t kInf = core::kInfKey;
+  static uint32_t at(const LoadF32& l, size_t i) { return core::magnitudeKey(l.p[i]); }
+};
+template <>
+struct RowKeys<LoadBf16> {
+  static constexpr uint32_t kInf = core::kInfKey;
+  static uint32_t at(const LoadBf16& l, size_t i) { return (uint32_t{l.p[i]} & 0x7fffu) << 16; }
+};
+template <>
+struct RowKeys<LoadF16> {
+  static constexpr uint32_t kInf = 0x7c00u << 13;
+  static uint32_t at(const LoadF16& l, size_t i) { return (uint32_t{l.p[i]} & 0x7fffu) << 13; }
+};
+
+// keys[i] = row[i]'s key (RowKeys) for the whole row, and the floor: the
 // smallest of the largest keys of `keep` blocks of the row. Any one key per
 // block would give a valid floor (`keep` distinct entries reach it); the
 // blocks' maxima give the highest. *nonFinite counts the NaN/Inf keys.
 template <class Load>
 uint32_t rowKeysAndFloor(const Load& load, uint32_t rowLen, uint32_t keep, uint32_t* keys, uint32_t* nonFinite) {
+  using Keys = RowKeys<Load>;
   uint32_t floor = 0xffffffffu, nf = 0;
 #if defined(__SSE2__)
   const uint32_t w = rowLen / keep;
-  if constexpr (std::is_same_v<Load, LoadF32>) {
-    if (w * keep == rowLen && w % 4 == 0) {
-      // fp32, blocks of a multiple of 4: four keys an instruction, the block
-      // maximum with maxps (keys are non-negative floats, ordered as their
-      // bits; maxps returns one of its operands even for NaN or a denormal
-      // under DAZ, and any key of the block makes a valid floor), the
-      // minimum over blocks with an integer compare.
-      const __m128 absMask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
-      const __m128i finiteTop = _mm_set1_epi32(static_cast<int32_t>(core::kInfKey - 1));
-      __m128i nfv = _mm_setzero_si128();
-      for (uint32_t b = 0; b < keep; ++b) {
-        const float* src = load.p + size_t{b} * w;
-        uint32_t* dst = keys + size_t{b} * w;
-        __m128 mx = _mm_setzero_ps();
-        for (uint32_t q = 0; q < w; q += 4) {
-          const __m128 k = _mm_and_ps(_mm_loadu_ps(src + q), absMask);
-          _mm_storeu_ps(reinterpret_cast<float*>(dst + q), k);
-          mx = _mm_max_ps(k, mx);
-          nfv = _mm_sub_epi32(nfv, _mm_cmpgt_epi32(_mm_castps_si128(k), finiteTop));
-        }
-        mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
-        mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
-        floor = std::min(floor, static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(mx))));
+  if (w * keep == rowLen && w % 4 == 0) {
+    // Blocks of a multiple of 4: four keys an instruction, the block maximum
+    // with maxps (keys are non-negative, below 2^31, and ordered as floats
+    // as they are as integers; maxps returns one of its operands even for
+    // NaN or a denormal under DAZ, and any key of the block makes a valid
+    // floor), the minimum over blocks with an integer compare.
+    const auto keys4 = [&](size_t i) {
+      if constexpr (std::is_same_v<Load, LoadF32>) {
+        return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(load.p + i)),
+                             _mm_set1_epi32(0x7fffffff));
+      } else {
+        const __m128i h = _mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(load.p + i)),
+                                             _mm_setzero_si128());
+        const __m128i magnitude = _mm_and_si128(h, _mm_set1_epi32(0x7fff));
+        return std::is_same_v<Load, LoadBf16> ? _mm_slli_epi32(magnitude, 16) : _mm_slli_epi32(magnitude, 13);
       }
-      nfv = _mm_add_epi32(nfv, _mm_shuffle_epi32(nfv, _MM_SHUFFLE(1, 0, 3, 2)));
-      nfv = _mm_add_epi32(nfv, _mm_shuffle_epi32(nfv, _MM_SHUFFLE(2, 3, 0, 1)));
-      *nonFinite = static_cast<uint32_t>(_mm_cvtsi128_si32(nfv));
-      return floor;
+    };
+    const __m128i finiteTop = _mm_set1_epi32(static_cast<int32_t>(Keys::kInf - 1));
+    __m128i nfv = _mm_setzero_si128();
+    for (uint32_t b = 0; b < keep; ++b) {
+      const size_t begin = size_t{b} * w;
+      __m128 mx = _mm_setzero_ps();
+      for (uint32_t q = 0; q < w; q += 4) {
+        const __m128i k = keys4(begin + q);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(keys + begin + q), k);
+        mx = _mm_max_ps(_mm_castsi128_ps(k), mx);
+        nfv = _mm_sub_epi32(nfv, _mm_cmpgt_epi32(k, finiteTop));
+      }
+      mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+      mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+      floor = std::min(floor, static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_castps_si128(mx))));
     }
+    nfv = _mm_add_epi32(nfv, _mm_shuffle_epi32(nfv, _MM_SHUFFLE(1, 0, 3, 2)));
+    nfv = _mm_add_epi32(nfv, _mm_shuffle_epi32(nfv, _MM_SHUFFLE(2, 3, 0, 1)));
+    *nonFinite = static_cast<uint32_t>(_mm_cvtsi128_si32(nfv));
+    return floor;
   }
 #endif
   for (uint32_t i = 0; i < rowLen; ++i) {
-    keys[i] = core::magnitudeKey(load(i));
-    nf += core::isNonFiniteKey(keys[i]);
+    keys[i] = Keys::at(load, i);
+    nf += keys[i] >= Keys::kInf;
   }
   for (uint32_t b = 0; b < keep; ++b) {
     const auto begin = static_cast<uint32_t>(uint64_t{b} * rowLen / keep);
