@@ -599,6 +599,16 @@ inline uint32_t countAtLeast(const int32_t* keys, uint32_t m, int32_t key) {
 #endif
 }
 
+// How many of keys[0, n) outrank keys[j], the keys in position order: one
+// before j with an equal key does, one after j only with a larger key.
+inline uint32_t outranking(const int32_t* keys, uint32_t n, uint32_t j) {
+  const int32_t key = keys[j];
+  uint32_t above = 0;
+  for (uint32_t t = 0; t < j; ++t) above += keys[t] >= key;
+  for (uint32_t t = j + 1; t < n; ++t) above += keys[t] > key;
+  return above;
+}
+
 // Keeps, of m <= kCountedCandidates candidates (positions ascending, their
 // keys in `keys`, padded with -1 to a multiple of 4), those outranked by
 // fewer than `keep` others, compacted in order; returns how many (keep).
@@ -618,16 +628,11 @@ uint32_t keepByCount(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positio
     std::memcpy(positions, kept, n * sizeof(uint32_t));
     return n;
   }
-  // Ties at the cut: candidates are in position order, so one before j
-  // outranks it with an equal key, one after only with a larger key.
+  // Ties at the cut: the exact rule.
   n = 0;
   for (uint32_t j = 0; j < m; ++j) {
-    const int32_t key = keys[j];
-    uint32_t above = 0;
-    for (uint32_t t = 0; t < j; ++t) above += keys[t] >= key;
-    for (uint32_t t = j + 1; t < m; ++t) above += keys[t] > key;
     positions[n] = positions[j];
-    n += above < keep;
+    n += outranking(keys, m, j) < keep;
   }
   return n;
 }
@@ -661,14 +666,7 @@ uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint3
     for (uint32_t j = 0; j < m; ++j) {
       const uint32_t i = positions[j], bin = binOf(i);
       bool take = bin > cutBin;
-      if (bin == cutBin) {
-        const int32_t key = cutKeys[c];
-        uint32_t above = 0;
-        for (uint32_t t = 0; t < c; ++t) above += cutKeys[t] >= key;
-        for (uint32_t t = c + 1; t < inCut; ++t) above += cutKeys[t] > key;
-        take = above < need;
-        ++c;
-      }
+      if (bin == cutBin) take = outranking(cutKeys, inCut, c++) < need;
       positions[n] = i;
       n += take;
     }
