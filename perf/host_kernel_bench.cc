@@ -28,7 +28,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/core/elementwise.h"
 #include "kernels/host/host_kernels.h"
 #include "src/codec.h"
 #include "size_arg.h"
@@ -110,9 +109,7 @@ int main(int argc, char** argv) {
   const spcclDataType_t rowDataType = rowType == "fp16" ? spcclFloat16 : rowType == "bf16" ? spcclBfloat16 : spcclFloat32;
   const size_t rowElemBytes = rowDataType == spcclFloat32 ? 4 : 2;
   std::vector<uint16_t> halves(rowDataType == spcclFloat32 ? 0 : n);
-  for (size_t i = 0; i < halves.size(); ++i)
-    halves[i] = rowDataType == spcclFloat16 ? spccl::core::floatToHalfBits(send[i])
-                                            : spccl::core::floatToBfloat16Bits(send[i]);
+  if (!halves.empty()) spccl::host::storeFloats(send.data(), n, rowDataType, halves.data());
   const auto* rowData = rowDataType == spcclFloat32 ? reinterpret_cast<const unsigned char*>(send.data())
                                                     : reinterpret_cast<const unsigned char*>(halves.data());
   uint64_t kept = 0;
