@@ -574,45 +574,44 @@ void warmUp(const Context& ctx, int iters, F&& call, B&& before) {
   ctx.dense.synchronize();
 }
 
-// Median over iterations of the slowest rank's time, barrier before each;
-// `before` and `after` run untimed around each call. On a device backend the
-// setup's work completes before the barrier, and the time runs until the
-// call's work on the stream has completed.
+// `before` untimed, then `body` timed from a barrier to the end of its work
+// (on a device backend the setup's work completes before the barrier, and
+// the time runs until the stream has drained), then `after` untimed; the
+// slowest rank's seconds.
+template <class F, class B, class A>
+double slowestRankSeconds(const Context& ctx, F&& body, B&& before, A&& after) {
+  before();
+  ctx.dense.synchronize();
+  MPI_Barrier(ctx.mpiComm);
+  const double start = MPI_Wtime();
+  body();
+  ctx.dense.synchronize();
+  double time = MPI_Wtime() - start;
+  after();
+  MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, ctx.mpiComm);
+  return time;
+}
+
+// -z 1: median over iterations of the slowest rank's time of one call, with
+// `before` and `after` untimed around each.
 template <class F, class B, class A>
 double medianTimeUs(const Context& ctx, int iters, F&& call, B&& before, A&& after) {
   std::vector<double> times(static_cast<size_t>(iters));
-  for (double& time : times) {
-    before();
-    ctx.dense.synchronize();
-    MPI_Barrier(ctx.mpiComm);
-    const double start = MPI_Wtime();
-    call();
-    ctx.dense.synchronize();
-    time = MPI_Wtime() - start;
-    after();
-    MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, ctx.mpiComm);
-  }
+  for (double& time : times) time = slowestRankSeconds(ctx, call, before, after);
   std::sort(times.begin(), times.end());
   const size_t mid = times.size() / 2;
   const double median = times.size() % 2 ? times[mid] : 0.5 * (times[mid - 1] + times[mid]);
   return median * 1e6;
 }
 
-// -z 0: the calls back to back, timed as one batch from a barrier (after
-// one untimed `before`) to the end of the last call's work; the slowest
-// rank's batch time over the calls.
+// -z 0: the calls back to back after one untimed `before`, timed as one
+// batch; the slowest rank's batch time over the calls.
 template <class F, class B, class A>
 double batchMeanTimeUs(const Context& ctx, int iters, F&& call, B&& before, A&& after) {
-  before();
-  ctx.dense.synchronize();
-  MPI_Barrier(ctx.mpiComm);
-  const double start = MPI_Wtime();
-  for (int i = 0; i < iters; ++i) call();
-  ctx.dense.synchronize();
-  double time = MPI_Wtime() - start;
-  after();
-  MPI_Allreduce(MPI_IN_PLACE, &time, 1, MPI_DOUBLE, MPI_MAX, ctx.mpiComm);
-  return time / iters * 1e6;
+  const auto batch = [&] {
+    for (int i = 0; i < iters; ++i) call();
+  };
+  return slowestRankSeconds(ctx, batch, before, after) / iters * 1e6;
 }
 
 // sum += after - before for the counters; the last* fields as `after` has them.
