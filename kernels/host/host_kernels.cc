@@ -732,14 +732,6 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
   return n;
 }
 
-void unpackAccumulate(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* acc,
-                      uint64_t accBase, int scaleExp) {
-  withWire(vt, [&](auto wire) {
-    for (uint64_t j = 0; j < nnz; ++j)
-      acc[indices[j] - accBase] += core::loadWireValue(values, j, decltype(wire)::value, scaleExp);
-  });
-}
-
 void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst, int scaleExp) {
   withWire(vt, [&](auto wire) {
     for (uint64_t i = 0; i < len; ++i) dst[i] += core::loadWireValue(values, i, decltype(wire)::value, scaleExp);

@@ -95,10 +95,6 @@ size_t thresholdSamplePosition(size_t j, size_t samples, size_t n);
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch);
 
-// acc[index - accBase] += value, for nnz pairs of the given wire type.
-// scaleExp: the stream's fp8 scale exponent (ignored for other types).
-void unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz, float* acc,
-                      uint64_t accBase, int scaleExp = 0);
 // dst[i] += values[i] for len wire values.
 void denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, int scaleExp = 0);
 

@@ -1,5 +1,5 @@
-// cuda::unpackAccumulate, denseAccumulate, loadFloats and storeFloats against
-// kernels/host, bit for bit (sums that make a NaN: any NaN); and the untrusted-stream checks of the unpack.
+// cuda::unpackAccumulate (against its rule written out below), denseAccumulate, loadFloats and storeFloats
+// against kernels/host, bit for bit (sums that make a NaN: any NaN); and the untrusted-stream checks of the unpack.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -22,6 +22,13 @@ std::vector<unsigned char> wireValues(const std::vector<float>& f, core::ValueTy
   return out;
 }
 
+// acc[index - base] += value for each pair, in pair order: what the host
+// path's accumulateStream does with a 32-bit-index stream.
+void hostUnpack(const std::vector<uint32_t>& idx, const std::vector<unsigned char>& vals, core::ValueType vt,
+                std::vector<float>& acc, uint64_t base) {
+  for (size_t j = 0; j < idx.size(); ++j) acc[idx[j] - base] += core::loadWireValue(vals.data(), j, vt, 0);
+}
+
 TEST(GpuUnpackAccumulate, MatchesHostExactly) {
   SPCCL_REQUIRE_DEVICE();
   auto g = rngFor("GpuUnpackAccumulate.MatchesHostExactly");
@@ -37,7 +44,7 @@ TEST(GpuUnpackAccumulate, MatchesHostExactly) {
           if (g() % every == 0) idx.push_back(static_cast<uint32_t>(base + i));
         const std::vector<unsigned char> vals = wireValues(makeFloats(idx.size(), d, g), vt);
         std::vector<float> acc = makeFloats(len, Dist::kNormal, g), hostAcc = acc;
-        host::unpackAccumulate(idx.data(), vals.data(), vt, idx.size(), hostAcc.data(), base);
+        hostUnpack(idx, vals, vt, hostAcc, base);
 
         // Device, with pads behind the real pairs (fixed-capacity mode).
         const size_t pads = 5;
