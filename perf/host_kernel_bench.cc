@@ -8,7 +8,9 @@
 //   threshold   send 4n + residual 4n read once (what one pass must stream); radix: the same
 //               estimate by the two-pass radix select alone (its fallback), same bytes
 //   rowTopK     send 4n read (2n for --row-type fp16/bf16: the same values rounded; the positions it
-//               writes are not counted); also in ns an element
+//               writes are not counted); also in ns an element. rowTopKBase: the same rows on the
+//               baseline (SSE2) path where the CPU has a wider one (AVX-512); both must keep the
+//               same positions (checked)
 //   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
 //               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
 //               then add every stream; unpackBlock: codec.h reduceStreams, what the algorithm
@@ -112,13 +114,29 @@ int main(int argc, char** argv) {
   if (!halves.empty()) spccl::host::storeFloats(send.data(), n, rowDataType, halves.data());
   const auto* rowData = rowDataType == spcclFloat32 ? reinterpret_cast<const unsigned char*>(send.data())
                                                     : reinterpret_cast<const unsigned char*>(halves.data());
+  // rowTopK runs with the widest host SIMD (spccl::host::hostSimd()); where that is
+  // not the baseline, rowTopKBase runs the baseline path on the same rows, and
+  // the two must keep the same positions (a hash of every row's, in an untimed pass).
+  const spccl::host::HostSimd widest = spccl::host::hostSimd();
+  const bool twoPaths = widest != spccl::host::HostSimd::kBaseline;
   uint64_t kept = 0;
-  const auto rowTopK = [&] {
+  const auto rowTopKWith = [&](spccl::host::HostSimd simd, bool hash) {
+    spccl::host::setHostSimd(simd);
     kept = 0;
-    for (size_t r = 0; r < rows; ++r)
-      kept += spccl::host::selectRowTopK(rowData + r * rowLen * rowElemBytes, rowDataType, rowLen, rowKeep,
-                                         positions.data(), rowScratch.data());
+    uint64_t h = 1469598103934665603ull;
+    for (size_t r = 0; r < rows; ++r) {
+      const uint32_t c = spccl::host::selectRowTopK(rowData + r * rowLen * rowElemBytes, rowDataType, rowLen,
+                                                    rowKeep, positions.data(), rowScratch.data());
+      kept += c;
+      if (hash)
+        for (uint32_t j = 0; j < c; ++j) h = (h ^ (r * rowLen + positions[j])) * 1099511628211ull;
+    }
+    return h;
   };
+  const bool rowPathsAgree =
+      !twoPaths || rowTopKWith(widest, true) == rowTopKWith(spccl::host::HostSimd::kBaseline, true);
+  const auto rowTopK = [&] { rowTopKWith(widest, false); };
+  const auto rowTopKBase = [&] { rowTopKWith(spccl::host::HostSimd::kBaseline, false); };
   // Four streams of 2k sorted distinct positions each, Gaussian values, varint gaps.
   constexpr int kStreams = 4;
   std::vector<std::vector<unsigned char>> streams(kStreams);
@@ -153,7 +171,7 @@ int main(int argc, char** argv) {
   const auto unpackBlock = [&] { spccl::reduceStreams(views.data(), views.size(), unpacked.data(), 0, &cursors); };
 
   spccl::host::ThresholdResult radix = thr;
-  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tAdds, tBlocks;
+  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tRowsBase, tAdds, tBlocks;
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
@@ -164,6 +182,7 @@ int main(int argc, char** argv) {
       radix = spccl::host::kthLargestMagnitudeRadix(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
     }));
     tRows.push_back(seconds(rowTopK));
+    if (twoPaths) tRowsBase.push_back(seconds(rowTopKBase));
     tAdds.push_back(seconds(unpackAdd));
     tBlocks.push_back(seconds(unpackBlock));
   }
@@ -187,9 +206,12 @@ int main(int argc, char** argv) {
   row("radix", median(tRadix), thresholdBytes);
   const double tRow = median(tRows);
   row("rowTopK", tRow, static_cast<double>(rowElemBytes) * static_cast<double>(rows) * rowLen);
-  std::printf("# rowTopK: %zu rows of %u %s, keep %u: %.2f ns an element, %llu kept\n", rows, rowLen, rowType.c_str(),
-              rowKeep,
-              1e9 * tRow / (static_cast<double>(rows) * rowLen), static_cast<unsigned long long>(kept));
+  const double rowElems = static_cast<double>(rows) * rowLen;
+  if (twoPaths) row("rowTopKBase", median(tRowsBase), static_cast<double>(rowElemBytes) * rowElems);
+  std::printf("# rowTopK: %zu rows of %u %s, keep %u, host SIMD %s: %.2f ns an element", rows, rowLen,
+              rowType.c_str(), rowKeep, spccl::host::hostSimdName(widest), 1e9 * tRow / rowElems);
+  if (twoPaths) std::printf(" (baseline %.2f)", 1e9 * median(tRowsBase) / rowElems);
+  std::printf(", %llu kept\n", static_cast<unsigned long long>(kept));
   row("unpackAdd", median(tAdds), 4 * nb);
   row("unpackBlock", median(tBlocks), 4 * nb);
   std::printf("# selectPack selected %llu pairs (k %llu)\n", static_cast<unsigned long long>(sel.selected),
@@ -198,5 +220,9 @@ int main(int argc, char** argv) {
   const bool thresholdsAgree = thr.tauKey == radix.tauKey && thr.above == radix.above && thr.finite == radix.finite;
   if (!thresholdsAgree) std::printf("# threshold and radix disagree\n");
   if (!unpacksAgree) std::printf("# unpackAdd and unpackBlock disagree\n");
-  return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree && unpacksAgree ? 0 : 1;
+  if (!rowPathsAgree) std::printf("# rowTopK and rowTopKBase kept different positions\n");
+  return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree && unpacksAgree &&
+                 rowPathsAgree
+             ? 0
+             : 1;
 }

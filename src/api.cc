@@ -75,6 +75,22 @@ int worldRank() {
   return rank;
 }
 
+// SPCCL_HOST_SIMD, applied at communicator creation (process-wide, as the
+// host kernels' choice is).
+Status applyHostSimd(const Params& p) {
+  host::HostSimd simd = host::hostSimdAvailable(host::HostSimd::kAvx512) ? host::HostSimd::kAvx512
+                                                                        : host::HostSimd::kBaseline;
+  if (p.hostSimd == kHostSimdBaseline) simd = host::HostSimd::kBaseline;
+  if (p.hostSimd == kHostSimdAvx512) {
+    if (!host::hostSimdAvailable(host::HostSimd::kAvx512))
+      return invalidArgument("SPCCL_HOST_SIMD=avx512: this CPU (or this build) lacks AVX-512 F, BW, DQ and VL; use "
+                             "auto or baseline");
+    simd = host::HostSimd::kAvx512;
+  }
+  host::setHostSimd(simd);
+  return Status::ok();
+}
+
 Status checkComm(const spcclComm* comm) {
   if (comm == nullptr) return invalidArgument("comm is NULL");
   if (!commAlive(comm))
@@ -330,6 +346,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     Params params;
     Status envStatus = loadParamsFromEnv(&params);
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
+    if (envStatus.isOk()) envStatus = applyHostSimd(params);
     // Agree on success before creating anything: a rank with a bad env must
     // not leave the others inside MPI_Comm_dup.
     int bad = envStatus.isOk() ? 0 : 1, anyBad = 0;
@@ -352,7 +369,8 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
       c->id = registry().nextId++;
       registry().comms[c.get()] = c->id;
     }
-    SPCCL_INFO(c->rank, "spccl %s, MPI transport, %d ranks", SPCCL_VERSION_STRING, c->ranks);
+    SPCCL_INFO(c->rank, "spccl %s, MPI transport, %d ranks, host SIMD %s", SPCCL_VERSION_STRING, c->ranks,
+               host::hostSimdName(host::hostSimd()));
     SPCCL_INFO(c->rank, "cost model (%s): %s", modelOrigin.c_str(), describeCostModel(c->costModel).c_str());
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
     *comm = c.release();
@@ -369,6 +387,7 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
     Params params;
     Status envStatus = loadParamsFromEnv(&params);
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
+    if (envStatus.isOk()) envStatus = applyHostSimd(params);
     if (envStatus.isOk() && params.valueType == core::ValueType::kFloat8e4m3)
       envStatus = invalidArgument("SPCCL_VALUE_TYPE=fp8: the fp8 wire type is implemented on the host (MPI) path "
                                   "only; NCCL communicators carry fp32, fp16 or bf16 (docs/GPU.md)");
@@ -384,8 +403,9 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
       c->id = registry().nextId++;
       registry().comms[c.get()] = c->id;
     }
-    SPCCL_INFO(c->rank, "spccl %s, NCCL transport, %d ranks, device mode %s", SPCCL_VERSION_STRING, c->ranks,
-               params.deviceMode == kDeviceModeFixed ? "fixed" : "exact");
+    SPCCL_INFO(c->rank, "spccl %s, NCCL transport, %d ranks, device mode %s, host SIMD %s", SPCCL_VERSION_STRING,
+               c->ranks, params.deviceMode == kDeviceModeFixed ? "fixed" : "exact",
+               host::hostSimdName(host::hostSimd()));
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
     *comm = c.release();
     return Status::ok();

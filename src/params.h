@@ -39,7 +39,13 @@ struct Params {
   int deviceMode = 0;          // kDeviceMode*: compressed allreduce on device buffers
   int indexEncoding = 0;       // codec.h kIndexEncoding*: how pairs streams write their indices
   bool profile = false;        // SPCCL_PROFILE: time split of compressed allreduce calls, per compressor
+  int hostSimd = 0;            // kHostSimd*: the host kernels' vector instructions
 };
+
+// SPCCL_HOST_SIMD (choice order).
+constexpr int kHostSimdAuto = 0;
+constexpr int kHostSimdAvx512 = 1;
+constexpr int kHostSimdBaseline = 2;
 
 // SPCCL_DEVICE_MODE (choice order).
 constexpr int kDeviceModeExact = 0;

@@ -1,6 +1,7 @@
 #include "kernels/host/host_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,23 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SPCCL_HOST_AVX512 1
+// GCC 12's AVX-512 headers build their "undefined" vectors by self-assignment,
+// which its own -Wmaybe-uninitialized flags where they are inlined (GCC bug
+// 105593, fixed in 13).
+#if defined(__clang__)
+#include <immintrin.h>
+#else
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+#else
+#define SPCCL_HOST_AVX512 0
 #endif
 
 namespace spccl::host {
@@ -609,6 +627,17 @@ inline uint32_t outranking(const int32_t* keys, uint32_t n, uint32_t j) {
   return above;
 }
 
+// Ties at the cut of m candidates (keys in position order): the exact rule,
+// kept positions compacted in order.
+uint32_t keepByRule(const int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positions) {
+  uint32_t n = 0;
+  for (uint32_t j = 0; j < m; ++j) {
+    positions[n] = positions[j];
+    n += outranking(keys, m, j) < keep;
+  }
+  return n;
+}
+
 // Keeps, of m <= kCountedCandidates candidates (positions ascending, their
 // keys in `keys`, padded with -1 to a multiple of 4), those outranked by
 // fewer than `keep` others, compacted in order; returns how many (keep).
@@ -628,13 +657,7 @@ uint32_t keepByCount(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positio
     std::memcpy(positions, kept, n * sizeof(uint32_t));
     return n;
   }
-  // Ties at the cut: the exact rule.
-  n = 0;
-  for (uint32_t j = 0; j < m; ++j) {
-    positions[n] = positions[j];
-    n += outranking(keys, m, j) < keep;
-  }
-  return n;
+  return keepByRule(keys, m, keep, positions);
 }
 
 // The same for many candidates (m > kCountedCandidates, a large keep): a
@@ -644,27 +667,30 @@ uint32_t keepByCount(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positio
 // when there are many: ties, zeros). One pass to bin, one to compact,
 // instead of nth_element over all m ranks; a bin is recomputed from its key
 // rather than stored.
-uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint32_t keep, uint32_t* positions,
+template <class KeyAt>
+uint32_t keepByHistogram(KeyAt keyAt, uint32_t floor, uint32_t m, uint32_t keep, uint32_t* positions,
                          uint64_t* scratch) {
   uint32_t top = floor;
-  for (uint32_t j = 0; j < m; ++j) top = std::max(top, keys[positions[j]]);
+  for (uint32_t j = 0; j < m; ++j) top = std::max(top, keyAt(j));
   const uint32_t span = top - floor;
   const int shift = span < 256 ? 0 : 24 - __builtin_clz(span);  // (span >> shift) < 256
-  const auto binOf = [&](uint32_t i) { return (keys[i] - floor) >> shift; };
+  const auto binOf = [&](uint32_t j) { return (keyAt(j) - floor) >> shift; };
   uint32_t hist[256] = {};
-  for (uint32_t j = 0; j < m; ++j) ++hist[binOf(positions[j])];
+  for (uint32_t j = 0; j < m; ++j) ++hist[binOf(j)];
   uint32_t higher = 0, cutBin = 255;
   while (higher + hist[cutBin] < keep) higher += hist[cutBin--];  // m >= keep: stops at a bin
   const uint32_t need = keep - higher, inCut = hist[cutBin];  // the cut bin's `need` best are kept
   uint32_t n = 0;
+  // The compactions below write positions[n], n <= j, after reading
+  // candidate j (keyAt(j) may read positions[j]).
   if (inCut <= kCountedCandidates) {
     int32_t cutKeys[kCountedCandidates];
     uint32_t c = 0;
     for (uint32_t j = 0; j < m; ++j)
-      if (binOf(positions[j]) == cutBin) cutKeys[c++] = static_cast<int32_t>(keys[positions[j]]);
+      if (binOf(j) == cutBin) cutKeys[c++] = static_cast<int32_t>(keyAt(j));
     c = 0;
     for (uint32_t j = 0; j < m; ++j) {
-      const uint32_t i = positions[j], bin = binOf(i);
+      const uint32_t i = positions[j], bin = binOf(j);
       bool take = bin > cutBin;
       if (bin == cutBin) take = outranking(cutKeys, inCut, c++) < need;
       positions[n] = i;
@@ -675,14 +701,167 @@ uint32_t keepByHistogram(const uint32_t* keys, uint32_t floor, uint32_t m, uint3
   // Many in the cut bin: the need-th largest of their ranks (distinct).
   uint32_t c = 0;
   for (uint32_t j = 0; j < m; ++j)
-    if (binOf(positions[j]) == cutBin) scratch[c++] = core::rowRank(keys[positions[j]], positions[j]);
+    if (binOf(j) == cutBin) scratch[c++] = core::rowRank(keyAt(j), positions[j]);
   std::nth_element(scratch, scratch + (need - 1), scratch + inCut, std::greater<uint64_t>());
   const uint64_t cut = scratch[need - 1];
   for (uint32_t j = 0; j < m; ++j) {
-    const uint32_t i = positions[j], bin = binOf(i);
+    const uint32_t key = keyAt(j), i = positions[j], bin = (key - floor) >> shift;
     positions[n] = i;
-    n += bin > cutBin || (bin == cutBin && core::rowRank(keys[i], i) >= cut);
+    n += bin > cutBin || (bin == cutBin && core::rowRank(key, i) >= cut);
   }
+  return n;
+}
+
+#if SPCCL_HOST_AVX512
+// The row top-k sixteen keys an instruction (x86-64 with AVX-512F/BW/DQ/VL,
+// picked at run time: hostSimd()), for rows of a multiple of 16 and a keep
+// of at most 16 or a multiple of 16 that divides the row's vectors evenly.
+// The floor's blocks are the row's lanes rather than its runs: lane l of the
+// column maxima is the largest key of the entries at l, l + 16, ..., so the
+// 16 lanes are the maxima of 16 disjoint blocks, and the keep-th largest of
+// them has `keep` distinct entries at or above it, a valid floor and a
+// tighter one than the smallest of `keep` block maxima (about 11 candidates
+// in a Gaussian row of 128 and keep 8 instead of 20). With keep > 16, each
+// of keep / 16 runs of vectors gives 16 blocks and the floor is the
+// smallest of their maxima. The floor only prunes: the kept set is the
+// rule's either way. Candidates and their keys are compacted with
+// vpcompressd; up to 16 of them are ranked in one vector.
+#define SPCCL_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt")))
+
+bool avx512RowShape(uint32_t rowLen, uint32_t keep) {
+  if (keep == 0 || rowLen % 16 != 0) return false;
+  return keep <= 16 || (keep % 16 == 0 && (rowLen / 16) % (keep / 16) == 0);
+}
+
+template <class Load>
+SPCCL_AVX512_TARGET inline __m512i rowKeys16(const Load& load, size_t i) {
+  if constexpr (std::is_same_v<Load, LoadF32>) {
+    return _mm512_and_si512(_mm512_loadu_si512(load.p + i), _mm512_set1_epi32(0x7fffffff));
+  } else {
+    const __m512i h = _mm512_and_si512(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(load.p + i))),
+        _mm512_set1_epi32(0x7fff));
+    return std::is_same_v<Load, LoadBf16> ? _mm512_slli_epi32(h, 16) : _mm512_slli_epi32(h, 13);
+  }
+}
+
+// Lane i: how many of the 16 values (lanes, signed; stored in `values`)
+// are >= lane i's.
+SPCCL_AVX512_TARGET inline __m512i atLeastCounts16(__m512i lanes, const int32_t* values) {
+  __m512i count = _mm512_setzero_si512();
+  for (int j = 0; j < 16; ++j)
+    count = _mm512_mask_sub_epi32(count, _mm512_cmpge_epi32_mask(_mm512_set1_epi32(values[j]), lanes), count,
+                                  _mm512_set1_epi32(-1));
+  return count;
+}
+
+// keepByCount for m <= kCountedCandidates candidates whose keys are in
+// vectors (padded with -1 to a multiple of 16): 16 or fewer ranked at once.
+SPCCL_AVX512_TARGET uint32_t keepByCount16(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positions) {
+  _mm512_storeu_si512(keys + m, _mm512_set1_epi32(-1));
+  if (m <= 16) {
+    const __m512i k = _mm512_loadu_si512(keys);
+    const __mmask16 counted = _mm512_cmple_epi32_mask(atLeastCounts16(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
+    const __mmask16 kept = counted & static_cast<__mmask16>((1u << m) - 1);
+    if (static_cast<uint32_t>(__builtin_popcount(kept)) == keep) {
+      const __m512i p = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << m) - 1), positions);
+      _mm512_mask_storeu_epi32(positions, static_cast<__mmask16>((1u << keep) - 1),
+                               _mm512_maskz_compress_epi32(kept, p));
+      return keep;
+    }
+    return keepByRule(keys, m, keep, positions);
+  }
+  constexpr uint32_t kVectors = kCountedCandidates / 16;
+  const uint32_t nv = (m + 15) / 16;
+  __m512i k[kVectors];
+  for (uint32_t v = 0; v < kVectors; ++v) k[v] = v < nv ? _mm512_loadu_si512(keys + 16 * v) : _mm512_set1_epi32(-1);
+  uint32_t kept[kCountedCandidates];
+  uint32_t n = 0;
+  for (uint32_t j = 0; j < m; ++j) {
+    const __m512i key = _mm512_set1_epi32(keys[j]);
+    uint32_t atLeast = 0;
+    for (uint32_t v = 0; v < nv; ++v)
+      atLeast += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpge_epi32_mask(k[v], key)));
+    kept[n] = positions[j];
+    n += atLeast <= keep;
+  }
+  if (n == keep) {
+    std::memcpy(positions, kept, n * sizeof(uint32_t));
+    return n;
+  }
+  return keepByRule(keys, m, keep, positions);
+}
+
+// selectRowTopK's floor-and-candidates path for avx512RowShape rows;
+// candidateKeys holds rowLen + 16. Returns kRowGeneral when more than
+// `keep` keys are NaN/Inf (the general path's case).
+constexpr uint32_t kRowGeneral = 0xffffffffu;
+template <class Load>
+SPCCL_AVX512_TARGET uint32_t rowTopK16(const Load& load, uint32_t rowLen, uint32_t keep, uint32_t* positions,
+                                       uint64_t* scratch, int32_t* candidateKeys) {
+  using Keys = RowKeys<Load>;
+  const uint32_t vectors = rowLen / 16, groups = keep > 16 ? keep / 16 : 1, perGroup = vectors / groups;
+  const __m512i finiteTop = _mm512_set1_epi32(static_cast<int32_t>(Keys::kInf - 1));
+  __m512i floors = _mm512_set1_epi32(-1);  // 0xffffffff unsigned
+  uint32_t nonFinite = 0;
+  for (uint32_t g = 0; g < groups; ++g) {
+    __m512i columnMax = _mm512_setzero_si512();
+    for (uint32_t v = g * perGroup; v < (g + 1) * perGroup; ++v) {
+      const __m512i k = rowKeys16(load, size_t{v} * 16);
+      columnMax = _mm512_max_epu32(columnMax, k);
+      nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
+    }
+    floors = _mm512_min_epu32(floors, columnMax);
+  }
+  if (nonFinite > keep) return kRowGeneral;
+  uint32_t floor;
+  if (keep < 16) {
+    // The keep-th largest lane: the largest whose value >= `keep` lanes'
+    // (keys < 2^31: signed compares are exact).
+    alignas(64) int32_t lanes[16];
+    _mm512_store_si512(lanes, floors);
+    const __mmask16 enough =
+        _mm512_cmpge_epi32_mask(atLeastCounts16(floors, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
+    floor = _mm512_mask_reduce_max_epu32(enough, floors);
+  } else {
+    floor = _mm512_reduce_min_epu32(floors);
+  }
+  const __m512i floorV = _mm512_set1_epi32(static_cast<int32_t>(floor));
+  __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint32_t m = 0;
+  for (uint32_t v = 0; v < vectors; ++v) {
+    const __m512i k = rowKeys16(load, size_t{v} * 16);
+    const __mmask16 at = _mm512_cmpge_epu32_mask(k, floorV);
+    // m <= 16 v: the stores end inside positions[0, rowLen) and candidateKeys.
+    _mm512_storeu_si512(positions + m, _mm512_maskz_compress_epi32(at, index));
+    _mm512_storeu_si512(candidateKeys + m, _mm512_maskz_compress_epi32(at, k));
+    m += static_cast<uint32_t>(__builtin_popcount(at));
+    index = _mm512_add_epi32(index, _mm512_set1_epi32(16));
+  }
+  if (m == keep) return m;
+  if (m > kCountedCandidates)
+    return keepByHistogram([&](uint32_t j) { return static_cast<uint32_t>(candidateKeys[j]); }, floor, m, keep,
+                           positions, scratch);
+  return keepByCount16(candidateKeys, m, keep, positions);
+}
+#endif  // SPCCL_HOST_AVX512
+
+// Every row selectRowTopK's floor does not serve: nth_element over the
+// row's 64-bit ranks.
+uint32_t selectRowTopKGeneral(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep,
+                              uint32_t* positions, uint64_t* scratch) {
+  uint32_t nonFinite = 0;
+  withLoader(row, type, [&](auto load) {
+    for (uint32_t i = 0; i < rowLen; ++i) {
+      const uint32_t key = core::magnitudeKey(load(i));
+      nonFinite += core::isNonFiniteKey(key);
+      scratch[i] = core::rowRank(key, i);
+    }
+  });
+  const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
+  if (n > 0 && n < rowLen) std::nth_element(scratch, scratch + (n - 1), scratch + rowLen, std::greater<uint64_t>());
+  for (uint32_t j = 0; j < n; ++j) positions[j] = core::rowRankPosition(scratch[j]);
+  std::sort(positions, positions + n);
   return n;
 }
 
@@ -701,35 +880,33 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     // row of 128 and keep 8). Neither the keys, the floor nor the candidates
     // take a branch per entry (the old insertion into a sorted top-`keep`
     // mispredicted on every insert: 4.2 ns an element at 128/8 here). The
-    // row's keys are computed once, into a buffer of this thread's.
+    // row's keys are computed once, into a buffer of this thread's (with
+    // AVX-512, rowTopK16: the candidates' keys, compacted).
     thread_local std::vector<uint32_t> keyBuffer;
-    if (keyBuffer.size() < rowLen) keyBuffer.resize(rowLen);
+    if (keyBuffer.size() < rowLen + 16) keyBuffer.resize(rowLen + 16);
     uint32_t* const keys = keyBuffer.data();
+#if SPCCL_HOST_AVX512
+    if (avx512RowShape(rowLen, keep) && hostSimd() == HostSimd::kAvx512) {
+      const uint32_t n = withLoader(row, type, [&](auto load) {
+        return rowTopK16(load, rowLen, keep, positions, scratch, reinterpret_cast<int32_t*>(keys));
+      });
+      return n != kRowGeneral ? n : selectRowTopKGeneral(row, type, rowLen, keep, positions, scratch);
+    }
+#endif
     uint32_t nonFinite = 0;
     const uint32_t floor = withLoader(
         row, type, [&](auto load) { return rowKeysAndFloor(load, rowLen, keep, keys, &nonFinite); });
     if (nonFinite <= keep) {  // else more NaN/Inf than `keep`: all of them stay, the general path below
       const uint32_t m = rowCandidates(keys, rowLen, floor, positions);
       if (m == keep) return m;
-      if (m > kCountedCandidates) return keepByHistogram(keys, floor, m, keep, positions, scratch);
+      if (m > kCountedCandidates)
+        return keepByHistogram([&](uint32_t j) { return keys[positions[j]]; }, floor, m, keep, positions, scratch);
       alignas(16) int32_t candidateKeys[kCountedCandidates];
       for (uint32_t j = 0; j < m; ++j) candidateKeys[j] = static_cast<int32_t>(keys[positions[j]]);
       return keepByCount(candidateKeys, m, keep, positions);
     }
   }
-  uint32_t nonFinite = 0;
-  withLoader(row, type, [&](auto load) {
-    for (uint32_t i = 0; i < rowLen; ++i) {
-      const uint32_t key = core::magnitudeKey(load(i));
-      nonFinite += core::isNonFiniteKey(key);
-      scratch[i] = core::rowRank(key, i);
-    }
-  });
-  const uint32_t n = std::min(rowLen, std::max(keep, nonFinite));
-  if (n > 0 && n < rowLen) std::nth_element(scratch, scratch + (n - 1), scratch + rowLen, std::greater<uint64_t>());
-  for (uint32_t j = 0; j < n; ++j) positions[j] = core::rowRankPosition(scratch[j]);
-  std::sort(positions, positions + n);
-  return n;
+  return selectRowTopKGeneral(row, type, rowLen, keep, positions, scratch);
 }
 
 void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst, int scaleExp) {
@@ -767,5 +944,38 @@ void storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) {
       if (static_cast<const void*>(src) != dst) std::copy(src, src + n, static_cast<float*>(dst));
   }
 }
+
+namespace {
+std::atomic<int> gHostSimd{-1};  // -1: not yet picked
+}  // namespace
+
+bool hostSimdAvailable(HostSimd simd) {
+  if (simd == HostSimd::kBaseline) return true;
+#if SPCCL_HOST_AVX512
+  // libgcc's and compiler-rt's checks include the OS's saving of the zmm state (XCR0).
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return simd == HostSimd::kAvx512 && avx512;
+#else
+  return false;
+#endif
+}
+
+HostSimd hostSimd() {
+  int v = gHostSimd.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = static_cast<int>(hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512 : HostSimd::kBaseline);
+    gHostSimd.store(v, std::memory_order_relaxed);
+  }
+  return static_cast<HostSimd>(v);
+}
+
+bool setHostSimd(HostSimd simd) {
+  if (!hostSimdAvailable(simd)) return false;
+  gHostSimd.store(static_cast<int>(simd), std::memory_order_relaxed);
+  return true;
+}
+
+const char* hostSimdName(HostSimd simd) { return simd == HostSimd::kAvx512 ? "avx512" : "baseline"; }
 
 }  // namespace spccl::host

@@ -87,6 +87,16 @@ ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inTyp
 size_t thresholdSampleCount(size_t n);
 size_t thresholdSamplePosition(size_t j, size_t samples, size_t n);
 
+// Vector instructions past the build's baseline (SSE2 on x86-64), picked at
+// run time from the CPU: AVX-512 (F, BW, DQ, VL) serves selectRowTopK's rows
+// of a multiple of 16 (see rowTopK16). Every path returns the same result;
+// setHostSimd pins one (SPCCL_HOST_SIMD, tests, benchmarks). Process-wide.
+enum class HostSimd { kBaseline, kAvx512 };
+bool hostSimdAvailable(HostSimd simd);  // this build and this CPU can run it
+HostSimd hostSimd();                    // in use: the widest available unless pinned
+bool setHostSimd(HostSimd simd);        // false, and nothing changes, where not available
+const char* hostSimdName(HostSimd simd);  // "baseline", "avx512"
+
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every
 // NaN/Inf beyond them, written ascending to `positions`. Returns how many

@@ -653,12 +653,29 @@ void expectRowTopK(const void* row, spcclDataType_t type, const std::vector<floa
   ASSERT_EQ(got, want) << what << " rowLen " << rowLen << " keep " << keep;
 }
 
+// Every host SIMD level this CPU runs (baseline first), each pinned in turn
+// for the row top-k tests: every level must give the rule's result.
+std::vector<host::HostSimd> availableHostSimd() {
+  std::vector<host::HostSimd> levels = {host::HostSimd::kBaseline};
+  if (host::hostSimdAvailable(host::HostSimd::kAvx512)) levels.push_back(host::HostSimd::kAvx512);
+  return levels;
+}
+
+struct PinnedHostSimd {
+  explicit PinnedHostSimd(host::HostSimd simd) : previous(host::hostSimd()) { EXPECT_TRUE(host::setHostSimd(simd)); }
+  ~PinnedHostSimd() { host::setHostSimd(previous); }
+  host::HostSimd previous;
+};
+
 // keep = 0 keeps only the NaN/Inf (it read best[-1] and nth_element'ed at
 // n - 1 = 2^32 - 1 before, found by the GPU test's comparison on an H200).
 // The floor-and-candidates path (0 < keep < rowLen, NaN/Inf <= keep) runs with
 // few candidates (counted), many (the histogram: ties, large keep) and exactly
 // `keep` (keep = rowLen - 1 and the like), the general path otherwise.
 TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
+  for (host::HostSimd simd : availableHostSimd()) {
+  SCOPED_TRACE(host::hostSimdName(simd));
+  const PinnedHostSimd pinned(simd);
   auto g = rng(41);
   for (uint32_t rowLen : {0u, 1u, 2u, 5u, 31u, 32u, 33u, 100u, 128u, 300u, 1024u})
     for (int dist = 0; dist < 5; ++dist) {  // normal; few values (ties); with NaN/Inf; rare NaN/Inf; zeros
@@ -672,6 +689,7 @@ TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
                             rowLen + 3})
         ASSERT_NO_FATAL_FAILURE(expectRowTopK(row.data(), spcclFloat32, row, keep, "dist " + std::to_string(dist)));
     }
+  }
 }
 
 // The shapes DCT-MP uses (blocks of a multiple of 4 elements: fp32 keys and
@@ -681,6 +699,9 @@ TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
 // many), in all three input types, many rows each (the counted path's
 // no-tie shortcut must fall back whenever a tie sits at the cut).
 TEST(SelectRowTopK, FastPathsMatchTheRule) {
+  for (host::HostSimd simd : availableHostSimd()) {
+  SCOPED_TRACE(host::hostSimdName(simd));
+  const PinnedHostSimd pinned(simd);
   auto g = rng(42);
   const std::pair<uint32_t, uint32_t> shapes[] = {{64, 4},    {128, 8},   {130, 8},    {128, 12},  {256, 16},
                                                   {256, 100}, {1024, 64}, {1000, 60}, {2048, 128}};
@@ -700,6 +721,56 @@ TEST(SelectRowTopK, FastPathsMatchTheRule) {
           ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
                                                 std::string(typeName(type)) + " dist " + std::to_string(dist)));
         }
+  }
+}
+
+// The AVX-512 path's shapes (rows of a multiple of 16; keep <= 16, whose
+// floor is the keep-th largest of 16 lane maxima, or a multiple of 16 over
+// whole runs of vectors), with candidates ranked in one vector (<= 16, ties
+// falling back to the rule), counted (17-64) or binned (> 64), on every
+// level this CPU has: the baseline must give the same rows.
+TEST(SelectRowTopK, SixteenLanePathMatchesTheRule) {
+  if (!host::hostSimdAvailable(host::HostSimd::kAvx512))
+    std::printf("note: this CPU has no AVX-512 (F/BW/DQ/VL): the baseline path alone is checked\n");
+  for (host::HostSimd simd : availableHostSimd()) {
+    SCOPED_TRACE(host::hostSimdName(simd));
+    const PinnedHostSimd pinned(simd);
+    auto g = rng(43);
+    for (uint32_t rowLen : {16u, 32u, 48u, 64u, 128u, 256u, 768u})
+      for (uint32_t keep : {1u, 2u, 3u, 5u, 7u, 8u, 11u, 15u, 16u, 32u, 48u, 96u}) {
+        if (keep >= rowLen) continue;
+        for (spcclDataType_t type : kAllFloatTypes)
+          for (int dist = 0; dist < 6; ++dist)  // normal; ties; mostly zeros; one value; wide exponents; +-Inf
+            for (int r = 0; r < (rowLen <= 128 ? 6 : 2); ++r) {
+              std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
+              if (dist == 2)
+                for (float& x : row) x = g() % 9 == 0 ? x : 0.0f;
+              if (dist == 3) row.assign(rowLen, r % 2 ? -1.5f : 0.0f);
+              if (dist == 4)
+                for (float& x : row) x = std::ldexp(x, static_cast<int>(g() % 60) - 30);
+              if (dist == 5)
+                for (uint32_t j = 0; j + 1 < keep + r % 3; ++j) row[g() % rowLen] = (g() & 1) ? kInf : -kInf;
+              const TypedInput in(row, type);
+              ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
+                                                    std::string(typeName(type)) + " dist " + std::to_string(dist)));
+            }
+      }
+  }
+}
+
+TEST(HostSimd, WidestByDefaultAndPinnable) {
+  EXPECT_TRUE(host::hostSimdAvailable(host::HostSimd::kBaseline));
+  const host::HostSimd widest =
+      host::hostSimdAvailable(host::HostSimd::kAvx512) ? host::HostSimd::kAvx512 : host::HostSimd::kBaseline;
+  EXPECT_EQ(host::hostSimd(), widest);
+  EXPECT_TRUE(host::setHostSimd(host::HostSimd::kBaseline));
+  EXPECT_EQ(host::hostSimd(), host::HostSimd::kBaseline);
+  // Pinning a level this CPU lacks is refused and changes nothing.
+  EXPECT_EQ(host::setHostSimd(host::HostSimd::kAvx512), host::hostSimdAvailable(host::HostSimd::kAvx512));
+  EXPECT_EQ(host::hostSimd(), widest);
+  host::setHostSimd(widest);
+  EXPECT_STREQ(host::hostSimdName(host::HostSimd::kAvx512), "avx512");
+  EXPECT_STREQ(host::hostSimdName(host::HostSimd::kBaseline), "baseline");
 }
 
 // ---------------------------------------------------------------- conversions and accumulation
