@@ -720,11 +720,11 @@ uint32_t keepByHistogram(KeyAt keyAt, uint32_t floor, uint32_t m, uint32_t keep,
 // column maxima is the largest key of the entries at l, l + 16, ..., so the
 // 16 lanes are the maxima of 16 disjoint blocks, and the keep-th largest of
 // them has `keep` distinct entries at or above it, a valid floor and a
-// tighter one than the smallest of `keep` block maxima (about 11 candidates
-// in a Gaussian row of 128 and keep 8 instead of 20). With keep > 16, each
-// of keep / 16 runs of vectors gives 16 blocks and the floor is the
-// smallest of their maxima. The floor only prunes: the kept set is the
-// rule's either way. Candidates and their keys are compacted with
+// tighter one than the smallest of `keep` block maxima (about 10 candidates
+// in a Gaussian row of 128 and keep 8 instead of 20; for 8 < keep <= 16 the
+// lanes of the row's two halves, 32 blocks, where the vectors split evenly).
+// With keep > 16, each of keep / 16 runs of vectors gives 16 blocks and the
+// floor is the smallest of their maxima. The floor only prunes: the kept set is the rule's either way. Candidates and their keys are compacted with
 // vpcompressd; up to 16 of them are ranked in one vector.
 #define SPCCL_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt")))
 
@@ -745,11 +745,11 @@ SPCCL_AVX512_TARGET inline __m512i rowKeys16(const Load& load, size_t i) {
   }
 }
 
-// Lane i: how many of the 16 values (lanes, signed; stored in `values`)
-// are >= lane i's.
-SPCCL_AVX512_TARGET inline __m512i atLeastCounts16(__m512i lanes, const int32_t* values) {
+// Lane i: how many of values[0, kN) are >= lane i's (signed).
+template <uint32_t kN>
+SPCCL_AVX512_TARGET inline __m512i atLeastCounts(__m512i lanes, const int32_t* values) {
   __m512i count = _mm512_setzero_si512();
-  for (int j = 0; j < 16; ++j)
+  for (uint32_t j = 0; j < kN; ++j)
     count = _mm512_mask_sub_epi32(count, _mm512_cmpge_epi32_mask(_mm512_set1_epi32(values[j]), lanes), count,
                                   _mm512_set1_epi32(-1));
   return count;
@@ -761,7 +761,7 @@ SPCCL_AVX512_TARGET uint32_t keepByCount16(int32_t* keys, uint32_t m, uint32_t k
   _mm512_storeu_si512(keys + m, _mm512_set1_epi32(-1));
   if (m <= 16) {
     const __m512i k = _mm512_loadu_si512(keys);
-    const __mmask16 counted = _mm512_cmple_epi32_mask(atLeastCounts16(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
+    const __mmask16 counted = _mm512_cmple_epi32_mask(atLeastCounts<16>(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
     const __mmask16 kept = counted & static_cast<__mmask16>((1u << m) - 1);
     if (static_cast<uint32_t>(__builtin_popcount(kept)) == keep) {
       const __m512i p = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << m) - 1), positions);
@@ -800,31 +800,55 @@ template <class Load>
 SPCCL_AVX512_TARGET uint32_t rowTopK16(const Load& load, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                                        uint64_t* scratch, int32_t* candidateKeys) {
   using Keys = RowKeys<Load>;
-  const uint32_t vectors = rowLen / 16, groups = keep > 16 ? keep / 16 : 1, perGroup = vectors / groups;
+  const uint32_t vectors = rowLen / 16;
   const __m512i finiteTop = _mm512_set1_epi32(static_cast<int32_t>(Keys::kInf - 1));
-  __m512i floors = _mm512_set1_epi32(-1);  // 0xffffffff unsigned
-  uint32_t nonFinite = 0;
-  for (uint32_t g = 0; g < groups; ++g) {
-    __m512i columnMax = _mm512_setzero_si512();
-    for (uint32_t v = g * perGroup; v < (g + 1) * perGroup; ++v) {
-      const __m512i k = rowKeys16(load, size_t{v} * 16);
-      columnMax = _mm512_max_epu32(columnMax, k);
-      nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
+  uint32_t nonFinite = 0, floor;
+  if (keep > 8 && keep <= 16 && vectors % 2 == 0) {
+    // 32 blocks, the lanes of the row's two halves: the keep-th largest of
+    // their maxima (about 21 candidates in a Gaussian row of 256 and keep 16
+    // instead of 48 with the 16 lanes alone).
+    __m512i maxima[2];
+    for (uint32_t half = 0; half < 2; ++half) {
+      __m512i columnMax = _mm512_setzero_si512();
+      for (uint32_t v = half * (vectors / 2); v < (half + 1) * (vectors / 2); ++v) {
+        const __m512i k = rowKeys16(load, size_t{v} * 16);
+        columnMax = _mm512_max_epu32(columnMax, k);
+        nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
+      }
+      maxima[half] = columnMax;
     }
-    floors = _mm512_min_epu32(floors, columnMax);
-  }
-  if (nonFinite > keep) return kRowGeneral;
-  uint32_t floor;
-  if (keep < 16) {
-    // The keep-th largest lane: the largest whose value >= `keep` lanes'
-    // (keys < 2^31: signed compares are exact).
-    alignas(64) int32_t lanes[16];
-    _mm512_store_si512(lanes, floors);
-    const __mmask16 enough =
-        _mm512_cmpge_epi32_mask(atLeastCounts16(floors, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
-    floor = _mm512_mask_reduce_max_epu32(enough, floors);
+    if (nonFinite > keep) return kRowGeneral;
+    alignas(64) int32_t lanes[32];
+    _mm512_store_si512(lanes, maxima[0]);
+    _mm512_store_si512(lanes + 16, maxima[1]);
+    const __m512i enough = _mm512_set1_epi32(static_cast<int>(keep));
+    floor = std::max(
+        _mm512_mask_reduce_max_epu32(_mm512_cmpge_epi32_mask(atLeastCounts<32>(maxima[0], lanes), enough), maxima[0]),
+        _mm512_mask_reduce_max_epu32(_mm512_cmpge_epi32_mask(atLeastCounts<32>(maxima[1], lanes), enough), maxima[1]));
   } else {
-    floor = _mm512_reduce_min_epu32(floors);
+    const uint32_t groups = keep > 16 ? keep / 16 : 1, perGroup = vectors / groups;
+    __m512i floors = _mm512_set1_epi32(-1);  // 0xffffffff unsigned
+    for (uint32_t g = 0; g < groups; ++g) {
+      __m512i columnMax = _mm512_setzero_si512();
+      for (uint32_t v = g * perGroup; v < (g + 1) * perGroup; ++v) {
+        const __m512i k = rowKeys16(load, size_t{v} * 16);
+        columnMax = _mm512_max_epu32(columnMax, k);
+        nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
+      }
+      floors = _mm512_min_epu32(floors, columnMax);
+    }
+    if (nonFinite > keep) return kRowGeneral;
+    if (keep < 16) {
+      // The keep-th largest lane: the largest that is >= `keep` lanes (keys
+      // < 2^31: signed compares are exact).
+      alignas(64) int32_t lanes[16];
+      _mm512_store_si512(lanes, floors);
+      const __mmask16 enough =
+          _mm512_cmpge_epi32_mask(atLeastCounts<16>(floors, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
+      floor = _mm512_mask_reduce_max_epu32(enough, floors);
+    } else {
+      floor = _mm512_reduce_min_epu32(floors);
+    }
   }
   const __m512i floorV = _mm512_set1_epi32(static_cast<int32_t>(floor));
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
