@@ -674,22 +674,45 @@ struct PinnedHostSimd {
 // `keep` (keep = rowLen - 1 and the like), the general path otherwise.
 TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
   for (host::HostSimd simd : availableHostSimd()) {
-  SCOPED_TRACE(host::hostSimdName(simd));
-  const PinnedHostSimd pinned(simd);
-  auto g = rng(41);
-  for (uint32_t rowLen : {0u, 1u, 2u, 5u, 31u, 32u, 33u, 100u, 128u, 300u, 1024u})
-    for (int dist = 0; dist < 5; ++dist) {  // normal; few values (ties); with NaN/Inf; rare NaN/Inf; zeros
-      std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
-      if (dist == 2 || dist == 3)
-        for (float& x : row)
-          if (g() % (dist == 2 ? 7 : 61) == 0) x = (g() & 1) ? -kInf : kNaN;
-      if (dist == 4)  // +0 and -0 (the same key) with a few non-zeros
-        for (float& x : row) x = g() % 13 == 0 ? x : ((g() & 1) ? -0.0f : 0.0f);
-      for (uint32_t keep : {0u, 1u, 2u, 4u, 8u, 16u, 32u, 33u, 64u, rowLen / 3, rowLen / 2 + 1, rowLen - 1, rowLen,
-                            rowLen + 3})
-        ASSERT_NO_FATAL_FAILURE(expectRowTopK(row.data(), spcclFloat32, row, keep, "dist " + std::to_string(dist)));
-    }
+    SCOPED_TRACE(host::hostSimdName(simd));
+    const PinnedHostSimd pinned(simd);
+    auto g = rng(41);
+    for (uint32_t rowLen : {0u, 1u, 2u, 5u, 31u, 32u, 33u, 100u, 128u, 300u, 1024u})
+      for (int dist = 0; dist < 5; ++dist) {  // normal; few values (ties); with NaN/Inf; rare NaN/Inf; zeros
+        std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
+        if (dist == 2 || dist == 3)
+          for (float& x : row)
+            if (g() % (dist == 2 ? 7 : 61) == 0) x = (g() & 1) ? -kInf : kNaN;
+        if (dist == 4)  // +0 and -0 (the same key) with a few non-zeros
+          for (float& x : row) x = g() % 13 == 0 ? x : ((g() & 1) ? -0.0f : 0.0f);
+        for (uint32_t keep : {0u, 1u, 2u, 4u, 8u, 16u, 32u, 33u, 64u, rowLen / 3, rowLen / 2 + 1, rowLen - 1, rowLen,
+                              rowLen + 3})
+          ASSERT_NO_FATAL_FAILURE(expectRowTopK(row.data(), spcclFloat32, row, keep, "dist " + std::to_string(dist)));
+      }
   }
+}
+
+// `repeats` rows of each kind, in all three input types, against the rule:
+// normal; ties; mostly zeros; one value; wide exponents; about `keep`
+// infinities (the fast path or, past keep, all of them).
+template <class Rng>
+void expectShapedRows(Rng& g, uint32_t rowLen, uint32_t keep, int repeats) {
+  for (spcclDataType_t type : kAllFloatTypes)
+    for (int dist = 0; dist < 6; ++dist)
+      for (int r = 0; r < repeats; ++r) {
+        std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
+        if (dist == 2)
+          for (float& x : row) x = g() % 9 == 0 ? x : 0.0f;
+        if (dist == 3) row.assign(rowLen, r % 2 ? -1.5f : 0.0f);
+        if (dist == 4)
+          for (float& x : row) x = std::ldexp(x, static_cast<int>(g() % 60) - 30);
+        if (dist == 5)
+          for (uint32_t j = 0; j + 1 < keep + r % 3; ++j) row[g() % rowLen] = (g() & 1) ? kInf : -kInf;
+        const TypedInput in(row, type);
+        ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
+                                              std::string(typeName(type)) + " rowLen " + std::to_string(rowLen) +
+                                                  " dist " + std::to_string(dist)));
+      }
 }
 
 // The shapes DCT-MP uses (blocks of a multiple of 4 elements: fp32 keys and
@@ -700,35 +723,22 @@ TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
 // no-tie shortcut must fall back whenever a tie sits at the cut).
 TEST(SelectRowTopK, FastPathsMatchTheRule) {
   for (host::HostSimd simd : availableHostSimd()) {
-  SCOPED_TRACE(host::hostSimdName(simd));
-  const PinnedHostSimd pinned(simd);
-  auto g = rng(42);
-  const std::pair<uint32_t, uint32_t> shapes[] = {{64, 4},    {128, 8},   {130, 8},    {128, 12},  {256, 16},
-                                                  {256, 100}, {1024, 64}, {1000, 60}, {2048, 128}};
-  for (spcclDataType_t type : kAllFloatTypes)
+    SCOPED_TRACE(host::hostSimdName(simd));
+    const PinnedHostSimd pinned(simd);
+    auto g = rng(42);
+    const std::pair<uint32_t, uint32_t> shapes[] = {{64, 4},    {128, 8},   {130, 8},   {128, 12},  {256, 16},
+                                                    {256, 100}, {1024, 64}, {1000, 60}, {2048, 128}};
     for (const auto& [rowLen, keep] : shapes)
-      for (int dist = 0; dist < 6; ++dist)  // normal; ties; mostly zeros; one value; wide exponents; keep +-1 Inf
-        for (int r = 0; r < (rowLen <= 256 ? 24 : 6); ++r) {
-          std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
-          if (dist == 2)
-            for (float& x : row) x = g() % 9 == 0 ? x : 0.0f;
-          if (dist == 3) row.assign(rowLen, r % 2 ? -1.5f : 0.0f);
-          if (dist == 4)
-            for (float& x : row) x = std::ldexp(x, static_cast<int>(g() % 60) - 30);
-          if (dist == 5)  // about `keep` infinities: the fast path or, past keep, all of them
-            for (uint32_t j = 0; j + 1 < keep + r % 3; ++j) row[g() % rowLen] = (g() & 1) ? kInf : -kInf;
-          const TypedInput in(row, type);
-          ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
-                                                std::string(typeName(type)) + " dist " + std::to_string(dist)));
-        }
+      ASSERT_NO_FATAL_FAILURE(expectShapedRows(g, rowLen, keep, rowLen <= 256 ? 24 : 6));
   }
 }
 
 // The AVX-512 path's shapes (rows of a multiple of 16; keep <= 16, whose
-// floor is the keep-th largest of 16 lane maxima, or a multiple of 16 over
-// whole runs of vectors), with candidates ranked in one vector (<= 16, ties
-// falling back to the rule), counted (17-64) or binned (> 64), on every
-// level this CPU has: the baseline must give the same rows.
+// floor is the keep-th largest of 16 lane maxima, or of 32 for keeps of 9-16
+// where the row halves evenly, or a multiple of 16 over whole runs of
+// vectors), with candidates ranked in one vector (<= 16, ties falling back to
+// the rule), counted (17-64) or binned (> 64), on every level this CPU has:
+// the baseline must give the same rows.
 TEST(SelectRowTopK, SixteenLanePathMatchesTheRule) {
   if (!host::hostSimdAvailable(host::HostSimd::kAvx512))
     std::printf("note: this CPU has no AVX-512 (F/BW/DQ/VL): the baseline path alone is checked\n");
@@ -737,24 +747,10 @@ TEST(SelectRowTopK, SixteenLanePathMatchesTheRule) {
     const PinnedHostSimd pinned(simd);
     auto g = rng(43);
     for (uint32_t rowLen : {16u, 32u, 48u, 64u, 128u, 256u, 768u})
-      for (uint32_t keep : {1u, 2u, 3u, 5u, 7u, 8u, 11u, 15u, 16u, 32u, 48u, 96u}) {
-        if (keep >= rowLen) continue;
-        for (spcclDataType_t type : kAllFloatTypes)
-          for (int dist = 0; dist < 6; ++dist)  // normal; ties; mostly zeros; one value; wide exponents; +-Inf
-            for (int r = 0; r < (rowLen <= 128 ? 6 : 2); ++r) {
-              std::vector<float> row = dist == 1 ? randomTies(g, rowLen) : randomNormal(g, rowLen);
-              if (dist == 2)
-                for (float& x : row) x = g() % 9 == 0 ? x : 0.0f;
-              if (dist == 3) row.assign(rowLen, r % 2 ? -1.5f : 0.0f);
-              if (dist == 4)
-                for (float& x : row) x = std::ldexp(x, static_cast<int>(g() % 60) - 30);
-              if (dist == 5)
-                for (uint32_t j = 0; j + 1 < keep + r % 3; ++j) row[g() % rowLen] = (g() & 1) ? kInf : -kInf;
-              const TypedInput in(row, type);
-              ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
-                                                    std::string(typeName(type)) + " dist " + std::to_string(dist)));
-            }
-      }
+      for (uint32_t keep : {1u, 2u, 3u, 5u, 7u, 8u, 11u, 15u, 16u, 32u, 48u, 96u})
+        if (keep < rowLen) {
+          ASSERT_NO_FATAL_FAILURE(expectShapedRows(g, rowLen, keep, rowLen <= 128 ? 6 : 2));
+        }
   }
 }
 
