@@ -8,9 +8,9 @@
 //   threshold   send 4n + residual 4n read once (what one pass must stream); radix: the same
 //               estimate by the two-pass radix select alone (its fallback), same bytes
 //   rowTopK     send 4n read (2n for --row-type fp16/bf16: the same values rounded; the positions it
-//               writes are not counted); also in ns an element. rowTopKBase: the same rows on the
-//               baseline (SSE2) path where the CPU has a wider one (AVX-512); both must keep the
-//               same positions (checked)
+//               writes are not counted); also in ns an element. rowTopKAvx2, rowTopKBase: the same
+//               rows on the AVX2 and baseline (SSE2) paths where the CPU has a wider one (AVX-512,
+//               AVX2); all must keep the same positions (checked)
 //   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
 //               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
 //               then add every stream; unpackBlock: codec.h reduceStreams, what the algorithm
@@ -114,13 +114,18 @@ int main(int argc, char** argv) {
   if (!halves.empty()) spccl::host::storeFloats(send.data(), n, rowDataType, halves.data());
   const auto* rowData = rowDataType == spcclFloat32 ? reinterpret_cast<const unsigned char*>(send.data())
                                                     : reinterpret_cast<const unsigned char*>(halves.data());
-  // rowTopK runs with the widest host SIMD (spccl::host::hostSimd()); where that is
-  // not the baseline, rowTopKBase runs the baseline path on the same rows, and
-  // the two must keep the same positions (a hash of every row's, in an untimed pass).
-  const spccl::host::HostSimd widest = spccl::host::hostSimd();
-  const bool twoPaths = widest != spccl::host::HostSimd::kBaseline;
+  // rowTopK runs with the widest host SIMD (spccl::host::hostSimd()); every
+  // narrower level the CPU has (AVX2, the SSE2 baseline) runs on the same rows
+  // too (rowTopKAvx2, rowTopKBase), and all must keep the same positions (a
+  // hash of every row's, in an untimed pass).
+  using spccl::host::HostSimd;
+  const HostSimd widest = spccl::host::hostSimd();
+  std::vector<HostSimd> narrower;
+  for (HostSimd simd : {HostSimd::kAvx2, HostSimd::kBaseline})
+    if (simd != widest && spccl::host::hostSimdAvailable(simd) && (simd == HostSimd::kBaseline || widest == HostSimd::kAvx512))
+      narrower.push_back(simd);
   uint64_t kept = 0;
-  const auto rowTopKWith = [&](spccl::host::HostSimd simd, bool hash) {
+  const auto rowTopKWith = [&](HostSimd simd, bool hash) {
     spccl::host::setHostSimd(simd);
     kept = 0;
     uint64_t h = 1469598103934665603ull;
@@ -133,10 +138,10 @@ int main(int argc, char** argv) {
     }
     return h;
   };
-  const bool rowPathsAgree =
-      !twoPaths || rowTopKWith(widest, true) == rowTopKWith(spccl::host::HostSimd::kBaseline, true);
+  bool rowPathsAgree = true;
+  const uint64_t widestHash = rowTopKWith(widest, true);
+  for (HostSimd simd : narrower) rowPathsAgree = rowPathsAgree && rowTopKWith(simd, true) == widestHash;
   const auto rowTopK = [&] { rowTopKWith(widest, false); };
-  const auto rowTopKBase = [&] { rowTopKWith(spccl::host::HostSimd::kBaseline, false); };
   // Four streams of 2k sorted distinct positions each, Gaussian values, varint gaps.
   constexpr int kStreams = 4;
   std::vector<std::vector<unsigned char>> streams(kStreams);
@@ -171,7 +176,8 @@ int main(int argc, char** argv) {
   const auto unpackBlock = [&] { spccl::reduceStreams(views.data(), views.size(), unpacked.data(), 0, &cursors); };
 
   spccl::host::ThresholdResult radix = thr;
-  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tRowsBase, tAdds, tBlocks;
+  std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tAdds, tBlocks;
+  std::vector<std::vector<double>> tRowsNarrower(narrower.size());
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
@@ -182,7 +188,8 @@ int main(int argc, char** argv) {
       radix = spccl::host::kthLargestMagnitudeRadix(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
     }));
     tRows.push_back(seconds(rowTopK));
-    if (twoPaths) tRowsBase.push_back(seconds(rowTopKBase));
+    for (size_t l = 0; l < narrower.size(); ++l)
+      tRowsNarrower[l].push_back(seconds([&] { rowTopKWith(narrower[l], false); }));
     tAdds.push_back(seconds(unpackAdd));
     tBlocks.push_back(seconds(unpackBlock));
   }
@@ -207,10 +214,13 @@ int main(int argc, char** argv) {
   const double tRow = median(tRows);
   row("rowTopK", tRow, static_cast<double>(rowElemBytes) * static_cast<double>(rows) * rowLen);
   const double rowElems = static_cast<double>(rows) * rowLen;
-  if (twoPaths) row("rowTopKBase", median(tRowsBase), static_cast<double>(rowElemBytes) * rowElems);
+  for (size_t l = 0; l < narrower.size(); ++l)
+    row(narrower[l] == HostSimd::kAvx2 ? "rowTopKAvx2" : "rowTopKBase", median(tRowsNarrower[l]),
+        static_cast<double>(rowElemBytes) * rowElems);
   std::printf("# rowTopK: %zu rows of %u %s, keep %u, host SIMD %s: %.2f ns an element", rows, rowLen,
               rowType.c_str(), rowKeep, spccl::host::hostSimdName(widest), 1e9 * tRow / rowElems);
-  if (twoPaths) std::printf(" (baseline %.2f)", 1e9 * median(tRowsBase) / rowElems);
+  for (size_t l = 0; l < narrower.size(); ++l)
+    std::printf(" (%s %.2f)", spccl::host::hostSimdName(narrower[l]), 1e9 * median(tRowsNarrower[l]) / rowElems);
   std::printf(", %llu kept\n", static_cast<unsigned long long>(kept));
   row("unpackAdd", median(tAdds), 4 * nb);
   row("unpackBlock", median(tBlocks), 4 * nb);
@@ -220,7 +230,7 @@ int main(int argc, char** argv) {
   const bool thresholdsAgree = thr.tauKey == radix.tauKey && thr.above == radix.above && thr.finite == radix.finite;
   if (!thresholdsAgree) std::printf("# threshold and radix disagree\n");
   if (!unpacksAgree) std::printf("# unpackAdd and unpackBlock disagree\n");
-  if (!rowPathsAgree) std::printf("# rowTopK and rowTopKBase kept different positions\n");
+  if (!rowPathsAgree) std::printf("# the row top-k kept different positions on different host SIMD levels\n");
   return sel.selected >= k && sel.selected <= indices.size() && rowsOk && thresholdsAgree && unpacksAgree &&
                  rowPathsAgree
              ? 0

@@ -78,14 +78,17 @@ int worldRank() {
 // SPCCL_HOST_SIMD, applied at communicator creation (process-wide, as the
 // host kernels' choice is).
 Status applyHostSimd(const Params& p) {
-  host::HostSimd simd = host::hostSimdAvailable(host::HostSimd::kAvx512) ? host::HostSimd::kAvx512
-                                                                        : host::HostSimd::kBaseline;
-  if (p.hostSimd == kHostSimdBaseline) simd = host::HostSimd::kBaseline;
-  if (p.hostSimd == kHostSimdAvx512) {
-    if (!host::hostSimdAvailable(host::HostSimd::kAvx512))
-      return invalidArgument("SPCCL_HOST_SIMD=avx512: this CPU (or this build) lacks AVX-512 F, BW, DQ and VL; use "
-                             "auto or baseline");
-    simd = host::HostSimd::kAvx512;
+  using host::HostSimd;
+  HostSimd simd = host::hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512
+                  : host::hostSimdAvailable(HostSimd::kAvx2) ? HostSimd::kAvx2
+                                                             : HostSimd::kBaseline;
+  if (p.hostSimd == kHostSimdBaseline) simd = HostSimd::kBaseline;
+  if (p.hostSimd == kHostSimdAvx512 || p.hostSimd == kHostSimdAvx2) {
+    simd = p.hostSimd == kHostSimdAvx512 ? HostSimd::kAvx512 : HostSimd::kAvx2;
+    if (!host::hostSimdAvailable(simd))
+      return invalidArgument(formatString("SPCCL_HOST_SIMD=%s: this CPU (or this build) lacks %s; use auto or baseline",
+                                          host::hostSimdName(simd),
+                                          simd == HostSimd::kAvx512 ? "AVX-512 F, BW, DQ and VL" : "AVX2"));
   }
   host::setHostSimd(simd);
   return Status::ok();

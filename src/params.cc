@@ -120,10 +120,10 @@ constexpr ParamSpec kParamSpecs[] = {
      "per call split into selection, communication (wire and waiting) and local work, and how often it estimated "
      "tau (the whole-buffer estimates' mean time).",
      [](Params* p, double v) { p->profile = v != 0; }},
-    {"SPCCL_HOST_SIMD", ParamType::kChoice, "auto", 0, 0, false, "auto|avx512|baseline",
+    {"SPCCL_HOST_SIMD", ParamType::kChoice, "auto", 0, 0, false, "auto|avx512|avx2|baseline",
      "Vector instructions of the host kernels (the alltoall rows' per-row top-k): auto = the widest this CPU "
-     "has; avx512 = AVX-512 (F, BW, DQ, VL), an error where the CPU lacks it; baseline = the build's own (SSE2 on "
-     "x86-64). Every choice selects the same entries.",
+     "has; avx512 = AVX-512 (F, BW, DQ, VL) and AVX2; avx2 = AVX2 alone; either an error where the CPU lacks it; "
+     "baseline = the build's own (SSE2 on x86-64). Every choice selects the same entries.",
      [](Params* p, double v) { p->hostSimd = static_cast<int>(v); }},
     {"SPCCL_DEVICE_MODE", ParamType::kChoice, "exact", 0, 0, false, "exact|fixed",
      "Device buffers (NCCL): exact = one small device-to-host copy per call sizes the exchange; fixed = "
@@ -244,7 +244,10 @@ std::string describeParams(const Params& p) {
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
          formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
          " SPCCL_PROFILE=" + (p.profile ? "1" : "0") +
-         " SPCCL_HOST_SIMD=" + (p.hostSimd == kHostSimdAvx512 ? "avx512" : p.hostSimd == kHostSimdBaseline ? "baseline" : "auto");
+         " SPCCL_HOST_SIMD=" + (p.hostSimd == kHostSimdAvx512   ? "avx512"
+                                : p.hostSimd == kHostSimdAvx2     ? "avx2"
+                                : p.hostSimd == kHostSimdBaseline ? "baseline"
+                                                                  : "auto");
 }
 
 std::string renderParamTable() {

@@ -45,7 +45,8 @@ struct Params {
 // SPCCL_HOST_SIMD (choice order).
 constexpr int kHostSimdAuto = 0;
 constexpr int kHostSimdAvx512 = 1;
-constexpr int kHostSimdBaseline = 2;
+constexpr int kHostSimdAvx2 = 2;
+constexpr int kHostSimdBaseline = 3;
 
 // SPCCL_DEVICE_MODE (choice order).
 constexpr int kDeviceModeExact = 0;

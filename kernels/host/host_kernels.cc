@@ -13,7 +13,7 @@
 #include <emmintrin.h>
 #endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SPCCL_HOST_AVX512 1
+#define SPCCL_HOST_X86 1
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-assignment,
 // which its own -Wmaybe-uninitialized flags where they are inlined (GCC bug
 // 105593, fixed in 13).
@@ -27,7 +27,7 @@
 #pragma GCC diagnostic pop
 #endif
 #else
-#define SPCCL_HOST_AVX512 0
+#define SPCCL_HOST_X86 0
 #endif
 
 namespace spccl::host {
@@ -712,26 +712,23 @@ uint32_t keepByHistogram(KeyAt keyAt, uint32_t floor, uint32_t m, uint32_t keep,
   return n;
 }
 
-#if SPCCL_HOST_AVX512
+#if SPCCL_HOST_X86
 // The row top-k sixteen keys an instruction (x86-64 with AVX-512F/BW/DQ/VL,
 // picked at run time: hostSimd()), for rows of a multiple of 16 and a keep
-// of at most 16 or a multiple of 16 that divides the row's vectors evenly.
-// The floor's blocks are the row's lanes rather than its runs: lane l of the
-// column maxima is the largest key of the entries at l, l + 16, ..., so the
-// 16 lanes are the maxima of 16 disjoint blocks, and the keep-th largest of
-// them has `keep` distinct entries at or above it, a valid floor and a
-// tighter one than the smallest of `keep` block maxima (about 10 candidates
-// in a Gaussian row of 128 and keep 8 instead of 20; for 8 < keep <= 16 the
-// lanes of the row's two halves, 32 blocks, where the vectors split evenly).
-// With keep > 16, each of keep / 16 runs of vectors gives 16 blocks and the
-// floor is the smallest of their maxima. The floor only prunes: the kept set is the rule's either way. Candidates and their keys are compacted with
-// vpcompressd; up to 16 of them are ranked in one vector.
+// of at most 8. The floor's blocks are the row's lanes rather than its runs:
+// lane l of the column maxima is the largest key of the entries at l, l + 16,
+// ..., so the 16 lanes are the maxima of 16 disjoint blocks, and the keep-th
+// largest of them has `keep` distinct entries at or above it, a valid floor
+// and a tighter one than the smallest of `keep` block maxima (about 10
+// candidates in a Gaussian row of 128 and keep 8 instead of 20). The floor
+// only prunes: the kept set is the rule's either way. Candidates and their
+// keys are compacted with vpcompressd; up to 16 of them are ranked in one
+// vector. Larger keeps go to rowTopK8 (AVX2) even here: on this project's
+// AMD EPYC (Zen 4) it was faster for them (docs/PERF.md), vpcompressd being
+// the likely cost there.
 #define SPCCL_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt")))
 
-bool avx512RowShape(uint32_t rowLen, uint32_t keep) {
-  if (keep == 0 || rowLen % 16 != 0) return false;
-  return keep <= 16 || (keep % 16 == 0 && (rowLen / 16) % (keep / 16) == 0);
-}
+bool avx512RowShape(uint32_t rowLen, uint32_t keep) { return keep >= 1 && keep <= 8 && rowLen % 16 == 0; }
 
 template <class Load>
 SPCCL_AVX512_TARGET inline __m512i rowKeys16(const Load& load, size_t i) {
@@ -802,54 +799,21 @@ SPCCL_AVX512_TARGET uint32_t rowTopK16(const Load& load, uint32_t rowLen, uint32
   using Keys = RowKeys<Load>;
   const uint32_t vectors = rowLen / 16;
   const __m512i finiteTop = _mm512_set1_epi32(static_cast<int32_t>(Keys::kInf - 1));
-  uint32_t nonFinite = 0, floor;
-  if (keep > 8 && keep <= 16 && vectors % 2 == 0) {
-    // 32 blocks, the lanes of the row's two halves: the keep-th largest of
-    // their maxima (about 21 candidates in a Gaussian row of 256 and keep 16
-    // instead of 48 with the 16 lanes alone).
-    __m512i maxima[2];
-    for (uint32_t half = 0; half < 2; ++half) {
-      __m512i columnMax = _mm512_setzero_si512();
-      for (uint32_t v = half * (vectors / 2); v < (half + 1) * (vectors / 2); ++v) {
-        const __m512i k = rowKeys16(load, size_t{v} * 16);
-        columnMax = _mm512_max_epu32(columnMax, k);
-        nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
-      }
-      maxima[half] = columnMax;
-    }
-    if (nonFinite > keep) return kRowGeneral;
-    alignas(64) int32_t lanes[32];
-    _mm512_store_si512(lanes, maxima[0]);
-    _mm512_store_si512(lanes + 16, maxima[1]);
-    const __m512i enough = _mm512_set1_epi32(static_cast<int>(keep));
-    floor = std::max(
-        _mm512_mask_reduce_max_epu32(_mm512_cmpge_epi32_mask(atLeastCounts<32>(maxima[0], lanes), enough), maxima[0]),
-        _mm512_mask_reduce_max_epu32(_mm512_cmpge_epi32_mask(atLeastCounts<32>(maxima[1], lanes), enough), maxima[1]));
-  } else {
-    const uint32_t groups = keep > 16 ? keep / 16 : 1, perGroup = vectors / groups;
-    __m512i floors = _mm512_set1_epi32(-1);  // 0xffffffff unsigned
-    for (uint32_t g = 0; g < groups; ++g) {
-      __m512i columnMax = _mm512_setzero_si512();
-      for (uint32_t v = g * perGroup; v < (g + 1) * perGroup; ++v) {
-        const __m512i k = rowKeys16(load, size_t{v} * 16);
-        columnMax = _mm512_max_epu32(columnMax, k);
-        nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
-      }
-      floors = _mm512_min_epu32(floors, columnMax);
-    }
-    if (nonFinite > keep) return kRowGeneral;
-    if (keep < 16) {
-      // The keep-th largest lane: the largest that is >= `keep` lanes (keys
-      // < 2^31: signed compares are exact).
-      alignas(64) int32_t lanes[16];
-      _mm512_store_si512(lanes, floors);
-      const __mmask16 enough =
-          _mm512_cmpge_epi32_mask(atLeastCounts<16>(floors, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
-      floor = _mm512_mask_reduce_max_epu32(enough, floors);
-    } else {
-      floor = _mm512_reduce_min_epu32(floors);
-    }
+  __m512i columnMax = _mm512_setzero_si512();
+  uint32_t nonFinite = 0;
+  for (uint32_t v = 0; v < vectors; ++v) {
+    const __m512i k = rowKeys16(load, size_t{v} * 16);
+    columnMax = _mm512_max_epu32(columnMax, k);
+    nonFinite += static_cast<uint32_t>(__builtin_popcount(_mm512_cmpgt_epu32_mask(k, finiteTop)));
   }
+  if (nonFinite > keep) return kRowGeneral;
+  // The keep-th largest lane: the largest that is >= `keep` lanes (keys
+  // < 2^31: signed compares are exact).
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, columnMax);
+  const __mmask16 enough =
+      _mm512_cmpge_epi32_mask(atLeastCounts<16>(columnMax, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
+  const uint32_t floor = _mm512_mask_reduce_max_epu32(enough, columnMax);
   const __m512i floorV = _mm512_set1_epi32(static_cast<int32_t>(floor));
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   uint32_t m = 0;
@@ -868,7 +832,193 @@ SPCCL_AVX512_TARGET uint32_t rowTopK16(const Load& load, uint32_t rowLen, uint32
                            positions, scratch);
   return keepByCount16(candidateKeys, m, keep, positions);
 }
-#endif  // SPCCL_HOST_AVX512
+
+// The same eight keys an instruction (AVX2, for CPUs without AVX-512: AMD
+// before Zen 4, Intel client cores), for rows of a multiple of 8. The floor's
+// blocks are the lanes of R runs of the row's vectors, 8R of them, R the
+// smallest power of two (at most 4) with 8R >= 2 keep where the vectors
+// split into R runs: the keep-th largest of their maxima (keep <= 16); keeps
+// past 16 that are multiples of 8 take the smallest of keep / 8 runs' lane
+// maxima. Candidates are compacted through a 256-entry table of lane orders
+// (vpermd), and up to 16 are ranked in two vectors.
+#define SPCCL_AVX2_TARGET __attribute__((target("avx2,popcnt")))
+
+// Runs of the floor's blocks for a row of rowLen (a multiple of 8) and keep;
+// 0: not this path's shape. *ranked: the keep-th largest of 8 x runs maxima
+// (else their smallest).
+uint32_t avx2FloorRuns(uint32_t rowLen, uint32_t keep, bool* ranked) {
+  if (keep == 0 || rowLen % 8 != 0) return 0;
+  const uint32_t vectors = rowLen / 8;
+  if (keep <= 16) {
+    uint32_t runs = 1;
+    while (runs < 4 && 8 * runs < 2 * keep && vectors % (2 * runs) == 0) runs *= 2;
+    if (8 * runs < keep) return 0;  // 9-16 kept from one run of 8 lanes: too few blocks
+    *ranked = 8 * runs > keep;
+    return runs;
+  }
+  *ranked = false;
+  return keep % 8 == 0 && vectors % (keep / 8) == 0 ? keep / 8 : 0;
+}
+
+template <class Load>
+SPCCL_AVX2_TARGET inline __m256i rowKeys8(const Load& load, size_t i) {
+  if constexpr (std::is_same_v<Load, LoadF32>) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(load.p + i)),
+                            _mm256_set1_epi32(0x7fffffff));
+  } else {
+    const __m256i h = _mm256_and_si256(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(load.p + i))),
+        _mm256_set1_epi32(0x7fff));
+    return std::is_same_v<Load, LoadBf16> ? _mm256_slli_epi32(h, 16) : _mm256_slli_epi32(h, 13);
+  }
+}
+
+// counts[v] lane i: how many of values[0, kN) are >= lane i of lanes[v], for
+// kN / 8 vectors (signed: keys < 2^31).
+template <uint32_t kN>
+SPCCL_AVX2_TARGET inline void atLeastCounts8(const __m256i* lanes, const int32_t* values, __m256i* counts) {
+  // kN less those below: values[j] >= x unless x > values[j].
+  constexpr uint32_t kVectors = kN / 8;
+  for (uint32_t v = 0; v < kVectors; ++v) counts[v] = _mm256_set1_epi32(static_cast<int>(kN));
+  for (uint32_t j = 0; j < kN; ++j) {
+    const __m256i value = _mm256_set1_epi32(values[j]);
+    for (uint32_t v = 0; v < kVectors; ++v) counts[v] = _mm256_add_epi32(counts[v], _mm256_cmpgt_epi32(lanes[v], value));
+  }
+}
+
+// The keep-th largest of the kN values in `lanes` (kN / 8 vectors, stored in
+// `values`): the largest that is >= `keep` of them.
+template <uint32_t kN>
+SPCCL_AVX2_TARGET inline uint32_t keepthLargest8(const __m256i* lanes, const int32_t* values, uint32_t keep) {
+  __m256i counts[kN / 8];
+  atLeastCounts8<kN>(lanes, values, counts);
+  const __m256i enough = _mm256_set1_epi32(static_cast<int>(keep) - 1);
+  __m256i best = _mm256_setzero_si256();
+  for (uint32_t v = 0; v < kN / 8; ++v)
+    best = _mm256_max_epi32(best, _mm256_and_si256(lanes[v], _mm256_cmpgt_epi32(counts[v], enough)));
+  best = _mm256_max_epi32(best, _mm256_permute2x128_si256(best, best, 1));
+  best = _mm256_max_epi32(best, _mm256_shuffle_epi32(best, _MM_SHUFFLE(1, 0, 3, 2)));
+  best = _mm256_max_epi32(best, _mm256_shuffle_epi32(best, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm256_cvtsi256_si32(best));
+}
+
+// The set lanes of an 8-bit mask, in order, a byte each (unset: 0).
+struct LaneOrder8 {
+  uint64_t lanes[256];
+  LaneOrder8() {
+    for (int bits = 0; bits < 256; ++bits) {
+      uint64_t packed = 0;
+      int c = 0;
+      for (int lane = 0; lane < 8; ++lane)
+        if ((bits >> lane) & 1) packed |= uint64_t(lane) << (8 * c++);
+      lanes[bits] = packed;
+    }
+  }
+};
+const LaneOrder8 kLaneOrder8;
+
+// keepByCount for m <= kCountedCandidates candidates (keys padded with -1 to
+// a multiple of 16): up to 16 ranked in two vectors, more one at a time.
+SPCCL_AVX2_TARGET uint32_t keepByCount8(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positions) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys + m), _mm256_set1_epi32(-1));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys + m + 8), _mm256_set1_epi32(-1));
+  if (m <= 16) {
+    const __m256i k[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys)),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + 8))};
+    __m256i counts[2];
+    atLeastCounts8<16>(k, keys, counts);
+    const __m256i most = _mm256_set1_epi32(static_cast<int>(keep) + 1);  // count <= keep
+    const uint32_t kept =
+        (static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(most, counts[0])))) |
+         static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(most, counts[1])))) << 8) &
+        ((1u << m) - 1);
+    if (static_cast<uint32_t>(__builtin_popcount(kept)) == keep) {
+      uint32_t n = 0;
+      for (uint32_t bits = kept; bits != 0; bits &= bits - 1) positions[n++] = positions[__builtin_ctz(bits)];
+      return n;
+    }
+    return keepByRule(keys, m, keep, positions);
+  }
+  constexpr uint32_t kVectors = kCountedCandidates / 8;
+  const uint32_t nv = (m + 7) / 8;
+  __m256i k[kVectors];
+  for (uint32_t v = 0; v < kVectors; ++v)
+    k[v] = v < nv ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + 8 * v)) : _mm256_set1_epi32(-1);
+  uint32_t kept[kCountedCandidates];
+  uint32_t n = 0;
+  for (uint32_t j = 0; j < m; ++j) {
+    const __m256i below = _mm256_set1_epi32(keys[j] - 1);
+    uint32_t atLeast = 0;
+    for (uint32_t v = 0; v < nv; ++v)
+      atLeast += static_cast<uint32_t>(
+          __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k[v], below)))));
+    kept[n] = positions[j];
+    n += atLeast <= keep;
+  }
+  if (n == keep) {
+    std::memcpy(positions, kept, n * sizeof(uint32_t));
+    return n;
+  }
+  return keepByRule(keys, m, keep, positions);
+}
+
+// selectRowTopK's floor-and-candidates path for rows avx2FloorRuns accepts
+// (runs, ranked from it); candidateKeys holds rowLen + 16. Returns
+// kRowGeneral when more than `keep` keys are NaN/Inf.
+template <class Load>
+SPCCL_AVX2_TARGET uint32_t rowTopK8(const Load& load, uint32_t rowLen, uint32_t keep, uint32_t runs, bool ranked,
+                                    uint32_t* positions, uint64_t* scratch, int32_t* candidateKeys) {
+  using Keys = RowKeys<Load>;
+  const uint32_t vectors = rowLen / 8, perRun = vectors / runs;
+  const __m256i finiteTop = _mm256_set1_epi32(static_cast<int32_t>(Keys::kInf - 1));
+  __m256i maxima[4];
+  __m256i floors = _mm256_set1_epi32(0x7fffffff);
+  uint32_t nonFinite = 0;
+  for (uint32_t g = 0; g < runs; ++g) {
+    __m256i columnMax = _mm256_setzero_si256();
+    for (uint32_t v = g * perRun; v < (g + 1) * perRun; ++v) {
+      const __m256i k = rowKeys8(load, size_t{v} * 8);
+      columnMax = _mm256_max_epi32(columnMax, k);
+      nonFinite += static_cast<uint32_t>(
+          __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k, finiteTop)))));
+    }
+    if (ranked) maxima[g] = columnMax;  // ranked: runs <= 4
+    floors = _mm256_min_epi32(floors, columnMax);
+  }
+  if (nonFinite > keep) return kRowGeneral;
+  uint32_t floor;
+  if (ranked) {
+    alignas(32) int32_t lanes[32];
+    for (uint32_t g = 0; g < runs; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 8 * g), maxima[g]);
+    floor = runs == 1 ? keepthLargest8<8>(maxima, lanes, keep)
+            : runs == 2 ? keepthLargest8<16>(maxima, lanes, keep)
+                        : keepthLargest8<32>(maxima, lanes, keep);
+  } else {
+    floors = _mm256_min_epi32(floors, _mm256_permute2x128_si256(floors, floors, 1));
+    floors = _mm256_min_epi32(floors, _mm256_shuffle_epi32(floors, _MM_SHUFFLE(1, 0, 3, 2)));
+    floors = _mm256_min_epi32(floors, _mm256_shuffle_epi32(floors, _MM_SHUFFLE(2, 3, 0, 1)));
+    floor = static_cast<uint32_t>(_mm256_cvtsi256_si32(floors));
+  }
+  const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(floor) - 1);  // floor 0: -1, every key
+  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  uint32_t m = 0;
+  for (uint32_t v = 0; v < vectors; ++v) {
+    const __m256i k = rowKeys8(load, size_t{v} * 8);
+    const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k, below)));
+    const __m256i order = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLaneOrder8.lanes[bits])));
+    // m <= 8 v: the stores end inside positions[0, rowLen) and candidateKeys.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(positions + m), _mm256_permutevar8x32_epi32(index, order));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(candidateKeys + m), _mm256_permutevar8x32_epi32(k, order));
+    m += static_cast<uint32_t>(__builtin_popcount(bits));
+    index = _mm256_add_epi32(index, _mm256_set1_epi32(8));
+  }
+  if (m == keep) return m;
+  if (m > kCountedCandidates)
+    return keepByHistogram([&](uint32_t j) { return static_cast<uint32_t>(candidateKeys[j]); }, floor, m, keep,
+                           positions, scratch);
+  return keepByCount8(candidateKeys, m, keep, positions);
+}
+#endif  // SPCCL_HOST_X86
 
 // Every row selectRowTopK's floor does not serve: nth_element over the
 // row's 64-bit ranks.
@@ -905,14 +1055,23 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     // take a branch per entry (the old insertion into a sorted top-`keep`
     // mispredicted on every insert: 4.2 ns an element at 128/8 here). The
     // row's keys are computed once, into a buffer of this thread's (with
-    // AVX-512, rowTopK16: the candidates' keys, compacted).
+    // AVX-512 or AVX2, rowTopK16 and rowTopK8: the candidates' keys, compacted).
     thread_local std::vector<uint32_t> keyBuffer;
     if (keyBuffer.size() < rowLen + 16) keyBuffer.resize(rowLen + 16);
     uint32_t* const keys = keyBuffer.data();
-#if SPCCL_HOST_AVX512
-    if (avx512RowShape(rowLen, keep) && hostSimd() == HostSimd::kAvx512) {
+#if SPCCL_HOST_X86
+    const HostSimd simd = hostSimd();
+    if (simd == HostSimd::kAvx512 && avx512RowShape(rowLen, keep)) {
       const uint32_t n = withLoader(row, type, [&](auto load) {
         return rowTopK16(load, rowLen, keep, positions, scratch, reinterpret_cast<int32_t*>(keys));
+      });
+      return n != kRowGeneral ? n : selectRowTopKGeneral(row, type, rowLen, keep, positions, scratch);
+    }
+    bool ranked = false;
+    const uint32_t runs = simd == HostSimd::kBaseline ? 0 : avx2FloorRuns(rowLen, keep, &ranked);
+    if (runs != 0) {
+      const uint32_t n = withLoader(row, type, [&](auto load) {
+        return rowTopK8(load, rowLen, keep, runs, ranked, positions, scratch, reinterpret_cast<int32_t*>(keys));
       });
       return n != kRowGeneral ? n : selectRowTopKGeneral(row, type, rowLen, keep, positions, scratch);
     }
@@ -975,11 +1134,12 @@ std::atomic<int> gHostSimd{-1};  // -1: not yet picked
 
 bool hostSimdAvailable(HostSimd simd) {
   if (simd == HostSimd::kBaseline) return true;
-#if SPCCL_HOST_AVX512
-  // libgcc's and compiler-rt's checks include the OS's saving of the zmm state (XCR0).
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+#if SPCCL_HOST_X86
+  // libgcc's and compiler-rt's checks include the OS's saving of the ymm/zmm state (XCR0).
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return simd == HostSimd::kAvx512 && avx512;
+  return simd == HostSimd::kAvx512 ? avx512 : avx2;
 #else
   return false;
 #endif
@@ -988,7 +1148,10 @@ bool hostSimdAvailable(HostSimd simd) {
 HostSimd hostSimd() {
   int v = gHostSimd.load(std::memory_order_relaxed);
   if (v < 0) {
-    v = static_cast<int>(hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512 : HostSimd::kBaseline);
+    const HostSimd widest = hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512
+                            : hostSimdAvailable(HostSimd::kAvx2) ? HostSimd::kAvx2
+                                                                 : HostSimd::kBaseline;
+    v = static_cast<int>(widest);
     gHostSimd.store(v, std::memory_order_relaxed);
   }
   return static_cast<HostSimd>(v);
@@ -1000,6 +1163,8 @@ bool setHostSimd(HostSimd simd) {
   return true;
 }
 
-const char* hostSimdName(HostSimd simd) { return simd == HostSimd::kAvx512 ? "avx512" : "baseline"; }
+const char* hostSimdName(HostSimd simd) {
+  return simd == HostSimd::kAvx512 ? "avx512" : simd == HostSimd::kAvx2 ? "avx2" : "baseline";
+}
 
 }  // namespace spccl::host

@@ -89,13 +89,15 @@ size_t thresholdSamplePosition(size_t j, size_t samples, size_t n);
 
 // Vector instructions past the build's baseline (SSE2 on x86-64), picked at
 // run time from the CPU: AVX-512 (F, BW, DQ, VL) serves selectRowTopK's rows
-// of a multiple of 16 (see rowTopK16). Every path returns the same result;
-// setHostSimd pins one (SPCCL_HOST_SIMD, tests, benchmarks). Process-wide.
-enum class HostSimd { kBaseline, kAvx512 };
+// of a multiple of 16 (rowTopK16), AVX2 those of a multiple of 8 (rowTopK8;
+// also under kAvx512 for the rows rowTopK16 does not take). Every path
+// returns the same result; setHostSimd pins one (SPCCL_HOST_SIMD, tests,
+// benchmarks). Process-wide.
+enum class HostSimd { kBaseline, kAvx2, kAvx512 };
 bool hostSimdAvailable(HostSimd simd);  // this build and this CPU can run it
 HostSimd hostSimd();                    // in use: the widest available unless pinned
 bool setHostSimd(HostSimd simd);        // false, and nothing changes, where not available
-const char* hostSimdName(HostSimd simd);  // "baseline", "avx512"
+const char* hostSimdName(HostSimd simd);  // "baseline", "avx2", "avx512"
 
 // DCT-MP per-row selection: the positions of the `keep` entries of largest
 // |x| in a row of rowLen elements (ties: lower position first), plus every

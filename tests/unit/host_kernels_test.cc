@@ -657,7 +657,8 @@ void expectRowTopK(const void* row, spcclDataType_t type, const std::vector<floa
 // for the row top-k tests: every level must give the rule's result.
 std::vector<host::HostSimd> availableHostSimd() {
   std::vector<host::HostSimd> levels = {host::HostSimd::kBaseline};
-  if (host::hostSimdAvailable(host::HostSimd::kAvx512)) levels.push_back(host::HostSimd::kAvx512);
+  for (host::HostSimd simd : {host::HostSimd::kAvx2, host::HostSimd::kAvx512})
+    if (host::hostSimdAvailable(simd)) levels.push_back(simd);
   return levels;
 }
 
@@ -733,20 +734,21 @@ TEST(SelectRowTopK, FastPathsMatchTheRule) {
   }
 }
 
-// The AVX-512 path's shapes (rows of a multiple of 16; keep <= 16, whose
-// floor is the keep-th largest of 16 lane maxima, or of 32 for keeps of 9-16
-// where the row halves evenly, or a multiple of 16 over whole runs of
-// vectors), with candidates ranked in one vector (<= 16, ties falling back to
-// the rule), counted (17-64) or binned (> 64), on every level this CPU has:
-// the baseline must give the same rows.
-TEST(SelectRowTopK, SixteenLanePathMatchesTheRule) {
-  if (!host::hostSimdAvailable(host::HostSimd::kAvx512))
-    std::printf("note: this CPU has no AVX-512 (F/BW/DQ/VL): the baseline path alone is checked\n");
+// The AVX-512 and AVX2 paths' shapes (rows of a multiple of 16 or 8; keep <=
+// 16, whose floor is the keep-th largest of the lane maxima of one, two or
+// four runs of the row, or a multiple of the lanes over whole runs), with
+// candidates ranked in vectors (<= 16, ties falling back to the rule),
+// counted (17-64) or binned (> 64), on every level this CPU has: the
+// baseline must give the same rows.
+TEST(SelectRowTopK, LanePathsMatchTheRule) {
+  for (host::HostSimd simd : {host::HostSimd::kAvx2, host::HostSimd::kAvx512})
+    if (!host::hostSimdAvailable(simd))
+      std::printf("note: this CPU has no %s: that path is not checked here\n", host::hostSimdName(simd));
   for (host::HostSimd simd : availableHostSimd()) {
     SCOPED_TRACE(host::hostSimdName(simd));
     const PinnedHostSimd pinned(simd);
     auto g = rng(43);
-    for (uint32_t rowLen : {16u, 32u, 48u, 64u, 128u, 256u, 768u})
+    for (uint32_t rowLen : {8u, 16u, 24u, 32u, 40u, 48u, 64u, 128u, 256u, 768u})
       for (uint32_t keep : {1u, 2u, 3u, 5u, 7u, 8u, 11u, 15u, 16u, 32u, 48u, 96u})
         if (keep < rowLen) {
           ASSERT_NO_FATAL_FAILURE(expectShapedRows(g, rowLen, keep, rowLen <= 128 ? 6 : 2));
@@ -755,18 +757,22 @@ TEST(SelectRowTopK, SixteenLanePathMatchesTheRule) {
 }
 
 TEST(HostSimd, WidestByDefaultAndPinnable) {
-  EXPECT_TRUE(host::hostSimdAvailable(host::HostSimd::kBaseline));
-  const host::HostSimd widest =
-      host::hostSimdAvailable(host::HostSimd::kAvx512) ? host::HostSimd::kAvx512 : host::HostSimd::kBaseline;
+  using host::HostSimd;
+  EXPECT_TRUE(host::hostSimdAvailable(HostSimd::kBaseline));
+  // AVX-512 implies AVX2 here (rowTopK16's rows fall back to rowTopK8's).
+  EXPECT_TRUE(!host::hostSimdAvailable(HostSimd::kAvx512) || host::hostSimdAvailable(HostSimd::kAvx2));
+  const HostSimd widest = availableHostSimd().back();
   EXPECT_EQ(host::hostSimd(), widest);
-  EXPECT_TRUE(host::setHostSimd(host::HostSimd::kBaseline));
-  EXPECT_EQ(host::hostSimd(), host::HostSimd::kBaseline);
-  // Pinning a level this CPU lacks is refused and changes nothing.
-  EXPECT_EQ(host::setHostSimd(host::HostSimd::kAvx512), host::hostSimdAvailable(host::HostSimd::kAvx512));
-  EXPECT_EQ(host::hostSimd(), widest);
+  for (HostSimd simd : {HostSimd::kBaseline, HostSimd::kAvx2, HostSimd::kAvx512}) {
+    EXPECT_TRUE(host::setHostSimd(HostSimd::kBaseline));
+    // Pinning a level this CPU lacks is refused and changes nothing.
+    EXPECT_EQ(host::setHostSimd(simd), host::hostSimdAvailable(simd)) << host::hostSimdName(simd);
+    EXPECT_EQ(host::hostSimd(), host::hostSimdAvailable(simd) ? simd : HostSimd::kBaseline);
+  }
   host::setHostSimd(widest);
-  EXPECT_STREQ(host::hostSimdName(host::HostSimd::kAvx512), "avx512");
-  EXPECT_STREQ(host::hostSimdName(host::HostSimd::kBaseline), "baseline");
+  EXPECT_STREQ(host::hostSimdName(HostSimd::kAvx512), "avx512");
+  EXPECT_STREQ(host::hostSimdName(HostSimd::kAvx2), "avx2");
+  EXPECT_STREQ(host::hostSimdName(HostSimd::kBaseline), "baseline");
 }
 
 // ---------------------------------------------------------------- conversions and accumulation

@@ -132,6 +132,7 @@ TEST(Params, ValidValues) {
             std::string::npos);
   EXPECT_EQ(loadOk({}).hostSimd, kHostSimdAuto);
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "AVX512"}}).hostSimd, kHostSimdAvx512);
+  EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "avx2"}}).hostSimd, kHostSimdAvx2);
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "baseline"}}).hostSimd, kHostSimdBaseline);
   EXPECT_NE(describeParams(loadOk({{"SPCCL_HOST_SIMD", "baseline"}})).find("SPCCL_HOST_SIMD=baseline"),
             std::string::npos);
@@ -183,7 +184,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_INTERCEPT", {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on"}},
       {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
       {"SPCCL_INDEX_ENCODING", {"varint", "coo32", "2", "auto,delta", "rle"}},
-      {"SPCCL_HOST_SIMD", {"avx2", "sse2", "1", "avx512,baseline", "none"}},
+      {"SPCCL_HOST_SIMD", {"avx", "sse2", "1", "avx512,baseline", "none"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {
