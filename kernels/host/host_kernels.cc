@@ -1057,7 +1057,7 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     // row's keys are computed once, into a buffer of this thread's (with
     // AVX-512 or AVX2, rowTopK16 and rowTopK8: the candidates' keys, compacted).
     thread_local std::vector<uint32_t> keyBuffer;
-    if (keyBuffer.size() < rowLen + 16) keyBuffer.resize(rowLen + 16);
+    if (keyBuffer.size() < size_t{rowLen} + 16) keyBuffer.resize(size_t{rowLen} + 16);
     uint32_t* const keys = keyBuffer.data();
 #if SPCCL_HOST_X86
     const HostSimd simd = hostSimd();
