@@ -79,10 +79,7 @@ int worldRank() {
 // host kernels' choice is).
 Status applyHostSimd(const Params& p) {
   using host::HostSimd;
-  HostSimd simd = host::hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512
-                  : host::hostSimdAvailable(HostSimd::kAvx2) ? HostSimd::kAvx2
-                                                             : HostSimd::kBaseline;
-  if (p.hostSimd == kHostSimdBaseline) simd = HostSimd::kBaseline;
+  HostSimd simd = p.hostSimd == kHostSimdBaseline ? HostSimd::kBaseline : host::widestHostSimd();
   if (p.hostSimd == kHostSimdAvx512 || p.hostSimd == kHostSimdAvx2) {
     simd = p.hostSimd == kHostSimdAvx512 ? HostSimd::kAvx512 : HostSimd::kAvx2;
     if (!host::hostSimdAvailable(simd))

@@ -742,11 +742,10 @@ SPCCL_AVX512_TARGET inline __m512i rowKeys16(const Load& load, size_t i) {
   }
 }
 
-// Lane i: how many of values[0, kN) are >= lane i's (signed).
-template <uint32_t kN>
-SPCCL_AVX512_TARGET inline __m512i atLeastCounts(__m512i lanes, const int32_t* values) {
+// Lane i: how many of values[0, 16) are >= lane i's (signed).
+SPCCL_AVX512_TARGET inline __m512i atLeastCounts16(__m512i lanes, const int32_t* values) {
   __m512i count = _mm512_setzero_si512();
-  for (uint32_t j = 0; j < kN; ++j)
+  for (uint32_t j = 0; j < 16; ++j)
     count = _mm512_mask_sub_epi32(count, _mm512_cmpge_epi32_mask(_mm512_set1_epi32(values[j]), lanes), count,
                                   _mm512_set1_epi32(-1));
   return count;
@@ -758,7 +757,7 @@ SPCCL_AVX512_TARGET uint32_t keepByCount16(int32_t* keys, uint32_t m, uint32_t k
   _mm512_storeu_si512(keys + m, _mm512_set1_epi32(-1));
   if (m <= 16) {
     const __m512i k = _mm512_loadu_si512(keys);
-    const __mmask16 counted = _mm512_cmple_epi32_mask(atLeastCounts<16>(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
+    const __mmask16 counted = _mm512_cmple_epi32_mask(atLeastCounts16(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
     const __mmask16 kept = counted & static_cast<__mmask16>((1u << m) - 1);
     if (static_cast<uint32_t>(__builtin_popcount(kept)) == keep) {
       const __m512i p = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << m) - 1), positions);
@@ -812,7 +811,7 @@ SPCCL_AVX512_TARGET uint32_t rowTopK16(const Load& load, uint32_t rowLen, uint32
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, columnMax);
   const __mmask16 enough =
-      _mm512_cmpge_epi32_mask(atLeastCounts<16>(columnMax, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
+      _mm512_cmpge_epi32_mask(atLeastCounts16(columnMax, lanes), _mm512_set1_epi32(static_cast<int>(keep)));
   const uint32_t floor = _mm512_mask_reduce_max_epu32(enough, columnMax);
   const __m512i floorV = _mm512_set1_epi32(static_cast<int32_t>(floor));
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -1145,13 +1144,16 @@ bool hostSimdAvailable(HostSimd simd) {
 #endif
 }
 
+HostSimd widestHostSimd() {
+  return hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512
+         : hostSimdAvailable(HostSimd::kAvx2) ? HostSimd::kAvx2
+                                              : HostSimd::kBaseline;
+}
+
 HostSimd hostSimd() {
   int v = gHostSimd.load(std::memory_order_relaxed);
   if (v < 0) {
-    const HostSimd widest = hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512
-                            : hostSimdAvailable(HostSimd::kAvx2) ? HostSimd::kAvx2
-                                                                 : HostSimd::kBaseline;
-    v = static_cast<int>(widest);
+    v = static_cast<int>(widestHostSimd());
     gHostSimd.store(v, std::memory_order_relaxed);
   }
   return static_cast<HostSimd>(v);

@@ -762,6 +762,7 @@ TEST(HostSimd, WidestByDefaultAndPinnable) {
   // AVX-512 implies AVX2 here (rowTopK16's rows fall back to rowTopK8's).
   EXPECT_TRUE(!host::hostSimdAvailable(HostSimd::kAvx512) || host::hostSimdAvailable(HostSimd::kAvx2));
   const HostSimd widest = availableHostSimd().back();
+  EXPECT_EQ(host::widestHostSimd(), widest);
   EXPECT_EQ(host::hostSimd(), widest);
   for (HostSimd simd : {HostSimd::kBaseline, HostSimd::kAvx2, HostSimd::kAvx512}) {
     EXPECT_TRUE(host::setHostSimd(HostSimd::kBaseline));
