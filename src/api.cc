@@ -78,15 +78,8 @@ int worldRank() {
 // SPCCL_HOST_SIMD, applied at communicator creation (process-wide, as the
 // host kernels' choice is).
 Status applyHostSimd(const Params& p) {
-  using host::HostSimd;
-  HostSimd simd = p.hostSimd == kHostSimdBaseline ? HostSimd::kBaseline : host::widestHostSimd();
-  if (p.hostSimd == kHostSimdAvx512 || p.hostSimd == kHostSimdAvx2) {
-    simd = p.hostSimd == kHostSimdAvx512 ? HostSimd::kAvx512 : HostSimd::kAvx2;
-    if (!host::hostSimdAvailable(simd))
-      return invalidArgument(formatString("SPCCL_HOST_SIMD=%s: this CPU (or this build) lacks %s; use auto or baseline",
-                                          host::hostSimdName(simd),
-                                          simd == HostSimd::kAvx512 ? "AVX-512 F, BW, DQ and VL" : "AVX2"));
-  }
+  host::HostSimd simd;
+  SPCCL_RETURN_IF_ERROR(resolveHostSimd(p.hostSimd, host::hostSimdAvailable, &simd));
   host::setHostSimd(simd);
   return Status::ok();
 }

@@ -146,6 +146,23 @@ int choiceIndex(const char* choices, const char* value) {
   return -1;
 }
 
+// The index-th of a choice variable's choices as its table spells them
+// (the choice index is the value Params holds).
+std::string choiceName(const char* name, int index) {
+  for (const ParamSpec& spec : kParamSpecs) {
+    if (std::strcmp(spec.name, name) != 0 || spec.type != ParamType::kChoice) continue;
+    const char* p = spec.choices;
+    for (int i = 0; i < index && p != nullptr; ++i) {
+      p = std::strchr(p, '|');
+      if (p != nullptr) ++p;
+    }
+    if (p == nullptr || index < 0) break;
+    const char* bar = std::strchr(p, '|');
+    return std::string(p, bar ? static_cast<size_t>(bar - p) : std::strlen(p));
+  }
+  return "?";
+}
+
 // Parses one value per its spec; *number gets the numeric value or choice index.
 Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double* number) {
   const char* where = fromEnv ? "environment variable" : "default of";
@@ -222,32 +239,43 @@ const char* valueTypeName(core::ValueType t) {
 }
 
 std::string describeParams(const Params& p) {
-  static const char* kLevels[] = {"NONE", "WARN", "INFO", "TRACE"};
   return formatString(
       "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
       "SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_AUTO_TRIALS=%d "
       "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
       "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
       "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
-      p.disable ? 1 : 0, kLevels[static_cast<int>(p.debug)], static_cast<double>(p.allreduceDensity),
+      p.disable ? 1 : 0, choiceName("SPCCL_DEBUG", static_cast<int>(p.debug)).c_str(), static_cast<double>(p.allreduceDensity),
       p.thresholdInterval, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
       algorithmName(p.algorithm), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs, valueTypeName(p.valueType),
       static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),
       static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
-      p.rowSparseAlgorithm == kRowSparseAllgather   ? "allgather"
-      : p.rowSparseAlgorithm == kRowSparsePartition ? "partition"
-                                                    : "auto") +
+      choiceName("SPCCL_ROWSPARSE_ALGO", p.rowSparseAlgorithm).c_str()) +
          " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
-         " SPCCL_DEVICE_MODE=" + (p.deviceMode == kDeviceModeFixed ? "fixed" : "exact") +
+         " SPCCL_DEVICE_MODE=" + choiceName("SPCCL_DEVICE_MODE", p.deviceMode) +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
          formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
          " SPCCL_PROFILE=" + (p.profile ? "1" : "0") +
-         " SPCCL_HOST_SIMD=" + (p.hostSimd == kHostSimdAvx512   ? "avx512"
-                                : p.hostSimd == kHostSimdAvx2     ? "avx2"
-                                : p.hostSimd == kHostSimdBaseline ? "baseline"
-                                                                  : "auto");
+         " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd);
+}
+
+Status resolveHostSimd(int setting, bool (*available)(host::HostSimd), host::HostSimd* out) {
+  using host::HostSimd;
+  if (setting == kHostSimdBaseline) {
+    *out = HostSimd::kBaseline;
+  } else if (setting == kHostSimdAvx512 || setting == kHostSimdAvx2) {
+    const HostSimd simd = setting == kHostSimdAvx512 ? HostSimd::kAvx512 : HostSimd::kAvx2;
+    if (!available(simd))
+      return invalidArgument(formatString("SPCCL_HOST_SIMD=%s: this CPU (or this build) lacks %s; use auto or baseline",
+                                          host::hostSimdName(simd),
+                                          simd == HostSimd::kAvx512 ? "AVX-512 F, BW, DQ and VL" : "AVX2"));
+    *out = simd;
+  } else {
+    *out = host::widestHostSimd(available);
+  }
+  return Status::ok();
 }
 
 std::string renderParamTable() {

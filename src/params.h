@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/core/elementwise.h"
+#include "kernels/host/host_kernels.h"
 #include "src/log.h"
 #include "src/status.h"
 
@@ -47,6 +48,11 @@ constexpr int kHostSimdAuto = 0;
 constexpr int kHostSimdAvx512 = 1;
 constexpr int kHostSimdAvx2 = 2;
 constexpr int kHostSimdBaseline = 3;
+
+// SPCCL_HOST_SIMD's level on a CPU that grants what `available` says
+// (host::hostSimdAvailable in the library): auto is the widest; avx512 or
+// avx2 where the CPU lacks it is an error that names what is missing.
+Status resolveHostSimd(int setting, bool (*available)(host::HostSimd), host::HostSimd* out);
 
 // SPCCL_DEVICE_MODE (choice order).
 constexpr int kDeviceModeExact = 0;

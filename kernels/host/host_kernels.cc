@@ -1144,10 +1144,10 @@ bool hostSimdAvailable(HostSimd simd) {
 #endif
 }
 
-HostSimd widestHostSimd() {
-  return hostSimdAvailable(HostSimd::kAvx512) ? HostSimd::kAvx512
-         : hostSimdAvailable(HostSimd::kAvx2) ? HostSimd::kAvx2
-                                              : HostSimd::kBaseline;
+HostSimd widestHostSimd(bool (*available)(HostSimd)) {
+  return available(HostSimd::kAvx512) ? HostSimd::kAvx512
+         : available(HostSimd::kAvx2) ? HostSimd::kAvx2
+                                      : HostSimd::kBaseline;
 }
 
 HostSimd hostSimd() {

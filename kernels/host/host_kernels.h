@@ -95,7 +95,8 @@ size_t thresholdSamplePosition(size_t j, size_t samples, size_t n);
 // benchmarks). Process-wide.
 enum class HostSimd { kBaseline, kAvx2, kAvx512 };
 bool hostSimdAvailable(HostSimd simd);  // this build and this CPU can run it
-HostSimd widestHostSimd();              // the widest available
+// The widest level `available` grants (tests pass a CPU of their own making).
+HostSimd widestHostSimd(bool (*available)(HostSimd) = hostSimdAvailable);
 HostSimd hostSimd();                    // in use: the widest available unless pinned
 bool setHostSimd(HostSimd simd);        // false, and nothing changes, where not available
 const char* hostSimdName(HostSimd simd);  // "baseline", "avx2", "avx512"

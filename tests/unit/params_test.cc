@@ -158,6 +158,74 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(p.minCompressCount, 12u);
 }
 
+// The INFO dump spells every choice as the table does, so that a line from
+// SPCCL_DEBUG=INFO can be pasted back into the environment.
+TEST(Params, DescribeSpellsEveryChoiceAsTheTable) {
+  int checked = 0;
+  for (const ParamSpec& s : paramSpecs()) {
+    if (s.type != ParamType::kChoice) continue;
+    std::stringstream choices(s.choices);
+    for (std::string choice; std::getline(choices, choice, '|');) {
+      const std::string described = " " + describeParams(loadOk({{s.name, choice}})) + " ";
+      EXPECT_NE(described.find(" " + std::string(s.name) + "=" + choice + " "), std::string::npos)
+          << s.name << "=" << choice << " described as:" << described;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 20);  // DEBUG 4, ALGO 4, VALUE_TYPE 4, ROWSPARSE 3, DEVICE_MODE 2, INDEX 4, HOST_SIMD 4
+}
+
+// SPCCL_HOST_SIMD on CPUs of the test's own making: what auto picks, and the
+// error (naming what is missing) when a level the CPU lacks is asked for.
+namespace fakecpu {
+bool none(host::HostSimd s) { return s == host::HostSimd::kBaseline; }
+bool avx2Only(host::HostSimd s) { return s != host::HostSimd::kAvx512; }
+bool both(host::HostSimd) { return true; }
+}  // namespace fakecpu
+
+TEST(Params, HostSimdLevelOnEachCpu) {
+  using host::HostSimd;
+  struct Case {
+    bool (*cpu)(HostSimd);
+    int setting;
+    bool ok;
+    HostSimd level;
+  };
+  const Case cases[] = {
+      {fakecpu::both, kHostSimdAuto, true, HostSimd::kAvx512},
+      {fakecpu::both, kHostSimdAvx512, true, HostSimd::kAvx512},
+      {fakecpu::both, kHostSimdAvx2, true, HostSimd::kAvx2},
+      {fakecpu::both, kHostSimdBaseline, true, HostSimd::kBaseline},
+      {fakecpu::avx2Only, kHostSimdAuto, true, HostSimd::kAvx2},
+      {fakecpu::avx2Only, kHostSimdAvx512, false, HostSimd::kBaseline},
+      {fakecpu::avx2Only, kHostSimdAvx2, true, HostSimd::kAvx2},
+      {fakecpu::avx2Only, kHostSimdBaseline, true, HostSimd::kBaseline},
+      {fakecpu::none, kHostSimdAuto, true, HostSimd::kBaseline},
+      {fakecpu::none, kHostSimdAvx512, false, HostSimd::kBaseline},
+      {fakecpu::none, kHostSimdAvx2, false, HostSimd::kBaseline},
+      {fakecpu::none, kHostSimdBaseline, true, HostSimd::kBaseline},
+  };
+  for (const Case& c : cases) {
+    HostSimd level = HostSimd::kAvx512;
+    const HostSimd untouched = level;
+    const Status st = resolveHostSimd(c.setting, c.cpu, &level);
+    SCOPED_TRACE(testing::Message() << "setting " << c.setting << ": " << st.message());
+    EXPECT_EQ(st.isOk(), c.ok);
+    if (c.ok) {
+      EXPECT_EQ(level, c.level);
+      continue;
+    }
+    EXPECT_EQ(level, untouched);
+    EXPECT_EQ(st.code(), spcclInvalidArgument);
+    EXPECT_NE(st.message().find("SPCCL_HOST_SIMD="), std::string::npos);
+    EXPECT_NE(st.message().find(c.setting == kHostSimdAvx512 ? "AVX-512" : "lacks AVX2"), std::string::npos);
+  }
+  // The library's own CPU: auto is the widest it has.
+  HostSimd level;
+  ASSERT_TRUE(resolveHostSimd(kHostSimdAuto, host::hostSimdAvailable, &level).isOk());
+  EXPECT_EQ(level, host::widestHostSimd());
+}
+
 TEST(Params, InvalidValuesNameTheVariable) {
   const std::map<std::string, std::vector<std::string>> invalid = {
       {"SPCCL_DISABLE", {"2", "-1", "yes", "0.5", "1x", "abc"}},
