@@ -25,7 +25,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   Transport& t = *comm.transport;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const core::ValueType wire = comm.params.valueType;
+  const core::ValueType wire = ownValuesWireType(comm.params.valueType, type);
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm.seq++;
   const uint64_t k = allGatherTopKCount(density, n);

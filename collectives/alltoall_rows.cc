@@ -5,6 +5,8 @@
 // positions in the selection.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
@@ -17,29 +19,147 @@ namespace spccl {
 
 namespace {
 
-// Writes v at element i of a user float buffer (fp32, fp16 or bf16).
-inline void storeElement(void* buf, size_t i, spcclDataType_t type, float v) {
+// Element formats of user buffers and wire values, so that the per-entry
+// loops below are compiled once per pair of formats with no switch inside.
+// toFloat reads, fromFloat writes a buffer element (round to nearest even),
+// wireFromFloat writes a wire value (finite values saturate: storeWireValue).
+struct Fp32 {
+  using Raw = uint32_t;
+  static float toFloat(Raw r, int) { return core::bitsFloat(r); }
+  static Raw fromFloat(float v) { return core::floatBits(v); }
+  static Raw wireFromFloat(float v) { return core::floatBits(v); }
+};
+struct Fp16 {
+  using Raw = uint16_t;
+  static float toFloat(Raw r, int) { return core::halfBitsToFloat(r); }
+  static Raw fromFloat(float v) { return core::floatToHalfBits(v); }
+  static Raw wireFromFloat(float v) { return core::wireHalfBits(v); }
+};
+struct Bf16 {
+  using Raw = uint16_t;
+  static float toFloat(Raw r, int) { return core::bfloat16BitsToFloat(r); }
+  static Raw fromFloat(float v) { return core::floatToBfloat16Bits(v); }
+  static Raw wireFromFloat(float v) { return core::wireBfloat16Bits(v); }
+};
+struct Fp8 {  // wire only, read side (the send side stages fp32: the scale needs every value)
+  using Raw = uint8_t;
+  static float toFloat(Raw r, int scaleExp) { return core::e4m3ToFloat(r, scaleExp); }
+};
+
+template <typename F>
+decltype(auto) withBufferFormat(spcclDataType_t type, F&& f) {
   switch (type) {
     case spcclFloat16:
-      static_cast<uint16_t*>(buf)[i] = core::floatToHalfBits(v);
-      break;
+      return f(Fp16{});
     case spcclBfloat16:
-      static_cast<uint16_t*>(buf)[i] = core::floatToBfloat16Bits(v);
-      break;
+      return f(Bf16{});
     default:
-      static_cast<float*>(buf)[i] = v;
+      return f(Fp32{});
   }
 }
 
-// Element i of a user float buffer as fp32.
-inline float loadElement(const void* buf, size_t i, spcclDataType_t type) {
-  switch (type) {
-    case spcclFloat16:
-      return core::halfBitsToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case spcclBfloat16:
-      return core::bfloat16BitsToFloat(static_cast<const uint16_t*>(buf)[i]);
+template <typename F>
+decltype(auto) withWireFormat(core::ValueType wire, F&& f) {
+  switch (wire) {
+    case core::ValueType::kFloat16:
+      return f(Fp16{});
+    case core::ValueType::kBfloat16:
+      return f(Bf16{});
+    case core::ValueType::kFloat8e4m3:
+      return f(Fp8{});
     default:
-      return static_cast<const float*>(buf)[i];
+      return f(Fp32{});
+  }
+}
+
+// What the send side writes into the value sections before encoding: the
+// wire type itself, or fp32 for fp8 (encodeRows/encodeValues scale it).
+core::ValueType stagedType(core::ValueType wire) {
+  return wire == core::ValueType::kFloat8e4m3 ? core::ValueType::kFloat32 : wire;
+}
+
+// A buffer element as a staged value, and a wire value as a buffer element:
+// the bits as they are where the formats agree, else through fp32.
+template <typename Buf, typename Staged>
+typename Staged::Raw stage(typename Buf::Raw x) {
+  if constexpr (std::is_same_v<Buf, Staged>) return x;
+  else return Staged::wireFromFloat(Buf::toFloat(x, 0));
+}
+template <typename Wire, typename Buf>
+typename Buf::Raw unstage(typename Wire::Raw x, int scaleExp) {
+  if constexpr (std::is_same_v<Wire, Buf>) return x;
+  else return Buf::fromFloat(Wire::toFloat(x, scaleExp));
+}
+
+template <typename T>
+T loadRaw(const void* base, size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(base) + i * sizeof(T), sizeof v);
+  return v;
+}
+template <typename T>
+void storeRaw(void* base, size_t i, T v) {
+  std::memcpy(static_cast<char*>(base) + i * sizeof(T), &v, sizeof v);
+}
+
+// The forward's selection: every row of sel->sentCounts.size() rows of
+// rowLen from `buf`, its kept positions appended to sel->sentPositions and
+// their values, staged, to *values, read while the row is in the cache.
+template <typename Buf, typename Staged>
+void selectRows(const void* buf, size_t rowLen, uint32_t keep, spcclDataType_t type, spcclSelection* sel,
+                std::vector<unsigned char>* values, uint64_t* scratch) {
+  using BufRaw = typename Buf::Raw;
+  using StagedRaw = typename Staged::Raw;
+  std::vector<uint32_t>& positions = sel->sentPositions;
+  const size_t rows = sel->sentCounts.size();
+  // Rows keep `keep` each unless NaN/Inf add more (grown then); selectRowTopK
+  // may write a whole row's length past its slot: one row of slack.
+  positions.resize(rows * keep + rowLen);
+  values->resize(positions.size() * sizeof(StagedRaw));
+  size_t used = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    if (used + rowLen > positions.size()) {
+      positions.resize(std::max(2 * positions.size(), used + rowLen));
+      values->resize(positions.size() * sizeof(StagedRaw));
+    }
+    const char* row = static_cast<const char*>(buf) + r * rowLen * sizeof(BufRaw);
+    uint32_t* kept = positions.data() + used;
+    const uint32_t n = host::selectRowTopK(row, type, static_cast<uint32_t>(rowLen), keep, kept, scratch);
+    unsigned char* out = values->data() + used * sizeof(StagedRaw);
+    for (uint32_t e = 0; e < n; ++e) storeRaw(out, e, stage<Buf, Staged>(loadRaw<BufRaw>(row, kept[e])));
+    sel->sentCounts[r] = n;
+    used += n;
+  }
+  positions.resize(used);
+  values->resize(used * sizeof(StagedRaw));
+}
+
+// Rows' kept values, `rows` rows of rowLen from `buf`, staged: counts[r]
+// values of row r at positions (consecutive), written to out in order.
+template <typename Buf, typename Staged>
+void gatherKept(const void* buf, size_t rowLen, size_t rows, const uint32_t* counts, const uint32_t* positions,
+                void* out) {
+  uint64_t e = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t base = r * rowLen;
+    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
+      storeRaw(out, e, stage<Buf, Staged>(loadRaw<typename Buf::Raw>(buf, base + positions[e])));
+  }
+}
+
+// Rows of a received block: each of `rows` rows of rowLen zeroed, then its
+// counts[r] wire values stored at its positions. Each row is zeroed right
+// before its entries are stored, so the stores hit the lines just brought in.
+template <typename Wire, typename Buf>
+void scatterKept(const void* values, int scaleExp, size_t rowLen, size_t rows, const uint32_t* counts,
+                 const uint32_t* positions, void* buf) {
+  using Raw = typename Buf::Raw;
+  uint64_t e = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    char* row = static_cast<char*>(buf) + r * rowLen * sizeof(Raw);
+    std::memset(row, 0, rowLen * sizeof(Raw));
+    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
+      storeRaw(row, positions[e], unstage<Wire, Buf>(loadRaw<typename Wire::Raw>(values, e), scaleExp));
   }
 }
 
@@ -63,7 +183,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   Transport& t = *comm.transport;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const core::ValueType wire = comm.params.valueType;
+  const core::ValueType wire = ownValuesWireType(comm.params.valueType, type);
   const uint32_t keep = core::rowKeep(rowLen, density);
   const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
@@ -75,33 +195,15 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   spcclSelection local;
   spcclSelection& s = sel ? *sel : local;
   s.sentCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
-  // Kept positions and their values go straight to their slots (rows keep
-  // `keep` each unless NaN/Inf add more: grown then), and only the kept
-  // elements are read back from the row.
-  s.sentPositions.resize(s.sentCounts.size() * keep);
+  const core::ValueType staged = stagedType(wire);
+  std::vector<unsigned char>& values = ws.stageBytes;  // kept values, staged, in sentPositions order
   comm.ranks64.resize(rowLen);
-  comm.positions.resize(rowLen);
-  std::vector<float>& values = ws.rangeAcc;  // kept values, in sentPositions order
-  values.resize(s.sentPositions.size());
-  size_t used = 0;
-  for (size_t r = 0; r < s.sentCounts.size(); ++r) {
-    const char* row = static_cast<const char*>(sendbuff) + r * rowLen * esize;
-    const uint32_t n = host::selectRowTopK(row, type, static_cast<uint32_t>(rowLen), keep, comm.positions.data(),
-                                           comm.ranks64.data());
-    s.sentCounts[r] = n;
-    if (used + n > values.size()) {
-      s.sentPositions.resize(std::max(2 * values.size(), used + n));
-      values.resize(s.sentPositions.size());
-    }
-    for (uint32_t e = 0; e < n; ++e) {
-      const uint32_t pos = comm.positions[e];
-      s.sentPositions[used + e] = pos;
-      values[used + e] = loadElement(row, pos, type);
-    }
-    used += n;
-  }
-  s.sentPositions.resize(used);
-  values.resize(used);
+  withBufferFormat(type, [&](auto buf) {
+    withWireFormat(staged, [&](auto st) {
+      if constexpr (!std::is_same_v<decltype(st), Fp8>)
+        selectRows<decltype(buf), decltype(st)>(sendbuff, rowLen, keep, type, &s, &values, comm.ranks64.data());
+    });
+  });
 
   // One stream per peer.
   ws.sizes.resize(p);
@@ -126,7 +228,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
                                    [&](uint32_t c) { return c == keep; });
     encodeRows(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
                s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
-               values.data() + ws.cuts[j], nnz, wire, seq);
+               values.data() + ws.cuts[j] * core::wireValueBytes(staged), staged, nnz, wire, seq);
     sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
   }
   ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
@@ -143,9 +245,8 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   SPCCL_RETURN_IF_ERROR(implausible);  // the exchange is over: nothing left to wait for
   SPCCL_RETURN_IF_ERROR(moved);
 
-  // Dense rows out, zeros at the dropped positions: each row zeroed right
-  // before its kept entries are stored, so the stores hit the lines the
-  // zeroing has just brought in. A refused stream leaves the whole output zero.
+  // Dense rows out, zeros at the dropped positions. A refused stream leaves
+  // the whole output zero.
   auto refuse = [&](Status st) {
     zeroElements(recvbuff, 0, static_cast<size_t>(p) * blockElems, esize);
     return st;
@@ -155,28 +256,28 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   s.recvPositions.reserve(s.recvCounts.size() * keep);
   for (int j = 0; j < p; ++j) {
     RowsView v;
+    const size_t first = s.recvPositions.size();
     const Status parsed = parseRows(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
-                                    wire, seq, j, &v);
+                                    wire, seq, j, &v, &s.recvPositions);
     if (!parsed.isOk()) return refuse(parsed);
     if (v.keepPerRow != 0 && v.keepPerRow != keep)
       return refuse(invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
                                               "(different densities?)",
                                               j, static_cast<unsigned long long>(v.keepPerRow), keep)));
-    uint64_t e = 0;
+    uint32_t* counts = s.recvCounts.data() + j * rowsPerPeer;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
-      const uint32_t c = v.countOf(r);
-      if (c < keep)
+      counts[r] = v.countOf(r);
+      if (counts[r] < keep)
         return refuse(invalidUsage(
-            formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, c, keep)));
-      const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
-      zeroElements(recvbuff, rowBase, rowLen, esize);
-      s.recvCounts[j * rowsPerPeer + r] = c;
-      for (uint32_t k = 0; k < c; ++k, ++e) {
-        const uint32_t pos = v.positionAt(e);
-        s.recvPositions.push_back(pos);
-        storeElement(recvbuff, rowBase + pos, type, core::loadWireValue(v.values, e, wire, v.scaleExp));
-      }
+            formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, counts[r], keep)));
     }
+    void* block = static_cast<char*>(recvbuff) + j * blockElems * esize;
+    withWireFormat(wire, [&](auto w) {
+      withBufferFormat(type, [&](auto buf) {
+        scatterKept<decltype(w), decltype(buf)>(v.values, v.scaleExp, rowLen, rowsPerPeer, counts,
+                                                s.recvPositions.data() + first, block);
+      });
+    });
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
@@ -226,25 +327,28 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
     ws.recvSizes[j] = valuesStreamBytes(out, s.wire);
   }
   ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
-  std::vector<float>& values = ws.rangeAcc;
-  values.resize(ws.cuts[p]);
-  uint64_t e = 0;
-  for (size_t row = 0; row < s.recvCounts.size(); ++row) {
-    const char* grad = static_cast<const char*>(gradSend) + row * rowLen * esize;
-    for (uint32_t k = 0; k < s.recvCounts[row]; ++k, ++e) values[e] = loadElement(grad, s.recvPositions[e], s.dataType);
-  }
+  // The gradient at those positions, staged for the wire, peer after peer.
+  const core::ValueType staged = stagedType(s.wire);
+  const size_t stagedBytes = core::wireValueBytes(staged);
+  std::vector<unsigned char>& values = ws.stageBytes;
+  values.resize(ws.cuts[p] * stagedBytes);
+  withBufferFormat(s.dataType, [&](auto buf) {
+    withWireFormat(staged, [&](auto st) {
+      if constexpr (!std::is_same_v<decltype(st), Fp8>)
+        gatherKept<decltype(buf), decltype(st)>(gradSend, rowLen, s.recvCounts.size(), s.recvCounts.data(),
+                                                s.recvPositions.data(), values.data());
+    });
+  });
   for (int j = 0; j < p; ++j) {
-    encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j], ws.cuts[j + 1] - ws.cuts[j],
-                 rowsPerPeer, rowLen, s.wire, seq);
+    encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j] * stagedBytes, staged,
+                 ws.cuts[j + 1] - ws.cuts[j], rowsPerPeer, rowLen, s.wire, seq);
     sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
   }
   ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
   SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
                                     ws.recvSizes.data(), ws.recvOffsets.data()));
 
-  // As in the forward: each row zeroed right before its entries are stored;
-  // a refused stream leaves the whole output zero.
-  e = 0;
+  // As in the forward; a refused stream leaves the whole output zero.
   for (int j = 0; j < p; ++j) {
     const void* vals = nullptr;
     int scaleExp = 0;
@@ -255,14 +359,14 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
       zeroElements(gradRecv, 0, static_cast<size_t>(p) * blockElems, esize);
       return parsed;
     }
-    uint64_t k = 0;
-    for (size_t r = 0; r < rowsPerPeer; ++r) {
-      const size_t rowBase = (j * rowsPerPeer + r) * rowLen;
-      zeroElements(gradRecv, rowBase, rowLen, esize);
-      for (uint32_t c = 0; c < s.sentCounts[j * rowsPerPeer + r]; ++c, ++k, ++e)
-        storeElement(gradRecv, rowBase + s.sentPositions[e], s.dataType,
-                     core::loadWireValue(vals, k, s.wire, scaleExp));
-    }
+    void* block = static_cast<char*>(gradRecv) + j * blockElems * esize;
+    withWireFormat(s.wire, [&](auto w) {
+      withBufferFormat(s.dataType, [&](auto buf) {
+        scatterKept<decltype(w), decltype(buf)>(vals, scaleExp, rowLen, rowsPerPeer,
+                                                s.sentCounts.data() + j * rowsPerPeer,
+                                                s.sentPositions.data() + ws.nnzPerRank[j], block);
+      });
+    });
   }
   *call = spcclStats_t{};
   call->calls = 1;

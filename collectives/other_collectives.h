@@ -25,6 +25,17 @@ enum class Collective : uint8_t;
 // definition for the host path and the NCCL path.
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
                               core::ValueType wire);
+// The value type of the collectives that send a buffer's own values without
+// reducing them (alltoall rows, the sparsified allgather): SPCCL_VALUE_TYPE,
+// except that where it is fp32 a 16-bit buffer's values travel in their own
+// type, as exact at half the bytes. One rule for the host and NCCL paths.
+inline core::ValueType ownValuesWireType(core::ValueType requested, spcclDataType_t type) {
+  if (requested != core::ValueType::kFloat32) return requested;
+  if (type == spcclFloat16) return core::ValueType::kFloat16;
+  if (type == spcclBfloat16) return core::ValueType::kBfloat16;
+  return requested;
+}
+
 // The sparsified allgather's rule (host and NCCL paths): each rank keeps
 // the k = ceil(density * n) entries of largest magnitude, NaN/Inf ranking
 // above every finite value (all of them kept, even beyond k), ties by lower

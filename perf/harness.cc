@@ -834,7 +834,13 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
   std::printf("  density: %g", static_cast<double>(opts.density));
   if (flags & kFlagRowLen) std::printf("  rowLen: %zu", opts.rowLen);
   if (flags & kFlagAlgo) std::printf("  algo: %s", allreduceAlgorithmName(opts.algorithm).data());
-  std::printf("  wire: %s\n", wireDescription(opts).c_str());
+  std::string wire = wireDescription(opts);
+  // The collectives without an op (alltoall rows, the sparsified allgather)
+  // send a 16-bit buffer's own values: under fp32 they travel in its type.
+  if (!(flags & kFlagOp) && effectiveWire(opts) == spcclFloat32 && opts.datatype != spcclFloat32)
+    wire += strPrintf(" (%s buffers' values travel as %s)", nameOf(kDataTypes, opts.datatype).data(),
+                      nameOf(kDataTypes, opts.datatype).data());
+  std::printf("  wire: %s\n", wire.c_str());
   std::printf("# backend: %s\n", ctx.dense.describe().c_str());
   std::printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d blocking: %d\n",
               opts.minBytes, opts.maxBytes, opts.stepBytes > 0 ? opts.stepBytes : opts.stepFactor,

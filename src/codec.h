@@ -345,12 +345,14 @@ size_t valuesStreamBytes(uint64_t nnz, core::ValueType vt);
 size_t idRowsStreamBytes(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes);
 
 // Writes a rows stream. positions holds nnz row-local positions, rows' counts
-// in `counts` (all equal to keepPerRow when keepPerRow != 0), values nnz fp32
-// (converted to vt). Returns bytes written.
+// in `counts` (all equal to keepPerRow when keepPerRow != 0), values nnz
+// values of type valuesType: vt itself (copied as they are; not fp8, whose
+// scale comes from the values) or fp32 (converted to vt). Returns bytes written.
 size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
-                  const uint32_t* positions, const float* values, uint64_t nnz, core::ValueType vt, uint64_t seq);
-size_t encodeValues(void* dst, const float* values, uint64_t nnz, uint64_t rows, uint64_t rowLen, core::ValueType vt,
-                    uint64_t seq);
+                  const uint32_t* positions, const void* values, core::ValueType valuesType, uint64_t nnz,
+                  core::ValueType vt, uint64_t seq);
+size_t encodeValues(void* dst, const void* values, core::ValueType valuesType, uint64_t nnz, uint64_t rows,
+                    uint64_t rowLen, core::ValueType vt, uint64_t seq);
 size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
                     uint32_t valueBytes, uint64_t seq);
 
@@ -380,8 +382,10 @@ struct RowsView {
   }
 };
 
+// positions, when given, gets the stream's nnz positions appended as they
+// are validated (what the receiver keeps for the backward).
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, uint64_t seq,
-                 int peer, RowsView* out);
+                 int peer, RowsView* out, std::vector<uint32_t>* positions = nullptr);
 // Values stream with exactly `nnz` values of type vt; *scaleExp (if given)
 // receives an fp8 stream's validated scale exponent (else 0).
 Status parseValues(const void* data, size_t bytes, uint64_t nnz, core::ValueType vt, uint64_t seq, int peer,

@@ -98,6 +98,79 @@ void setScale(RowsHeader* h, int scaleExp) {
     h->status = static_cast<uint8_t>(static_cast<int8_t>(scaleExp));
 }
 
+// nnz positions in Index-sized little-endian integers; returns the bytes written.
+template <typename Index>
+size_t storePositionsAs(unsigned char* dst, const uint32_t* positions, uint64_t nnz) {
+  for (uint64_t j = 0; j < nnz; ++j) {
+    const Index v = static_cast<Index>(positions[j]);
+    std::memcpy(dst + j * sizeof(Index), &v, sizeof v);
+  }
+  return nnz * sizeof(Index);
+}
+
+size_t storePositions(unsigned char* dst, const uint32_t* positions, uint64_t nnz, uint32_t ib) {
+  if (ib == 1) return storePositionsAs<uint8_t>(dst, positions, nnz);
+  if (ib == 2) return storePositionsAs<uint16_t>(dst, positions, nnz);
+  return storePositionsAs<uint32_t>(dst, positions, nnz);
+}
+
+template <ValueType kVt>
+void storeFloatsAs(unsigned char* section, const float* values, uint64_t nnz, int scaleExp) {
+  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(section, j, values[j], kVt, scaleExp);
+}
+
+// A value section of vt from values of valuesType: vt itself (not fp8) is
+// copied; anything else must be fp32, converted (fp8 scaled by the largest
+// finite magnitude). Returns the scale exponent (0 unless fp8).
+int storeValues(unsigned char* section, const void* values, ValueType valuesType, uint64_t nnz, ValueType vt) {
+  if (valuesType == vt && vt != ValueType::kFloat8e4m3) {
+    if (nnz > 0) std::memcpy(section, values, nnz * core::wireValueBytes(vt));
+    return 0;
+  }
+  const auto* f = static_cast<const float*>(values);
+  const int scaleExp = fp8ScaleForValues(f, nnz, vt);
+  switch (vt) {
+    case ValueType::kFloat16:
+      storeFloatsAs<ValueType::kFloat16>(section, f, nnz, scaleExp);
+      break;
+    case ValueType::kBfloat16:
+      storeFloatsAs<ValueType::kBfloat16>(section, f, nnz, scaleExp);
+      break;
+    case ValueType::kFloat8e4m3:
+      storeFloatsAs<ValueType::kFloat8e4m3>(section, f, nnz, scaleExp);
+      break;
+    default:
+      storeFloatsAs<ValueType::kFloat32>(section, f, nnz, scaleExp);
+  }
+  return scaleExp;
+}
+
+// parseRows' per-entry checks (in range, increasing within the row) once
+// the counts are known to add up, with the positions written to `kept` when
+// given. Index: the stream's index width.
+template <typename Index>
+bool checkRowPositions(const RowsView& v, uint64_t rows, uint64_t rowLen, uint32_t* kept, uint64_t* badRow,
+                       uint32_t* badPos) {
+  uint64_t j = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t c = v.countOf(r);
+    int64_t previous = -1;
+    for (uint64_t e = 0; e < c; ++e, ++j) {
+      Index raw;
+      std::memcpy(&raw, v.positions + j * sizeof(Index), sizeof raw);
+      const uint32_t pos = raw;
+      if (pos >= rowLen || static_cast<int64_t>(pos) <= previous) {
+        *badRow = r;
+        *badPos = pos;
+        return false;
+      }
+      previous = pos;
+      if (kept) kept[j] = pos;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int fp8ScaleForValues(const float* values, uint64_t nnz, ValueType vt) {
@@ -126,39 +199,33 @@ size_t idRowsStreamBytes(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes) {
 }
 
 size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
-                  const uint32_t* positions, const float* values, uint64_t nnz, ValueType vt, uint64_t seq) {
+                  const uint32_t* positions, const void* values, ValueType valuesType, uint64_t nnz, ValueType vt,
+                  uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   const uint32_t ib = rowIndexBytes(rowLen);
-  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
-                                static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
-  const int scaleExp = fp8ScaleForValues(values, nnz, vt);
-  setScale(&h, scaleExp);
-  std::memcpy(p, &h, sizeof h);
-  size_t off = sizeof h;
+  size_t off = sizeof(RowsHeader);
   if (keepPerRow == 0 && rows > 0) {
     std::memcpy(p + off, counts, rows * sizeof(uint32_t));
     off += rows * sizeof(uint32_t);
   }
-  for (uint64_t j = 0; j < nnz; ++j) {
-    const uint32_t pos = positions[j];
-    std::memcpy(p + off + j * ib, &pos, ib);  // little-endian: the low bytes
-  }
-  off += nnz * ib;
+  off += storePositions(p + off, positions, nnz, ib);
   const size_t valuesAt = pad4(off);
   std::memset(p + off, 0, valuesAt - off);
-  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + valuesAt, j, values[j], vt, scaleExp);
+  const int scaleExp = storeValues(p + valuesAt, values, valuesType, nnz, vt);
+  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
+                                static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
+  setScale(&h, scaleExp);
+  std::memcpy(p, &h, sizeof h);
   return finish(p, valuesAt + nnz * core::wireValueBytes(vt));
 }
 
-size_t encodeValues(void* dst, const float* values, uint64_t nnz, uint64_t rows, uint64_t rowLen, ValueType vt,
-                    uint64_t seq) {
+size_t encodeValues(void* dst, const void* values, ValueType valuesType, uint64_t nnz, uint64_t rows,
+                    uint64_t rowLen, ValueType vt, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
                                 static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
-  const int scaleExp = fp8ScaleForValues(values, nnz, vt);
-  setScale(&h, scaleExp);
+  setScale(&h, storeValues(p + sizeof h, values, valuesType, nnz, vt));
   std::memcpy(p, &h, sizeof h);
-  for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(p + sizeof h, j, values[j], vt, scaleExp);
   return finish(p, sizeof h + nnz * core::wireValueBytes(vt));
 }
 
@@ -183,7 +250,7 @@ uint32_t RowsView::countOf(uint64_t row) const {
 }
 
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, uint64_t seq,
-                 int peer, RowsView* out) {
+                 int peer, RowsView* out, std::vector<uint32_t>* positions) {
   RowsHeader h;
   SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kRows, seq, peer, &h));
   if (h.rows != rows || h.rowLen != rowLen)
@@ -219,21 +286,30 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
   v.values = base + pad4(sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + h.nnz * ib);
   v.valueType = vt;
   v.scaleExp = scaleExp;
+  // Counts first (they bound every position read), then the positions.
   uint64_t j = 0;
   for (uint64_t r = 0; r < rows; ++r) {
     const uint64_t c = v.countOf(r);
     if (c == 0 || c > rowLen || j + c > h.nnz)
       return remoteError(formatString("rows stream from rank %d: row %llu keeps %llu entries", peer,
                                       static_cast<unsigned long long>(r), static_cast<unsigned long long>(c)));
-    for (uint64_t e = 0; e < c; ++e, ++j) {
-      const uint32_t pos = v.positionAt(j);
-      if (pos >= rowLen || (e > 0 && pos <= v.positionAt(j - 1)))
-        return remoteError(formatString("rows stream from rank %d: row %llu position %u is out of range or not "
-                                        "increasing",
-                                        peer, static_cast<unsigned long long>(r), pos));
-    }
+    j += c;
   }
   if (j != h.nnz) return remoteError(formatString("rows stream from rank %d: row counts do not add up to nnz", peer));
+  uint32_t* kept = nullptr;
+  if (positions) {
+    positions->resize(positions->size() + h.nnz);
+    kept = positions->data() + positions->size() - h.nnz;
+  }
+  uint64_t badRow = 0;
+  uint32_t badPos = 0;
+  const bool ok = ib == 1   ? checkRowPositions<uint8_t>(v, rows, rowLen, kept, &badRow, &badPos)
+                  : ib == 2 ? checkRowPositions<uint16_t>(v, rows, rowLen, kept, &badRow, &badPos)
+                            : checkRowPositions<uint32_t>(v, rows, rowLen, kept, &badRow, &badPos);
+  if (!ok)
+    return remoteError(formatString("rows stream from rank %d: row %llu position %u is out of range or not "
+                                    "increasing",
+                                    peer, static_cast<unsigned long long>(badRow), badPos));
   *out = v;
   return Status::ok();
 }

@@ -84,7 +84,8 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->splitReselect = static_cast<float>(v); }},
     {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16|fp8",
      "Type of the values on the wire; fp16/bf16/fp8 rounding error goes back to the residual. fp8 = e4m3 with a "
-     "power-of-two scale per stream (host path only: compressed allreduce, alltoall rows, sparsified allgather).",
+     "power-of-two scale per stream (host path only: compressed allreduce, alltoall rows, sparsified allgather). "
+     "fp32 sends fp16/bf16 buffers' alltoall rows and sparsified allgather values in their own type (as exact).",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
     {"SPCCL_INDEX_ENCODING", ParamType::kChoice, "auto", 0, 0, false, "auto|coo|delta|bitmap",
      "Indices of compressed streams: 32-bit (coo), varint gaps (delta), a bit per position (bitmap); auto = "

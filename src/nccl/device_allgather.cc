@@ -25,7 +25,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;
-  const core::ValueType wire = comm->params.valueType;
+  const core::ValueType wire = ownValuesWireType(comm->params.valueType, type);
   const uint32_t vb = core::wireValueBytes(wire);
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm->seq++;

@@ -300,7 +300,7 @@ void rowsSeeds(Writer& w) {
     for (size_t j = 0; j < positions.size(); ++j) values.push_back(rng.value());
     const uint64_t nnz = positions.size();
     std::vector<unsigned char> stream(rowsStreamBytes(c.rows, c.rowLen, nnz, c.keep == 0, vt));
-    encodeRows(stream.data(), c.rows, c.rowLen, c.keep, counts.data(), positions.data(), values.data(), nnz, vt, seq);
+    encodeRows(stream.data(), c.rows, c.rowLen, c.keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz, vt, seq);
     uint8_t prefix[RowsPrefix::kBytes];
     writeRowsPrefix(prefix, c.rows, c.rowLen, vt, seq);
     const Bytes b = join(prefix, sizeof prefix, stream);
@@ -353,7 +353,7 @@ void valuesSeeds(Writer& w) {
       std::vector<float> values(nnz);
       for (float& v : values) v = rng.value();
       std::vector<unsigned char> stream(valuesStreamBytes(nnz, vt));
-      encodeValues(stream.data(), values.data(), nnz, 4, 64, vt, seq);
+      encodeValues(stream.data(), values.data(), ValueType::kFloat32, nnz, 4, 64, vt, seq);
       uint8_t prefix[ValuesPrefix::kBytes];
       writeValuesPrefix(prefix, nnz, vt, seq);
       const Bytes b = join(prefix, sizeof prefix, stream);

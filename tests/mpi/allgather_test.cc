@@ -95,11 +95,19 @@ class AllGatherCheck : public MpiTest {
       EXPECT_EQ(s2.bytesSent - s1.bytesSent, dense1) << "an exact allgather sends the dense block";
     } else if (k < count) {
       EXPECT_EQ(s2.compressedCalls - s0.compressedCalls, 2u);
-      // Index/value pairs: at most a 4-byte index and a 4-byte value per kept
-      // entry, plus a header and size exchange (<= 256 bytes) per peer.
-      const uint64_t bound = (P - 1) * (k * 8 + 256);
+      // Index/value pairs: at most a 4-byte index and a value of the wire type
+      // per kept entry (16-bit data travels as itself under the default fp32),
+      // plus a header and size exchange (<= 256 bytes) per peer.
+      const uint64_t bound = (P - 1) * (k * (4 + wireValueBytes(ownValuesWire(type, wireTypeFromEnv()))) + 256);
       EXPECT_LE(s1.bytesSent - s0.bytesSent, bound) << "k " << k << " of " << count;
       EXPECT_LE(s2.bytesSent - s1.bytesSent, bound) << "k " << k << " of " << count;
+      // 16-bit data under the default fp32 wire: its values travel as 2 bytes,
+      // so at density 0.1 (about one index byte an entry) a peer gets less than
+      // the 4 bytes an entry fp32 values alone would take.
+      if (ownValuesWire(type, wireTypeFromEnv()) != wireTypeFromEnv() && k >= 1000) {
+        EXPECT_LT(s1.bytesSent - s0.bytesSent, (P - 1) * k * 4) << "k " << k << " of " << count;
+        EXPECT_LT(s2.bytesSent - s1.bytesSent, (P - 1) * k * 4) << "k " << k << " of " << count;
+      }
     }
   }
 };

@@ -72,13 +72,6 @@ ByteBounds backwardBytes(size_t P, size_t rowsPerPeer, size_t kr, spcclDataType_
   return {lo, lo + 64 * (P - 1)};
 }
 
-// The value bytes on the wire are known when the wire type is narrower than
-// or equal to the data: fp32 data (SPCCL_VALUE_TYPE decides) or data of the
-// wire's own type. fp16/bf16 data with the default fp32 wire may travel as 4
-// bytes (the letter of "values in SPCCL_VALUE_TYPE") or as 2 (lossless), so
-// the tests do not pin that case.
-bool valueBytesKnown(spcclDataType_t data, spcclDataType_t wire) { return data == spcclFloat32 || data == wire; }
-
 // ---------- drop-in spcclAlltoAll ----------
 
 struct AlltoAllEnv {
@@ -145,8 +138,8 @@ TEST_P(AlltoAllDropInTest, EqualsMpiAlltoallOrRowsCompression) {
   if (!compressed) {
     EXPECT_EQ(s1.bytesSent - s0.bytesSent, dense1) << "an exact alltoall sends the dense blocks";
     EXPECT_EQ(s2.bytesSent - s1.bytesSent, dense1) << "an exact alltoall sends the dense blocks";
-  } else if (kr < env.rowLen && valueBytesKnown(type, wire)) {
-    const ByteBounds b = forwardBytes(P, count / env.rowLen, env.rowLen, kr, wire);
+  } else if (kr < env.rowLen) {
+    const ByteBounds b = forwardBytes(P, count / env.rowLen, env.rowLen, kr, ownValuesWire(type, wire));
     for (uint64_t sent : {s1.bytesSent - s0.bytesSent, s2.bytesSent - s1.bytesSent}) {
       EXPECT_GE(sent, b.lo) << "rows per peer " << count / env.rowLen << ", kr " << kr;
       EXPECT_LE(sent, b.hi) << "rows per peer " << count / env.rowLen << ", kr " << kr;
@@ -273,12 +266,12 @@ TEST_P(RowsRoundTripTest, ForwardKeepsTopKPerRowBackwardIsMaskTimesGrad) {
   EXPECT_EQ(s2.denseBytes - s1.denseBytes, dense1) << "backward denseBytes";
   // Bytes by the formula where it is pinned down: rows to send, fewer kept than
   // the row holds (with every entry kept an implementation may send dense rows).
-  if (rpp > 0 && kr < L && valueBytesKnown(c.type, wire)) {
-    const ByteBounds f = forwardBytes(P, rpp, L, kr, wire);
+  if (rpp > 0 && kr < L) {
+    const ByteBounds f = forwardBytes(P, rpp, L, kr, ownValuesWire(c.type, wire));
     const uint64_t fs = s1.bytesSent - s0.bytesSent;
     EXPECT_GE(fs, f.lo) << "forward bytes: rowLen " << L << " (" << rowIndexBytes(L) << "-byte indices), kr " << kr;
     EXPECT_LE(fs, f.hi) << "forward bytes: rowLen " << L << " (" << rowIndexBytes(L) << "-byte indices), kr " << kr;
-    const ByteBounds b = backwardBytes(P, rpp, kr, wire);
+    const ByteBounds b = backwardBytes(P, rpp, kr, ownValuesWire(c.type, wire));
     const uint64_t bs = s2.bytesSent - s1.bytesSent;
     EXPECT_GE(bs, b.lo) << "backward bytes: kr " << kr;
     EXPECT_LE(bs, b.hi) << "backward bytes: kr " << kr;

@@ -659,6 +659,13 @@ inline spcclDataType_t wireTypeFromEnv() {
   return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : spcclFloat32;
 }
 
+// The value type of the collectives that move a buffer's own values (alltoall
+// rows, the sparsified allgather): SPCCL_VALUE_TYPE, except that where it is
+// fp32, 16-bit data travels in its own type (as exact, half the bytes).
+inline spcclDataType_t ownValuesWire(spcclDataType_t data, spcclDataType_t wire) {
+  return wire == spcclFloat32 && (data == spcclFloat16 || data == spcclBfloat16) ? data : wire;
+}
+
 // ---------- the per-row selection of spcclAlltoAllRowsCompressed (issue 3, section 2) ----------
 
 // kr = max(1, ceil(density * rowLen)), at most rowLen; the product taken

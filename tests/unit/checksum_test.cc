@@ -106,7 +106,7 @@ std::vector<Case> streams() {
     std::vector<uint32_t> counts = {2, 2}, pos = {1, 5, 0, 7};
     std::vector<float> vals = {1, 2, 3, 4};
     std::vector<unsigned char> b(rowsStreamBytes(rows, rowLen, 4, false, ValueType::kBfloat16));
-    encodeRows(b.data(), rows, rowLen, 2, counts.data(), pos.data(), vals.data(), 4, ValueType::kBfloat16, kSeq);
+    encodeRows(b.data(), rows, rowLen, 2, counts.data(), pos.data(), vals.data(), ValueType::kFloat32, 4, ValueType::kBfloat16, kSeq);
     out.push_back({"rows", b, [](const std::vector<unsigned char>& s) {
                      RowsView v;
                      return parseRows(s.data(), s.size(), 2, 8, ValueType::kBfloat16, kSeq, 1, &v);
@@ -115,7 +115,7 @@ std::vector<Case> streams() {
   {
     std::vector<float> vals = {1, 2, 3};
     std::vector<unsigned char> b(valuesStreamBytes(3, ValueType::kFloat32));
-    encodeValues(b.data(), vals.data(), 3, 1, 8, ValueType::kFloat32, kSeq);
+    encodeValues(b.data(), vals.data(), ValueType::kFloat32, 3, 1, 8, ValueType::kFloat32, kSeq);
     out.push_back({"values", b, [](const std::vector<unsigned char>& s) {
                      const void* v = nullptr;
                      return parseValues(s.data(), s.size(), 3, ValueType::kFloat32, kSeq, 1, &v);

@@ -857,10 +857,10 @@ TEST(CodecFp8, RowsAndValuesStreamsCarryTheirScale) {
   const std::vector<float> values = {1e-3f, -3.0e-5f, 2.5e-3f, kInf, -kNaN, 7e-9f};
   const int s = core::fp8ScaleForMax(core::magnitudeKey(2.5e-3f));
   std::vector<unsigned char> r(rowsStreamBytes(rows, rowLen, nnz, false, vt));
-  ASSERT_EQ(encodeRows(r.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), nnz, vt, kSeq),
+  ASSERT_EQ(encodeRows(r.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz, vt, kSeq),
             r.size());
   std::vector<unsigned char> v(valuesStreamBytes(nnz, vt));
-  ASSERT_EQ(encodeValues(v.data(), values.data(), nnz, rows, rowLen, vt, kSeq), v.size());
+  ASSERT_EQ(encodeValues(v.data(), values.data(), ValueType::kFloat32, nnz, rows, rowLen, vt, kSeq), v.size());
   RowsView view;
   ASSERT_TRUE(parseRows(r.data(), r.size(), rows, rowLen, vt, kSeq, 1, &view).isOk());
   EXPECT_EQ(view.scaleExp, s);
@@ -890,7 +890,7 @@ TEST(CodecFp8, RowsAndValuesStreamsCarryTheirScale) {
   }
   // Other value types keep the status byte zero.
   std::vector<unsigned char> f(rowsStreamBytes(rows, rowLen, nnz, false, ValueType::kFloat16));
-  encodeRows(f.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), nnz, ValueType::kFloat16,
+  encodeRows(f.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz, ValueType::kFloat16,
              kSeq);
   f[offsetof(RowsHeader, status)] = 1;
   EXPECT_FALSE(parseRows(f.data(), f.size(), rows, rowLen, ValueType::kFloat16, kSeq, 1, &view).isOk());
