@@ -1,26 +1,28 @@
-// SPCCL_INTERCEPT for both interposers. They use spccl's public API only, so
-// they cannot reach the library's parameter table, which validates the
-// variable; they read the list themselves with this one function.
+// SPCCL_* for both interposers. libspccl.so exports only the public C API, so
+// each interposer compiles in spccl's own parameter table (src/params.cc,
+// interpose/CMakeLists.txt) and reads every variable through it: a spelling
+// the library accepts (SPCCL_MIN_COMPRESS_COUNT=1e5, SPCCL_DISABLE=1.0,
+// SPCCL_DEBUG=info) means the same to the interposer, and a value the
+// library rejects is rejected here too.
 #pragma once
 
-#include <strings.h>
+#include <cstdlib>
+#include <cstring>
 
-#include <string>
+#include "src/params.h"
 
 namespace spccl::interpose {
 
-// Whether the comma-separated list `text` (NULL: empty) names `word`, case-insensitively.
-inline bool listNames(const char* text, const char* word) {
-  if (text == nullptr) return false;
-  const std::string s(text);
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = s.find(',', start);
-    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (strcasecmp(item.c_str(), word) == 0) return true;
-    if (comma == std::string::npos) return false;
-    start = comma + 1;
-  }
+// SPCCL_DEBUG alone (WARN if it is invalid): an interposer logs as asked even
+// when another variable is invalid and it passes every call through.
+inline LogLevel debugLevelFromEnv() {
+  Params p;
+  const Status st = loadParams(
+      [](const char* name) -> const char* {
+        return std::strcmp(name, "SPCCL_DEBUG") == 0 ? std::getenv(name) : nullptr;
+      },
+      &p);
+  return st.isOk() ? p.debug : LogLevel::kWarn;
 }
 
 }  // namespace spccl::interpose

@@ -6,7 +6,9 @@
 // compression applies, in which case it goes to spccl's drop-in collective
 // (spcclAllReduce, spcclAlltoAll, spcclAllGather) on an spccl communicator
 // cached on the MPI communicator. Loaded with LD_PRELOAD or linked before
-// libmpi. Only spccl's public C API is used.
+// libmpi. spccl is called through its public C API only; the SPCCL_*
+// variables are read by spccl's own parameter table, compiled in
+// (intercept_env.h), so they mean here what they mean to the library.
 //
 // A call is handed to spccl when all of these hold, and passes through
 // untouched otherwise:
@@ -18,7 +20,8 @@
 //     (allreduce: count; alltoall: sendcount * ranks; allgather: sendcount);
 //   - the communicator is an intracommunicator of more than one rank;
 //   - MPI was not initialised with MPI_THREAD_MULTIPLE (spccl communicators
-//     are not for concurrent use) and SPCCL_DISABLE is not 1.
+//     are not for concurrent use) and SPCCL_DISABLE is off;
+//   - every rank's SPCCL_* environment is valid.
 // Every condition is the same on every rank of a correct MPI program (the env
 // is checked for agreement at MPI_Init), so all ranks take the same path.
 //
@@ -46,7 +49,6 @@
 // MPI_Finalize, which also destroys every spccl communicator still alive and
 // deletes the attributes before calling PMPI_Finalize.
 #include <mpi.h>
-#include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -62,13 +64,15 @@
 
 #include "intercept_env.h"
 #include "spccl_mpi.h"
+#include "src/params.h"
 
 namespace {
 
 constexpr int kAllreduce = 0, kAlltoall = 1, kAllgather = 2, kNumColls = 3;
 using Coll = int;
 constexpr const char* kCollNames[kNumColls] = {"allreduce", "alltoall", "allgather"};
-constexpr unsigned kCollBit[kNumColls] = {1u, 2u, 4u};
+constexpr unsigned kCollBit[kNumColls] = {spccl::kInterceptAllreduce, spccl::kInterceptAlltoall,
+                                          spccl::kInterceptAllgather};
 
 // Per collective, this rank: wrapper calls, calls handed to spccl, those spccl
 // compressed, and spccl's byte counts for the handed calls.
@@ -122,22 +126,6 @@ void logLine(const char* level, const char* fmt, ...) {
                static_cast<long>(syscall(SYS_gettid)), state().rank, level, body);
 }
 
-bool envIs(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && strcasecmp(v, value) == 0;
-}
-
-// SPCCL_INTERCEPT, already validated by spccl's parameter table (through
-// spcclCompressConfigInit): a comma-separated list of off, allreduce,
-// alltoall, allgather, all.
-unsigned interceptMask(const char* text) {
-  if (spccl::interpose::listNames(text, "all")) return kCollBit[kAllreduce] | kCollBit[kAlltoall] | kCollBit[kAllgather];
-  unsigned mask = 0;
-  for (int c = 0; c < kNumColls; ++c)
-    if (spccl::interpose::listNames(text, kCollNames[c])) mask |= kCollBit[c];
-  return mask;
-}
-
 std::string maskNames(unsigned mask) {
   std::string out;
   for (int c = 0; c < kNumColls; ++c)
@@ -186,24 +174,25 @@ void setUp(int provided) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
   const char* interceptEnv = std::getenv("SPCCL_INTERCEPT");
   const bool asked = interceptEnv != nullptr && interceptEnv[0] != '\0';
-  // spccl's own table validates every SPCCL_* variable, SPCCL_INTERCEPT included.
-  spcclCompressConfig_t config;
-  const bool valid = spcclCompressConfigInit(&config) == spcclSuccess;
+  // spccl's own table reads and validates every SPCCL_* variable (intercept_env.h).
+  spccl::Params params;
+  const spccl::Status env = spccl::loadParamsFromEnv(&params);
+  const bool valid = env.isOk();
   unsigned mask = 0;
-  unsigned long long minCount = 65536;
+  unsigned long long minCount = params.minCompressCount;  // the default where the environment is invalid
   if (!valid) {
-    if (asked) logLine("WARN", "invalid SPCCL_* environment, every call passes through: %s", spcclGetLastError(nullptr));
+    if (asked) logLine("WARN", "invalid SPCCL_* environment, every call passes through: %s", env.message().c_str());
   } else {
-    mask = interceptMask(interceptEnv);
-    const char* mc = std::getenv("SPCCL_MIN_COMPRESS_COUNT");
-    if (mc != nullptr && mc[0] != '\0') minCount = std::strtoull(mc, nullptr, 10);
-    if (envIs("SPCCL_DISABLE", "1")) mask = 0;
+    mask = params.intercept;
+    minCount = params.minCompressCount;
+    if (params.disable) mask = 0;
     if (mask != 0 && provided == MPI_THREAD_MULTIPLE) {
       logLine("WARN", "MPI_THREAD_MULTIPLE: spccl communicators are not for concurrent use, every call passes through");
       mask = 0;
     }
   }
-  const bool info = envIs("SPCCL_DEBUG", "INFO") || envIs("SPCCL_DEBUG", "TRACE");
+  const spccl::LogLevel debug = spccl::interpose::debugLevelFromEnv();
+  const bool info = debug >= spccl::LogLevel::kInfo;
   // All ranks must take the same path for every call: agree on the settings
   // that decide it (max of x and of ~x: equal everywhere iff max == ~max(~x)).
   unsigned long long v[8] = {valid ? 1ull : 0ull, 0, mask, 0, minCount, 0, info ? 1ull : 0ull, 0};
@@ -212,7 +201,7 @@ void setUp(int provided) {
   const bool agree = v[2] == ~v[3] && v[4] == ~v[5];
   const bool allValid = v[1] == ~1ull;  // min(valid) == 1
   s.report = v[6] != 0;
-  s.trace = envIs("SPCCL_DEBUG", "TRACE");
+  s.trace = debug >= spccl::LogLevel::kTrace;
   if (!allValid) {
     mask = 0;
   } else if (!agree) {

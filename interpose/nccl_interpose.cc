@@ -19,9 +19,13 @@
 // ncclAllGather/ncclAlltoAll (spccl runs them exactly on device buffers, so
 // forwarding them is the same result without the detour). See the README,
 // "Use it without changing your code".
+//
+// Settings (SPCCL_INTERCEPT, SPCCL_DEVICE_MODE, SPCCL_DEBUG) are read at the
+// first ncclAllReduce, by spccl's own parameter table compiled in
+// (intercept_env.h): an invalid SPCCL_* environment passes every call to NCCL
+// unchanged, with a WARN line when SPCCL_INTERCEPT is set.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <strings.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -33,12 +37,11 @@
 #include "intercept_env.h"
 #include "spccl.h"
 #include "spccl_nccl.h"
+#include "src/params.h"
 
 #define SPCCL_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
-
-using spccl::interpose::listNames;
 
 thread_local int gGroupDepth = 0;
 
@@ -52,11 +55,17 @@ const Settings& settings() {
   static const Settings s = [] {
     Settings r;
     const char* intercept = std::getenv("SPCCL_INTERCEPT");
-    r.allreduce = listNames(intercept, "allreduce") || listNames(intercept, "all");
-    const char* mode = std::getenv("SPCCL_DEVICE_MODE");
-    r.fixedMode = mode && strcasecmp(mode, "fixed") == 0;
-    const char* debug = std::getenv("SPCCL_DEBUG");
-    r.info = debug && (strcasecmp(debug, "INFO") == 0 || strcasecmp(debug, "TRACE") == 0);
+    spccl::Params p;
+    const spccl::Status env = spccl::loadParamsFromEnv(&p);
+    if (env.isOk()) {
+      r.allreduce = (p.intercept & spccl::kInterceptAllreduce) != 0;
+      r.fixedMode = p.deviceMode == spccl::kDeviceModeFixed;
+    } else if (intercept != nullptr && intercept[0] != '\0') {
+      std::fprintf(stderr, "SPCCL WARN libspccl_nccl.so: invalid SPCCL_* environment, every call goes to NCCL "
+                           "unchanged: %s\n",
+                   env.message().c_str());
+    }
+    r.info = spccl::interpose::debugLevelFromEnv() >= spccl::LogLevel::kInfo;
     if (r.info)
       std::fprintf(stderr, "SPCCL INFO libspccl_nccl.so loaded: SPCCL_INTERCEPT=%s (allreduce %s)\n",
                    intercept ? intercept : "off", r.allreduce ? "compressed" : "passed through");

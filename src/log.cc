@@ -29,19 +29,6 @@ const char* levelName(LogLevel level) {
 }
 }  // namespace
 
-std::string formatString(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  va_list ap2;
-  va_copy(ap2, ap);
-  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
-  va_end(ap);
-  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, ap2);
-  va_end(ap2);
-  return out;
-}
-
 Status mpiFailure(int err, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;

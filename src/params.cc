@@ -6,7 +6,6 @@
 #include <cstring>
 #include <strings.h>
 
-#include "collectives/algorithms.h"
 #include "src/codec.h"
 #include "include/spccl.h"
 
@@ -248,7 +247,8 @@ std::string describeParams(const Params& p) {
       "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
       p.disable ? 1 : 0, choiceName("SPCCL_DEBUG", static_cast<int>(p.debug)).c_str(), static_cast<double>(p.allreduceDensity),
       p.thresholdInterval, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
-      algorithmName(p.algorithm), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs, valueTypeName(p.valueType),
+      choiceName("SPCCL_ALGO", p.algorithm).c_str(), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs,
+      valueTypeName(p.valueType),
       static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),
       static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
       choiceName("SPCCL_ROWSPARSE_ALGO", p.rowSparseAlgorithm).c_str()) +
@@ -260,23 +260,6 @@ std::string describeParams(const Params& p) {
          formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
          " SPCCL_PROFILE=" + (p.profile ? "1" : "0") +
          " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd);
-}
-
-Status resolveHostSimd(int setting, bool (*available)(host::HostSimd), host::HostSimd* out) {
-  using host::HostSimd;
-  if (setting == kHostSimdBaseline) {
-    *out = HostSimd::kBaseline;
-  } else if (setting == kHostSimdAvx512 || setting == kHostSimdAvx2) {
-    const HostSimd simd = setting == kHostSimdAvx512 ? HostSimd::kAvx512 : HostSimd::kAvx2;
-    if (!available(simd))
-      return invalidArgument(formatString("SPCCL_HOST_SIMD=%s: this CPU (or this build) lacks %s; use auto or baseline",
-                                          host::hostSimdName(simd),
-                                          simd == HostSimd::kAvx512 ? "AVX-512 F, BW, DQ and VL" : "AVX2"));
-    *out = simd;
-  } else {
-    *out = host::widestHostSimd(available);
-  }
-  return Status::ok();
 }
 
 std::string renderParamTable() {

@@ -1,5 +1,11 @@
-// The single table of SPCCL_* environment variables. Parsing, the INFO dump at
-// communicator creation and docs/ENV.md are all generated from kParamSpecs.
+// The single table of SPCCL_* environment variables (kParamSpecs in
+// params.cc). Parsing, validation and docs/ENV.md's variable table come from
+// it. describeParams (the SPCCL_DEBUG=INFO dump at communicator creation) is
+// written by hand; it spells choices from the table, and tests check that it
+// names every variable and every choice as the table does.
+// params.cc needs nothing but src/status.cc, so the interposers compile both
+// in (interpose/CMakeLists.txt) and read every SPCCL_* variable as the
+// library does.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +36,7 @@ struct Params {
   double netLatencyUs = 0;  // SPCCL_NET_LATENCY_US; 0: not set
   core::ValueType valueType = core::ValueType::kFloat32;
   uint64_t minCompressCount = 65536;
-  unsigned intercept = 0;  // kIntercept* bits (SPCCL_INTERCEPT, read by libspccl_mpi.so)
+  unsigned intercept = 0;  // kIntercept* bits (SPCCL_INTERCEPT, read by the interposers)
   float alltoallDensity = 1.0f;
   uint64_t alltoallRowLen = 0;  // 0: unset
   float allgatherDensity = 1.0f;
@@ -63,7 +69,7 @@ constexpr int kRowSparseAuto = 0;
 constexpr int kRowSparseAllgather = 1;
 constexpr int kRowSparsePartition = 2;
 
-// SPCCL_INTERCEPT: the MPI collectives libspccl_mpi.so hands to spccl.
+// SPCCL_INTERCEPT: the collectives the interposers hand to spccl (libspccl_nccl.so: allreduce only).
 constexpr unsigned kInterceptAllreduce = 1;
 constexpr unsigned kInterceptAlltoall = 2;
 constexpr unsigned kInterceptAllgather = 4;

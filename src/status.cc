@@ -1,0 +1,25 @@
+// formatString lives apart from the logging (src/log.cc, which needs MPI) so
+// that src/params.cc needs nothing else: the interposers compile the
+// parameter table in (interpose/CMakeLists.txt).
+#include "src/status.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+
+namespace spccl {
+
+std::string formatString(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  va_list ap2;
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, ap2);
+  va_end(ap2);
+  return out;
+}
+
+}  // namespace spccl
