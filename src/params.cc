@@ -163,6 +163,13 @@ std::string choiceName(const char* name, int index) {
   return "?";
 }
 
+// An integer bound as the docs and messages show it: %g where that is exact
+// (1000, 1e+09), every digit otherwise (4294967295, not 4.29497e+09).
+std::string intBound(double v) {
+  const std::string g = formatString("%g", v);
+  return std::strtod(g.c_str(), nullptr) == v ? g : formatString("%.0f", v);
+}
+
 // Parses one value per its spec; *number gets the numeric value or choice index.
 Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double* number) {
   const char* where = fromEnv ? "environment variable" : "default of";
@@ -197,9 +204,13 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
   if ((spec.type == ParamType::kInt || spec.type == ParamType::kBool) && v != std::floor(v))
     return invalidArgument(formatString("%s %s='%s' must be an integer", where, spec.name, text));
   const bool belowMin = spec.minExclusive ? v <= spec.minValue : v < spec.minValue;
-  if (belowMin || v > spec.maxValue)
-    return invalidArgument(formatString("%s %s='%s' is out of range %s%g, %g]", where, spec.name, text,
-                                        spec.minExclusive ? "(" : "[", spec.minValue, spec.maxValue));
+  if (belowMin || v > spec.maxValue) {
+    const bool isInt = spec.type == ParamType::kInt;
+    const std::string lo = isInt ? intBound(spec.minValue) : formatString("%g", spec.minValue);
+    const std::string hi = isInt ? intBound(spec.maxValue) : formatString("%g", spec.maxValue);
+    return invalidArgument(formatString("%s %s='%s' is out of range %s%s, %s]", where, spec.name, text,
+                                        spec.minExclusive ? "(" : "[", lo.c_str(), hi.c_str()));
+  }
   *number = v;
   return Status::ok();
 }
@@ -273,7 +284,7 @@ std::string renderParamTable() {
         break;
       case ParamType::kInt:
         type = "int";
-        allowed = formatString("[%.0f, %.0g]", s.minValue, s.maxValue);
+        allowed = "[" + intBound(s.minValue) + ", " + intBound(s.maxValue) + "]";
         break;
       case ParamType::kFloat:
         type = "float";

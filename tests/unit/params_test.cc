@@ -312,6 +312,19 @@ TEST(Params, TableRendersEveryVariable) {
   EXPECT_EQ(table.back(), '\n');
 }
 
+// Integer bounds print exactly: 4294967295, not the 4e+09 of %.0g; round
+// powers of ten stay short.
+TEST(Params, IntegerBoundsPrintExactly) {
+  const std::string table = renderParamTable();
+  EXPECT_NE(table.find("| `SPCCL_ALLTOALL_ROW_LEN` | int | `0` | [0, 4294967295] |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| `SPCCL_AUTO_TRIALS` | int | `0` | [0, 1000] |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| `SPCCL_THRESHOLD_INTERVAL` | int | `1000` | [1, 1e+09] |"), std::string::npos) << table;
+  Params p;
+  const Status st = load({{"SPCCL_ALLTOALL_ROW_LEN", "4294967296"}}, &p);
+  EXPECT_NE(st.message().find("out of range [0, 4294967295]"), std::string::npos) << st.message();
+  EXPECT_EQ(loadOk({{"SPCCL_ALLTOALL_ROW_LEN", "4294967295"}}).alltoallRowLen, 4294967295u);
+}
+
 TEST(Params, EnvDocMatchesTable) {
   const std::string path = std::string(SPCCL_SOURCE_DIR) + "/docs/ENV.md";
   std::ifstream in(path);
