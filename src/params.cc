@@ -91,10 +91,14 @@ constexpr ParamSpec kParamSpecs[] = {
      "the smallest for each stream, from exact sizes.",
      [](Params* p, double v) { p->indexEncoding = static_cast<int>(v); }},
     {"SPCCL_MIN_COMPRESS_COUNT", ParamType::kInt, "65536", 0, 1e18, false, nullptr,
-     "Drop-in calls with fewer elements than this take the exact dense path.",
+     "Drop-in spcclAllReduce calls with fewer elements than this take the exact dense path (explicit compressors, "
+     "spcclAlltoAll and spcclAllGather do not look at it); libspccl_mpi.so passes MPI calls with smaller send "
+     "buffers straight to MPI.",
      [](Params* p, double v) { p->minCompressCount = static_cast<uint64_t>(v); }},
     {"SPCCL_INTERCEPT", ParamType::kList, "off", 0, 0, false, "off|allreduce|alltoall|allgather|all",
-     "libspccl_mpi.so only: the MPI collectives it hands to spccl (MPI_FLOAT, MPI_SUM, large enough); off = none.",
+     "The interposers only: the collectives they hand to spccl. libspccl_mpi.so: MPI_Allreduce/MPI_Alltoall/"
+     "MPI_Allgather (MPI_FLOAT, MPI_SUM for allreduce, at least SPCCL_MIN_COMPRESS_COUNT elements); "
+     "libspccl_nccl.so: ncclAllReduce (allreduce or all); off = none.",
      [](Params* p, double v) { p->intercept = interceptBits(static_cast<unsigned>(v)); }},
     {"SPCCL_ALLTOALL_DENSITY", ParamType::kFloat, "1", 0, 1, true, nullptr,
      "Drop-in spcclAlltoAll keeps this fraction of each row (needs SPCCL_ALLTOALL_ROW_LEN); 1 = exact.",
