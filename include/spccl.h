@@ -154,7 +154,12 @@ SPCCL_API const char* spcclGetLastError(spcclComm_t comm);
 
 SPCCL_API spcclResult_t spcclCommCount(const spcclComm_t comm, int* count);
 SPCCL_API spcclResult_t spcclCommUserRank(const spcclComm_t comm, int* rank);
-/* Frees the communicator and every compressor still attached to it. */
+/*
+ * Frees the communicator and spcclAllReduce's implicit compressors. Compressors
+ * from spcclCompressorCreate and selections are not freed: using one afterwards
+ * is spcclInvalidUsage, and spcclCompressorDestroy / spcclSelectionDestroy
+ * still free it (before or after this call).
+ */
 SPCCL_API spcclResult_t spcclCommDestroy(spcclComm_t comm);
 SPCCL_API spcclResult_t spcclCommGetStats(const spcclComm_t comm, spcclStats_t* stats);
 
