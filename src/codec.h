@@ -412,8 +412,9 @@ uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes);  // only 
 
 // Both header layouts have a flags byte at offset 11 (StreamHeader::reserved0,
 // RowsHeader::flags) and a 32-bit field at offset 12 (reserved1). A sealed
-// stream has kChecksumFlag set there and, at offset 16, the CRC32C of the
-// whole stream (padding included) computed with those 4 bytes as zero.
+// stream has kChecksumFlag set in the flags byte and, in the 32-bit field at
+// offset 12 (kCrcOffset), the CRC32C of the whole stream (padding included)
+// computed with those 4 bytes as zero.
 // Receivers verify every stream that carries the flag before reading any
 // other field; a mismatch is spcclRemoteError.
 constexpr uint8_t kChecksumFlag = 0x01;
