@@ -121,7 +121,6 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = nnz;
   call->denseBytes = static_cast<uint64_t>(p - 1) * n * esize;
   call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + ws.sizes[me]);
   return Status::ok();

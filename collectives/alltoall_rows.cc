@@ -288,7 +288,6 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = s.sentPositions.size();
   call->denseBytes = static_cast<uint64_t>(p - 1) * blockElems * esize;
   call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + sizeof(uint64_t));
   for (int j = 0; j < p; ++j)
@@ -371,7 +370,6 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = ws.cuts[p];
   call->denseBytes = static_cast<uint64_t>(p - 1) * blockElems * esize;
   call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
   for (int j = 0; j < p; ++j)

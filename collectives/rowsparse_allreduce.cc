@@ -213,8 +213,6 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = myUnique;
-  call->lastAlgorithm = algo;
   call->bytesSent = bytesSent;
   call->denseBytes = static_cast<uint64_t>(p - 1) * nrows * (sizeof(int64_t) + rowLen * dataTypeSize(type));
   if (unionSize > outCapacity)

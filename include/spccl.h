@@ -128,9 +128,14 @@ typedef struct {
 
 /*
  * Counters. bytesSent/denseBytes is the wire compression ratio.
- * spcclCompressorGetStats: that compressor's allreduce calls.
- * spcclCommGetStats: every collective on the communicator (allreduce,
- * alltoall, allgather, row-sparse allreduce, backward), exact ones included.
+ * spcclCompressorGetStats: that compressor's allreduce calls, exact ones
+ * included; the last* fields describe its last call.
+ * spcclCommGetStats: the counters sum every collective on the communicator
+ * (allreduce, alltoall, allgather, rows forward and backward, row-sparse
+ * allreduce), exact ones included; the last* fields describe its last
+ * allreduce (spcclAllReduce, or spcclAllReduceCompressed on any of its
+ * compressors), and the other collectives leave them as they are.
+ * Before the first allreduce the last* fields are 0.
  */
 typedef struct {
   uint64_t calls;            /* collective calls, exact ones included */
@@ -141,10 +146,19 @@ typedef struct {
                                 convention): allreduce 2(P-1)/P*count*size, alltoall
                                 (P-1)*count*size, allgather (P-1)*sendcount*size, row-sparse
                                 allreduce (P-1)*nrows*(8 + rowLen*size) (allgather of the raw input) */
-  uint64_t thresholdUpdates; /* exact tau estimations (scheduled and capacity-triggered) */
-  uint64_t lastSelected;     /* entries this rank selected in its last compressed call */
-  float lastThreshold;       /* tau used in the last compressed allreduce */
-  int lastAlgorithm;         /* SPCCL_ALGO_* taken by the last allreduce */
+  uint64_t thresholdUpdates; /* exact tau estimations of compressed allreduce calls, every kind: the
+                                first call, calls whose index is a multiple of thresholdInterval, a
+                                call whose stored tau would select more than capacityFactor*k entries,
+                                the call after one whose stored tau selected fewer than k/2, and the
+                                first compressed call after a dense one that sent the residual */
+  uint64_t lastSelected;     /* last allreduce: entries this rank sent, the pairs it selected (NaN/Inf
+                                included) when compressed, count when exact or dense; 0 on an NCCL
+                                communicator in SPCCL_DEVICE_MODE=fixed (the count stays on the device) */
+  float lastThreshold;       /* last allreduce: the tau it selected with; 0 when exact or dense, and on
+                                NCCL communicators (tau stays on the device) */
+  int lastAlgorithm;         /* last allreduce: the SPCCL_ALGO_* it took, SPCCL_ALGO_ALLGATHER or
+                                SPCCL_ALGO_SPLIT when compressed, SPCCL_ALGO_DENSE when exact or dense
+                                (never SPCCL_ALGO_AUTO: 0 only before the first allreduce) */
 } spcclStats_t;
 
 SPCCL_API spcclResult_t spcclGetVersion(int* version);

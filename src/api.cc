@@ -140,9 +140,10 @@ Status checkTypeAndOp(int datatype, int op) {
   return Status::ok();
 }
 
-// Every collective adds its call to the communicator's counters.
+// Every collective other than the allreduce adds its call to the
+// communicator's counters; the last* fields stay the last allreduce's (spccl.h).
 Status counted(spcclComm* comm, const Status& st, const spcclStats_t& call) {
-  if (st.isOk() || call.calls) addStats(&comm->stats, call);
+  if (st.isOk() || call.calls) addCounters(&comm->stats, call);
   return st;
 }
 

@@ -205,6 +205,11 @@ spcclCompressConfig_t configFromParams(const Params& p);
 // newer fields take their env defaults.
 Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompressConfig_t* out);
 uint64_t denseBytesPerCall(int ranks, size_t count, spcclDataType_t type);
+// An allreduce call into its compressor's and communicator's statistics: the
+// counters and the last* fields (spccl.h: the last* fields describe the last
+// allreduce).
 void addStats(spcclStats_t* into, const spcclStats_t& call);
+// Any other collective into its communicator's statistics: the counters only.
+void addCounters(spcclStats_t* into, const spcclStats_t& call);
 
 }  // namespace spccl

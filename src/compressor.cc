@@ -400,12 +400,16 @@ uint64_t denseBytesPerCall(int ranks, size_t count, spcclDataType_t type) {
   return 2ull * static_cast<uint64_t>(ranks - 1) * count * dataTypeSize(type) / static_cast<uint64_t>(ranks);
 }
 
-void addStats(spcclStats_t* into, const spcclStats_t& call) {
+void addCounters(spcclStats_t* into, const spcclStats_t& call) {
   into->calls += call.calls;
   into->compressedCalls += call.compressedCalls;
   into->bytesSent += call.bytesSent;
   into->denseBytes += call.denseBytes;
   into->thresholdUpdates += call.thresholdUpdates;
+}
+
+void addStats(spcclStats_t* into, const spcclStats_t& call) {
+  addCounters(into, call);
   into->lastSelected = call.lastSelected;
   into->lastThreshold = call.lastThreshold;
   into->lastAlgorithm = call.lastAlgorithm;

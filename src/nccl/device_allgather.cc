@@ -124,7 +124,6 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = nnz;
   call->denseBytes = static_cast<uint64_t>(p - 1) * n * esize;
   call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + nnz * (sizeof(uint32_t) + vb));
   return Status::ok();

@@ -219,7 +219,6 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = sentTotal;
   call->denseBytes = static_cast<uint64_t>(p - 1) * rowsPerPeer * rowLen * esize;
   call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + rowsPerPeer * sizeof(uint32_t));
   for (int j = 0; j < p; ++j)
@@ -271,7 +270,6 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = outTotal;
   call->denseBytes = static_cast<uint64_t>(p - 1) * sel.rowsPerPeer * sel.rowLen * dataTypeSize(sel.dataType);
   call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
   for (int j = 0; j < p; ++j)

@@ -99,8 +99,6 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;
-  call->lastSelected = unique[me];
-  call->lastAlgorithm = kRowSparseAllgather;
   call->bytesSent = static_cast<uint64_t>(p - 1) *
                     (sizeof(CallDescriptor) + sizeof(uint64_t) + unique[me] * (sizeof(int64_t) + rowBytes));
   call->denseBytes = static_cast<uint64_t>(p - 1) * nrows * (sizeof(int64_t) + rowLen * dataTypeSize(type));

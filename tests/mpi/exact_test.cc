@@ -131,6 +131,33 @@ TEST_F(MpiTest, DropInBelowMinimumIsExact) {
   EXPECT_EQ(s.calls, 5u);
   EXPECT_EQ(s.compressedCalls, 1u) << "a float sum above SPCCL_MIN_COMPRESS_COUNT is compressed "
                                       "with the env defaults (density 0.01)";
+  EXPECT_TRUE(s.lastAlgorithm == SPCCL_ALGO_ALLGATHER || s.lastAlgorithm == SPCCL_ALGO_SPLIT) << s.lastAlgorithm;
+  EXPECT_GT(s.lastThreshold, 0.0f);
+  EXPECT_GT(s.lastSelected, 0u);
+
+  // The other collectives add to the counters and leave the last* fields to
+  // the last allreduce (spccl.h). The row-sparse allreduce once wrote its own
+  // algorithm code (1 or 2, which read as SPCCL_ALGO_DENSE or _ALLGATHER)
+  // there, and every collective overwrote lastSelected and lastThreshold.
+  const spcclStats_t afterAllreduce = s;
+  const int64_t ids[2] = {rank_, rank_ + 1};
+  const float rows[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<int64_t> outIds(static_cast<size_t>(size_) + 1);
+  std::vector<float> outRows(outIds.size() * 4);
+  size_t outN = 0;
+  ASSERT_TRUE(okOnAllRanks(spcclAllReduceRowSparse(ids, rows, 2, 4, spcclFloat32, outIds.data(), outRows.data(),
+                                                   outIds.size(), &outN, comm_.get(), nullptr),
+                           comm_.get(), "spcclAllReduceRowSparse"));
+  std::vector<float> block(static_cast<size_t>(size_) * 8, 1.0f), gathered(block.size());
+  ASSERT_TRUE(okOnAllRanks(spcclAlltoAll(block.data(), gathered.data(), 8, spcclFloat32, comm_.get(), nullptr),
+                           comm_.get(), "spcclAlltoAll"));
+  ASSERT_TRUE(okOnAllRanks(spcclAllGather(block.data(), gathered.data(), 8, spcclFloat32, comm_.get(), nullptr),
+                           comm_.get(), "spcclAllGather"));
+  ASSERT_TRUE(okOnAllRanks(spcclCommGetStats(comm_.get(), &s), comm_.get(), "spcclCommGetStats"));
+  EXPECT_EQ(s.calls, 8u);
+  EXPECT_EQ(s.lastAlgorithm, afterAllreduce.lastAlgorithm);
+  EXPECT_EQ(s.lastSelected, afterAllreduce.lastSelected);
+  EXPECT_TRUE(sameBits(s.lastThreshold, afterAllreduce.lastThreshold));
 }
 
 // Drop-in calls that are exact whatever their size: non-float types, and float
