@@ -1,6 +1,7 @@
 // Row streams: alltoall rows (forward), values only (backward), id rows
 // (row-sparse allreduce). Layouts in codec.h. As for pairs streams, every
 // length, count, position and id of a received stream is checked before use.
+#include <cassert>
 #include <cstring>
 
 #include "src/codec.h"
@@ -127,6 +128,7 @@ int storeValues(unsigned char* section, const void* values, ValueType valuesType
     if (nnz > 0) std::memcpy(section, values, nnz * core::wireValueBytes(vt));
     return 0;
   }
+  assert(valuesType == ValueType::kFloat32);  // the contract above; every caller passes vt or fp32
   const auto* f = static_cast<const float*>(values);
   const int scaleExp = fp8ScaleForValues(f, nnz, vt);
   switch (vt) {

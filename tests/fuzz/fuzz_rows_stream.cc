@@ -2,10 +2,13 @@
 // them, for each index width (8, 16, 32 bits: row lengths up to 256, 65536,
 // beyond), each wire value type, with per-row counts or a fixed count. An
 // accepted stream is walked as alltoall_rows.cc walks it: every row's count,
-// every position, every value, stored into a block of rows x rowLen.
+// every position, every value, stored into a block of rows x rowLen. The
+// positions parseRows hands back (what the receiver keeps for the backward)
+// must be the stream's own, appended after what the vector held.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tests/fuzz/fuzz_common.h"
 
@@ -16,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const RowsPrefix x = readRowsPrefix(data);
   const StreamCopy s(data + RowsPrefix::kBytes, size - RowsPrefix::kBytes);
   RowsView v;
-  const Status st = parseRows(s.data(), s.size(), x.rows, x.rowLen, x.vt, x.seq, 1, &v);
+  std::vector<uint32_t> kept(3, 0xdeadbeefu);  // earlier peers' positions stay as they were
+  const Status st = parseRows(s.data(), s.size(), x.rows, x.rowLen, x.vt, x.seq, 1, &v, &kept);
   if (!st.isOk()) {
     checkRejection(st);
     return 0;
@@ -34,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SPCCL_FUZZ_CHECK(s.contains(v.positions, v.nnz * v.indexBytes));
   SPCCL_FUZZ_CHECK(s.contains(v.values, v.nnz * wb));
   SPCCL_FUZZ_CHECK(static_cast<const unsigned char*>(v.values) >= v.positions + v.nnz * v.indexBytes);
+  SPCCL_FUZZ_CHECK(kept.size() == 3 + v.nnz && kept[0] == 0xdeadbeefu && kept[2] == 0xdeadbeefu);
 
   // The values also go into a sum kept in a volatile: otherwise the compiler
   // may drop the stores into a block nobody reads, and the loads with them.
@@ -47,6 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const uint32_t pos = v.positionAt(e);
       SPCCL_FUZZ_CHECK(pos < x.rowLen);
       SPCCL_FUZZ_CHECK(k == 0 || pos > v.positionAt(e - 1));
+      SPCCL_FUZZ_CHECK(kept[3 + e] == pos);
       const float value = core::loadWireValue(v.values, e, x.vt, v.scaleExp);
       block[r * x.rowLen + pos] = value;
       sum += value;

@@ -857,7 +857,8 @@ TEST(CodecFp8, RowsAndValuesStreamsCarryTheirScale) {
   const std::vector<float> values = {1e-3f, -3.0e-5f, 2.5e-3f, kInf, -kNaN, 7e-9f};
   const int s = core::fp8ScaleForMax(core::magnitudeKey(2.5e-3f));
   std::vector<unsigned char> r(rowsStreamBytes(rows, rowLen, nnz, false, vt));
-  ASSERT_EQ(encodeRows(r.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz, vt, kSeq),
+  ASSERT_EQ(encodeRows(r.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(),
+                       ValueType::kFloat32, nnz, vt, kSeq),
             r.size());
   std::vector<unsigned char> v(valuesStreamBytes(nnz, vt));
   ASSERT_EQ(encodeValues(v.data(), values.data(), ValueType::kFloat32, nnz, rows, rowLen, vt, kSeq), v.size());
@@ -890,10 +891,47 @@ TEST(CodecFp8, RowsAndValuesStreamsCarryTheirScale) {
   }
   // Other value types keep the status byte zero.
   std::vector<unsigned char> f(rowsStreamBytes(rows, rowLen, nnz, false, ValueType::kFloat16));
-  encodeRows(f.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz, ValueType::kFloat16,
-             kSeq);
+  encodeRows(f.data(), rows, rowLen, keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz,
+             ValueType::kFloat16, kSeq);
   f[offsetof(RowsHeader, status)] = 1;
   EXPECT_FALSE(parseRows(f.data(), f.size(), rows, rowLen, ValueType::kFloat16, kSeq, 1, &view).isOk());
+}
+
+// Rows streams from values already in the wire type (what the alltoall stages)
+// are the same bytes as from fp32 values converted; parseRows appends the
+// positions it validates, for each index width, after what the vector held.
+TEST(Codec, RowsFromStagedValuesAndPositionsOut) {
+  for (const uint64_t rowLen : {40ull, 300ull, 70000ull}) {  // 1-, 2- and 4-byte positions
+    const uint64_t rows = 3, nnz = 7;
+    const std::vector<uint32_t> counts = {2, 4, 1};  // per-row counts (keepPerRow 0)
+    const std::vector<uint32_t> positions = {1, static_cast<uint32_t>(rowLen - 1), 0, 5, 6, 39, 17};
+    const std::vector<float> values = {1.5f, -2.25f, 0.0f, kInf, -kNaN, 6.0e-5f, -65504.0f};
+    for (const ValueType vt : {ValueType::kFloat32, ValueType::kFloat16, ValueType::kBfloat16}) {
+      SCOPED_TRACE(testing::Message() << "rowLen " << rowLen << ", type " << static_cast<int>(vt));
+      std::vector<unsigned char> staged(nnz * core::wireValueBytes(vt));
+      for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(staged.data(), j, values[j], vt);
+      const size_t bytes = rowsStreamBytes(rows, rowLen, nnz, true, vt);
+      std::vector<unsigned char> fromFloats(bytes, 0xa5), fromStaged(bytes, 0x5a);
+      ASSERT_EQ(encodeRows(fromFloats.data(), rows, rowLen, 0, counts.data(), positions.data(), values.data(),
+                           ValueType::kFloat32, nnz, vt, kSeq),
+                bytes);
+      ASSERT_EQ(encodeRows(fromStaged.data(), rows, rowLen, 0, counts.data(), positions.data(), staged.data(), vt, nnz,
+                           vt, kSeq),
+                bytes);
+      EXPECT_EQ(fromFloats, fromStaged);
+      std::vector<unsigned char> valuesFromFloats(valuesStreamBytes(nnz, vt)), valuesFromStaged(valuesFromFloats.size());
+      encodeValues(valuesFromFloats.data(), values.data(), ValueType::kFloat32, nnz, rows, rowLen, vt, kSeq);
+      encodeValues(valuesFromStaged.data(), staged.data(), vt, nnz, rows, rowLen, vt, kSeq);
+      EXPECT_EQ(valuesFromFloats, valuesFromStaged);
+
+      RowsView view;
+      std::vector<uint32_t> kept = {77, 88};
+      ASSERT_TRUE(parseRows(fromStaged.data(), bytes, rows, rowLen, vt, kSeq, 1, &view, &kept).isOk());
+      std::vector<uint32_t> want = {77, 88};
+      want.insert(want.end(), positions.begin(), positions.end());
+      EXPECT_EQ(kept, want);
+    }
+  }
 }
 
 }  // namespace
