@@ -13,6 +13,8 @@
 #include "kernels/host/host_kernels.h"
 #include "src/codec.h"
 #include "src/comm.h"
+#include "src/log.h"
+#include "src/transport/timed_transport.h"
 #include "src/types.h"
 
 namespace spccl {
@@ -178,9 +180,13 @@ CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer,
                         static_cast<uint64_t>(rowsPerPeer) * rowLen, rowLen};
 }
 
-Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
-                           spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call) {
-  Transport& t = *comm.transport;
+namespace {
+
+// The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
+// row top-k pass's time added, or is nullptr.
+Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
+                 size_t rowLen, spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call,
+                 double* selectionSeconds) {
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const core::ValueType wire = ownValuesWireType(comm.params.valueType, type);
@@ -198,12 +204,14 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   const core::ValueType staged = stagedType(wire);
   std::vector<unsigned char>& values = ws.stageBytes;  // kept values, staged, in sentPositions order
   comm.ranks64.resize(rowLen);
+  const Stopwatch selecting(selectionSeconds != nullptr);
   withBufferFormat(type, [&](auto buf) {
     withWireFormat(staged, [&](auto st) {
       if constexpr (!std::is_same_v<decltype(st), Fp8>)
         selectRows<decltype(buf), decltype(st)>(sendbuff, rowLen, keep, type, &s, &values, comm.ranks64.data());
     });
   });
+  if (selectionSeconds) *selectionSeconds += selecting.seconds();
 
   // One stream per peer.
   ws.sizes.resize(p);
@@ -295,9 +303,8 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   return Status::ok();
 }
 
-Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& s,
-                            spcclStats_t* call) {
-  Transport& t = *comm.transport;
+Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& s,
+                  spcclStats_t* call) {
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const size_t rowsPerPeer = s.rowsPerPeer, rowLen = s.rowLen, esize = dataTypeSize(s.dataType);
@@ -375,6 +382,56 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   for (int j = 0; j < p; ++j)
     if (j != me) call->bytesSent += ws.sizes[j];
   return Status::ok();
+}
+
+}  // namespace
+
+Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
+                           spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call) {
+  if (!comm.params.profile)
+    return forwardOn(*comm.transport, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call,
+                     nullptr);
+  RowsProfile& prof = comm.rowsProfile;
+  TimedTransport timed(*comm.transport, &prof.forwardCommunication);
+  const Stopwatch whole(true);
+  const Status s = forwardOn(timed, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call,
+                             &prof.forwardSelection);
+  prof.forward += whole.seconds();
+  ++prof.forwardCalls;
+  return s;
+}
+
+Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
+                            spcclStats_t* call) {
+  if (!comm.params.profile) return backwardOn(*comm.transport, comm, gradSend, gradRecv, sel, call);
+  RowsProfile& prof = comm.rowsProfile;
+  TimedTransport timed(*comm.transport, &prof.backwardCommunication);
+  const Stopwatch whole(true);
+  const Status s = backwardOn(timed, comm, gradSend, gradRecv, sel, call);
+  prof.backward += whole.seconds();
+  ++prof.backwardCalls;
+  return s;
+}
+
+void reportRowsProfile(const spcclComm& comm) {
+  const RowsProfile& p = comm.rowsProfile;
+  if (p.forwardCalls + p.backwardCalls == 0) return;
+  const auto share = [](double part, double whole) { return whole > 0 ? 100 * part / whole : 0.0; };
+  const double nf = static_cast<double>(std::max<uint64_t>(p.forwardCalls, 1));
+  const double nb = static_cast<double>(std::max<uint64_t>(p.backwardCalls, 1));
+  const double fLocal = p.forward - p.forwardSelection - p.forwardCommunication;
+  const double bLocal = p.backward - p.backwardCommunication;
+  logMessage(LogLevel::kInfo, comm.rank,
+             "profile: alltoall rows, %llu forward calls, per call %.3f ms = selection %.3f ms (%.0f%%) + "
+             "communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: gathering, "
+             "encoding, decoding, zeroing and filling the output); %llu backward calls, per call %.3f ms = "
+             "communication %.3f ms (%.0f%%) + local %.3f ms (%.0f%%)",
+             static_cast<unsigned long long>(p.forwardCalls), 1e3 * p.forward / nf, 1e3 * p.forwardSelection / nf,
+             share(p.forwardSelection, p.forward), 1e3 * p.forwardCommunication / nf,
+             share(p.forwardCommunication, p.forward), 1e3 * fLocal / nf, share(fLocal, p.forward),
+             static_cast<unsigned long long>(p.backwardCalls), 1e3 * p.backward / nb,
+             1e3 * p.backwardCommunication / nb, share(p.backwardCommunication, p.backward), 1e3 * bLocal / nb,
+             share(bLocal, p.backward));
 }
 
 }  // namespace spccl

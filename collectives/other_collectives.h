@@ -74,6 +74,9 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
                            spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call);
 Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
                             spcclStats_t* call);
+// SPCCL_PROFILE: one INFO line with the mean split of the communicator's
+// alltoall-rows calls, if it made any (spcclCommDestroy calls it).
+void reportRowsProfile(const spcclComm& comm);
 Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t type,
                      float density, spcclStats_t* call);
 Status allReduceRowSparse(spcclComm& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,

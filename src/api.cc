@@ -442,6 +442,7 @@ spcclResult_t spcclCommDestroy(spcclComm_t comm) {
       registry().comms.erase(comm);
       for (auto& [key, c] : comm->implicitCompressors) registry().compressors.erase(c.get());
     }
+    if (comm->params.profile) reportRowsProfile(*comm);
     delete comm;  // explicit compressors stay valid to destroy; using them is spcclInvalidUsage
     return Status::ok();
   });

@@ -142,6 +142,16 @@ struct spcclSelection {
   std::shared_ptr<spccl::DeviceSelectionState> device;
 };
 
+namespace spccl {
+// SPCCL_PROFILE: the time split of a communicator's alltoall-rows calls (host
+// path), printed when the communicator is destroyed (reportRowsProfile).
+struct RowsProfile {
+  uint64_t forwardCalls = 0, backwardCalls = 0;
+  double forward = 0, forwardSelection = 0, forwardCommunication = 0;
+  double backward = 0, backwardCommunication = 0;
+};
+}  // namespace spccl
+
 struct spcclComm {
   uint64_t id;
   std::unique_ptr<spccl::Transport> transport;
@@ -180,6 +190,7 @@ struct spcclComm {
     if (thresholdScratch.size() < n) thresholdScratch.resize(n);
     return thresholdScratch.data();
   }
+  spccl::RowsProfile rowsProfile;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation

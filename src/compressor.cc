@@ -21,24 +21,6 @@
 
 using namespace spccl;
 
-namespace {
-
-// Reads the clock only when on (SPCCL_PROFILE, or an auto trial call): off,
-// a timed step costs a branch, no clock read.
-class Stopwatch {
- public:
-  explicit Stopwatch(bool on) : on_(on), start_(on ? Clock::now() : Clock::time_point{}) {}
-  // Seconds since construction; 0 when off.
-  double seconds() const { return on_ ? std::chrono::duration<double>(Clock::now() - start_).count() : 0.0; }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool on_;
-  Clock::time_point start_;
-};
-
-}  // namespace
-
 uint64_t spcclCompressor::selectCount() const {
   const double k = std::ceil(static_cast<double>(config.density) * static_cast<double>(count));
   return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(count, 1));

@@ -122,7 +122,8 @@ constexpr ParamSpec kParamSpecs[] = {
     {"SPCCL_PROFILE", ParamType::kBool, "0", 0, 1, false, nullptr,
      "1: each compressor times its compressed allreduce calls (host path) and prints, when destroyed, the mean "
      "per call split into selection, communication (wire and waiting) and local work, and how often it estimated "
-     "tau (the whole-buffer estimates' mean time).",
+     "tau (the whole-buffer estimates' mean time); each communicator, when destroyed, prints the same split of its "
+     "alltoall-rows forward (selection, communication, local) and backward (communication, local) calls.",
      [](Params* p, double v) { p->profile = v != 0; }},
     {"SPCCL_HOST_SIMD", ParamType::kChoice, "auto", 0, 0, false, "auto|avx512|avx2|baseline",
      "Vector instructions of the host kernels (the alltoall rows' per-row top-k): auto = the widest this CPU "

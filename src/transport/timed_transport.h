@@ -9,6 +9,20 @@
 
 namespace spccl {
 
+// Reads the clock only when on (SPCCL_PROFILE, or an auto trial call): off,
+// a timed step costs a branch, no clock read.
+class Stopwatch {
+ public:
+  explicit Stopwatch(bool on) : on_(on), start_(on ? Clock::now() : Clock::time_point{}) {}
+  // Seconds since construction; 0 when off.
+  double seconds() const { return on_ ? std::chrono::duration<double>(Clock::now() - start_).count() : 0.0; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool on_;
+  Clock::time_point start_;
+};
+
 class TimedTransport final : public Transport {
  public:
   TimedTransport(Transport& inner, double* seconds) : inner_(inner), seconds_(seconds) {}

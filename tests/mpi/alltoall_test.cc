@@ -467,6 +467,40 @@ TEST_F(SelectionTest, BackwardAfterCommDestroyIsInvalidUsage) {
   EXPECT_EQ(spcclSelectionDestroy(sel), spcclSuccess) << spcclGetLastError(nullptr);
 }
 
+// SPCCL_PROFILE=1: the communicator's destroy prints one line with the split
+// of its alltoall-rows calls, counting them; without it, nothing.
+TEST_F(SelectionTest, ProfileLineAtCommDestroy) {
+  for (const bool profile : {true, false}) {
+    SCOPED_TRACE(profile ? "SPCCL_PROFILE=1" : "SPCCL_PROFILE=0");
+    spcclComm_t other = nullptr;
+    {
+      const ScopedEnv env("SPCCL_PROFILE", profile ? "1" : "0");  // read at creation
+      ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&other, MPI_COMM_WORLD), nullptr, "spcclCommInitMPI"));
+    }
+    std::vector<float> recv;
+    spcclSelection_t sel = nullptr;
+    ASSERT_TRUE(forward(other, recv, nullptr, 347));
+    ASSERT_TRUE(forward(other, recv, &sel, 348));
+    SelectionPtr owned(sel);
+    std::vector<float> grad = gaussian(elements(), seedFor(349, rank_)), gradOut(elements());
+    ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsBackward(grad.data(), gradOut.data(), sel, nullptr), other,
+                             "spcclAlltoAllRowsBackward"));
+    testing::internal::CaptureStderr();
+    const spcclResult_t destroyed = spcclCommDestroy(other);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_EQ(destroyed, spcclSuccess);
+    const size_t at = err.find("profile: alltoall rows, 2 forward calls, per call ");
+    if (!profile) {
+      EXPECT_EQ(err.find("profile:"), std::string::npos) << err;
+      continue;
+    }
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_NE(err.find("[" + std::to_string(rank_) + "] SPCCL INFO profile: alltoall rows"), std::string::npos) << err;
+    EXPECT_NE(err.find("; 1 backward calls, per call ", at), std::string::npos) << err;
+    EXPECT_NE(err.find(" = selection ", at), std::string::npos) << err;
+  }
+}
+
 // A NULL selection pointer: the forward runs, nothing is kept, same output.
 TEST_F(SelectionTest, NullSelectionPointerIsAllowed) {
   std::vector<float> withSel, withoutSel;

@@ -654,6 +654,30 @@ inline size_t envSize(const char* name) {
 }
 
 // SPCCL_VALUE_TYPE: the wire type of compressed values (default fp32).
+// Sets an environment variable for the life of the object, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_, old_.c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
 inline spcclDataType_t wireTypeFromEnv() {
   const std::string s = envString("SPCCL_VALUE_TYPE");
   return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : spcclFloat32;
