@@ -638,6 +638,17 @@ uint32_t keepByRule(const int32_t* keys, uint32_t m, uint32_t keep, uint32_t* po
   return n;
 }
 
+// The end of every keepByCount: the tie-free count's `kept` when it found
+// exactly `keep`, else the exact rule over the m candidates.
+inline uint32_t keptOrByRule(const uint32_t* kept, uint32_t n, const int32_t* keys, uint32_t m, uint32_t keep,
+                             uint32_t* positions) {
+  if (n == keep) {
+    std::memcpy(positions, kept, n * sizeof(uint32_t));
+    return n;
+  }
+  return keepByRule(keys, m, keep, positions);
+}
+
 // Keeps, of m <= kCountedCandidates candidates (positions ascending, their
 // keys in `keys`, padded with -1 to a multiple of 4), those outranked by
 // fewer than `keep` others, compacted in order; returns how many (keep).
@@ -653,11 +664,7 @@ uint32_t keepByCount(int32_t* keys, uint32_t m, uint32_t keep, uint32_t* positio
     kept[n] = positions[j];
     n += countAtLeast(keys, m, keys[j]) <= keep;
   }
-  if (n == keep) {
-    std::memcpy(positions, kept, n * sizeof(uint32_t));
-    return n;
-  }
-  return keepByRule(keys, m, keep, positions);
+  return keptOrByRule(kept, n, keys, m, keep, positions);
 }
 
 // The same for many candidates (m > kCountedCandidates, a large keep): a
@@ -781,11 +788,7 @@ SPCCL_AVX512_TARGET uint32_t keepByCount16(int32_t* keys, uint32_t m, uint32_t k
     kept[n] = positions[j];
     n += atLeast <= keep;
   }
-  if (n == keep) {
-    std::memcpy(positions, kept, n * sizeof(uint32_t));
-    return n;
-  }
-  return keepByRule(keys, m, keep, positions);
+  return keptOrByRule(kept, n, keys, m, keep, positions);
 }
 
 // selectRowTopK's floor-and-candidates path for avx512RowShape rows;
@@ -954,11 +957,7 @@ SPCCL_AVX2_TARGET uint32_t keepByCount8(int32_t* keys, uint32_t m, uint32_t keep
     kept[n] = positions[j];
     n += atLeast <= keep;
   }
-  if (n == keep) {
-    std::memcpy(positions, kept, n * sizeof(uint32_t));
-    return n;
-  }
-  return keepByRule(keys, m, keep, positions);
+  return keptOrByRule(kept, n, keys, m, keep, positions);
 }
 
 // selectRowTopK's floor-and-candidates path for rows avx2FloorRuns accepts
