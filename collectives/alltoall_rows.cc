@@ -104,6 +104,13 @@ void storeRaw(void* base, size_t i, T v) {
   std::memcpy(static_cast<char*>(base) + i * sizeof(T), &v, sizeof v);
 }
 
+// n kept values of one row, at positions, staged into out in order.
+template <typename Buf, typename Staged>
+void gatherRow(const void* row, const uint32_t* positions, uint32_t n, void* out) {
+  for (uint32_t e = 0; e < n; ++e)
+    storeRaw(out, e, stage<Buf, Staged>(loadRaw<typename Buf::Raw>(row, positions[e])));
+}
+
 // The forward's selection: every row of sel->sentCounts.size() rows of
 // rowLen from `buf`, its kept positions appended to sel->sentPositions and
 // their values, staged, to *values, read while the row is in the cache.
@@ -127,8 +134,7 @@ void selectRows(const void* buf, size_t rowLen, uint32_t keep, spcclDataType_t t
     const char* row = static_cast<const char*>(buf) + r * rowLen * sizeof(BufRaw);
     uint32_t* kept = positions.data() + used;
     const uint32_t n = host::selectRowTopK(row, type, static_cast<uint32_t>(rowLen), keep, kept, scratch);
-    unsigned char* out = values->data() + used * sizeof(StagedRaw);
-    for (uint32_t e = 0; e < n; ++e) storeRaw(out, e, stage<Buf, Staged>(loadRaw<BufRaw>(row, kept[e])));
+    gatherRow<Buf, Staged>(row, kept, n, values->data() + used * sizeof(StagedRaw));
     sel->sentCounts[r] = n;
     used += n;
   }
@@ -141,11 +147,13 @@ void selectRows(const void* buf, size_t rowLen, uint32_t keep, spcclDataType_t t
 template <typename Buf, typename Staged>
 void gatherKept(const void* buf, size_t rowLen, size_t rows, const uint32_t* counts, const uint32_t* positions,
                 void* out) {
+  using BufRaw = typename Buf::Raw;
+  using StagedRaw = typename Staged::Raw;
   uint64_t e = 0;
   for (size_t r = 0; r < rows; ++r) {
-    const size_t base = r * rowLen;
-    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
-      storeRaw(out, e, stage<Buf, Staged>(loadRaw<typename Buf::Raw>(buf, base + positions[e])));
+    gatherRow<Buf, Staged>(static_cast<const char*>(buf) + r * rowLen * sizeof(BufRaw), positions + e, counts[r],
+                           static_cast<char*>(out) + e * sizeof(StagedRaw));
+    e += counts[r];
   }
 }
 
@@ -163,6 +171,16 @@ void scatterKept(const void* values, int scaleExp, size_t rowLen, size_t rows, c
     for (uint32_t c = 0; c < counts[r]; ++c, ++e)
       storeRaw(row, positions[e], unstage<Wire, Buf>(loadRaw<typename Wire::Raw>(values, e), scaleExp));
   }
+}
+
+// scatterKept for a wire type and a buffer type known at run time.
+void scatterKept(const void* values, core::ValueType wire, int scaleExp, spcclDataType_t type, size_t rowLen,
+                 size_t rows, const uint32_t* counts, const uint32_t* positions, void* buf) {
+  withWireFormat(wire, [&](auto w) {
+    withBufferFormat(type, [&](auto b) {
+      scatterKept<decltype(w), decltype(b)>(values, scaleExp, rowLen, rows, counts, positions, buf);
+    });
+  });
 }
 
 // Zeroes elements [at, at + elems) of a user buffer of esize-byte elements
@@ -280,12 +298,7 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
             formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, counts[r], keep)));
     }
     void* block = static_cast<char*>(recvbuff) + j * blockElems * esize;
-    withWireFormat(wire, [&](auto w) {
-      withBufferFormat(type, [&](auto buf) {
-        scatterKept<decltype(w), decltype(buf)>(v.values, v.scaleExp, rowLen, rowsPerPeer, counts,
-                                                s.recvPositions.data() + first, block);
-      });
-    });
+    scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
@@ -366,13 +379,8 @@ Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gra
       return parsed;
     }
     void* block = static_cast<char*>(gradRecv) + j * blockElems * esize;
-    withWireFormat(s.wire, [&](auto w) {
-      withBufferFormat(s.dataType, [&](auto buf) {
-        scatterKept<decltype(w), decltype(buf)>(vals, scaleExp, rowLen, rowsPerPeer,
-                                                s.sentCounts.data() + j * rowsPerPeer,
-                                                s.sentPositions.data() + ws.nnzPerRank[j], block);
-      });
-    });
+    scatterKept(vals, s.wire, scaleExp, s.dataType, rowLen, rowsPerPeer, s.sentCounts.data() + j * rowsPerPeer,
+                s.sentPositions.data() + ws.nnzPerRank[j], block);
   }
   *call = spcclStats_t{};
   call->calls = 1;
