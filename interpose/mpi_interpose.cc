@@ -179,12 +179,12 @@ void setUp(int provided) {
   const spccl::Status env = spccl::loadParamsFromEnv(&params);
   const bool valid = env.isOk();
   unsigned mask = 0;
-  unsigned long long minCount = params.minCompressCount;  // the default where the environment is invalid
+  // A failed load leaves params as they were: the default where the environment is invalid.
+  const unsigned long long minCount = params.minCompressCount;
   if (!valid) {
     if (asked) logLine("WARN", "invalid SPCCL_* environment, every call passes through: %s", env.message().c_str());
   } else {
     mask = params.intercept;
-    minCount = params.minCompressCount;
     if (params.disable) mask = 0;
     if (mask != 0 && provided == MPI_THREAD_MULTIPLE) {
       logLine("WARN", "MPI_THREAD_MULTIPLE: spccl communicators are not for concurrent use, every call passes through");
