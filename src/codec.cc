@@ -361,6 +361,29 @@ CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t
                         static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)), seq, count, 0};
 }
 
+namespace {
+
+// What call a descriptor opens, in words, for the mismatch message.
+std::string describeCall(const CallDescriptor& d) {
+  if (d.op & kOtherCollective) {
+    const bool exact = d.valueType == kExactValueType;
+    switch (static_cast<Collective>(d.op & ~kOtherCollective)) {
+      case Collective::kAlltoAllRows: return "a compressed alltoall (rows forward)";
+      case Collective::kAlltoAllRowsBackward: return "an alltoall rows backward";
+      case Collective::kAllGather: return exact ? "an exact allgather" : "a sparsified allgather";
+      case Collective::kRowSparse: return "a row-sparse allreduce";
+      case Collective::kAlltoAll: return "an exact alltoall";
+    }
+    return formatString("collective %u", static_cast<unsigned>(d.op & ~kOtherCollective));
+  }
+  if (d.algorithm == kAutoLineUp) return "an auto compressor's trial line-up (SPCCL_AUTO_TRIALS)";
+  if (d.algorithm == kAutoSettle) return "an auto compressor settling its trials (SPCCL_AUTO_TRIALS)";
+  if (d.valueType == kExactValueType) return "an exact allreduce";
+  return formatString("a compressed allreduce (%s)", algorithmName(d.algorithm));
+}
+
+}  // namespace
+
 Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine) {
   // Compare against rank 0's, not this rank's, so every rank reports the same mismatch.
   const CallDescriptor& ref = all[0];
@@ -386,10 +409,18 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
                                        "has %g (this rank: count %llu)",
                                        r, static_cast<double>(d.density), static_cast<double>(ref.density),
                                        static_cast<unsigned long long>(mine.count)));
-    if (field)
+    if (field) {
+      // Where the magic matches, say what each call is: a count or seq
+      // mismatch may be the same call, an op or algorithm one another call.
+      const std::string calls = d.magic == kStreamMagic && describeCall(d) != describeCall(ref)
+                                    ? formatString("; rank %d is in %s, rank 0 in %s", r, describeCall(d).c_str(),
+                                                   describeCall(ref).c_str())
+                                    : std::string();
       return invalidUsage(formatString("mismatched collective call across ranks: rank %d has %s %llu, rank 0 "
-                                       "has %llu (this rank: count %llu)",
-                                       r, field, got, want, static_cast<unsigned long long>(mine.count)));
+                                       "has %llu (this rank: count %llu)%s",
+                                       r, field, got, want, static_cast<unsigned long long>(mine.count),
+                                       calls.c_str()));
+    }
   }
   return Status::ok();
 }

@@ -111,6 +111,18 @@ struct CallDescriptor {
 };
 constexpr uint8_t kOtherCollective = 0x80;
 static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes");
+// Algorithm codes of the two exchanges an SPCCL_AUTO_TRIALS compressor makes
+// outside its calls' own (src/compressor.cc): the line-up before each trial
+// call, and the settling exchange that opens the call after the last trial.
+// Both carry the seq of the call they open (which takes it only when they
+// succeed), and in streamBytes this rank's time of its previous trial call in
+// nanoseconds (kNoTrialTime: none, or it failed). They are descriptors like a
+// call's, so a rank in any other call meets a descriptor exchange there and
+// every rank reports the mismatch; with a plain allreduce as the line-up the
+// ranks would sit in different MPI collectives.
+constexpr uint8_t kAutoLineUp = 0x40;
+constexpr uint8_t kAutoSettle = 0x41;
+constexpr uint64_t kNoTrialTime = ~uint64_t{0};
 
 // Checks every rank's descriptor against this rank's. The result is the same
 // on every rank (all see the same descriptors): a mismatch is

@@ -72,17 +72,22 @@ struct spcclCompressor {
   int profileRank = 0;
 
   // SPCCL_AUTO_TRIALS on the host path: call 0 takes the model's pick (it
-  // also pays the first threshold estimate); calls 1 .. C*trialCallsPerCandidate(T)
-  // run the C candidates in two blocks of consecutive calls each (trialCall();
-  // a dense trial holds the residual back), each call after a one-float allreduce that lines the ranks up,
-  // and time themselves (less any tau re-estimation: a steady-state call
-  // rarely has one); then one MAX allreduce turns each trial's per-rank times
-  // into the collective's time (its slowest rank), and the candidate with the
-  // fastest median trial is kept on every rank alike, for the compressor's life.
+  // also pays the first threshold estimate); the next C*trialCallsPerCandidate(T)
+  // calls run the C candidates in two blocks of consecutive calls each
+  // (trialCall(); a dense trial holds the residual back), and time themselves
+  // (less any tau re-estimation: a steady-state call rarely has one). Each
+  // opens with a line-up, a descriptor exchange (kAutoLineUp) that carries
+  // every rank's time of the previous trial; the call after the last opens
+  // with the settling exchange (kAutoSettle), which carries the last one. A
+  // trial's time is its slowest rank's, and the candidate with the fastest
+  // median is kept on every rank alike, for the compressor's life. An
+  // exchange that fails (a mismatched call on another rank) advances nothing.
   struct AutoTuning {
-    uint64_t calls = 0;           // auto calls so far (the same count on every rank)
+    uint64_t calls = 0;           // auto calls so far before settling (call 0 takes the model's pick)
+    size_t trialsRun = 0;         // trial calls past their line-up (the same count on every rank)
     std::vector<int> candidates;  // trialCandidates() at call 1
-    std::vector<float> seconds;   // this rank's time of trial call i (infinite if it failed)
+    std::vector<float> slowest;   // trial call i's slowest rank's seconds (infinite if it failed on any rank)
+    uint64_t lastTrialNs = spccl::kNoTrialTime;  // this rank's time of trial call trialsRun - 1, not yet sent
     int settled = -1;             // SPCCL_ALGO_*, once settled
     bool timing = false;          // this call is a trial: select() times its tau re-estimation
     double estimateSeconds = 0;   // seconds this call's selection spent re-estimating tau (beyond one pass)
@@ -115,10 +120,10 @@ struct spcclCompressor {
   spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* starved);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
-  // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one. *trial: the index in
+  // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after
+  // the exchange that opens the call; its failure fails the call). *trial: the index in
   // autoTuning.candidates when this call is a timed trial, else -1.
-  int autoAlgorithm(int ranks, int* trial);
-  spccl::Status settleAutoTrials();
+  spccl::Status autoPick(int ranks, spcclRedOp_t op, int* algorithm, int* trial);
   spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
                             int algorithm);
   // Exact allreduce of send + residual (the residual emptied), or of send alone with the residual and tau

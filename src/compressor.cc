@@ -170,62 +170,84 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   return t.allReduceDense(v, out, count, spcclFloat32, spcclSum);
 }
 
-int spcclCompressor::autoAlgorithm(int ranks, int* trial) {
+Status spcclCompressor::autoPick(int ranks, spcclRedOp_t op, int* algorithm, int* trial) {
   *trial = -1;
   AutoTuning& a = autoTuning;
-  const uint64_t call = a.calls++;
-  if (a.settled >= 0) return a.settled;
+  if (a.settled >= 0) {
+    *algorithm = a.settled;
+    return Status::ok();
+  }
   const core::ValueType wire = toValueType(config.wireValueType);
   CostInputs in{ranks, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
                 mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
   const int trials = comm->params.autoTrials;
-  if (trials > 0 && call >= 1) {
-    const size_t perCandidate = trialCallsPerCandidate(static_cast<size_t>(trials));
-    if (a.candidates.empty()) {
-      a.candidates = trialCandidates(in, comm->costModel);
-      a.seconds.assign(a.candidates.size() * perCandidate, std::numeric_limits<float>::infinity());
-      SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d counted call(s) each (%zu calls each with the "
-                 "uncounted warm-up and lead-in calls, in blocks of consecutive calls) before settling; %s",
-                 a.candidates.size(), a.candidates.size() > 1 ? trials : 0, perCandidate,
-                 explainChoice(in, comm->costModel).c_str());
-      if (a.candidates.size() == 1) return a.settled = a.candidates[0];  // nothing to compare
-    }
-    *trial = static_cast<int>(trialCall(call - 1, a.candidates.size(), static_cast<size_t>(trials)).slot);
-    return a.candidates[static_cast<size_t>(*trial)];
+  if (trials <= 0 || a.calls++ == 0) {  // the model's pick (with trials: call 0's)
+    *algorithm = chooseAlgorithm(in, comm->costModel);
+    if (stats.calls == 0 || stats.lastAlgorithm != *algorithm)  // why, once per change of mind
+      SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
+    return Status::ok();
   }
-  const int algorithm = chooseAlgorithm(in, comm->costModel);
-  if (stats.calls == 0 || stats.lastAlgorithm != algorithm)  // why, once per change of mind
-    SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
-  return algorithm;
-}
-
-Status spcclCompressor::settleAutoTrials() {
-  AutoTuning& a = autoTuning;
-  std::vector<float> slowest(a.seconds.size());  // per trial call: the slowest rank's time
-  SPCCL_RETURN_IF_ERROR(
-      comm->transport->allReduceDense(a.seconds.data(), slowest.data(), slowest.size(), spcclFloat32, spcclMax));
+  const size_t perCandidate = trialCallsPerCandidate(static_cast<size_t>(trials));
+  if (a.candidates.empty()) {
+    a.candidates = trialCandidates(in, comm->costModel);
+    a.slowest.assign(a.candidates.size() * perCandidate, std::numeric_limits<float>::infinity());
+    SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d counted call(s) each (%zu calls each with the "
+               "uncounted warm-up and lead-in calls, in blocks of consecutive calls) before settling; %s",
+               a.candidates.size(), a.candidates.size() > 1 ? trials : 0, perCandidate,
+               explainChoice(in, comm->costModel).c_str());
+    if (a.candidates.size() == 1) {  // nothing to compare
+      *algorithm = a.settled = a.candidates[0];
+      return Status::ok();
+    }
+  }
+  // The line-up before a trial call, or the settling exchange once every trial
+  // has run: a descriptor exchange like the call's own, carrying this rank's
+  // time of its previous trial call. It lines the ranks up (each rank's time
+  // runs from a common start) and gathers the times (a call's time is its
+  // slowest rank's, as perf/allreduce_perf measures it).
+  const bool settle = a.trialsRun == a.slowest.size();
+  CallDescriptor mine{kStreamMagic, settle ? kAutoSettle : kAutoLineUp, static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), comm->seq, count, 0};
+  mine.streamBytes = a.lastTrialNs;
+  mine.density = config.density;
+  std::vector<CallDescriptor>& all = comm->descriptors;
+  const Status agreed = agreeOnCall(*comm->transport, mine, &all);
+  if (!agreed.isOk()) {
+    // Another rank is in another call, which took this seq: take it too, so
+    // the ranks stay in step. Nothing advances: the next call of this
+    // compressor repeats this exchange, with the same time.
+    ++comm->seq;
+    return agreed;
+  }
+  if (a.trialsRun > 0) {
+    uint64_t slowestNs = 0;
+    for (const CallDescriptor& d : all) slowestNs = std::max(slowestNs, d.streamBytes);
+    if (slowestNs != kNoTrialTime) a.slowest[a.trialsRun - 1] = static_cast<float>(1e-9 * static_cast<double>(slowestNs));
+  }
+  a.lastTrialNs = kNoTrialTime;
+  if (!settle) {
+    *trial = static_cast<int>(trialCall(a.trialsRun++, a.candidates.size(), static_cast<size_t>(trials)).slot);
+    *algorithm = a.candidates[static_cast<size_t>(*trial)];
+    return Status::ok();
+  }
   // Each candidate's median call counts (the statistic perf/allreduce_perf
   // reports; unlike the fastest call it charges an algorithm that is often
   // held up, e.g. by more synchronisation points on oversubscribed cores).
-  const size_t c = a.candidates.size();
-  const std::vector<float> median =
-      trialMedians(slowest, a.candidates.size(), static_cast<size_t>(comm->params.autoTrials));
+  const std::vector<float> median = trialMedians(a.slowest, a.candidates.size(), static_cast<size_t>(trials));
   a.settled = pickMeasured(a.candidates, median.data());
   std::string times;
-  for (size_t i = 0; i < c; ++i)
+  for (size_t i = 0; i < a.candidates.size(); ++i)
     times += formatString(" %s %.4g ms;", algorithmName(a.candidates[i]), 1e3 * static_cast<double>(median[i]));
-  SPCCL_INFO(comm->rank, "auto: measured (median of %d calls, each the slowest rank's time):%s -> %s",
-             comm->params.autoTrials, times.c_str(), algorithmName(a.settled));
+  SPCCL_INFO(comm->rank, "auto: measured (median of %d calls, each the slowest rank's time):%s -> %s", trials,
+             times.c_str(), algorithmName(a.settled));
+  *algorithm = a.settled;
   return Status::ok();
 }
 
 Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
   int trial = -1;
-  const int algorithm = config.algorithm == SPCCL_ALGO_AUTO ? autoAlgorithm(comm->ranks, &trial) : config.algorithm;
-  if (trial >= 0) {  // line the ranks up, so each rank's time is the collective's from a common start
-    float one = 1.0f, sum = 0.0f;
-    SPCCL_RETURN_IF_ERROR(comm->transport->allReduceDense(&one, &sum, 1, spcclFloat32, spcclSum));
-  }
+  int algorithm = config.algorithm;
+  if (algorithm == SPCCL_ALGO_AUTO) SPCCL_RETURN_IF_ERROR(autoPick(comm->ranks, op, &algorithm, &trial));
   autoTuning.timing = trial >= 0;
   autoTuning.estimateSeconds = 0;
   const Stopwatch watch(comm->params.profile || trial >= 0);
@@ -244,20 +266,15 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   }
   if (trial < 0) return s;
   AutoTuning& a = autoTuning;
-  const uint64_t trialCall = a.calls - 2;  // call 1 is trial call 0
   // What this call spent re-estimating tau does not count: right after a
   // compressor starts, or after a dense call flushed the residual, tau moves
   // and is re-estimated on most calls, where in steady state that happens once
-  // per thresholdInterval calls.
-  if (s.isOk()) a.seconds[trialCall] = static_cast<float>(std::max(0.0, seconds - a.estimateSeconds));
-  SPCCL_TRACE(comm->rank, "auto: trial call %llu: %s %.4g ms (%.4g ms of it re-estimating tau, not counted)",
-              static_cast<unsigned long long>(trialCall), algorithmName(algorithm), 1e3 * seconds,
-              1e3 * a.estimateSeconds);
-  // The last trial call (counted alike on every rank, failed or not) settles.
-  if (trialCall + 1 == a.seconds.size()) {
-    const Status settled = settleAutoTrials();
-    if (s.isOk()) return settled;
-  }
+  // per thresholdInterval calls. The time goes out with the next exchange
+  // (a failed call's as kNoTrialTime: that trial counts as infinitely slow).
+  const double counted = std::max(0.0, seconds - a.estimateSeconds);
+  a.lastTrialNs = s.isOk() ? static_cast<uint64_t>(std::llround(1e9 * counted)) : kNoTrialTime;
+  SPCCL_TRACE(comm->rank, "auto: trial call %zu: %s %.4g ms (%.4g ms of it re-estimating tau, not counted)",
+              a.trialsRun - 1, algorithmName(algorithm), 1e3 * seconds, 1e3 * a.estimateSeconds);
   return s;
 }
 

@@ -249,6 +249,94 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   spcclCompressorDestroy(comp);
 }
 
+// An auto compressor's trials open each call with an exchange of their own:
+// a line-up before each trial call, a settling exchange before the first call
+// after them. A mismatched program that meets either (one rank in the
+// compressor's call, the others in an exact alltoall) fails on every rank
+// with spcclInvalidUsage that names both calls, instead of leaving the ranks
+// in different MPI collectives (a one-float allreduce was the line-up until
+// this test's commit; Open MPI hung there). The failed call advances nothing:
+// the program, back in step, runs an exact call, then the whole trial
+// schedule in order, settles alike on every rank, and conserves.
+TEST(Calibrate, AutoTrialsMeetMismatchedCallsWithAnError) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  const int p = worldSize(), rank = worldRank();
+  if (p < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  const size_t n = size_t{1} << 12;
+  comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // rounds dominate: every algorithm a candidate
+  comm.c->params.autoTrials = 1;
+  const spcclCompressConfig_t cfg = autoConfig(0);
+  const std::vector<int> candidates = trialCandidates(autoInputs(n), comm.c->costModel);
+  ASSERT_EQ(candidates.size(), 3u) << "the test wants a trial schedule";
+  const size_t trialCalls = candidates.size() * trialCallsPerCandidate(1);
+
+  spcclCompressor_t comp = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &comp), comm.c, "create"));
+  ConservedCalls conserved(comm.c, comp, n);
+  std::vector<float> send(n * static_cast<size_t>(p)), recv(send.size());
+  // An exact alltoall on every rank: it succeeds and moves every block, so the ranks are in step.
+  auto exactAlltoAll = [&](float tag) {
+    for (int to = 0; to < p; ++to)
+      std::fill_n(send.begin() + static_cast<long>(to) * static_cast<long>(n), n, tag + 10.0f * rank + to);
+    if (!okOnAllRanks(spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr), comm.c, "alltoall"))
+      return false;
+    for (int from = 0; from < p; ++from)
+      EXPECT_EQ(recv[static_cast<size_t>(from) * n + n - 1], tag + 10.0f * from + rank) << "block from " << from;
+    return true;
+  };
+  // Rank `odd` calls the compressor, the others an exact alltoall of as many elements.
+  auto mismatch = [&](int odd, const char* expect) {
+    const spcclResult_t r =
+        rank == odd ? spcclAllReduceCompressed(conserved.in.data(), conserved.out.data(), spcclSum, comp, nullptr)
+                    : spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr);
+    EXPECT_TRUE(allRanks(r == spcclInvalidUsage)) << "rank " << rank << ": " << spcclGetErrorString(r);
+    const std::string message = spcclGetLastError(comm.c);
+    EXPECT_NE(message.find("mismatched collective call"), std::string::npos) << message;
+    EXPECT_NE(message.find(expect), std::string::npos) << message;
+    EXPECT_NE(message.find("an exact alltoall"), std::string::npos) << message;
+  };
+
+  std::vector<int> took;
+  auto compressed = [&](unsigned seed) {
+    if (!conserved.call(seed)) return false;
+    spcclStats_t st{};
+    EXPECT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
+    took.push_back(st.lastAlgorithm);
+    int lo = 0, hi = 0;
+    MPI_Allreduce(&st.lastAlgorithm, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&st.lastAlgorithm, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi) << "ranks ran different algorithms at call " << took.size() - 1;
+    return true;
+  };
+  ASSERT_TRUE(compressed(1));  // call 0: the model's pick, no exchange of its own
+  mismatch(0, "trial line-up");  // meets trial call 0's line-up
+  ASSERT_TRUE(exactAlltoAll(1.0f));
+  for (size_t i = 0; i < trialCalls; ++i) {
+    if (i == trialCalls / 2) {  // mid-schedule, the odd rank last
+      mismatch(p - 1, "trial line-up");
+      ASSERT_TRUE(exactAlltoAll(2.0f));
+    }
+    ASSERT_TRUE(compressed(static_cast<unsigned>(100 + i)));
+  }
+  mismatch(p - 1, "settling its trials");  // meets the settling exchange
+  ASSERT_TRUE(exactAlltoAll(3.0f));
+  for (unsigned i = 0; i < 3; ++i) ASSERT_TRUE(compressed(200 + i));
+
+  // The schedule ran in order through the failed calls, and every rank settled alike.
+  ASSERT_EQ(took.size(), 1 + trialCalls + 3);
+  for (size_t call = 1; call <= trialCalls; ++call)
+    EXPECT_EQ(took[call], candidates[trialCall(call - 1, candidates.size(), 1).slot]) << "trial call " << call;
+  const int settled = took[trialCalls + 1];
+  EXPECT_EQ(std::count(candidates.begin(), candidates.end(), settled), 1) << algorithmName(settled);
+  for (size_t call = trialCalls + 1; call < took.size(); ++call) EXPECT_EQ(took[call], settled) << "call " << call;
+  spcclStats_t st{};
+  ASSERT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
+  EXPECT_EQ(st.calls, took.size()) << "the failed calls count nowhere";
+  EXPECT_LT(conserved.worstImbalance(), 1e-4) << "conservation through the failed calls";
+  spcclCompressorDestroy(comp);
+}
+
 // A dense call under auto sends the residual and zeroes it; tau was fitted to
 // send + residual, so on the next sparse call it would select far fewer than
 // k entries (and be re-estimated only by the call after that one). The
