@@ -395,7 +395,8 @@ struct RowsView {
 };
 
 // positions, when given, gets the stream's nnz positions appended as they
-// are validated (what the receiver keeps for the backward).
+// are validated (what the receiver keeps for the backward); a refused stream
+// leaves it as it was.
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, uint64_t seq,
                  int peer, RowsView* out, std::vector<uint32_t>* positions = nullptr);
 // Values stream with exactly `nnz` values of type vt; *scaleExp (if given)

@@ -308,10 +308,12 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
   const bool ok = ib == 1   ? checkRowPositions<uint8_t>(v, rows, rowLen, kept, &badRow, &badPos)
                   : ib == 2 ? checkRowPositions<uint16_t>(v, rows, rowLen, kept, &badRow, &badPos)
                             : checkRowPositions<uint32_t>(v, rows, rowLen, kept, &badRow, &badPos);
-  if (!ok)
+  if (!ok) {
+    if (positions) positions->resize(positions->size() - h.nnz);  // a refused stream appends nothing
     return remoteError(formatString("rows stream from rank %d: row %llu position %u is out of range or not "
                                     "increasing",
                                     peer, static_cast<unsigned long long>(badRow), badPos));
+  }
   *out = v;
   return Status::ok();
 }

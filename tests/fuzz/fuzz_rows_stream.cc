@@ -4,7 +4,8 @@
 // accepted stream is walked as alltoall_rows.cc walks it: every row's count,
 // every position, every value, stored into a block of rows x rowLen. The
 // positions parseRows hands back (what the receiver keeps for the backward)
-// must be the stream's own, appended after what the vector held.
+// must be the stream's own, appended after what the vector held; a refused
+// stream appends nothing.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Status st = parseRows(s.data(), s.size(), x.rows, x.rowLen, x.vt, x.seq, 1, &v, &kept);
   if (!st.isOk()) {
     checkRejection(st);
+    SPCCL_FUZZ_CHECK(kept.size() == 3 && kept[0] == 0xdeadbeefu && kept[2] == 0xdeadbeefu);  // nothing appended
     return 0;
   }
   const uint64_t wb = core::wireValueBytes(x.vt);

@@ -930,6 +930,18 @@ TEST(Codec, RowsFromStagedValuesAndPositionsOut) {
       std::vector<uint32_t> want = {77, 88};
       want.insert(want.end(), positions.begin(), positions.end());
       EXPECT_EQ(kept, want);
+
+      // A stream refused at its positions (row 1's second equals its first)
+      // appends nothing.
+      std::vector<uint32_t> repeated = positions;
+      repeated[3] = repeated[2];
+      std::vector<unsigned char> bad(bytes);
+      ASSERT_EQ(encodeRows(bad.data(), rows, rowLen, 0, counts.data(), repeated.data(), staged.data(), vt, nnz, vt,
+                           kSeq),
+                bytes);
+      kept = {77, 88};
+      EXPECT_EQ(parseRows(bad.data(), bytes, rows, rowLen, vt, kSeq, 1, &view, &kept).code(), spcclRemoteError);
+      EXPECT_EQ(kept, (std::vector<uint32_t>{77, 88}));
     }
   }
 }
