@@ -25,4 +25,8 @@ inline LogLevel debugLevelFromEnv() {
   return st.isOk() ? p.debug : LogLevel::kWarn;
 }
 
+// The log level after the full parse `env` filled `p`: its SPCCL_DEBUG, or
+// SPCCL_DEBUG read alone when another variable made the parse fail.
+inline LogLevel debugLevel(const Status& env, const Params& p) { return env.isOk() ? p.debug : debugLevelFromEnv(); }
+
 }  // namespace spccl::interpose

@@ -191,7 +191,7 @@ void setUp(int provided) {
       mask = 0;
     }
   }
-  const spccl::LogLevel debug = spccl::interpose::debugLevelFromEnv();
+  const spccl::LogLevel debug = spccl::interpose::debugLevel(env, params);
   const bool info = debug >= spccl::LogLevel::kInfo;
   // All ranks must take the same path for every call: agree on the settings
   // that decide it (max of x and of ~x: equal everywhere iff max == ~max(~x)).

@@ -65,7 +65,7 @@ const Settings& settings() {
                            "unchanged: %s\n",
                    env.message().c_str());
     }
-    r.info = spccl::interpose::debugLevelFromEnv() >= spccl::LogLevel::kInfo;
+    r.info = spccl::interpose::debugLevel(env, p) >= spccl::LogLevel::kInfo;
     if (r.info)
       std::fprintf(stderr, "SPCCL INFO libspccl_nccl.so loaded: SPCCL_INTERCEPT=%s (allreduce %s)\n",
                    intercept ? intercept : "off", r.allreduce ? "compressed" : "passed through");
