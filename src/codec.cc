@@ -391,6 +391,8 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
   // sparsified allgather carry each rank's selected count (<= count).
   const bool nnzIsShape = (ref.op & kOtherCollective) && (ref.op & ~kOtherCollective) !=
                                                              static_cast<uint8_t>(Collective::kAllGather);
+  // An auto compressor's line-up and settling exchange carry the trial's index there (all equal).
+  const bool autoMarker = !(ref.op & kOtherCollective) && (ref.algorithm == kAutoLineUp || ref.algorithm == kAutoSettle);
   for (int r = 0; r < ranks; ++r) {
     const CallDescriptor& d = all[r];
     const char* field = nullptr;
@@ -403,7 +405,8 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
     else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
     else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
-    else if (!nnzIsShape && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
+    else if (autoMarker && d.nnz != ref.nnz) field = "auto trial call", got = d.nnz, want = ref.nnz;
+    else if (!nnzIsShape && !autoMarker && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
     else if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0)
       return invalidUsage(formatString("mismatched collective call across ranks: rank %d has density %g, rank 0 "
                                        "has %g (this rank: count %llu)",

@@ -115,8 +115,10 @@ static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes"
 // outside its calls' own (src/compressor.cc): the line-up before each trial
 // call, and the settling exchange that opens the call after the last trial.
 // Both carry the seq of the call they open (which takes it only when they
-// succeed), and in streamBytes this rank's time of its previous trial call in
-// nanoseconds (kNoTrialTime: none, or it failed). They are descriptors like a
+// succeed), in nnz the index of the trial call they open (the number of
+// trials run, for the settling; ranks must agree), and in streamBytes this
+// rank's time of its previous trial call in nanoseconds (kNoTrialTime: none,
+// or it failed). They are descriptors like a
 // call's, so a rank in any other call meets a descriptor exchange there and
 // every rank reports the mismatch; with a plain allreduce as the line-up the
 // ranks would sit in different MPI collectives.

@@ -25,6 +25,42 @@ struct DeviceCompressorState;
 struct DeviceSelectionState;
 }  // namespace spccl
 
+namespace spccl {
+// SPCCL_ALGO=auto's state for one shape of compressed allreduce call on the
+// host path (count, datatype, density, wire type, split's re-selection: what
+// the cost model sees), shared by every compressor of the communicator with
+// that shape. It follows the calls of that shape, which every rank of a
+// matched program makes alike, rather than one compressor's calls: a buffer
+// that moves on one rank (a new implicit compressor there), same-shaped
+// compressors called in another order on another rank, or one rank calling
+// compressor A where another calls same-shaped B, leave it the same on every
+// rank (what such a program does to its data is its own, as without auto).
+//
+// SPCCL_AUTO_TRIALS: the shape's first call takes the model's pick (it also
+// pays the first threshold estimate); the next C*trialCallsPerCandidate(T)
+// run the C candidates in two blocks of consecutive calls each (trialCall();
+// a dense trial holds the residual back), and time themselves (less any tau
+// re-estimation, and a compressor's first allocation: steady state pays
+// neither). Each opens with a line-up, a descriptor exchange (kAutoLineUp)
+// that carries the trial's index and every rank's time of the previous trial;
+// the call after the last opens with the settling exchange (kAutoSettle),
+// which carries the last one. A trial's time is its slowest rank's, and the
+// candidate with the fastest median is kept on every rank alike, for the
+// communicator's life. An exchange that fails (a mismatched call on another
+// rank) advances nothing, nor does a first call that did not get past its own.
+struct AutoShape {
+  bool firstCallDone = false;   // the model's call (with trials)
+  size_t trialsRun = 0;         // trial calls past their line-up (the same count on every rank)
+  std::vector<int> candidates;  // trialCandidates() at the first trial
+  std::vector<float> slowest;   // trial call i's slowest rank's seconds (infinite if it failed on any rank)
+  uint64_t lastTrialNs = kNoTrialTime;  // this rank's time of trial call trialsRun - 1, not yet sent
+  int settled = -1;             // SPCCL_ALGO_*, once settled
+  double mergedPerRange = -1;   // measured by the shape's last split call (same on every rank)
+};
+// count, datatype, density and splitReselect (bits), wire value type, error feedback
+using AutoShapeKey = std::tuple<size_t, int, uint32_t, uint32_t, int, int>;
+}  // namespace spccl
+
 struct spcclCompressor {
   spcclComm* comm;
   uint64_t commId;  // the communicator's unique id: detects use after its destroy
@@ -47,7 +83,6 @@ struct spcclCompressor {
   // or the stored tau of a committed call starved its selection (starves()).
   bool estimateNext = false;
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
-  double mergedPerRange = -1;  // measured by the last split call (same on every rank)
 
   // This call's selected pairs live in the communicator's pair buffers
   // (spcclComm::pairsFor); pairSlots is how many of them this compressor's
@@ -71,27 +106,13 @@ struct spcclCompressor {
   } profile;
   int profileRank = 0;
 
-  // SPCCL_AUTO_TRIALS on the host path: call 0 takes the model's pick (it
-  // also pays the first threshold estimate); the next C*trialCallsPerCandidate(T)
-  // calls run the C candidates in two blocks of consecutive calls each
-  // (trialCall(); a dense trial holds the residual back), and time themselves
-  // (less any tau re-estimation: a steady-state call rarely has one). Each
-  // opens with a line-up, a descriptor exchange (kAutoLineUp) that carries
-  // every rank's time of the previous trial; the call after the last opens
-  // with the settling exchange (kAutoSettle), which carries the last one. A
-  // trial's time is its slowest rank's, and the candidate with the fastest
-  // median is kept on every rank alike, for the compressor's life. An
-  // exchange that fails (a mismatched call on another rank) advances nothing.
-  struct AutoTuning {
-    uint64_t calls = 0;           // auto calls so far before settling (call 0 takes the model's pick)
-    size_t trialsRun = 0;         // trial calls past their line-up (the same count on every rank)
-    std::vector<int> candidates;  // trialCandidates() at call 1
-    std::vector<float> slowest;   // trial call i's slowest rank's seconds (infinite if it failed on any rank)
-    uint64_t lastTrialNs = spccl::kNoTrialTime;  // this rank's time of trial call trialsRun - 1, not yet sent
-    int settled = -1;             // SPCCL_ALGO_*, once settled
-    bool timing = false;          // this call is a trial: select() times its tau re-estimation
-    double estimateSeconds = 0;   // seconds this call's selection spent re-estimating tau (beyond one pass)
-  } autoTuning;
+  // SPCCL_ALGO=auto on the host path: the state of this compressor's call
+  // shape (the communicator's autoShapes; set at its first auto call), and
+  // this call's trial timing.
+  spccl::AutoShape* autoShape = nullptr;
+  bool trialTiming = false;      // this call is a trial: select() times what steady state would not pay
+  double untimedSeconds = 0;     // that much of this call: tau re-estimation beyond one pass, first allocation
+  bool callAgreed = false;       // this call got past its descriptor exchange (every rank agreed on it)
 
   ~spcclCompressor();
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
@@ -121,9 +142,10 @@ struct spcclCompressor {
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after
-  // the exchange that opens the call; its failure fails the call). *trial: the index in
-  // autoTuning.candidates when this call is a timed trial, else -1.
-  spccl::Status autoPick(int ranks, spcclRedOp_t op, int* algorithm, int* trial);
+  // the exchange that opens the call; its failure fails the call). *trial: the index in the shape's
+  // candidates when this call is a timed trial, else -1.
+  spccl::Status autoPick(spccl::AutoShape& shape, int ranks, spcclRedOp_t op, int* algorithm, int* trial);
+  spccl::AutoShape& shapeState();
   spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
                             int algorithm);
   // Exact allreduce of send + residual (the residual emptied), or of send alone with the residual and tau
@@ -198,6 +220,7 @@ struct spcclComm {
   spccl::RowsProfile rowsProfile;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
+  std::map<spccl::AutoShapeKey, spccl::AutoShape> autoShapes;  // SPCCL_ALGO=auto's state per call shape
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation
   // Made by spcclCommInitNccl: device buffers, NCCL transport, CUDA kernels.
   bool onDevice = false;

@@ -74,7 +74,7 @@ void spcclCompressor::ensureResidual() {
 }
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starved) {
-  const bool timing = autoTuning.timing;
+  const bool timing = trialTiming;
   const Stopwatch call(timing);
   double lastPass = 0;  // seconds of the last selectPack pass (the one a call without re-estimation makes)
   const uint64_t k = selectCount();
@@ -134,7 +134,8 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
     *starved = starves(estimated, tauKey, r.finiteSelected);
     break;
   }
-  if (timing) autoTuning.estimateSeconds = call.seconds() - lastPass;
+  // All but the last pass: the re-estimation, and a first call's allocation of the residual and pair buffers.
+  if (timing) untimedSeconds = call.seconds() - lastPass;
   ++callIndex;
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
@@ -170,18 +171,28 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   return t.allReduceDense(v, out, count, spcclFloat32, spcclSum);
 }
 
-Status spcclCompressor::autoPick(int ranks, spcclRedOp_t op, int* algorithm, int* trial) {
+AutoShape& spcclCompressor::shapeState() {
+  if (autoShape == nullptr) {
+    uint32_t density = 0, reselect = 0;
+    std::memcpy(&density, &config.density, sizeof density);
+    std::memcpy(&reselect, &config.splitReselect, sizeof reselect);
+    autoShape = &comm->autoShapes[AutoShapeKey{count, static_cast<int>(dataType), density, reselect,
+                                               static_cast<int>(config.wireValueType), config.errorFeedback}];
+  }
+  return *autoShape;
+}
+
+Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* algorithm, int* trial) {
   *trial = -1;
-  AutoTuning& a = autoTuning;
   if (a.settled >= 0) {
     *algorithm = a.settled;
     return Status::ok();
   }
   const core::ValueType wire = toValueType(config.wireValueType);
   CostInputs in{ranks, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
-                mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
+                a.mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
   const int trials = comm->params.autoTrials;
-  if (trials <= 0 || a.calls++ == 0) {  // the model's pick (with trials: call 0's)
+  if (trials <= 0 || !a.firstCallDone) {  // the model's pick (with trials: the shape's first call's)
     *algorithm = chooseAlgorithm(in, comm->costModel);
     if (stats.calls == 0 || stats.lastAlgorithm != *algorithm)  // why, once per change of mind
       SPCCL_INFO(comm->rank, "%s", explainChoice(in, comm->costModel).c_str());
@@ -201,21 +212,22 @@ Status spcclCompressor::autoPick(int ranks, spcclRedOp_t op, int* algorithm, int
     }
   }
   // The line-up before a trial call, or the settling exchange once every trial
-  // has run: a descriptor exchange like the call's own, carrying this rank's
-  // time of its previous trial call. It lines the ranks up (each rank's time
+  // has run: a descriptor exchange like the call's own, carrying the trial's
+  // index (ranks at different points of the schedule disagree) and this rank's
+  // time of the previous trial call. It lines the ranks up (each rank's time
   // runs from a common start) and gathers the times (a call's time is its
   // slowest rank's, as perf/allreduce_perf measures it).
   const bool settle = a.trialsRun == a.slowest.size();
   CallDescriptor mine{kStreamMagic, settle ? kAutoSettle : kAutoLineUp, static_cast<uint8_t>(wire),
-                      static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), comm->seq, count, 0};
+                      static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), comm->seq, count, a.trialsRun};
   mine.streamBytes = a.lastTrialNs;
   mine.density = config.density;
   std::vector<CallDescriptor>& all = comm->descriptors;
   const Status agreed = agreeOnCall(*comm->transport, mine, &all);
   if (!agreed.isOk()) {
     // Another rank is in another call, which took this seq: take it too, so
-    // the ranks stay in step. Nothing advances: the next call of this
-    // compressor repeats this exchange, with the same time.
+    // the ranks stay in step. Nothing advances: the next call of this shape
+    // repeats this exchange, with the same time.
     ++comm->seq;
     return agreed;
   }
@@ -247,9 +259,11 @@ Status spcclCompressor::autoPick(int ranks, spcclRedOp_t op, int* algorithm, int
 Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
   int trial = -1;
   int algorithm = config.algorithm;
-  if (algorithm == SPCCL_ALGO_AUTO) SPCCL_RETURN_IF_ERROR(autoPick(comm->ranks, op, &algorithm, &trial));
-  autoTuning.timing = trial >= 0;
-  autoTuning.estimateSeconds = 0;
+  AutoShape* shape = algorithm == SPCCL_ALGO_AUTO ? &shapeState() : nullptr;
+  if (shape) SPCCL_RETURN_IF_ERROR(autoPick(*shape, comm->ranks, op, &algorithm, &trial));
+  trialTiming = trial >= 0;
+  untimedSeconds = 0;
+  callAgreed = false;
   const Stopwatch watch(comm->params.profile || trial >= 0);
   Status s;
   if (comm->params.profile) {
@@ -259,22 +273,23 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
     s = allReduceOn(*comm->transport, sendbuff, recvbuff, op, algorithm);
   }
   const double seconds = watch.seconds();
-  autoTuning.timing = false;
+  trialTiming = false;
   if (comm->params.profile) {
     profile.total += seconds;
     ++profile.calls;
   }
+  if (shape && callAgreed) shape->firstCallDone = true;  // (a call every rank refused was not the shape's first)
   if (trial < 0) return s;
-  AutoTuning& a = autoTuning;
   // What this call spent re-estimating tau does not count: right after a
   // compressor starts, or after a dense call flushed the residual, tau moves
   // and is re-estimated on most calls, where in steady state that happens once
   // per thresholdInterval calls. The time goes out with the next exchange
   // (a failed call's as kNoTrialTime: that trial counts as infinitely slow).
-  const double counted = std::max(0.0, seconds - a.estimateSeconds);
-  a.lastTrialNs = s.isOk() ? static_cast<uint64_t>(std::llround(1e9 * counted)) : kNoTrialTime;
-  SPCCL_TRACE(comm->rank, "auto: trial call %zu: %s %.4g ms (%.4g ms of it re-estimating tau, not counted)",
-              a.trialsRun - 1, algorithmName(algorithm), 1e3 * seconds, 1e3 * a.estimateSeconds);
+  const double counted = std::max(0.0, seconds - untimedSeconds);
+  shape->lastTrialNs = s.isOk() ? static_cast<uint64_t>(std::llround(1e9 * counted)) : kNoTrialTime;
+  SPCCL_TRACE(comm->rank, "auto: trial call %zu: %s %.4g ms (%.4g ms of it re-estimating tau or allocating, not "
+              "counted)",
+              shape->trialsRun - 1, algorithmName(algorithm), 1e3 * seconds, 1e3 * untimedSeconds);
   return s;
 }
 
@@ -330,6 +345,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
+  callAgreed = true;
   // The call is consistent on every rank: commit this call's residual (and a
   // starved tau's re-estimate). A call rejected above leaves both as they were.
   if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {
@@ -349,7 +365,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     // as exact: nothing is lost, it waits): the sparse trials after them and
     // a sparse pick then run on the residual and tau of steady state instead
     // of refilling a flushed residual, and dense is timed as it runs settled.
-    SPCCL_RETURN_IF_ERROR(denseReduce(t, sendbuff, out, /*sendResidual=*/!autoTuning.timing));
+    SPCCL_RETURN_IF_ERROR(denseReduce(t, sendbuff, out, /*sendResidual=*/!trialTiming));
     call.bytesSent += call.denseBytes;
     call.lastSelected = count;
   } else {
@@ -372,7 +388,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     }
     const SparseContribution pairs{comm->pairIndices.data(), comm->pairValues.data(), nnz};
     SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit(pairs, &ctx) : sparseAllgather(pairs, &ctx));
-    if (algorithm == SPCCL_ALGO_SPLIT) mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
+    if (algorithm == SPCCL_ALGO_SPLIT && autoShape) autoShape->mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
     call.bytesSent += ctx.bytesSent;
     call.lastSelected = nnz;
     call.lastThreshold = core::bitsFloat(tauKey);

@@ -66,7 +66,8 @@ constexpr ParamSpec kParamSpecs[] = {
      "the cached result for this host set and rank count; 2 = always measure; 0 = defaults (docs/ALGORITHMS.md).",
      [](Params* p, double v) { p->calibrate = static_cast<int>(v); }},
     {"SPCCL_AUTO_TRIALS", ParamType::kInt, "0", 0, 1000, false, nullptr,
-     "SPCCL_ALGO=auto, host path: after its first call each compressor times every algorithm the model leaves in "
+     "SPCCL_ALGO=auto, host path: after the first call of each call shape (count, datatype, density, wire type; "
+     "shared by the compressors of that shape) spccl times every algorithm the model leaves in "
      "the running (modelled within 8x of its best) on this many calls each (in two blocks of consecutive calls, after "
      "3 uncounted ones), and keeps the one with the fastest median call (slowest rank's time, less any tau "
      "re-estimation); 0 = the model alone decides (reproducible picks).",

@@ -337,6 +337,86 @@ TEST(Calibrate, AutoTrialsMeetMismatchedCallsWithAnError) {
   spcclCompressorDestroy(comp);
 }
 
+// The same-shaped algorithm across ranks, algorithm by algorithm: gathers
+// lastAlgorithm of the communicator's stats and checks it is one value.
+int agreedLastAlgorithm(spcclComm_t comm, size_t call) {
+  spcclStats_t st{};
+  EXPECT_EQ(spcclCommGetStats(comm, &st), spcclSuccess);
+  int lo = 0, hi = 0;
+  MPI_Allreduce(&st.lastAlgorithm, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&st.lastAlgorithm, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi) << "ranks ran different algorithms at call " << call;
+  return st.lastAlgorithm;
+}
+
+// Auto's state (the trial schedule, the settled pick) belongs to the call
+// shape, not to one compressor: two same-shaped compressors called in the
+// opposite order on rank 0 (A, B) and the others (B, A), and a drop-in buffer
+// that moves on one rank only (a new implicit compressor there), leave every
+// rank on the same schedule and the same pick; a refused first call does not
+// count as the shape's first. With per-compressor state each of these left
+// the ranks out of step for good (every later call refused) or settled them
+// on different algorithms.
+TEST(Calibrate, AutoStateFollowsTheCallShape) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  const int p = worldSize(), rank = worldRank();
+  if (p < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  const size_t n = size_t{1} << 12;
+  comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // rounds dominate: every algorithm a candidate
+  comm.c->params.autoTrials = 1;
+  const spcclCompressConfig_t cfg = autoConfig(0);
+  const std::vector<int> candidates = trialCandidates(autoInputs(n), comm.c->costModel);
+  ASSERT_EQ(candidates.size(), 3u) << "the test wants a trial schedule";
+  const size_t trialCalls = candidates.size() * trialCallsPerCandidate(1);
+
+  spcclCompressor_t a = nullptr, b = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &a), comm.c, "create A"));
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &b), comm.c, "create B"));
+  std::vector<float> in(n), out(n), send(n * static_cast<size_t>(p)), recv(send.size());
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>((i * 7919 + static_cast<size_t>(rank) * 31) % 1000) - 500;
+  auto reduce = [&](spcclCompressor_t c) { return spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c, nullptr); };
+
+  // Rank 0's first call of A meets an exact alltoall: refused everywhere, and not the shape's first call.
+  const spcclResult_t refused =
+      rank == 0 ? reduce(a) : spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr);
+  EXPECT_TRUE(allRanks(refused == spcclInvalidUsage)) << spcclGetErrorString(refused);
+  ASSERT_TRUE(okOnAllRanks(spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr), comm.c,
+                           "alltoall"));
+
+  // The shape's first call (the model's), then its trial calls and the settled ones, A and B in turn
+  // on rank 0 and B and A on the others: every call succeeds, and every rank runs one algorithm.
+  std::vector<int> took;
+  for (size_t call = 0; call < 1 + trialCalls + 4; call += 2) {
+    ASSERT_TRUE(okOnAllRanks(reduce(rank == 0 ? a : b), comm.c, "first of the pair"));
+    took.push_back(agreedLastAlgorithm(comm.c, call));
+    ASSERT_TRUE(okOnAllRanks(reduce(rank == 0 ? b : a), comm.c, "second of the pair"));
+    took.push_back(agreedLastAlgorithm(comm.c, call + 1));
+  }
+  EXPECT_EQ(took[0], chooseAlgorithm(autoInputs(n), comm.c->costModel)) << "the shape's first call: the model's";
+  for (size_t call = 1; call <= trialCalls; ++call)
+    EXPECT_EQ(took[call], candidates[trialCall(call - 1, candidates.size(), 1).slot]) << "trial call " << call;
+  for (size_t call = trialCalls + 1; call < took.size(); ++call)
+    EXPECT_EQ(took[call], took[trialCalls + 1]) << "settled, call " << call;
+  spcclCompressorDestroy(a);
+  spcclCompressorDestroy(b);
+
+  // Drop-in calls of another shape: rank 1 alternates between two output
+  // buffers (two implicit compressors there, one on the other ranks).
+  const size_t m = size_t{1} << 13;
+  comm.c->params.minCompressCount = 0;
+  std::vector<float> dropIn(m, 1.0f), outs[2] = {std::vector<float>(m), std::vector<float>(m)};
+  const size_t dropInTrials = trialCandidates(autoInputs(m), comm.c->costModel).size() * trialCallsPerCandidate(1);
+  std::vector<int> dropInTook;
+  for (size_t call = 0; call < 1 + dropInTrials + 3; ++call) {
+    float* o = outs[rank == 1 ? call % 2 : 0].data();
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduce(dropIn.data(), o, m, spcclFloat32, spcclSum, comm.c, nullptr), comm.c,
+                             "drop-in allreduce"));
+    dropInTook.push_back(agreedLastAlgorithm(comm.c, call));
+  }
+  EXPECT_EQ(dropInTook[dropInTrials + 1], dropInTook.back()) << "settled";
+}
+
 // A dense call under auto sends the residual and zeroes it; tau was fitted to
 // send + residual, so on the next sparse call it would select far fewer than
 // k entries (and be re-estimated only by the call after that one). The
