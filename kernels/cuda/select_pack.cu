@@ -22,6 +22,7 @@
 
 #include "kernels/core/elementwise.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/select_pack_layout.h"
 
 namespace spccl::cuda {
 
@@ -76,17 +77,9 @@ struct alignas(64) SelectState {
   unsigned int doneCounter;
 };
 
-struct Layout {
-  size_t status, agg, incl, total;
-};
-Layout layoutFor(uint64_t tiles) {
-  Layout l;
-  l.status = detail::alignUp(sizeof(SelectState), 256);
-  l.agg = detail::alignUp(l.status + tiles * sizeof(unsigned long long), 256);
-  l.incl = detail::alignUp(l.agg + tiles * sizeof(Counts), 256);
-  l.total = detail::alignUp(l.incl + tiles * sizeof(Counts), 256);
-  return l;
-}
+static_assert(sizeof(SelectState) <= kSelectStateBytes, "select_pack_layout.h: the pass state");
+static_assert(sizeof(unsigned long long) == kSelectTileFlagBytes, "select_pack_layout.h: a tile's flag");
+static_assert(sizeof(Counts) == kSelectTileCountsBytes, "select_pack_layout.h: a tile's counts");
 
 struct Params {
   const void* send;
@@ -380,11 +373,11 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
 
 size_t selectPackWorkspaceBytes(size_t n) {
   const uint64_t tiles = (static_cast<uint64_t>(n) + kTile - 1) / kTile;
-  return layoutFor(tiles > 0 ? tiles : 1).total;
+  return selectPackLayoutForTiles(tiles > 0 ? tiles : 1).total;
 }
 
 Status initSelectPackWorkspace(void* workspace, size_t workspaceBytes, cudaStream_t stream) {
-  if (workspace == nullptr || workspaceBytes < layoutFor(1).total)
+  if (workspace == nullptr || workspaceBytes < selectPackLayoutForTiles(1).total)
     return invalidArgument("selectPack workspace: null or too small");
   SPCCL_CUDA_CHECK(cudaMemsetAsync(workspace, 0, workspaceBytes, stream));
   return Status::ok();
@@ -402,8 +395,8 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
     return Status::ok();
   }
   const uint64_t tiles = (static_cast<uint64_t>(a.n) + kTile - 1) / kTile;
-  const Layout l = layoutFor(tiles);
-  if (workspace == nullptr || workspaceBytes < l.total)
+  const SelectPackLayout l = selectPackLayoutForBytes(workspaceBytes);
+  if (workspace == nullptr || l.tiles < tiles)
     return invalidArgument("selectPack: workspace smaller than selectPackWorkspaceBytes(n)");
   auto* ws = static_cast<unsigned char*>(workspace);
   Params p{a.send,

@@ -323,6 +323,76 @@ TEST(GpuSelectPack, WorkspaceReusedAcrossSizesWithoutReset) {
   }
 }
 
+// One workspace, sized for a 300-tile pass, alternately serves a 2-tile pass
+// whose tile 0 keeps 4 x (g + 1) + 1 entries (g: its generation, one per pass
+// since the init), a count that reads as an aggregate flag of the next
+// generation, and the 300-tile pass. Until the workspace was laid out from its
+// size (select_pack_layout.h), the small pass's counts sat in the large pass's
+// flag region, and a look-back that met one before the real flag took an old
+// prefix: wrong pairs and a wrong count, depending on tile timing. The large
+// pass must match the host on every round.
+TEST(GpuSelectPack, SmallPassCountsNeverReadAsFlags) {
+  SPCCL_REQUIRE_DEVICE();
+  constexpr size_t kTileElements = 4096;  // select_pack.cu: 256 threads x 16 elements
+  const size_t big = 300 * kTileElements, small = 2 * kTileElements;
+  const size_t bytes = cuda::selectPackWorkspaceBytes(big);
+  DeviceBuffer<unsigned char> ws(bytes);
+  STATUS_ASSERT(cuda::initSelectPackWorkspace(ws.get(), bytes, nullptr));
+  auto g = rngFor("GpuSelectPack.SmallPassCountsNeverReadAsFlags");
+  std::normal_distribution<float> normal;
+  std::vector<float> bigIn(big);
+  for (float& x : bigIn) x = normal(g);
+  const uint32_t tauKey = core::magnitudeKey(1.0f);
+  std::vector<uint32_t> hIdx(big);
+  std::vector<float> hVal(big);
+  const host::SelectResult hr = host::selectPack(host::SelectArgs{bigIn.data(), spcclFloat32, nullptr, nullptr, big,
+                                                                  tauKey, kNoLimit, big, core::ValueType::kFloat32,
+                                                                  hIdx.data(), hVal.data(), false});
+  DeviceBuffer<float> dBig(big), dSmall(small);
+  DeviceBuffer<uint32_t> idx(big);
+  DeviceBuffer<float> val(big);
+  DeviceBuffer<cuda::SelectCounts> counts(1);
+  CUDA_ASSERT(dBig.upload(bigIn));
+  auto pass = [&](const float* send, size_t n) {
+    cuda::SelectArgs a{};
+    a.send = send;
+    a.inType = spcclFloat32;
+    a.n = n;
+    a.tauKey = tauKey;
+    a.tieBudget = kNoLimit;
+    a.capacity = big;
+    a.wireType = core::ValueType::kFloat32;
+    a.indices = idx.get();
+    a.values = val.get();
+    a.result = counts.get();
+    return cuda::selectPack(a, ws.get(), bytes, nullptr);
+  };
+  uint64_t generation = 0;
+  for (int round = 0; round < 32; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const uint64_t keep = 4 * (generation + 1) + 1;
+    std::vector<float> smallIn(small, 0.0f);
+    for (uint64_t j = 0; j < keep; ++j) smallIn[j] = 2.0f;  // tile 0 only
+    CUDA_ASSERT(dSmall.upload(smallIn));
+    STATUS_ASSERT(pass(dSmall.get(), small));
+    SYNC_ASSERT();
+    ++generation;
+    std::vector<cuda::SelectCounts> c;
+    CUDA_ASSERT(counts.download(c));
+    ASSERT_EQ(c[0].selected, keep);
+
+    STATUS_ASSERT(pass(dBig.get(), big));
+    SYNC_ASSERT();
+    ++generation;
+    CUDA_ASSERT(counts.download(c));
+    ASSERT_EQ(c[0].selected, hr.selected);
+    std::vector<uint32_t> dIdx;
+    CUDA_ASSERT(idx.download(dIdx, hr.selected));
+    const size_t bad = firstBitMismatch(dIdx.data(), hIdx.data(), hr.selected, 4);
+    ASSERT_EQ(bad, hr.selected) << "pair " << bad;
+  }
+}
+
 TEST(GpuSelectPack, HighDensityAndEverythingSelected) {
   SPCCL_REQUIRE_DEVICE();
   SelectWorkspace w;

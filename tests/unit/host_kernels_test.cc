@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/select_pack_layout.h"
 #include "kernels/host/host_kernels.h"
 #include "tests/unit/unit_util.h"
 
@@ -799,6 +800,31 @@ TEST(HostConversions, LoadAndStoreFloatsMatchReference) {
   std::vector<float> same = values;
   host::storeFloats(same.data(), same.size(), spcclFloat32, same.data());
   for (size_t i = 0; i < same.size(); ++i) ASSERT_EQ(bitsOf(same[i]), bitsOf(values[i]));
+}
+
+// The device selectPack's workspace layout (kernels/cuda/select_pack_layout.h;
+// plain arithmetic, checked here since CI has no GPU): a workspace sized for
+// t tiles holds at least t, never more than fit, and its regions never
+// overlap. A pass lays it out from the workspace's size alone, so passes of
+// different sizes on one workspace put each region in the same place
+// (select_pack.cu).
+TEST(SelectPackLayout, AWorkspaceHoldsTheTilesItWasSizedFor) {
+  using namespace spccl::cuda;
+  for (uint64_t t = 1; t < 70000; t = t < 300 ? t + 1 : t * 5 / 4) {
+    const size_t bytes = selectPackLayoutForTiles(t).total;
+    for (size_t extra : {size_t{0}, size_t{1}, size_t{255}, size_t{4096}}) {
+      const SelectPackLayout l = selectPackLayoutForBytes(bytes + extra);
+      ASSERT_GE(l.tiles, t) << "bytes " << bytes + extra;
+      ASSERT_LE(l.total, bytes + extra) << "tiles " << l.tiles;
+      ASSERT_GT(selectPackLayoutForTiles(l.tiles + 1).total, bytes + extra) << "as many tiles as fit";
+      EXPECT_GE(l.status, kSelectStateBytes);
+      EXPECT_GE(l.agg, l.status + l.tiles * kSelectTileFlagBytes);
+      EXPECT_GE(l.incl, l.agg + l.tiles * kSelectTileCountsBytes);
+      EXPECT_GE(l.total, l.incl + l.tiles * kSelectTileCountsBytes);
+    }
+  }
+  EXPECT_EQ(selectPackLayoutForBytes(0).tiles, 0u);
+  EXPECT_EQ(selectPackLayoutForBytes(selectPackLayoutForTiles(1).total - 1).tiles, 0u);
 }
 
 }  // namespace
