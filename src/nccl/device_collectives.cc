@@ -244,7 +244,8 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   auto* recvIdx = s.recvIndices.get<uint32_t>();
   auto* recvVal = s.recvValues.get<unsigned char>();
   ncclComm_t nc = t.nccl();
-  SPCCL_NCCL_CHECK(pncclGroupStart(), nc);
+  NcclGroup group(nc);
+  SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
     if (nnz[me] > 0) {
@@ -256,7 +257,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
       SPCCL_NCCL_CHECK(pncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
     }
   }
-  SPCCL_NCCL_CHECK(pncclGroupEnd(), nc);
+  SPCCL_RETURN_IF_ERROR(group.end());
   SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
   for (int r = 0; r < p; ++r) {
     const uint32_t* idx = r == me ? s.indices.get<uint32_t>() : recvIdx + offset[r];
@@ -305,11 +306,12 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   SPCCL_RETURN_IF_ERROR(
       cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated), nullptr, stream));
   ncclComm_t nc = t.nccl();
-  SPCCL_NCCL_CHECK(pncclGroupStart(), nc);
+  NcclGroup group(nc);
+  SPCCL_RETURN_IF_ERROR(group.start());
   SPCCL_NCCL_CHECK(pncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);
   SPCCL_NCCL_CHECK(pncclAllGather(myIdx, idxAll, capacity * sizeof(uint32_t), ncclUint8, nc, stream), nc);
   SPCCL_NCCL_CHECK(pncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
-  SPCCL_NCCL_CHECK(pncclGroupEnd(), nc);
+  SPCCL_RETURN_IF_ERROR(group.end());
   auto* counts = s.fixedCounts.get<uint64_t>();
   SPCCL_RETURN_IF_ERROR(cuda::resolveFixedCounts(records, p, counts, comm.device->errorDevice, stream));
   SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));

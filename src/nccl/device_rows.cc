@@ -59,7 +59,8 @@ Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, 
     if (e->sendBytes[me] > 0)
       SPCCL_CUDA_CHECK(cudaMemcpyAsync(e->recv + e->recvOff[me], e->send + e->sendOff[me], e->sendBytes[me],
                                        cudaMemcpyDeviceToDevice, stream));
-  SPCCL_NCCL_CHECK(pncclGroupStart(), nc);
+  NcclGroup group(nc);
+  SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
     for (const Exchange* e : parts) {
@@ -69,7 +70,7 @@ Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, 
         SPCCL_NCCL_CHECK(pncclRecv(e->recv + e->recvOff[q], e->recvBytes[q], ncclUint8, q, nc, stream), nc);
     }
   }
-  SPCCL_NCCL_CHECK(pncclGroupEnd(), nc);
+  SPCCL_RETURN_IF_ERROR(group.end());
   return Status::ok();
 }
 

@@ -55,14 +55,15 @@ Status NcclTransport::allGatherV(const void* send, size_t sendBytes, void* recv,
   auto* out = static_cast<unsigned char*>(recv);
   if (sendBytes > 0 && out + recvOffsets[rank_] != send)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + recvOffsets[rank_], send, sendBytes, cudaMemcpyDeviceToDevice, stream_));
-  SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
+  NcclGroup group(comm_);
+  SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     if (sendBytes > 0) SPCCL_NCCL_CHECK(pncclSend(send, sendBytes, ncclUint8, q, comm_, stream_), comm_);
     if (recvBytes[q] > 0)
       SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
+  SPCCL_RETURN_IF_ERROR(group.end());
   return Status::ok();
 }
 
@@ -84,13 +85,14 @@ Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
   if (bytes > 0)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + rank_ * bytes, in + rank_ * bytes, bytes, cudaMemcpyDeviceToDevice,
                                      stream_));
-  SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
+  NcclGroup group(comm_);
+  SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < size_ && bytes > 0; ++q) {
     if (q == rank_) continue;
     SPCCL_NCCL_CHECK(pncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
     SPCCL_NCCL_CHECK(pncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
+  SPCCL_RETURN_IF_ERROR(group.end());
   return Status::ok();
 }
 
@@ -101,7 +103,8 @@ Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const
   if (sendBytes[rank_] > 0)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + recvOffsets[rank_], in + sendOffsets[rank_], sendBytes[rank_],
                                      cudaMemcpyDeviceToDevice, stream_));
-  SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
+  NcclGroup group(comm_);
+  SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     if (sendBytes[q] > 0)
@@ -109,7 +112,7 @@ Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const
     if (recvBytes[q] > 0)
       SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
+  SPCCL_RETURN_IF_ERROR(group.end());
   return Status::ok();
 }
 

@@ -29,6 +29,35 @@ Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char
       return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__);    \
   } while (0)
 
+// An NCCL group that always ends: a call inside it that fails returns
+// through SPCCL_NCCL_CHECK, and the destructor then ends the group, so the
+// thread's group depth never stays raised (NCCL would defer every later call
+// on this thread into a group that never launches). end() reports the end's
+// own result on the normal path.
+class NcclGroup {
+ public:
+  explicit NcclGroup(ncclComm_t comm) : comm_(comm) {}
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  ~NcclGroup() {
+    if (open_) (void)pncclGroupEnd();
+  }
+  Status start() {
+    SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
+    open_ = true;
+    return Status::ok();
+  }
+  Status end() {
+    open_ = false;
+    SPCCL_NCCL_CHECK(pncclGroupEnd(), comm_);
+    return Status::ok();
+  }
+
+ private:
+  ncclComm_t comm_;
+  bool open_ = false;
+};
+
 class NcclTransport final : public Transport {
  public:
   // Does not own `comm` (spcclCommInitNccl wraps the application's).
