@@ -21,6 +21,7 @@ namespace {
 // process that never used CUDA.
 using PointerGetAttribute = int (*)(void* data, int attribute, uintptr_t ptr);
 constexpr int kAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED (a boolean)
 constexpr unsigned kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
 PointerGetAttribute driverQuery() {
@@ -70,7 +71,11 @@ bool isDevicePointer(const void* p) {
   unsigned type = 0;
   // Host memory the driver does not know gives an error: host.
   if (query(&type, kAttributeMemoryType, reinterpret_cast<uintptr_t>(p)) != 0) return false;
-  return type == kMemoryTypeDevice;
+  if (type != kMemoryTypeDevice) return false;
+  // Managed memory may report either type wherever its pages are; it is
+  // host-accessible, so it is not device memory here.
+  unsigned long long managed = 0;  // wide enough whatever width the driver writes the boolean in
+  return query(&managed, kAttributeIsManaged, reinterpret_cast<uintptr_t>(p)) != 0 || managed == 0;
 }
 
 bool mpiCudaAware() {

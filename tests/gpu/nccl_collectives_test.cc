@@ -445,6 +445,17 @@ TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {
   EXPECT_NE(nullptr, std::strstr(spcclGetLastError(host_), "sendbuff=")) << spcclGetLastError(host_);
   EXPECT_NE(nullptr, std::strstr(spcclGetLastError(host_), "spcclCommInitNccl")) << spcclGetLastError(host_);
   EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
+  // Managed memory is host-accessible wherever its pages are (the driver may
+  // report it as device memory): the host path takes it, on every rank alike.
+  float* managed = nullptr;
+  CUDA_OK(cudaMallocManaged(&managed, 2000 * sizeof(float)));
+  CUDA_OK(cudaMemset(managed, 0, 2000 * sizeof(float)));  // its pages touched on the device
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(host_, 1000, spcclFloat32, nullptr, &hc));
+  EXPECT_EQ(spcclSuccess, spcclAllReduceCompressed(managed, managed + 1000, spcclSum, hc, nullptr))
+      << spcclGetLastError(host_);
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(hc));
+  CUDA_OK(cudaFree(managed));
   // Exact path: only where the MPI is CUDA-aware (Debian's Open MPI is not).
   const spcclResult_t r = spcclAllReduce(h.data(), d.p, 1000, spcclInt32, spcclSum, host_, nullptr);
   EXPECT_TRUE(r == spcclInvalidUsage || r == spcclSuccess) << spcclGetErrorString(r);
