@@ -167,6 +167,10 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
   bool estimated = false;
   bool estimateNow = sparse && c->takeEstimateDue();
+  // A sparse call counts once it has consulted the tau schedule, as the host
+  // compressor's select() does: a call refused at the record check below
+  // still counts, so both paths keep the same schedule after one.
+  if (sparse) ++c->callIndex;
   bool selectNow = sparse;
   std::vector<CallDescriptor>& all = c->comm->descriptors;  // the communicator's per-call scratch
   all.resize(static_cast<size_t>(p));
@@ -220,7 +224,6 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   // stored tau that starved the selection is re-estimated by the next call
   // (the host compressor's rule, from this round's record).
   if (sparse && c->starves(estimated, host[me].tauKey, host[me].counts.finiteSelected)) c->estimateNext = true;
-  if (sparse) ++c->callIndex;  // (the dense path counts its call itself)
   if (sparse && c->config.errorFeedback) s.current = 1 - s.current;
   call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
   if (!sparse) {
@@ -337,16 +340,26 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->errorDevice),
                                             state->errorWord.get(), 0));
   SPCCL_RETURN_IF_ERROR(state->staging.ensure(sizeof(int)));
-  // Every rank learns whether any rank's environment was bad.
+  // One MAX allreduce: whether any rank's environment was bad, and rank 0's
+  // SPCCL_NET_GBPS and SPCCL_NET_LATENCY_US (the others send -1, below any
+  // valid value), so auto's model is the same on every rank, as on an MPI
+  // communicator. (SPCCL_CALIBRATE measures over MPI, host path only.)
+  const bool root = t->rank() == 0;
+  double agreed[3] = {envOk ? 0.0 : 1.0, root ? comm->params.netGbps : -1.0, root ? comm->params.netLatencyUs : -1.0};
   DeviceMemory flag;
-  SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof(int)));
-  int bad = envOk ? 0 : 1;
-  SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), &bad, sizeof bad, cudaMemcpyHostToDevice));
-  SPCCL_NCCL_CHECK(pncclAllReduce(flag.get(), flag.get(), 1, ncclInt32, ncclMax, nccl, nullptr), nccl);
+  SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof agreed));
+  SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), agreed, sizeof agreed, cudaMemcpyHostToDevice));
+  SPCCL_NCCL_CHECK(pncclAllReduce(flag.get(), flag.get(), 3, ncclFloat64, ncclMax, nccl, nullptr), nccl);
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  SPCCL_CUDA_CHECK(cudaMemcpy(&bad, flag.get(), sizeof bad, cudaMemcpyDeviceToHost));
+  SPCCL_CUDA_CHECK(cudaMemcpy(agreed, flag.get(), sizeof agreed, cudaMemcpyDeviceToHost));
   if (!envOk) return invalidUsage("this rank's SPCCL_* environment is invalid (see the log)");
-  if (bad) return invalidUsage("another rank rejected its SPCCL_* environment (see its log)");
+  if (agreed[0] != 0.0) return invalidUsage("another rank rejected its SPCCL_* environment (see its log)");
+  if (!root && (agreed[1] != comm->params.netGbps || agreed[2] != comm->params.netLatencyUs))
+    SPCCL_WARN(t->rank(), "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g here; rank 0's %g and %g are used",
+               comm->params.netGbps, comm->params.netLatencyUs, agreed[1], agreed[2]);
+  comm->params.netGbps = agreed[1];
+  comm->params.netLatencyUs = agreed[2];
+  comm->costModel = applyNetworkParams(CostModel{}, agreed[1], agreed[2]);
   comm->rank = t->rank();
   comm->ranks = t->size();
   state->transport = t.get();
