@@ -21,7 +21,8 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
                      cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;

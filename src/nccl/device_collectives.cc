@@ -386,7 +386,8 @@ Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t coun
                       spcclRedOp_t op, cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   ++comm->seq;
   if (count > 0) SPCCL_RETURN_IF_ERROR(t.allReduceDense(send, recv, count, type, op));
   *call = spcclStats_t{};
@@ -403,7 +404,8 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   spcclComm& comm = *c->comm;
   NcclTransport& t = transportOf(&comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(&comm));
   if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
   SPCCL_RETURN_IF_ERROR(initCompressor(c));
@@ -451,14 +453,16 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
 Status allToAll(spcclComm* comm, const void* send, void* recv, size_t bytesPerPeer, cudaStream_t stream) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   return bytesPerPeer ? t.allToAll(send, bytesPerPeer, recv) : Status::ok();
 }
 
 Status allGather(spcclComm* comm, const void* send, void* recv, size_t bytesPerRank, cudaStream_t stream) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   return bytesPerRank ? t.allGather(send, bytesPerRank, recv) : Status::ok();
 }
 

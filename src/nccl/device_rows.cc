@@ -88,7 +88,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
                    spcclDataType_t type, float density, spcclSelection* sel, cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks;
@@ -231,7 +232,8 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const
                     cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   if (!sel.device) return internalError("alltoall rows backward: the selection holds no device positions");
   DeviceCommState& d = *comm->device;

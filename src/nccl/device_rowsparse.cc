@@ -22,7 +22,8 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
                  cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceGuard guard(t.device());
-  t.setStream(stream);
+  CallOnStream onStream(t);
+  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;

@@ -33,6 +33,47 @@ Status NcclTransport::create(ncclComm_t comm, std::unique_ptr<NcclTransport>* ou
 
 NcclTransport::~NcclTransport() {
   if (scratch_ != nullptr) cudaFree(scratch_);
+  if (lastCallEnd_ != nullptr) cudaEventDestroy(lastCallEnd_);
+}
+
+namespace {
+// Whether s is not capturing a graph. A query that fails (the legacy stream
+// while another stream captures) counts as capturing, and its error is
+// cleared so no later launch check reports it.
+bool notCapturing(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status == cudaStreamCaptureStatusNone;
+}
+}  // namespace
+
+Status NcclTransport::beginCall(cudaStream_t s) {
+  // Also on the same stream (redundant there, and cheap): a handle equal to
+  // the last one may be a new stream that took a destroyed one's handle.
+  if (lastCallRecorded_ && notCapturing(s))
+    SPCCL_CUDA_CHECK(cudaStreamWaitEvent(s, lastCallEnd_, 0));
+  stream_ = s;
+  return Status::ok();
+}
+
+void NcclTransport::endCall() {
+  // Recorded while the caller's stream is surely alive (it may destroy it
+  // after the call); a failure only drops the ordering, and is cleared.
+  lastCallRecorded_ = false;
+  if (!notCapturing(stream_)) return;
+  if (lastCallEnd_ == nullptr && cudaEventCreateWithFlags(&lastCallEnd_, cudaEventDisableTiming) != cudaSuccess) {
+    lastCallEnd_ = nullptr;
+    (void)cudaGetLastError();
+    return;
+  }
+  if (cudaEventRecord(lastCallEnd_, stream_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  lastCallRecorded_ = true;
 }
 
 Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,

@@ -1,5 +1,5 @@
 // Transport over NCCL on device memory (the GPU path). Every call enqueues on
-// the stream set by setStream() (the caller's stream of the current
+// the stream set by beginCall() (the caller's stream of the current
 // collective) and returns without waiting: completion is stream-ordered, as
 // with NCCL itself. Variable-size exchanges are ncclSend/ncclRecv pairs
 // inside one ncclGroupStart/End.
@@ -68,7 +68,15 @@ class NcclTransport final : public Transport {
   int device() const { return device_; }
   ncclComm_t nccl() const { return comm_; }
   cudaStream_t stream() const { return stream_; }
-  void setStream(cudaStream_t s) { stream_ = s; }
+  // A call on stream s (CallOnStream): spccl's device buffers (the
+  // communicator's and its compressors' scratch and residuals, scratch_)
+  // serve every call whatever its stream, so a call first waits for the
+  // event the previous call's end recorded on its stream. Neither
+  // happens on a stream capturing a graph (a wait would join the captures;
+  // SPCCL_DEVICE_MODE=fixed graphs are captured and replayed by the caller,
+  // who orders them).
+  Status beginCall(cudaStream_t s);
+  void endCall();
 
   Status allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                         spcclRedOp_t op) override;
@@ -84,11 +92,35 @@ class NcclTransport final : public Transport {
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t lastCallEnd_ = nullptr;  // recorded at the end of the last call not in a capture
+  bool lastCallRecorded_ = false;
   void* scratch_ = nullptr;  // in-place alltoall: a copy of the send blocks
   size_t scratchBytes_ = 0;
 
  public:
   ~NcclTransport() override;
+};
+
+// One device call on the caller's stream: begin() sets the transport's
+// stream (after the previous call's, if that was on another stream), and
+// the end of the scope marks where the next call on another stream waits.
+class CallOnStream {
+ public:
+  explicit CallOnStream(NcclTransport& t) : t_(t) {}
+  CallOnStream(const CallOnStream&) = delete;
+  CallOnStream& operator=(const CallOnStream&) = delete;
+  ~CallOnStream() {
+    if (began_) t_.endCall();
+  }
+  Status begin(cudaStream_t s) {
+    SPCCL_RETURN_IF_ERROR(t_.beginCall(s));
+    began_ = true;
+    return Status::ok();
+  }
+
+ private:
+  NcclTransport& t_;
+  bool began_ = false;
 };
 
 }  // namespace spccl

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "spccl.h"
@@ -303,6 +304,52 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
                         ranks_);
         if (HasFatalFailure()) return;
       }
+}
+
+// Calls on alternating streams with no synchronisation between them: each
+// call reuses the previous call's scratch and the compressor's residual,
+// enqueued on the other stream, so the transport must order them
+// (CallOnStream in src/nccl/nccl_transport.h). Every output must equal the
+// same calls' on one stream, bit for bit.
+TEST_F(NcclWorld, CallsOnAlternatingStreamsMatchOneStream) {
+  const size_t n = (size_t{1} << 20) + 7;
+  constexpr int kCalls = 6;
+  cudaStream_t other = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  spcclCompressConfig_t cfg;
+  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&cfg));
+  cfg.density = 0.01f;
+  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
+  spcclCompressor_t one = nullptr, two = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &cfg, &one)) << spcclGetLastError(dev_);
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &cfg, &two)) << spcclGetLastError(dev_);
+  std::mt19937_64 g(4242 + static_cast<uint64_t>(rank_));
+  std::normal_distribution<float> normal;
+  std::vector<std::unique_ptr<Dev<float>>> in, outOne, outTwo;
+  for (int c = 0; c < kCalls; ++c) {
+    std::vector<float> h(n);
+    for (float& x : h) x = normal(g);
+    in.push_back(std::make_unique<Dev<float>>(n));
+    in.back()->upload(h);
+    outOne.push_back(std::make_unique<Dev<float>>(n));
+    outTwo.push_back(std::make_unique<Dev<float>>(n));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int c = 0; c < kCalls; ++c)
+    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in[c]->p, outOne[c]->p, spcclSum, one, stream_))
+        << spcclGetLastError(dev_);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  for (int c = 0; c < kCalls; ++c)
+    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in[c]->p, outTwo[c]->p, spcclSum, two, c % 2 ? other : stream_))
+        << spcclGetLastError(dev_);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  CUDA_OK(cudaStreamSynchronize(other));
+  for (int c = 0; c < kCalls; ++c)
+    ASSERT_EQ(n, firstValueMismatch(outTwo[c]->download().data(), outOne[c]->download().data(), n, spcclFloat32))
+        << "call " << c;
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(one));
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(two));
+  CUDA_OK(cudaStreamDestroy(other));
 }
 
 TEST_F(NcclWorld, DropInAllReduceCompressesOnTheDevice) {
