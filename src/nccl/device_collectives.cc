@@ -220,11 +220,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     }
     if (!anyRetry) break;
   }
-  // The call is consistent everywhere: commit the residual the pass wrote. A
-  // stored tau that starved the selection is re-estimated by the next call
-  // (the host compressor's rule, from this round's record).
-  if (sparse && c->starves(estimated, host[me].tauKey, host[me].counts.finiteSelected)) c->estimateNext = true;
-  if (sparse && c->config.errorFeedback) s.current = 1 - s.current;
+  // The call is consistent everywhere.
   call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
   if (!sparse) {
     SPCCL_RETURN_IF_ERROR(denseAllReduce(c, send, acc, stream));
@@ -233,7 +229,9 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     return Status::ok();
   }
 
-  // Allgather of the pairs: every rank's exact counts are known.
+  // Allgather of the pairs: every rank's exact counts are known. The receive
+  // buffers are sized before the residual is committed, so a failed
+  // allocation leaves this compressor's state as the call found it.
   std::vector<uint64_t>& nnz = c->comm->workspace.nnzPerRank;  // the communicator's per-call scratch
   std::vector<uint64_t>& offset = c->comm->workspace.cuts;
   nnz.resize(static_cast<size_t>(p));
@@ -244,6 +242,11 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
   SPCCL_RETURN_IF_ERROR(s.recvIndices.ensure(offset[p] * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(s.recvValues.ensure(offset[p] * vb));
+  // Commit the residual the pass wrote. A stored tau that starved the
+  // selection is re-estimated by the next call (the host compressor's rule,
+  // from this round's record).
+  if (c->starves(estimated, host[me].tauKey, host[me].counts.finiteSelected)) c->estimateNext = true;
+  if (c->config.errorFeedback) s.current = 1 - s.current;
   auto* recvIdx = s.recvIndices.get<uint32_t>();
   auto* recvVal = s.recvValues.get<unsigned char>();
   ncclComm_t nc = t.nccl();
