@@ -165,8 +165,11 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
                                    stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
   // A count outside [keep, rowLen] is a peer with another density (or a
-  // corrupt one). Its bytes are still received as announced, at most a full
-  // row each, so no rank is left waiting; the call then fails here.
+  // corrupt one). Counts up to a full row (another density) are still
+  // received as announced, so no rank is left waiting, and the call fails
+  // after the exchange. More than a full row comes from no honest peer: those
+  // sizes are refused before anything is allocated from them, and that peer
+  // is left waiting in its sends.
   Status peerError;
   for (uint64_t r = 0; r < nRows; ++r) {
     const uint32_t c = hostRecvCounts[r];

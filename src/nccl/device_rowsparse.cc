@@ -7,6 +7,7 @@
 // stable, sums equal ids in rank order, exactly as the host's P-way merge.
 // Two synchronisations: the merged counts size the exchange, the union's
 // size is checked against outCapacity.
+#include <climits>
 #include <numeric>
 #include <vector>
 
@@ -29,10 +30,14 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   const int p = comm->ranks, me = comm->rank;
   const spcclDataType_t accType = type == spcclFloat64 ? spcclFloat64 : spcclFloat32;
   const size_t ab = dataTypeSize(accType), rowBytes = rowLen * ab;
+  // An argument error, so before the exchange (as every argument check):
+  // after it, the other ranks would wait in the counts allgather. The bound
+  // is the merge kernels' (cuda::mergeRowsById: under INT_MAX ids).
+  if (nrows >= static_cast<uint64_t>(INT_MAX))
+    return invalidArgument(formatString("nrows=%zu: at most 2^31-2 rows on the device", nrows));
   const uint64_t seq = comm->seq++;
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, rowSparseDescriptor(comm->params.rowSparseAlgorithm, seq, rowLen, type),
                                       stream));
-  if (nrows >= (uint64_t{1} << 31)) return invalidArgument(formatString("nrows=%zu: at most 2^31-1 rows", nrows));
 
   // 1. Local merge.
   SPCCL_RETURN_IF_ERROR(d.mergedIds.ensure(std::max<size_t>(nrows, 1) * sizeof(int64_t)));
@@ -64,8 +69,8 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
     first[r + 1] = first[r] + unique[r];
   }
   const uint64_t sumUnique = first[p];
-  if (sumUnique >= (uint64_t{1} << 31))
-    return invalidArgument("row-sparse allreduce: more than 2^31-1 ids over all ranks");
+  if (sumUnique >= static_cast<uint64_t>(INT_MAX))  // (the same on every rank)
+    return invalidArgument("row-sparse allreduce on the device: more than 2^31-2 ids over all ranks");
 
   // 2. Every rank's merged list, in rank order.
   SPCCL_RETURN_IF_ERROR(d.allIds.ensure(std::max<uint64_t>(sumUnique, 1) * sizeof(int64_t)));
