@@ -249,6 +249,15 @@ TEST(Calibrate, AutoTrialsRunEveryCandidateThenSettleAlike) {
   spcclCompressorDestroy(comp);
 }
 
+// SPCCL_AUTO_TRIALS=1 on the communicator, under a model where rounds
+// dominate (every algorithm a candidate): the candidates an n-element
+// autoConfig() compressor times.
+std::vector<int> oneTrialEach(spcclComm_t comm, size_t n) {
+  comm->costModel = applyNetworkParams({}, 100.0, 1e5);
+  comm->params.autoTrials = 1;
+  return trialCandidates(autoInputs(n), comm->costModel);
+}
+
 // An auto compressor's trials open each call with an exchange of their own:
 // a line-up before each trial call, a settling exchange before the first call
 // after them. A mismatched program that meets either (one rank in the
@@ -264,10 +273,8 @@ TEST(Calibrate, AutoTrialsMeetMismatchedCallsWithAnError) {
   const int p = worldSize(), rank = worldRank();
   if (p < 2) GTEST_SKIP() << "a mismatch needs two ranks";
   const size_t n = size_t{1} << 12;
-  comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // rounds dominate: every algorithm a candidate
-  comm.c->params.autoTrials = 1;
   const spcclCompressConfig_t cfg = autoConfig(0);
-  const std::vector<int> candidates = trialCandidates(autoInputs(n), comm.c->costModel);
+  const std::vector<int> candidates = oneTrialEach(comm.c, n);
   ASSERT_EQ(candidates.size(), 3u) << "the test wants a trial schedule";
   const size_t trialCalls = candidates.size() * trialCallsPerCandidate(1);
 
@@ -363,10 +370,8 @@ TEST(Calibrate, AutoStateFollowsTheCallShape) {
   const int p = worldSize(), rank = worldRank();
   if (p < 2) GTEST_SKIP() << "a mismatch needs two ranks";
   const size_t n = size_t{1} << 12;
-  comm.c->costModel = applyNetworkParams({}, 100.0, 1e5);  // rounds dominate: every algorithm a candidate
-  comm.c->params.autoTrials = 1;
   const spcclCompressConfig_t cfg = autoConfig(0);
-  const std::vector<int> candidates = trialCandidates(autoInputs(n), comm.c->costModel);
+  const std::vector<int> candidates = oneTrialEach(comm.c, n);
   ASSERT_EQ(candidates.size(), 3u) << "the test wants a trial schedule";
   const size_t trialCalls = candidates.size() * trialCallsPerCandidate(1);
 
