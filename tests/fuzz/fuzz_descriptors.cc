@@ -17,11 +17,13 @@ bool consistent(const std::vector<CallDescriptor>& all) {
   const CallDescriptor& ref = all[0];
   const bool other = (ref.op & kOtherCollective) != 0;
   const bool nnzIsShape = other && (ref.op & ~kOtherCollective) != static_cast<uint8_t>(Collective::kAllGather);
+  // An auto compressor's line-up and settling exchange: nnz is the trial's index, equal everywhere.
+  const bool nnzIsTrial = !other && (ref.algorithm == kAutoLineUp || ref.algorithm == kAutoSettle);
   for (const CallDescriptor& d : all) {
     if (d.magic != kStreamMagic || d.seq != ref.seq || d.count != ref.count || d.dataType != ref.dataType ||
         d.op != ref.op || d.algorithm != ref.algorithm || d.valueType != ref.valueType)
       return false;
-    if (nnzIsShape ? d.nnz != ref.nnz : d.nnz > d.count) return false;
+    if (nnzIsShape || nnzIsTrial ? d.nnz != ref.nnz : d.nnz > d.count) return false;
     if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0) return false;  // bits, NaN included
   }
   return true;

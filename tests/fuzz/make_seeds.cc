@@ -246,6 +246,9 @@ void descriptorSeeds(Writer& w) {
        5000, 500, false},
       {"rowsparse", kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse), 1, spcclFloat64, spcclFloat64,
        16, 16, true},
+      // An auto compressor's line-up and settling exchange: nnz is the trial's index, equal everywhere.
+      {"auto-lineup", spcclSum, kAutoLineUp, spcclFloat32, spcclFloat32, 4096, 5, true},
+      {"auto-settle", spcclAvg, kAutoSettle, spcclFloat16, spcclBfloat16, 65536, 21, true},
   };
   const int rankCounts[] = {1, 2, 3, 16};
   for (const Shape& sh : shapes) {
