@@ -404,6 +404,8 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     else if (d.op != ref.op) field = "op", got = d.op, want = ref.op;
     else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
     else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
+    else if (d.flags != ref.flags) field = "auto flag (SPCCL_ALGO=auto against a fixed algorithm)", got = d.flags,
+                                   want = ref.flags;
     else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
     else if (autoMarker && d.nnz != ref.nnz) field = "auto trial call", got = d.nnz, want = ref.nnz;
     else if (!nnzIsShape && !autoMarker && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;

@@ -107,9 +107,15 @@ struct CallDescriptor {
                              // this rank's stream, whose encoding only the sender knows; else 0
   float density = 0;         // compressed allreduce and sparsified allgather: the density every rank
                              // must share (ranks keeping different fractions is a mismatched call); else 0
-  uint32_t reserved = 0;
+  uint32_t flags = 0;        // kCallAuto; must match on every rank
 };
 constexpr uint8_t kOtherCollective = 0x80;
+// flags: a compressed allreduce whose algorithm SPCCL_ALGO=auto chose (its
+// line-up and settling exchanges too). An auto call on one rank and a fixed
+// one on another is a mismatch even where auto chose the fixed algorithm: on
+// the host the auto call advanced its call shape's state (src/comm.h
+// AutoShape) where the fixed one did not.
+constexpr uint32_t kCallAuto = 1;
 static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes");
 // Algorithm codes of the two exchanges an SPCCL_AUTO_TRIALS compressor makes
 // outside its calls' own (src/compressor.cc): the line-up before each trial

@@ -27,9 +27,10 @@ struct DeviceSelectionState;
 
 namespace spccl {
 // SPCCL_ALGO=auto's state for one shape of compressed allreduce call on the
-// host path (count, datatype, density, wire type, split's re-selection: what
-// the cost model sees), shared by every compressor of the communicator with
-// that shape. It follows the calls of that shape, which every rank of a
+// host path (count, datatype, density, wire type: what the call descriptor
+// carries, so that a call every rank agreed on advanced the same shape on
+// every rank), shared by every compressor of the communicator with that
+// shape. It follows the calls of that shape, which every rank of a
 // matched program makes alike, rather than one compressor's calls: a buffer
 // that moves on one rank (a new implicit compressor there), same-shaped
 // compressors called in another order on another rank, or one rank calling
@@ -57,8 +58,8 @@ struct AutoShape {
   int settled = -1;             // SPCCL_ALGO_*, once settled
   double mergedPerRange = -1;   // measured by the shape's last split call (same on every rank)
 };
-// count, datatype, density and splitReselect (bits), wire value type, error feedback
-using AutoShapeKey = std::tuple<size_t, int, uint32_t, uint32_t, int, int>;
+// count, datatype, density (bits), wire value type
+using AutoShapeKey = std::tuple<size_t, int, uint32_t, int>;
 }  // namespace spccl
 
 struct spcclCompressor {

@@ -173,11 +173,10 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
 
 AutoShape& spcclCompressor::shapeState() {
   if (autoShape == nullptr) {
-    uint32_t density = 0, reselect = 0;
+    uint32_t density = 0;
     std::memcpy(&density, &config.density, sizeof density);
-    std::memcpy(&reselect, &config.splitReselect, sizeof reselect);
-    autoShape = &comm->autoShapes[AutoShapeKey{count, static_cast<int>(dataType), density, reselect,
-                                               static_cast<int>(config.wireValueType), config.errorFeedback}];
+    autoShape =
+        &comm->autoShapes[AutoShapeKey{count, static_cast<int>(dataType), density, static_cast<int>(config.wireValueType)}];
   }
   return *autoShape;
 }
@@ -222,6 +221,7 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
                       static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), comm->seq, count, a.trialsRun};
   mine.streamBytes = a.lastTrialNs;
   mine.density = config.density;
+  mine.flags = kCallAuto;
   std::vector<CallDescriptor>& all = comm->descriptors;
   const Status agreed = agreeOnCall(*comm->transport, mine, &all);
   if (!agreed.isOk()) {
@@ -337,6 +337,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   // allgather: this rank's stream size in its index encoding goes out with
   // the descriptor (split exchanges its sizes itself).
   mine.density = config.density;
+  if (config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;
   IndexEncoding encoding = IndexEncoding::kCoo32;
   if (algorithm == SPCCL_ALGO_ALLGATHER) {
     size_t bytes = 0;

@@ -32,7 +32,7 @@ __global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_
   for (int r = static_cast<int>(threadIdx.x); r < ranks; r += blockDim.x) {
     bool same = records[r].capacity == records[0].capacity;
     for (int b = 0; b < kRecordCheckedBytes; ++b) same = same && records[r].descriptor[b] == records[0].descriptor[b];
-    for (int b = kRecordDensityOffset; b < kRecordDensityOffset + 4; ++b)
+    for (int b = kRecordDensityOffset; b < kRecordDensityOffset + kRecordDensityAndFlagsBytes; ++b)
       same = same && records[r].descriptor[b] == records[0].descriptor[b];
     if (!same) atomicOr(&mismatch, 1);
   }

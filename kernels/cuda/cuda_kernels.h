@@ -233,9 +233,10 @@ struct CallRecord {
 };
 static_assert(sizeof(CallRecord) == 88, "the call record is exchanged as 88 bytes");
 // Descriptor bytes every rank must agree on: [0, 24) (magic to count) and
-// the density at [40, 44); nnz and streamBytes may differ.
+// the density and flags at [40, 48); nnz and streamBytes may differ.
 constexpr int kRecordCheckedBytes = 24;
 constexpr int kRecordDensityOffset = 40;
+constexpr int kRecordDensityAndFlagsBytes = 8;
 // Bits of a communicator's asynchronous error word (fixed-capacity calls
 // cannot return errors without a host round trip; the next call reports them).
 constexpr uint32_t kAsyncBadStream = 1u;  // a peer's stream failed unpackAccumulate's checks

@@ -23,6 +23,7 @@
 #include "src/nccl/device_collectives.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -38,6 +39,13 @@
 #include "src/types.h"
 
 namespace spccl {
+
+// The fixed mode's device-side record check compares raw descriptor bytes.
+static_assert(offsetof(CallDescriptor, count) + sizeof(uint64_t) == cuda::kRecordCheckedBytes &&
+                  offsetof(CallDescriptor, density) == cuda::kRecordDensityOffset &&
+                  offsetof(CallDescriptor, flags) + sizeof(uint32_t) ==
+                      cuda::kRecordDensityOffset + cuda::kRecordDensityAndFlagsBytes,
+              "kernels/cuda/cuda_kernels.h: the record bytes checked across ranks");
 
 struct DeviceCompressorState {
   DeviceMemory residual[2];
@@ -434,6 +442,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
                       static_cast<uint8_t>(c->dataType), static_cast<uint8_t>(op), seq, c->count, 0};
   mine.density = c->config.density;
+  if (c->config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;  // as on the host path
   spcclStats_t call{};
   call.calls = 1;
   call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;

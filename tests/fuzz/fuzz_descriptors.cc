@@ -25,6 +25,7 @@ bool consistent(const std::vector<CallDescriptor>& all) {
       return false;
     if (nnzIsShape || nnzIsTrial ? d.nnz != ref.nnz : d.nnz > d.count) return false;
     if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0) return false;  // bits, NaN included
+    if (d.flags != ref.flags) return false;
   }
   return true;
 }

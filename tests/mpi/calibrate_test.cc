@@ -420,6 +420,32 @@ TEST(Calibrate, AutoStateFollowsTheCallShape) {
     dropInTook.push_back(agreedLastAlgorithm(comm.c, call));
   }
   EXPECT_EQ(dropInTook[dropInTrials + 1], dropInTook.back()) << "settled";
+
+  // What the descriptor does not carry is not part of the shape: compressors
+  // that differ only in error feedback share one. Rank 0 calling one where the
+  // others call the other passes the exchange (as it would without auto) and
+  // advances the one shape on every rank; the calls after it still succeed.
+  // An auto compressor against a fixed one of the same shape is refused, even
+  // at the shape's first call, where auto takes the fixed algorithm's place.
+  const size_t q = size_t{1} << 11;
+  spcclCompressConfig_t noFeedback = cfg, fixed = cfg;
+  noFeedback.errorFeedback = 0;
+  fixed.algorithm = chooseAlgorithm(autoInputs(q), comm.c->costModel);
+  spcclCompressor_t e = nullptr, f = nullptr, x = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, q, spcclFloat32, &cfg, &e), comm.c, "create E"));
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, q, spcclFloat32, &noFeedback, &f), comm.c, "create F"));
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, q, spcclFloat32, &fixed, &x), comm.c, "create X"));
+  const spcclResult_t againstFixed = reduce(rank == 0 ? e : x);  // the q-shape's first call, auto on rank 0 only
+  EXPECT_TRUE(allRanks(againstFixed == spcclInvalidUsage)) << spcclGetErrorString(againstFixed);
+  EXPECT_NE(std::string(spcclGetLastError(comm.c)).find("auto flag"), std::string::npos) << spcclGetLastError(comm.c);
+  for (size_t call = 0; call < 12; ++call) {
+    ASSERT_TRUE(okOnAllRanks(reduce(call == 3 && rank == 0 ? e : call == 3 ? f : call % 2 ? e : f), comm.c,
+                             "E and F, one call crossed"));
+    agreedLastAlgorithm(comm.c, call);
+  }
+  spcclCompressorDestroy(e);
+  spcclCompressorDestroy(f);
+  spcclCompressorDestroy(x);
 }
 
 // A dense call under auto sends the residual and zeroes it; tau was fitted to
