@@ -417,10 +417,11 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     if (field) {
       // Where the magic matches, say what each call is: a count or seq
       // mismatch may be the same call, an op or algorithm one another call.
-      const std::string calls = d.magic == kStreamMagic && describeCall(d) != describeCall(ref)
-                                    ? formatString("; rank %d is in %s, rank 0 in %s", r, describeCall(d).c_str(),
-                                                   describeCall(ref).c_str())
-                                    : std::string();
+      std::string calls;
+      if (d.magic == kStreamMagic) {
+        const std::string theirs = describeCall(d), rank0s = describeCall(ref);
+        if (theirs != rank0s) calls = formatString("; rank %d is in %s, rank 0 in %s", r, theirs.c_str(), rank0s.c_str());
+      }
       return invalidUsage(formatString("mismatched collective call across ranks: rank %d has %s %llu, rank 0 "
                                        "has %llu (this rank: count %llu)%s",
                                        r, field, got, want, static_cast<unsigned long long>(mine.count),

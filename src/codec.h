@@ -124,10 +124,10 @@ static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes"
 // succeed), in nnz the index of the trial call they open (the number of
 // trials run, for the settling; ranks must agree), and in streamBytes this
 // rank's time of its previous trial call in nanoseconds (kNoTrialTime: none,
-// or it failed). They are descriptors like a
-// call's, so a rank in any other call meets a descriptor exchange there and
-// every rank reports the mismatch; with a plain allreduce as the line-up the
-// ranks would sit in different MPI collectives.
+// or it failed). They are descriptors like a call's, so a rank in any other
+// call meets a descriptor exchange there and every rank reports the
+// mismatch; with a plain allreduce as the line-up the ranks would sit in
+// different MPI collectives.
 constexpr uint8_t kAutoLineUp = 0x40;
 constexpr uint8_t kAutoSettle = 0x41;
 constexpr uint64_t kNoTrialTime = ~uint64_t{0};

@@ -113,7 +113,6 @@ struct spcclCompressor {
   spccl::AutoShape* autoShape = nullptr;
   bool trialTiming = false;      // this call is a trial: select() times what steady state would not pay
   double untimedSeconds = 0;     // that much of this call: tau re-estimation beyond one pass, first allocation
-  bool callAgreed = false;       // this call got past its descriptor exchange (every rank agreed on it)
 
   ~spcclCompressor();
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);

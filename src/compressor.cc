@@ -263,7 +263,6 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   if (shape) SPCCL_RETURN_IF_ERROR(autoPick(*shape, comm->ranks, op, &algorithm, &trial));
   trialTiming = trial >= 0;
   untimedSeconds = 0;
-  callAgreed = false;
   const Stopwatch watch(comm->params.profile || trial >= 0);
   Status s;
   if (comm->params.profile) {
@@ -278,7 +277,6 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
     profile.total += seconds;
     ++profile.calls;
   }
-  if (shape && callAgreed) shape->firstCallDone = true;  // (a call every rank refused was not the shape's first)
   if (trial < 0) return s;
   // What this call spent re-estimating tau does not count: right after a
   // compressor starts, or after a dense call flushed the residual, tau moves
@@ -346,7 +344,9 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
-  callAgreed = true;
+  // Every rank agreed on it: this was the shape's first call, if none was yet
+  // (one every rank refused was not).
+  if (autoShape) autoShape->firstCallDone = true;
   // The call is consistent on every rank: commit this call's residual (and a
   // starved tau's re-estimate). A call rejected above leaves both as they were.
   if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {

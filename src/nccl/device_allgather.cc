@@ -20,9 +20,8 @@ namespace spccl::gpu {
 Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,
                      cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;

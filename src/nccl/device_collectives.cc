@@ -23,8 +23,8 @@
 #include "src/nccl/device_collectives.h"
 
 #include <algorithm>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -396,9 +396,8 @@ Status takeAsyncError(spcclComm* comm) {
 Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t count, spcclDataType_t type,
                       spcclRedOp_t op, cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   ++comm->seq;
   if (count > 0) SPCCL_RETURN_IF_ERROR(t.allReduceDense(send, recv, count, type, op));
   *call = spcclStats_t{};
@@ -414,9 +413,8 @@ Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t coun
 Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spcclRedOp_t op, cudaStream_t stream) {
   spcclComm& comm = *c->comm;
   NcclTransport& t = transportOf(&comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(&comm));
   if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
   SPCCL_RETURN_IF_ERROR(initCompressor(c));
@@ -464,17 +462,15 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
 
 Status allToAll(spcclComm* comm, const void* send, void* recv, size_t bytesPerPeer, cudaStream_t stream) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   return bytesPerPeer ? t.allToAll(send, bytesPerPeer, recv) : Status::ok();
 }
 
 Status allGather(spcclComm* comm, const void* send, void* recv, size_t bytesPerRank, cudaStream_t stream) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   return bytesPerRank ? t.allGather(send, bytesPerRank, recv) : Status::ok();
 }
 

@@ -70,8 +70,7 @@ Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, 
         SPCCL_NCCL_CHECK(pncclRecv(e->recv + e->recvOff[q], e->recvBytes[q], ncclUint8, q, nc, stream), nc);
     }
   }
-  SPCCL_RETURN_IF_ERROR(group.end());
-  return Status::ok();
+  return group.end();
 }
 
 // Per-peer totals of per-row counts (rows j*rowsPerPeer ... of peer j).
@@ -87,9 +86,8 @@ std::vector<uint64_t> perPeer(const uint32_t* counts, int p, size_t rowsPerPeer)
 Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPerPeer, size_t rowLen,
                    spcclDataType_t type, float density, spcclSelection* sel, cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks;
@@ -234,9 +232,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
 Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
                     cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   if (!sel.device) return internalError("alltoall rows backward: the selection holds no device positions");
   DeviceCommState& d = *comm->device;

@@ -22,9 +22,8 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
                  spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                  cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
-  DeviceGuard guard(t.device());
-  CallOnStream onStream(t);
-  SPCCL_RETURN_IF_ERROR(onStream.begin(stream));
+  DeviceCall deviceCall(t);
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;

@@ -94,6 +94,30 @@ class DeviceGuard {
   bool switched_ = false;
 };
 
+// One device call: on the transport's device for its scope, and on the
+// caller's stream from begin() (NcclTransport::beginCall: after what the
+// previous call enqueued); the end of the scope marks where the next call
+// waits (endCall), while the device is still set.
+class DeviceCall {
+ public:
+  explicit DeviceCall(NcclTransport& t) : guard_(t.device()), t_(t) {}
+  DeviceCall(const DeviceCall&) = delete;
+  DeviceCall& operator=(const DeviceCall&) = delete;
+  ~DeviceCall() {
+    if (began_) t_.endCall();
+  }
+  Status begin(cudaStream_t s) {
+    SPCCL_RETURN_IF_ERROR(t_.beginCall(s));
+    began_ = true;
+    return Status::ok();
+  }
+
+ private:
+  DeviceGuard guard_;
+  NcclTransport& t_;
+  bool began_ = false;
+};
+
 // Positions of one rows forward, for its backward: per-row offsets and
 // positions on the device, per-peer totals on the host. A forward without a
 // selection keeps them in the communicator's (comm.device->unkept).

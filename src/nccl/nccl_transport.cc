@@ -104,8 +104,7 @@ Status NcclTransport::allGatherV(const void* send, size_t sendBytes, void* recv,
     if (recvBytes[q] > 0)
       SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_RETURN_IF_ERROR(group.end());
-  return Status::ok();
+  return group.end();
 }
 
 Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
@@ -133,8 +132,7 @@ Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
     SPCCL_NCCL_CHECK(pncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
     SPCCL_NCCL_CHECK(pncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_RETURN_IF_ERROR(group.end());
-  return Status::ok();
+  return group.end();
 }
 
 Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const size_t* sendOffsets, void* recv,
@@ -153,8 +151,7 @@ Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const
     if (recvBytes[q] > 0)
       SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
-  SPCCL_RETURN_IF_ERROR(group.end());
-  return Status::ok();
+  return group.end();
 }
 
 }  // namespace spccl

@@ -68,7 +68,7 @@ class NcclTransport final : public Transport {
   int device() const { return device_; }
   ncclComm_t nccl() const { return comm_; }
   cudaStream_t stream() const { return stream_; }
-  // A call on stream s (CallOnStream): spccl's device buffers (the
+  // A call on stream s (DeviceCall, src/nccl/device_state.h): spccl's device buffers (the
   // communicator's and its compressors' scratch and residuals, scratch_)
   // serve every call whatever its stream, so a call first waits for the
   // event the previous call's end recorded on its stream. Neither
@@ -99,28 +99,6 @@ class NcclTransport final : public Transport {
 
  public:
   ~NcclTransport() override;
-};
-
-// One device call on the caller's stream: begin() sets the transport's
-// stream (after the previous call's, if that was on another stream), and
-// the end of the scope marks where the next call on another stream waits.
-class CallOnStream {
- public:
-  explicit CallOnStream(NcclTransport& t) : t_(t) {}
-  CallOnStream(const CallOnStream&) = delete;
-  CallOnStream& operator=(const CallOnStream&) = delete;
-  ~CallOnStream() {
-    if (began_) t_.endCall();
-  }
-  Status begin(cudaStream_t s) {
-    SPCCL_RETURN_IF_ERROR(t_.beginCall(s));
-    began_ = true;
-    return Status::ok();
-  }
-
- private:
-  NcclTransport& t_;
-  bool began_ = false;
 };
 
 }  // namespace spccl

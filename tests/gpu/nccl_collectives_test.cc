@@ -309,7 +309,7 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
 // Calls on alternating streams with no synchronisation between them: each
 // call reuses the previous call's scratch and the compressor's residual,
 // enqueued on the other stream, so the transport must order them
-// (CallOnStream in src/nccl/nccl_transport.h). Every output must equal the
+// (DeviceCall in src/nccl/device_state.h). Every output must equal the
 // same calls' on one stream, bit for bit.
 TEST_F(NcclWorld, CallsOnAlternatingStreamsMatchOneStream) {
   const size_t n = (size_t{1} << 20) + 7;
