@@ -23,7 +23,11 @@ extern "C" {
 /* Wraps a communicator the application already has. Collective over the
  * ranks of `nccl`; call it with the CUDA device of `nccl` current. The
  * ncclComm_t stays the caller's: spcclCommDestroy does not destroy it, and
- * it must outlive the spccl communicator. */
+ * it must outlive the spccl communicator. A non-blocking communicator
+ * (ncclConfig_t.blocking = 0, even one still initialising) works too: where
+ * NCCL answers ncclInProgress, spccl polls ncclCommGetAsyncError until the
+ * operation is enqueued or has failed, so its calls return as they would on
+ * a blocking communicator. */
 SPCCL_API spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl);
 
 #ifdef __cplusplus

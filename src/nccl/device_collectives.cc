@@ -263,12 +263,13 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
     if (nnz[me] > 0) {
-      SPCCL_NCCL_CHECK(pncclSend(s.indices.get(), nnz[me] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
-      SPCCL_NCCL_CHECK(pncclSend(s.values.get(), nnz[me] * vb, ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(s.indices.get(), nnz[me] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(s.values.get(), nnz[me] * vb, ncclUint8, q, nc, stream), nc);
     }
     if (nnz[q] > 0) {
-      SPCCL_NCCL_CHECK(pncclRecv(recvIdx + offset[q], nnz[q] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
-      SPCCL_NCCL_CHECK(pncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(recvIdx + offset[q], nnz[q] * sizeof(uint32_t), ncclUint8, q, nc, stream),
+                                nc);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
     }
   }
   SPCCL_RETURN_IF_ERROR(group.end());
@@ -322,9 +323,9 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   ncclComm_t nc = t.nccl();
   NcclGroup group(nc);
   SPCCL_RETURN_IF_ERROR(group.start());
-  SPCCL_NCCL_CHECK(pncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);
-  SPCCL_NCCL_CHECK(pncclAllGather(myIdx, idxAll, capacity * sizeof(uint32_t), ncclUint8, nc, stream), nc);
-  SPCCL_NCCL_CHECK(pncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK_IN_GROUP(pncclAllGather(&records[me], records, sizeof(cuda::CallRecord), ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK_IN_GROUP(pncclAllGather(myIdx, idxAll, capacity * sizeof(uint32_t), ncclUint8, nc, stream), nc);
+  SPCCL_NCCL_CHECK_IN_GROUP(pncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
   SPCCL_RETURN_IF_ERROR(group.end());
   auto* counts = s.fixedCounts.get<uint64_t>();
   SPCCL_RETURN_IF_ERROR(cuda::resolveFixedCounts(records, p, counts, comm.device->errorDevice, stream));

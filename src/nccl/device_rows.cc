@@ -65,9 +65,9 @@ Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, 
     if (q == me) continue;
     for (const Exchange* e : parts) {
       if (e->sendBytes[q] > 0)
-        SPCCL_NCCL_CHECK(pncclSend(e->send + e->sendOff[q], e->sendBytes[q], ncclUint8, q, nc, stream), nc);
+        SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(e->send + e->sendOff[q], e->sendBytes[q], ncclUint8, q, nc, stream), nc);
       if (e->recvBytes[q] > 0)
-        SPCCL_NCCL_CHECK(pncclRecv(e->recv + e->recvOff[q], e->recvBytes[q], ncclUint8, q, nc, stream), nc);
+        SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(e->recv + e->recvOff[q], e->recvBytes[q], ncclUint8, q, nc, stream), nc);
     }
   }
   return group.end();

@@ -21,6 +21,10 @@ Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char
                                    detail && *detail ? " - " : "", detail ? detail : ""));
 }
 
+ncclResult_t settleNccl(ncclResult_t r, ncclComm_t comm) {
+  return settleNcclResult(r, [comm](ncclResult_t* state) { return pncclCommGetAsyncError(comm, state); });
+}
+
 Status NcclTransport::create(ncclComm_t comm, std::unique_ptr<NcclTransport>* out) {
   std::unique_ptr<NcclTransport> t(new NcclTransport());
   t->comm_ = comm;
@@ -100,9 +104,9 @@ Status NcclTransport::allGatherV(const void* send, size_t sendBytes, void* recv,
   SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
-    if (sendBytes > 0) SPCCL_NCCL_CHECK(pncclSend(send, sendBytes, ncclUint8, q, comm_, stream_), comm_);
+    if (sendBytes > 0) SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(send, sendBytes, ncclUint8, q, comm_, stream_), comm_);
     if (recvBytes[q] > 0)
-      SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
   return group.end();
 }
@@ -129,8 +133,8 @@ Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
   SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < size_ && bytes > 0; ++q) {
     if (q == rank_) continue;
-    SPCCL_NCCL_CHECK(pncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
-    SPCCL_NCCL_CHECK(pncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
+    SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(in + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
+    SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(out + q * bytes, bytes, ncclUint8, q, comm_, stream_), comm_);
   }
   return group.end();
 }
@@ -147,9 +151,9 @@ Status NcclTransport::allToAllV(const void* send, const size_t* sendBytes, const
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     if (sendBytes[q] > 0)
-      SPCCL_NCCL_CHECK(pncclSend(in + sendOffsets[q], sendBytes[q], ncclUint8, q, comm_, stream_), comm_);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(in + sendOffsets[q], sendBytes[q], ncclUint8, q, comm_, stream_), comm_);
     if (recvBytes[q] > 0)
-      SPCCL_NCCL_CHECK(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
+      SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(out + recvOffsets[q], recvBytes[q], ncclUint8, q, comm_, stream_), comm_);
   }
   return group.end();
 }

@@ -14,6 +14,7 @@
 
 #include <memory>
 
+#include "src/nccl/nccl_settle.h"
 #include "src/status.h"
 #include "src/transport/transport.h"
 
@@ -22,7 +23,20 @@ namespace spccl {
 // NCCL result -> Status with NCCL's own message (ncclGetLastError).
 Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char* file, int line);
 
+// Waits for the call's result on a non-blocking communicator
+// (settleNcclResult, src/nccl/nccl_settle.h).
+ncclResult_t settleNccl(ncclResult_t r, ncclComm_t comm);
+
 #define SPCCL_NCCL_CHECK(call, comm)                                                    \
+  do {                                                                                \
+    ncclResult_t _spccl_nres = ::spccl::settleNccl((call), (comm));                   \
+    if (_spccl_nres != ncclSuccess)                                                   \
+      return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__);    \
+  } while (0)
+
+// A call between ncclGroupStart and ncclGroupEnd: NCCL only records it, and
+// the group's end is what settles (NcclGroup::end).
+#define SPCCL_NCCL_CHECK_IN_GROUP(call, comm)                                           \
   do {                                                                                \
     ncclResult_t _spccl_nres = (call);                                                \
     if (_spccl_nres != ncclSuccess && _spccl_nres != ncclInProgress)                  \
@@ -30,7 +44,7 @@ Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char
   } while (0)
 
 // An NCCL group that always ends: a call inside it that fails returns
-// through SPCCL_NCCL_CHECK, and the destructor then ends the group, so the
+// through SPCCL_NCCL_CHECK_IN_GROUP, and the destructor then ends the group, so the
 // thread's group depth never stays raised (NCCL would defer every later call
 // on this thread into a group that never launches). end() reports the end's
 // own result on the normal path.
@@ -43,7 +57,7 @@ class NcclGroup {
     if (open_) (void)pncclGroupEnd();
   }
   Status start() {
-    SPCCL_NCCL_CHECK(pncclGroupStart(), comm_);
+    SPCCL_NCCL_CHECK_IN_GROUP(pncclGroupStart(), comm_);
     open_ = true;
     return Status::ok();
   }
