@@ -15,19 +15,25 @@ constexpr int kThreads = 256;
 // The header arrives as a kernel parameter, copied at launch: no pinned
 // staging buffer to race with the next call, and a captured graph replays
 // the value it was captured with.
-__global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h, const ThresholdOut* threshold) {
+__global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h, const ThresholdOut* threshold,
+                                  uint32_t* asyncWords) {
   if (threadIdx.x == 0) {
     std::memcpy(dst->descriptor, h.descriptor, sizeof h.descriptor);
     dst->capacity = h.capacity;
     dst->slots = h.slots;
     dst->estimated = h.estimated;
     dst->tauKey = threshold != nullptr ? threshold->tauKey : 0u;
+    // Every kernel of earlier calls has finished (stream order; a call on
+    // another stream waits for the previous call's end): their bits are in.
+    dst->asyncErrors = asyncWords != nullptr ? atomicExch(asyncWords + kAsyncPendingWord, 0u) : 0u;
+    dst->reserved = 0;
   }
 }
 
-__global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* errorFlags) {
+__global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* asyncWords) {
   __shared__ int mismatch;
-  if (threadIdx.x == 0) mismatch = 0;
+  __shared__ unsigned int carried;
+  if (threadIdx.x == 0) mismatch = 0, carried = 0;
   __syncthreads();
   for (int r = static_cast<int>(threadIdx.x); r < ranks; r += blockDim.x) {
     bool same = records[r].capacity == records[0].capacity;
@@ -35,6 +41,7 @@ __global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_
     for (int b = kRecordDensityOffset; b < kRecordDensityOffset + kRecordDensityAndFlagsBytes; ++b)
       same = same && records[r].descriptor[b] == records[0].descriptor[b];
     if (!same) atomicOr(&mismatch, 1);
+    if (records[r].asyncErrors != 0) atomicOr(&carried, records[r].asyncErrors);
   }
   __syncthreads();
   for (int r = static_cast<int>(threadIdx.x); r < ranks; r += blockDim.x) {
@@ -42,7 +49,9 @@ __global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_
     const uint64_t cap = records[r].capacity;
     nnz[r] = mismatch ? 0 : (selected < cap ? selected : cap);
   }
-  if (threadIdx.x == 0 && mismatch && errorFlags != nullptr) atomicOr(errorFlags, kAsyncMismatch);
+  // The same records on every rank: the same bits in every rank's word.
+  const uint32_t bits = carried | (mismatch ? kAsyncMismatch : 0u);
+  if (threadIdx.x == 0 && bits != 0 && asyncWords != nullptr) atomicOr(asyncWords + kAsyncReportedWord, bits);
 }
 
 __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
@@ -54,17 +63,17 @@ __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, f
 }  // namespace
 
 Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
-                             cudaStream_t stream) {
+                             uint32_t* asyncWords, cudaStream_t stream) {
   if (dst == nullptr) return invalidArgument("writeCallRecordHeader: null record");
-  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header, threshold);
+  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header, threshold, asyncWords);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
-Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* errorFlags,
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* asyncWords,
                           cudaStream_t stream) {
   if (records == nullptr || nnz == nullptr || ranks < 1) return invalidArgument("resolveFixedCounts: bad arguments");
-  resolveFixedKernel<<<1, kThreads, 0, stream>>>(records, ranks, nnz, errorFlags);
+  resolveFixedKernel<<<1, kThreads, 0, stream>>>(records, ranks, nnz, asyncWords);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

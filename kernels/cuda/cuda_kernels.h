@@ -212,11 +212,16 @@ Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type,
 // Collective steps of the NCCL path (src/nccl/device_collectives.cc)
 // ---------------------------------------------------------------------------
 
-// What every rank publishes (one ncclAllGather) at the start of a compressed
-// allreduce on device buffers: its call descriptor (src/codec.h
-// CallDescriptor, 48 bytes, nnz and streamBytes unused), its pair capacity and slots,
-// whether it estimated tau in this round, and selectPack's counts, which the
-// kernel writes straight into the record on the device.
+// What every rank publishes (one ncclAllGather) at the start of a
+// collective on device buffers that checks its call (the compressed
+// allreduce, and the rows, row-sparse and sparsified allgather calls through
+// agreeOnDevice): its call descriptor (src/codec.h CallDescriptor, 48 bytes,
+// nnz and streamBytes unused by the allreduce), its pair capacity and slots,
+// whether it estimated tau in this round, selectPack's counts, which the
+// kernel writes straight into the record on the device, and the
+// asynchronous errors this rank's device recorded since its last record.
+// One size for every such call, so that two different calls that meet
+// exchange the same number of bytes and the check refuses them.
 struct CallRecordHeader {
   unsigned char descriptor[48];
   uint64_t capacity;   // pairs a rank may send (capacity factor x k)
@@ -230,27 +235,42 @@ struct CallRecord {
   uint32_t estimated;
   uint32_t tauKey;  // the magnitude key this round selected with (0: every non-zero); not compared across ranks
   SelectCounts counts;
+  uint32_t asyncErrors;  // kAsync* bits taken from this rank's pending word (below); not compared
+  uint32_t reserved;     // 0
 };
-static_assert(sizeof(CallRecord) == 88, "the call record is exchanged as 88 bytes");
+static_assert(sizeof(CallRecord) == 96, "the call record is exchanged as 96 bytes");
 // Descriptor bytes every rank must agree on: [0, 24) (magic to count) and
 // the density and flags at [40, 48); nnz and streamBytes may differ.
 constexpr int kRecordCheckedBytes = 24;
 constexpr int kRecordDensityOffset = 40;
 constexpr int kRecordDensityAndFlagsBytes = 8;
-// Bits of a communicator's asynchronous error word (fixed-capacity calls
-// cannot return errors without a host round trip; the next call reports them).
+// A communicator's asynchronous errors: what a kernel finds wrong after its
+// call has returned (no host round trip). Two words of mapped host memory:
+//  - pending (word 0): kernels or-in kAsync* bits; the next call's record
+//    takes them (writeCallRecordHeader: an atomic exchange on the device, in
+//    stream order), so every rank learns every rank's bits from the records;
+//  - reported (word 1): the fixed-capacity verdict or-s in every rank's
+//    carried bits and its own mismatch, the same bits on every rank.
+// A call whose records come back to the host fails on every rank when any
+// record carries bits or the reported word has some (src/nccl).
+constexpr int kAsyncPendingWord = 0;
+constexpr int kAsyncReportedWord = 1;
+constexpr int kAsyncWords = 2;
 constexpr uint32_t kAsyncBadStream = 1u;  // a peer's stream failed unpackAccumulate's checks
-constexpr uint32_t kAsyncMismatch = 2u;   // ranks disagreed on the call
+constexpr uint32_t kAsyncMismatch = 2u;   // ranks disagreed on a fixed-capacity call
 
-// Writes the header fields of *dst (not the counts) on the stream, and its
-// tauKey from *threshold (0 when threshold is null).
+// Writes the header fields of *dst (not the counts) on the stream, its
+// tauKey from *threshold (0 when threshold is null), and its asyncErrors
+// from asyncWords[kAsyncPendingWord], which it clears (asyncWords null:
+// asyncErrors 0).
 Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
-                             cudaStream_t stream);
+                             uint32_t* asyncWords, cudaStream_t stream);
 // Fixed-capacity verdict: if every record matches rank 0's (checked
 // descriptor bytes and capacity), nnz[r] = min(selected_r, capacity_r);
 // otherwise every nnz[r] = 0 (nothing is accumulated) and kAsyncMismatch is
-// or-ed into *errorFlags (device-visible, e.g. mapped host memory).
-Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* errorFlags,
+// or-ed into asyncWords[kAsyncReportedWord], with every record's asyncErrors
+// (asyncWords device-visible, e.g. mapped host memory; null: not recorded).
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* asyncWords,
                           cudaStream_t stream);
 // x[i] = x[i] / divisor (the average), bit-identical to the host loop.
 Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream);

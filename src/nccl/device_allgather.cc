@@ -22,7 +22,6 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   NcclTransport& t = transportOf(comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
-  SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;
   const core::ValueType wire = ownValuesWireType(comm->params.valueType, type);
@@ -91,7 +90,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
                       n, nnz};
   mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, mine, stream));
-  const auto* all = d.hostDescriptors.get<CallDescriptor>();
+  const std::vector<CallDescriptor>& all = comm->descriptors;
   std::vector<size_t> idxBytes(p), idxOff(p), valBytes(p), valOff(p);
   uint64_t total = 0;
   for (int r = 0; r < p; ++r) {
@@ -125,7 +124,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * n * esize;
-  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + nnz * (sizeof(uint32_t) + vb));
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(cuda::CallRecord) + nnz * (sizeof(uint32_t) + vb));
   return Status::ok();
 }
 

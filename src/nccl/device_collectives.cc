@@ -6,7 +6,7 @@
 // the device and host paths produce the same bits. What differs is how
 // sizes are learned (docs/GPU.md):
 //
-// exact mode (default): every rank publishes an 88-byte call record (its
+// exact mode (default): every rank publishes a 96-byte call record (its
 //   descriptor plus selectPack's counts, written by the kernel on the device)
 //   with one ncclAllGather; one device-to-host copy of the records and one
 //   stream synchronisation per call size the pair exchange. A rank whose
@@ -198,16 +198,21 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
       SPCCL_CUDA_CHECK(cudaMemsetAsync(&records[me].counts, 0, sizeof(cuda::SelectCounts), stream));
     }
     SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated),
-                                                      s.threshold.get<cuda::ThresholdOut>(), stream));
+                                                      s.threshold.get<cuda::ThresholdOut>(),
+                                                      comm.device->errorDevice, stream));
     SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
                                      cudaMemcpyDeviceToHost, stream));
     SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    uint32_t carried = 0;
     for (int r = 0; r < p; ++r) {
       std::memcpy(&all[r], host[r].descriptor, sizeof(CallDescriptor));
       all[r].nnz = host[r].counts.selected;
+      carried |= host[r].asyncErrors;
     }
-    // Same records on every rank: the same verdict everywhere.
+    // Same records on every rank: the same verdict everywhere. An earlier
+    // call's failure first: it happened first.
+    SPCCL_RETURN_IF_ERROR(asyncErrorAfterExchange(&comm, carried));
     SPCCL_RETURN_IF_ERROR(checkDescriptors(all.data(), p, mine));
     bool anyRetry = false;
     for (int r = 0; r < p; ++r) {
@@ -318,8 +323,8 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   // In place: no pass is ever redone here, so one residual buffer serves.
   SPCCL_RETURN_IF_ERROR(selectInto(c, send, estimated, true, s.residual[s.current].get<float>(), capacity, capacity,
                                    myIdx, myVal, &records[me].counts, stream));
-  SPCCL_RETURN_IF_ERROR(
-      cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated), nullptr, stream));
+  SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated),
+                                                    nullptr, comm.device->errorDevice, stream));
   ncclComm_t nc = t.nccl();
   NcclGroup group(nc);
   SPCCL_RETURN_IF_ERROR(group.start());
@@ -347,8 +352,8 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   SPCCL_RETURN_IF_ERROR(NcclTransport::create(nccl, &t));
   DeviceGuard guard(t->device());
   auto state = std::make_shared<DeviceCommState>();
-  SPCCL_RETURN_IF_ERROR(state->errorWord.ensure(sizeof(uint32_t), cudaHostAllocMapped));
-  *state->errorWord.get<uint32_t>() = 0;
+  SPCCL_RETURN_IF_ERROR(state->errorWord.ensure(cuda::kAsyncWords * sizeof(uint32_t), cudaHostAllocMapped));
+  std::memset(state->errorWord.get(), 0, cuda::kAsyncWords * sizeof(uint32_t));
   SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->errorDevice),
                                             state->errorWord.get(), 0));
   SPCCL_RETURN_IF_ERROR(state->staging.ensure(sizeof(int)));
@@ -381,17 +386,34 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   return Status::ok();
 }
 
-Status takeAsyncError(spcclComm* comm) {
-  volatile uint32_t* word = comm->device->errorWord.get<uint32_t>();
-  const uint32_t bits = *word;
-  if (bits == 0) return Status::ok();
-  *word = 0;
+namespace {
+
+// The reported word, read and cleared in one step (the device may or-in
+// bits meanwhile: a fixed-capacity verdict still queued).
+uint32_t takeReported(spcclComm* comm) {
+  uint32_t* word = comm->device->errorWord.get<uint32_t>() + cuda::kAsyncReportedWord;
+  return __atomic_exchange_n(word, 0u, __ATOMIC_SEQ_CST);
+}
+
+Status asyncFailure(uint32_t bits) {
   if (bits & cuda::kAsyncMismatch)
     return invalidUsage("an earlier fixed-capacity compressed allreduce (SPCCL_DEVICE_MODE=fixed) was called "
                         "inconsistently across ranks (count, datatype, op, algorithm, wire type, density or call "
                         "order): its output was left zero and the compressor state is undefined");
   return remoteError("a peer's pairs stream in an earlier call on this communicator failed the bounds and order "
-                     "checks; the bad pairs were not applied");
+                     "checks on a rank's device; the bad pairs were not applied there");
+}
+
+}  // namespace
+
+Status asyncErrorAfterExchange(spcclComm* comm, uint32_t carried) {
+  const uint32_t bits = carried | takeReported(comm);
+  return bits == 0 ? Status::ok() : asyncFailure(bits);
+}
+
+Status takeReportedAsyncError(spcclComm* comm) {
+  const uint32_t bits = takeReported(comm);
+  return bits == 0 ? Status::ok() : asyncFailure(bits);
 }
 
 Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t count, spcclDataType_t type,
@@ -416,7 +438,9 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   NcclTransport& t = transportOf(&comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
-  SPCCL_RETURN_IF_ERROR(takeAsyncError(&comm));
+  // Exact mode learns of earlier calls' asynchronous errors from its record
+  // exchange; fixed mode never comes back to the host, so it looks now.
+  if (comm.params.deviceMode == kDeviceModeFixed) SPCCL_RETURN_IF_ERROR(takeReportedAsyncError(&comm));
   if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
   SPCCL_RETURN_IF_ERROR(initCompressor(c));
   DeviceCompressorState& s = *c->device;

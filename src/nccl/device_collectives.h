@@ -24,9 +24,17 @@ namespace spccl::gpu {
 // environment failed to parse makes every rank fail) before returning.
 Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk);
 
-// Reports (and clears) an error that an earlier fixed-capacity call recorded
-// on the device: a malformed peer stream or mismatched call.
-Status takeAsyncError(spcclComm* comm);
+// Asynchronous errors (cuda::kAsync*: a malformed peer stream, a mismatched
+// fixed-capacity call), recorded on the device after their call returned.
+// After a record exchange that came back to the host: fails, on every rank
+// alike, if any rank's record carried bits (`carried`, their OR) or the
+// reported word holds some (its bits are final there and the same on every
+// rank: every earlier kernel has finished), and clears them.
+Status asyncErrorAfterExchange(spcclComm* comm, uint32_t carried);
+// At the entry of a fixed-capacity allreduce, which never synchronises: the
+// reported word as it is now. A rank whose device has not yet run the
+// previous call's verdict reports the error one call later (docs/GPU.md).
+Status takeReportedAsyncError(spcclComm* comm);
 
 Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t count, spcclDataType_t type,
                       spcclRedOp_t op, cudaStream_t stream, spcclStats_t* call);

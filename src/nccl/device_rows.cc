@@ -26,17 +26,32 @@ Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t s
   DeviceCommState& d = *comm->device;
   NcclTransport& t = transportOf(comm);
   const int p = comm->ranks, me = comm->rank;
-  const size_t bytes = static_cast<size_t>(p) * sizeof(CallDescriptor);
-  SPCCL_RETURN_IF_ERROR(d.descriptors.ensure(bytes));
-  SPCCL_RETURN_IF_ERROR(d.hostDescriptors.ensure(bytes));
-  auto* host = d.hostDescriptors.get<CallDescriptor>();
-  auto* dev = d.descriptors.get<CallDescriptor>();
-  host[me] = mine;  // no queued copy reads it: every call here ends with a synchronisation
-  SPCCL_CUDA_CHECK(cudaMemcpyAsync(dev + me, host + me, sizeof(CallDescriptor), cudaMemcpyHostToDevice, stream));
-  SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(CallDescriptor), dev));
+  const size_t bytes = static_cast<size_t>(p) * sizeof(cuda::CallRecord);
+  SPCCL_RETURN_IF_ERROR(d.callRecords.ensure(bytes));
+  SPCCL_RETURN_IF_ERROR(d.hostCallRecords.ensure(bytes));
+  auto* host = d.hostCallRecords.get<cuda::CallRecord>();
+  auto* dev = d.callRecords.get<cuda::CallRecord>();
+  // The compressed allreduce's record, counts zero: the descriptor (a kernel
+  // parameter) and this rank's pending asynchronous errors.
+  cuda::CallRecordHeader header{};
+  static_assert(sizeof mine == sizeof header.descriptor);
+  std::memcpy(header.descriptor, &mine, sizeof mine);
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(dev + me, 0, sizeof(cuda::CallRecord), stream));
+  SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(dev + me, header, nullptr, d.errorDevice, stream));
+  SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(cuda::CallRecord), dev));
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return checkDescriptors(host, p, mine);
+  std::vector<CallDescriptor>& all = comm->descriptors;  // the communicator's per-call scratch
+  all.resize(static_cast<size_t>(p));
+  uint32_t carried = 0;
+  for (int r = 0; r < p; ++r) {
+    std::memcpy(&all[r], host[r].descriptor, sizeof(CallDescriptor));
+    carried |= host[r].asyncErrors;
+  }
+  // Same records on every rank: the same verdict everywhere, an earlier
+  // call's failure first.
+  SPCCL_RETURN_IF_ERROR(gpu::asyncErrorAfterExchange(comm, carried));
+  return checkDescriptors(all.data(), p, mine);
 }
 
 namespace gpu {
@@ -88,7 +103,6 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   NcclTransport& t = transportOf(comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
-  SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks;
   const core::ValueType wire = ownValuesWireType(comm->params.valueType, type);
@@ -223,7 +237,7 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * rowsPerPeer * rowLen * esize;
-  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + rowsPerPeer * sizeof(uint32_t));
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(cuda::CallRecord) + rowsPerPeer * sizeof(uint32_t));
   for (int j = 0; j < p; ++j)
     if (j != comm->rank) call->bytesSent += sentPerPeer[j] * (sizeof(uint32_t) + vb);
   return Status::ok();
@@ -234,7 +248,6 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const
   NcclTransport& t = transportOf(comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
-  SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   if (!sel.device) return internalError("alltoall rows backward: the selection holds no device positions");
   DeviceCommState& d = *comm->device;
   const DeviceSelectionState& s = *sel.device;
@@ -274,7 +287,7 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * sel.rowsPerPeer * sel.rowLen * dataTypeSize(sel.dataType);
-  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
+  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
   for (int j = 0; j < p; ++j)
     if (j != comm->rank) call->bytesSent += s.recvPerPeer[j] * vb;
   return Status::ok();

@@ -24,7 +24,6 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   NcclTransport& t = transportOf(comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
-  SPCCL_RETURN_IF_ERROR(takeAsyncError(comm));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks, me = comm->rank;
   const spcclDataType_t accType = type == spcclFloat64 ? spcclFloat64 : spcclFloat32;
@@ -105,7 +104,7 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   call->calls = 1;
   call->compressedCalls = 1;
   call->bytesSent = static_cast<uint64_t>(p - 1) *
-                    (sizeof(CallDescriptor) + sizeof(uint64_t) + unique[me] * (sizeof(int64_t) + rowBytes));
+                    (sizeof(cuda::CallRecord) + sizeof(uint64_t) + unique[me] * (sizeof(int64_t) + rowBytes));
   call->denseBytes = static_cast<uint64_t>(p - 1) * nrows * (sizeof(int64_t) + rowLen * dataTypeSize(type));
   if (unionSize > outCapacity)
     return invalidUsage(formatString("row-sparse allreduce: the union has %llu ids, outCapacity is %zu (*outNrows "

@@ -128,14 +128,15 @@ struct DeviceSelectionState {
 
 struct DeviceCommState {
   NcclTransport* transport = nullptr;  // owned by the comm
-  // Asynchronous error word, in mapped host memory: kernels of
-  // fixed-capacity calls or-in kAsync* bits, the next call reads them.
+  // Asynchronous errors, in mapped host memory: cuda::kAsyncWords words,
+  // the pending one first (kernels or-in cuda::kAsync* bits there, the next
+  // call record takes them), then the reported one (cuda_kernels.h).
   PinnedMemory errorWord;
-  uint32_t* errorDevice = nullptr;
+  uint32_t* errorDevice = nullptr;  // the same words, for kernels
   PinnedMemory staging;  // exact collectives: small host copies
-  // Call descriptors of the rows collectives: ranks x 48 bytes each way.
-  DeviceMemory descriptors;
-  PinnedMemory hostDescriptors;
+  // agreeOnDevice's call records: ranks x 96 bytes each way.
+  DeviceMemory callRecords;
+  PinnedMemory hostCallRecords;
   // Rows forward scratch (grow-only): strided positions, per-row counts,
   // kept values, the peers' counts and values, and a scan workspace.
   DeviceMemory stridedPositions, counts, sendValues, recvCounts, recvValues, offsetsWorkspace;
@@ -156,7 +157,10 @@ struct DeviceCommState {
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
 
 // The descriptor allgather and check of the host path (agreeOnCall), over
-// NCCL on the caller's stream: one small copy each way and a synchronisation.
+// NCCL on the caller's stream, as a call record (cuda::CallRecord, the
+// compressed allreduce's size) that also carries this rank's pending
+// asynchronous errors; one synchronisation. Fills comm->descriptors; fails
+// alike on every rank on a mismatch or any rank's asynchronous error.
 Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream);
 
 }  // namespace spccl
