@@ -229,22 +229,20 @@ TEST(GpuCallRecord, FixedVerdictReportsEveryRecordsErrors) {
   DeviceBuffer<uint32_t> words(cuda::kAsyncWords);
   std::vector<uint64_t> n;
   std::vector<uint32_t> w;
-  CUDA_ASSERT(dRecs.upload(recs));
-  CUDA_ASSERT(words.upload(std::vector<uint32_t>{0, 0}));
-  STATUS_ASSERT(cuda::resolveFixedCounts(dRecs.get(), ranks, nnz.get(), words.get(), nullptr));
-  SYNC_ASSERT();
-  CUDA_ASSERT(nnz.download(n));
-  CUDA_ASSERT(words.download(w));
+  auto resolve = [&] {  // the verdict on recs, from clear words: n, w
+    CUDA_ASSERT(dRecs.upload(recs));
+    CUDA_ASSERT(words.upload(std::vector<uint32_t>{0, 0}));
+    STATUS_ASSERT(cuda::resolveFixedCounts(dRecs.get(), ranks, nnz.get(), words.get(), nullptr));
+    SYNC_ASSERT();
+    CUDA_ASSERT(nnz.download(n));
+    CUDA_ASSERT(words.download(w));
+  };
+  ASSERT_NO_FATAL_FAILURE(resolve());
   EXPECT_EQ(n, (std::vector<uint64_t>{40, 90, 100})) << "carried errors do not refuse the call itself";
   EXPECT_EQ(w, (std::vector<uint32_t>{0, cuda::kAsyncBadStream}));
   // A mismatch (another call's checked byte on rank 2): nothing accumulated, both bits reported.
   recs[2].descriptor[3] ^= 1;
-  CUDA_ASSERT(dRecs.upload(recs));
-  CUDA_ASSERT(words.upload(std::vector<uint32_t>{0, 0}));
-  STATUS_ASSERT(cuda::resolveFixedCounts(dRecs.get(), ranks, nnz.get(), words.get(), nullptr));
-  SYNC_ASSERT();
-  CUDA_ASSERT(nnz.download(n));
-  CUDA_ASSERT(words.download(w));
+  ASSERT_NO_FATAL_FAILURE(resolve());
   EXPECT_EQ(n, (std::vector<uint64_t>{0, 0, 0}));
   EXPECT_EQ(w, (std::vector<uint32_t>{0, cuda::kAsyncBadStream | cuda::kAsyncMismatch}));
 }
