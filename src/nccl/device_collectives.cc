@@ -50,6 +50,7 @@ static_assert(offsetof(CallDescriptor, count) + sizeof(uint64_t) == cuda::kRecor
 struct DeviceCompressorState {
   DeviceMemory residual[2];
   int current = 0;
+  bool residualZero = true;  // residual[current] is all +0.0 (the host compressor's flag)
   DeviceMemory indices, values;  // exact mode: this rank's pairs
   uint64_t slots = 0;
   DeviceMemory selectWorkspace, thresholdWorkspace, threshold;
@@ -86,6 +87,7 @@ Status initCompressor(spcclCompressor* c) {
     SPCCL_RETURN_IF_ERROR(s.residual[1].ensure(n * sizeof(float)));
     SPCCL_CUDA_CHECK(cudaMemset(s.residual[0].get(), 0, n * sizeof(float)));
   }
+  s.residualZero = true;
   const size_t selectBytes = cuda::selectPackWorkspaceBytes(n);
   SPCCL_RETURN_IF_ERROR(s.selectWorkspace.ensure(selectBytes));
   SPCCL_RETURN_IF_ERROR(cuda::initSelectPackWorkspace(s.selectWorkspace.get(), s.selectWorkspace.bytes(), nullptr));
@@ -146,9 +148,16 @@ Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStre
   DeviceCompressorState& s = *c->device;
   SPCCL_RETURN_IF_ERROR(cuda::loadFloats(send, c->dataType, c->count, acc, stream));
   if (c->config.errorFeedback) {
-    float* r = s.residual[s.current].get<float>();
-    SPCCL_RETURN_IF_ERROR(cuda::denseAccumulate(r, core::ValueType::kFloat32, c->count, acc, stream));
-    SPCCL_CUDA_CHECK(cudaMemsetAsync(r, 0, c->count * sizeof(float), stream));
+    // An empty residual is not added, as on the host: an input of -0.0 stays
+    // -0.0 (adding +0.0 would make it +0.0), and two passes are saved. Not in
+    // fixed mode: a graph may replay this call after calls outside it filled
+    // the residual, so the flush is always captured.
+    if (!s.residualZero || c->comm->params.deviceMode == kDeviceModeFixed) {
+      float* r = s.residual[s.current].get<float>();
+      SPCCL_RETURN_IF_ERROR(cuda::denseAccumulate(r, core::ValueType::kFloat32, c->count, acc, stream));
+      SPCCL_CUDA_CHECK(cudaMemsetAsync(r, 0, c->count * sizeof(float), stream));
+      s.residualZero = true;
+    }
     c->estimateNext = true;  // tau fitted to a full residual: the next compressed call re-estimates
   }
   ++c->callIndex;
@@ -259,7 +268,10 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   // selection is re-estimated by the next call (the host compressor's rule,
   // from this round's record).
   if (c->starves(estimated, host[me].tauKey, host[me].counts.finiteSelected)) c->estimateNext = true;
-  if (c->config.errorFeedback) s.current = 1 - s.current;
+  if (c->config.errorFeedback) {
+    s.current = 1 - s.current;
+    s.residualZero = false;
+  }
   auto* recvIdx = s.recvIndices.get<uint32_t>();
   auto* recvVal = s.recvValues.get<unsigned char>();
   ncclComm_t nc = t.nccl();
