@@ -37,15 +37,14 @@ inline core::ValueType ownValuesWireType(core::ValueType requested, spcclDataTyp
 }
 
 // The sparsified allgather's rule (host and NCCL paths): each rank keeps
-// the k = ceil(density * n) entries of largest magnitude, NaN/Inf ranking
+// the k = ceil(density * n) entries (core::densityCount) of largest magnitude, NaN/Inf ranking
 // above every finite value (all of them kept, even beyond k), ties by lower
 // index; so k - (NaN/Inf count) finite entries join them. Gives the threshold
 // and tie budget for selectPack from one or two exact estimates:
 // kth(kk, &tauKey, &above, &finite) is the kk-th largest finite |x| (host or
 // device kthLargestMagnitude).
 inline uint64_t allGatherTopKCount(float density, uint64_t n) {
-  const double k = std::ceil(static_cast<double>(density) * static_cast<double>(n));
-  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, n);
+  return std::clamp<uint64_t>(core::densityCount(density, n), 1, n);
 }
 template <typename Kth>
 Status allGatherTopKThreshold(uint64_t n, uint64_t k, Kth&& kth, uint32_t* tauKey, uint64_t* tieBudget) {

@@ -1160,8 +1160,13 @@ Environment wireEnvironment(const Options& opts) {
   return {{"SPCCL_VALUE_TYPE", std::string(wireTypeName(*opts.wireValueType))}};
 }
 
+// max(1, ceil(density * n)), at most n, the product read as the decimal
+// density means (docs/ALGORITHMS.md): no further above a whole number than
+// the float's rounding (relative 2^-24) counts as that number.
 size_t keptPerRow(float density, size_t n) {
-  const double keep = std::ceil(static_cast<double>(density) * static_cast<double>(n));
+  const double x = static_cast<double>(density) * static_cast<double>(n);
+  const double whole = std::floor(x);
+  const double keep = x - whole > std::ldexp(x, -24) ? whole + 1 : whole;
   return std::clamp<size_t>(static_cast<size_t>(keep), 1, n);
 }
 

@@ -116,7 +116,7 @@ struct spcclCompressor {
 
   ~spcclCompressor();
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
-  // k = ceil(density * count), at least 1; and the most finite pairs one call
+  // k = ceil(density * count) (core::densityCount), at least 1; and the most finite pairs one call
   // may send, max(k, floor(capacityFactor * k)). The host and device paths both use them.
   uint64_t selectCount() const;
   uint64_t pairCapacity() const;

@@ -22,8 +22,7 @@
 using namespace spccl;
 
 uint64_t spcclCompressor::selectCount() const {
-  const double k = std::ceil(static_cast<double>(config.density) * static_cast<double>(count));
-  return std::clamp<uint64_t>(static_cast<uint64_t>(k), 1, std::max<uint64_t>(count, 1));
+  return std::clamp<uint64_t>(core::densityCount(config.density, count), 1, std::max<uint64_t>(count, 1));
 }
 
 uint64_t spcclCompressor::splitKeepPerRange(int ranks) const {

@@ -68,11 +68,23 @@ SPCCL_HOST_DEVICE Pick classify(float v, uint32_t tauKey) {
   return Pick::kSkip;
 }
 
-// DCT-MP rows: entries kept per row, max(1, ceil(density * rowLen)), at most rowLen.
+// ceil(density * n), the entries a density keeps of n (every selection
+// rule: the compressed allreduce's k, the rows' kr, the sparsified
+// allgather's k). A float density is the decimal the user wrote rounded to
+// 24 bits (0.1f is 0.100000001490116...), so a product no further above a
+// whole number than that rounding (relative 2^-24) counts as the whole
+// number: density 0.1 keeps 1 of 10, not 2, and 0.01 keeps 10 of 1000. No
+// <cmath> (device code).
+SPCCL_HOST_DEVICE uint64_t densityCount(float density, uint64_t n) {
+  const double x = static_cast<double>(density) * static_cast<double>(n);
+  uint64_t whole = static_cast<uint64_t>(x);  // floor: x >= 0
+  if (x - static_cast<double>(whole) > x * (1.0 / 16777216.0)) ++whole;
+  return whole;
+}
+
+// DCT-MP rows: entries kept per row, max(1, densityCount(density, rowLen)), at most rowLen.
 SPCCL_HOST_DEVICE uint32_t rowKeep(uint64_t rowLen, float density) {
-  const double k = static_cast<double>(density) * static_cast<double>(rowLen);
-  uint64_t keep = static_cast<uint64_t>(k);
-  if (static_cast<double>(keep) < k) ++keep;  // ceil without <cmath> on device
+  uint64_t keep = densityCount(density, rowLen);
   if (keep < 1) keep = 1;
   return static_cast<uint32_t>(keep < rowLen ? keep : rowLen);
 }

@@ -303,6 +303,21 @@ INSTANTIATE_TEST_SUITE_P(AllgatherSplitAllWireTypes, ReferenceTest,
                                                                     : "_d098");
                          });
 
+// Densities that are not binary fractions keep their decimal share: the
+// float 0.1f is 0.100000001490116..., and ceil(0.1f x 1000) read literally
+// would be 101 (selectionSize reads the product as ALGORITHMS.md says).
+TEST_F(ReferenceCheck, DecimalDensitiesKeepTheirDecimalShare) {
+  ASSERT_EQ(selectionSize(1000, 0.1f), 100u) << "test set-up";
+  for (int algorithm : kCompressedAlgorithms)
+    for (const auto& [density, n] : {std::pair{0.1f, size_t{1000}}, std::pair{0.3f, size_t{1000}},
+                                     std::pair{0.07f, size_t{100}}, std::pair{0.01f, size_t{30000}}}) {
+      SCOPED_TRACE(std::string(algorithmName(algorithm)) + " density " + std::to_string(density) + " n " +
+                   std::to_string(n));
+      checkFirstCall(algorithm, spcclFloat32, spcclSum, density, n);
+      if (HasFatalFailure()) return;
+    }
+}
+
 // Counts smaller than, equal to and just above the rank count leave some of
 // split's ranges empty or one element long.
 using SmallCountParam = std::tuple<int, size_t>;

@@ -440,10 +440,13 @@ inline bool sameBits(float a, float b) { return std::bit_cast<uint32_t>(a) == st
 
 // ---------- the selection rule of the compressed allreduce (issue, section 3) ----------
 
-// k = ceil(density * count). Tests pick counts where density*count is far from
-// an integer, so float vs double evaluation cannot matter.
+// k = ceil(density * count), the product read as the decimal density means
+// (docs/ALGORITHMS.md): no further above a whole number than the float's
+// rounding (relative 2^-24) counts as that number (0.1f x 10 keeps 1).
 inline size_t selectionSize(size_t count, float density) {
-  return static_cast<size_t>(std::ceil(static_cast<double>(density) * static_cast<double>(count)));
+  const double x = static_cast<double>(density) * static_cast<double>(count);
+  const double whole = std::floor(x);
+  return static_cast<size_t>(x - whole > std::ldexp(x, -24) ? whole + 1 : whole);
 }
 
 // Split's re-selection budget per owner range (docs/ALGORITHMS.md):
@@ -692,20 +695,11 @@ inline spcclDataType_t ownValuesWire(spcclDataType_t data, spcclDataType_t wire)
 
 // ---------- the per-row selection of spcclAlltoAllRowsCompressed (issue 3, section 2) ----------
 
-// kr = max(1, ceil(density * rowLen)), at most rowLen; the product taken
-// exactly (in double, as selectionSize). Tests avoid (density, rowLen) pairs
-// whose product is within rounding of an integer without being one.
+// kr = max(1, ceil(density * rowLen)), at most rowLen; the product read as
+// selectionSize reads it.
 inline size_t rowKeepCount(size_t rowLen, float density) {
   const size_t k = std::max<size_t>(1, selectionSize(rowLen, density));
   return std::min(k, rowLen);
-}
-
-// True when max(1, ceil(density * len)) does not depend on how the product is rounded.
-inline bool unambiguousCeil(size_t len, float density) {
-  const double x = static_cast<double>(density) * static_cast<double>(len);
-  if (x < 1.0) return true;  // 1 however it rounds
-  const double frac = x - std::floor(x);
-  return frac == 0.0 || (frac > 1e-4 && frac < 1.0 - 1e-4);
 }
 
 // Kept positions of one row, by a naive sort: NaN and Inf first (always kept,

@@ -342,6 +342,30 @@ TEST(Fp8, ScaleRules) {
   EXPECT_EQ(core::fp8ScaleForTau(core::magnitudeKey(1e-4f)), -14 + 6);
 }
 
+// ceil(density * n) with the product read as the decimal density means.
+TEST(DensityCount, DecimalDensitiesKeepTheirDecimalShare) {
+  EXPECT_EQ(core::densityCount(0.1f, 10), 1u);  // 0.1f x 10 = 1.0000000149
+  EXPECT_EQ(core::densityCount(0.3f, 10), 3u);
+  EXPECT_EQ(core::densityCount(0.6f, 10), 6u);
+  EXPECT_EQ(core::densityCount(0.07f, 100), 7u);
+  EXPECT_EQ(core::densityCount(0.01f, 1000), 10u);
+  EXPECT_EQ(core::densityCount(0.3f, 70000), 21000u);
+  EXPECT_EQ(core::densityCount(0.125f, 1000), 125u);  // exact products stay exact
+  EXPECT_EQ(core::densityCount(0.5f, 1u << 26), 1u << 25);
+  EXPECT_EQ(core::densityCount(1.0f, 12345), 12345u);
+  // Fractions beyond the float's rounding still round up.
+  EXPECT_EQ(core::densityCount(0.125f, 1001), 126u);  // 125.125
+  EXPECT_EQ(core::densityCount(0.01f, 1u << 24), 167773u);  // 167772.16...
+  EXPECT_EQ(core::densityCount(0.3007f, 1000), 301u);  // 300.7
+  EXPECT_EQ(core::densityCount(1e-6f, 1000), 1u);     // 0.001
+  EXPECT_EQ(core::densityCount(0.5f, 3), 2u);
+  // Just past a whole number by more than the rounding: the next one.
+  const float justAbove = std::nextafter(std::nextafter(0.25f, 1.0f), 1.0f);  // 0.25 + 2 ulp
+  EXPECT_EQ(core::densityCount(justAbove, 4), 2u);
+  EXPECT_EQ(core::densityCount(0.0f, 1000), 0u);
+  EXPECT_EQ(core::densityCount(0.5f, 0), 0u);
+}
+
 TEST(MagnitudeKey, OrderEqualsFabsOrder) {
   auto g = rng(4);
   std::vector<float> values(200000);
