@@ -87,9 +87,12 @@ bool measure(const Shape& shape, bool boundApplies, spcclComm_t comm, Monitor& m
   MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (anyBad) return false;
 
-  const size_t keep = std::max<size_t>(
-      1, std::min<size_t>(shape.rowLen, static_cast<size_t>(std::ceil(static_cast<double>(shape.density) *
-                                                                         static_cast<double>(shape.rowLen)))));
+  // max(1, ceil(density * rowLen)), at most rowLen, the product read as the
+  // decimal density means (docs/ALGORITHMS.md, step 2).
+  const double product = static_cast<double>(shape.density) * static_cast<double>(shape.rowLen);
+  const double whole = std::floor(product);
+  const size_t ceilKeep = static_cast<size_t>(product - whole > std::ldexp(product, -24) ? whole + 1 : whole);
+  const size_t keep = std::max<size_t>(1, std::min<size_t>(shape.rowLen, ceilKeep));
   const unsigned long long indexBytes = shape.rowLen <= 256 ? 1 : shape.rowLen <= 65536 ? 2 : 4;
   const unsigned long long valueBytes = 4;  // fp32 wire
   const unsigned long long kept = static_cast<unsigned long long>(ranks) * (ranks - 1) * shape.rowsPerPeer * keep;
