@@ -192,10 +192,10 @@ inline void zeroElements(void* buf, size_t at, size_t elems, size_t esize) {
 }  // namespace
 
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen,
-                              spcclDataType_t type, core::ValueType wire) {
+                              spcclDataType_t type, core::ValueType wire, uint64_t agreed) {
   return CallDescriptor{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
                         static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)), seq,
-                        static_cast<uint64_t>(rowsPerPeer) * rowLen, rowLen};
+                        static_cast<uint64_t>(rowsPerPeer) * rowLen, rowLen, agreed};
 }
 
 namespace {
@@ -212,8 +212,9 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
   const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
 
-  SPCCL_RETURN_IF_ERROR(
-      agreeOnCall(t, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire), &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire,
+                                                     keep),
+                                    &comm.descriptors));
 
   // Select every row, block by block; positions and counts go to the selection.
   spcclSelection local;
@@ -305,6 +306,7 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
     sel->rowLen = rowLen;
     sel->dataType = type;
     sel->wire = wire;
+    sel->forwardSeq = seq;
   }
   *call = spcclStats_t{};
   call->calls = 1;
@@ -316,16 +318,20 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
   return Status::ok();
 }
 
-Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& s,
+Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& s,
                   spcclStats_t* call) {
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const size_t rowsPerPeer = s.rowsPerPeer, rowLen = s.rowLen, esize = dataTypeSize(s.dataType);
   const size_t blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(
-      t, rowsDescriptor(Collective::kAlltoAllRowsBackward, seq, rowsPerPeer, rowLen, s.dataType, s.wire),
-      &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(t,
+                                    rowsDescriptor(Collective::kAlltoAllRowsBackward, seq, rowsPerPeer, rowLen,
+                                                   s.dataType, s.wire, s.forwardSeq),
+                                    &comm.descriptors));
+  // Every rank is in this backward of this selection's forward: the
+  // selection is spent (a call refused above leaves it for a retry).
+  s.used = true;
 
   // To peer j: the gradient at the positions this rank received from j.
   // From peer j: values for the positions this rank sent to j. Both sizes are
@@ -409,7 +415,7 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   return s;
 }
 
-Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
+Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
                             spcclStats_t* call) {
   if (!comm.params.profile) return backwardOn(*comm.transport, comm, gradSend, gradRecv, sel, call);
   RowsProfile& prof = comm.rowsProfile;

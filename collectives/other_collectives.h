@@ -22,9 +22,11 @@ struct CallDescriptor;
 enum class Collective : uint8_t;
 
 // The call descriptor of an alltoall-rows call (forward or backward), one
-// definition for the host path and the NCCL path.
+// definition for the host path and the NCCL path. `agreed` is what every
+// rank must also share (in streamBytes, src/codec.h): the forward's entries
+// kept per row, the backward's forward call (its sequence number).
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
-                              core::ValueType wire);
+                              core::ValueType wire, uint64_t agreed);
 // The value type of the collectives that send a buffer's own values without
 // reducing them (alltoall rows, the sparsified allgather): SPCCL_VALUE_TYPE,
 // except that where it is fp32 a 16-bit buffer's values travel in their own
@@ -71,7 +73,7 @@ CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t ro
 // sel may be nullptr (the selection is not kept).
 Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                            spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call);
-Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
+Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
                             spcclStats_t* call);
 // SPCCL_PROFILE: one INFO line with the mean split of the communicator's
 // alltoall-rows calls, if it made any (spcclCommDestroy calls it).

@@ -616,8 +616,7 @@ spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecv
                                        "the selection's rowsPerPeer*rowLen"));
     if (gradSendbuff == gradRecvbuff && elems > 0)
       return invalidArgument("gradSendbuff == gradRecvbuff: the rows backward is not in place");
-    selection->used = true;
-    spcclStats_t call{};
+    spcclStats_t call{};  // the backward marks the selection used once every rank agreed on the call
     return counted(selection->comm, runRowsBackward(selection, gradSendbuff, gradRecvbuff, stream, &call), call);
   }, rank);
 }

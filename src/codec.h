@@ -104,7 +104,9 @@ struct CallDescriptor {
   uint64_t nnz;    // allreduce: this rank's selected entries (may differ); others: a shape
                    // parameter every rank must agree on (e.g. rowLen)
   uint64_t streamBytes = 0;  // allreduce (allgather algorithm) and sparsified allgather: the size of
-                             // this rank's stream, whose encoding only the sender knows; else 0
+                             // this rank's stream, whose encoding only the sender knows (may differ);
+                             // rows forward: entries kept per row, rows backward: the sequence number of
+                             // its selection's forward (both must match); else 0
   float density = 0;         // compressed allreduce and sparsified allgather: the density every rank
                              // must share (ranks keeping different fractions is a mismatched call); else 0
   uint32_t flags = 0;        // kCallAuto; must match on every rank

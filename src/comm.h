@@ -157,7 +157,8 @@ struct spcclCompressor {
 struct spcclSelection {
   spcclComm* comm;
   uint64_t commId;
-  bool used = false;
+  bool used = false;  // set once every rank agreed on its backward
+  uint64_t forwardSeq = 0;  // the forward's call sequence number: its backward names it
   size_t rowsPerPeer = 0, rowLen = 0;
   spcclDataType_t dataType = spcclFloat32;
   spccl::core::ValueType wire = spccl::core::ValueType::kFloat32;

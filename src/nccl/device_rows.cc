@@ -113,7 +113,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm->seq++;
   SPCCL_RETURN_IF_ERROR(
-      agreeOnDevice(comm, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire), stream));
+      agreeOnDevice(comm, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, keep),
+                    stream));
 
   // A kept selection's device buffers come from the communicator's pool: one
   // no live selection holds any more (use count 1: only the pool) is reused,
@@ -231,6 +232,7 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
     sel->rowLen = rowLen;
     sel->dataType = type;
     sel->wire = wire;
+    sel->forwardSeq = seq;
     sel->device = kept;
   }
   *call = spcclStats_t{};
@@ -243,7 +245,7 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   return Status::ok();
 }
 
-Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const spcclSelection& sel,
+Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
                     cudaStream_t stream, spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceCall deviceCall(t);
@@ -256,9 +258,11 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, const
   const uint64_t nRows = static_cast<uint64_t>(p) * sel.rowsPerPeer;
   const uint32_t len = static_cast<uint32_t>(sel.rowLen);
   const uint64_t seq = comm->seq++;
-  SPCCL_RETURN_IF_ERROR(agreeOnDevice(
-      comm, rowsDescriptor(Collective::kAlltoAllRowsBackward, seq, sel.rowsPerPeer, sel.rowLen, sel.dataType, sel.wire),
-      stream));
+  SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm,
+                                      rowsDescriptor(Collective::kAlltoAllRowsBackward, seq, sel.rowsPerPeer,
+                                                     sel.rowLen, sel.dataType, sel.wire, sel.forwardSeq),
+                                      stream));
+  sel.used = true;  // every rank agreed: spent (as on the host)
   uint64_t outTotal = 0, inTotal = 0;  // out: gradients at the positions received; in: at those sent
   for (int j = 0; j < p; ++j) {
     outTotal += s.recvPerPeer[j];

@@ -19,6 +19,10 @@ bool consistent(const std::vector<CallDescriptor>& all) {
   const bool nnzIsShape = other && (ref.op & ~kOtherCollective) != static_cast<uint8_t>(Collective::kAllGather);
   // An auto compressor's line-up and settling exchange: nnz is the trial's index, equal everywhere.
   const bool nnzIsTrial = !other && (ref.algorithm == kAutoLineUp || ref.algorithm == kAutoSettle);
+  // Rows forward and backward: streamBytes (kept per row, the forward's seq) equal everywhere.
+  const bool streamBytesAgreed =
+      other && ((ref.op & ~kOtherCollective) == static_cast<uint8_t>(Collective::kAlltoAllRows) ||
+                (ref.op & ~kOtherCollective) == static_cast<uint8_t>(Collective::kAlltoAllRowsBackward));
   for (const CallDescriptor& d : all) {
     if (d.magic != kStreamMagic || d.seq != ref.seq || d.count != ref.count || d.dataType != ref.dataType ||
         d.op != ref.op || d.algorithm != ref.algorithm || d.valueType != ref.valueType)
@@ -26,6 +30,7 @@ bool consistent(const std::vector<CallDescriptor>& all) {
     if (nnzIsShape || nnzIsTrial ? d.nnz != ref.nnz : d.nnz > d.count) return false;
     if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0) return false;  // bits, NaN included
     if (d.flags != ref.flags) return false;
+    if (streamBytesAgreed && d.streamBytes != ref.streamBytes) return false;
   }
   return true;
 }

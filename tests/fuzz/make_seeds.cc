@@ -277,6 +277,16 @@ void descriptorSeeds(Writer& w) {
       bad = all;
       bad.back().nnz = sh.count + 1;
       w.put("descriptors", name + "-nnz-over-count", bytesOf(bad));
+      if (sh.op == (kOtherCollective | static_cast<uint8_t>(Collective::kAlltoAllRows)) ||
+          sh.op == (kOtherCollective | static_cast<uint8_t>(Collective::kAlltoAllRowsBackward))) {
+        // Kept per row (forward) or the forward's seq (backward): equal everywhere.
+        bad = all;
+        for (CallDescriptor& d : bad) d.streamBytes = 8;
+        mustAccept(checkDescriptors(bad.data(), ranks, bad[0]), name + "-agreed");
+        w.put("descriptors", name + "-agreed", bytesOf(bad));
+        bad[1].streamBytes = 9;
+        w.put("descriptors", name + "-agreed-mismatch", bytesOf(bad));
+      }
     }
   }
 }

@@ -465,6 +465,49 @@ TEST_F(SelectionTest, BackwardAfterCommDestroyIsInvalidUsage) {
   EXPECT_EQ(spcclSelectionDestroy(sel), spcclSuccess) << spcclGetLastError(nullptr);
 }
 
+// A backward must name its own forward: rank 0 running A's backward while
+// the others run B's (same shape) fails on every rank instead of scattering
+// B's gradients at A's positions. A refused backward leaves its selection
+// for a retry, also when it met another collective.
+TEST_F(SelectionTest, BackwardOfAnotherForwardsSelectionFailsOnEveryRank) {
+  std::vector<float> recvA, recvB;
+  spcclSelection_t a = nullptr, b = nullptr;
+  ASSERT_TRUE(forward(comm_.get(), recvA, &a, 371));
+  SelectionPtr ga(a);
+  ASSERT_TRUE(forward(comm_.get(), recvB, &b, 372));
+  SelectionPtr gb(b);
+  std::vector<float> grad = gaussian(elements(), seedFor(373, rank_)), gradOut(elements(), 7.0f);
+  const spcclResult_t swapped = spcclAlltoAllRowsBackward(grad.data(), gradOut.data(), rank_ == 0 ? a : b, nullptr);
+  EXPECT_EQ(ranksWhere(swapped != spcclInvalidUsage), "") << "not spcclInvalidUsage there";
+  EXPECT_NE(std::string(spcclGetLastError(comm_.get())).find("another forward's selection"), std::string::npos)
+      << spcclGetLastError(comm_.get());
+  // Rank 0's backward against the others' exact alltoall: refused everywhere.
+  const size_t count = 16;
+  std::vector<float> x(static_cast<size_t>(size_) * count, 1.0f), y(x.size());
+  const spcclResult_t met = rank_ == 0 ? spcclAlltoAllRowsBackward(grad.data(), gradOut.data(), a, nullptr)
+                                       : spcclAlltoAll(x.data(), y.data(), count, spcclFloat32, comm_.get(), nullptr);
+  EXPECT_EQ(ranksWhere(met != spcclInvalidUsage), "") << "not spcclInvalidUsage there";
+  // Neither refusal spent a selection: each backward runs once, with its own
+  // forward's positions (the gradients' alltoall masked by what this rank sent).
+  const auto bytesOf = [](const std::vector<float>& v) {
+    std::vector<unsigned char> b(v.size() * sizeof(float));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  const std::vector<unsigned char> gradBytes = bytesOf(grad);
+  for (const auto& [sel, tag] : {std::pair{a, uint64_t{371}}, std::pair{b, uint64_t{372}}}) {
+    std::fill(gradOut.begin(), gradOut.end(), 7.0f);
+    ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsBackward(grad.data(), gradOut.data(), sel, nullptr), comm_.get(),
+                             "backward after the refused ones"));
+    const std::vector<unsigned char> want =
+        maskedThroughWire(mpiAlltoallBytes(gradBytes.data(), kRows * kLen * sizeof(float)),
+                          bytesOf(gaussian(elements(), seedFor(tag, rank_))), static_cast<size_t>(size_) * kRows, kLen,
+                          spcclFloat32, rowKeepCount(kLen, kDensity), wireTypeFromEnv());
+    const Diff d = compareElements(gradOut.data(), want.data(), elements(), spcclFloat32, true);
+    EXPECT_EQ(d.count, 0u) << describeDiff(d, gradOut.data(), want.data(), kLen, spcclFloat32);
+  }
+}
+
 // SPCCL_PROFILE=1: the communicator's destroy prints one line with the split
 // of its alltoall-rows calls, counting them; without it, nothing.
 TEST_F(SelectionTest, ProfileLineAtCommDestroy) {
@@ -554,21 +597,33 @@ TEST_F(MpiTest, MismatchedRowShapesFailOnEveryRank) {
     const char* what;
     size_t rpp, len;
     spcclDataType_t type;
+    float density = 0.25f;
+    bool nanRows = false;  // rank 0: 5 NaNs in the first row of each block
   };
   const Case cases[] = {
       {"rowLen", 3, odd ? size_t{64} : size_t{65}, spcclFloat32},
       {"rowsPerPeer", odd ? size_t{2} : size_t{3}, 64, spcclFloat32},
       {"datatype", 3, 64, odd ? spcclBfloat16 : spcclFloat32},
+      {"density", 3, 8, spcclFloat32, odd ? 0.5f : 0.25f},
+      // Rows past their keep (NaN/Inf are always kept) send per-row counts, which
+      // a receiver keeping fewer per row cannot tell from a higher density.
+      {"density, NaN rows", 3, 8, spcclFloat32, odd ? 0.5f : 0.25f, odd},
   };
   const size_t P = static_cast<size_t>(size_);
   for (const Case& k : cases) {
     SCOPED_TRACE(std::string("mismatched ") + k.what);
     const size_t n = P * k.rpp * k.len;
-    const std::vector<unsigned char> send = rowsInput(n, k.len, k.type, seedFor(361, rank_));
+    std::vector<unsigned char> send = rowsInput(n, k.len, k.type, seedFor(361, rank_));
+    if (k.nanRows)
+      for (size_t block = 0; block < P; ++block)
+        for (size_t i = 0; i < 5; ++i) {
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          std::memcpy(send.data() + (block * k.rpp * k.len + i) * sizeof(float), &nan, sizeof nan);
+        }
     std::vector<unsigned char> recv(n * typeSize(k.type));
     spcclSelection_t sel = nullptr;
-    const spcclResult_t r =
-        spcclAlltoAllRowsCompressed(send.data(), recv.data(), k.rpp, k.len, k.type, 0.25f, &sel, comm_.get(), nullptr);
+    const spcclResult_t r = spcclAlltoAllRowsCompressed(send.data(), recv.data(), k.rpp, k.len, k.type, k.density,
+                                                        &sel, comm_.get(), nullptr);
     const std::string succeeded = ranksWhere(r == spcclSuccess);
     EXPECT_TRUE(succeeded.empty()) << "returned success on rank(s) " << succeeded;
     if (r != spcclSuccess) {
