@@ -3,9 +3,12 @@
 // an spcclResult_t plus this thread's last-error message. No exception
 // crosses this boundary.
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <unistd.h>  // environ
+
 #include <unordered_map>
 
 #include "include/spccl.h"
@@ -329,6 +332,19 @@ const char* spcclGetErrorString(spcclResult_t result) {
 
 const char* spcclGetLastError(spcclComm_t) { return lastError(); }
 
+namespace {
+// Once per process, on a communicator's rank 0: SPCCL_* variables the
+// library does not know (a typo is otherwise ignored in silence).
+void warnUnknownVariables(int rank) {
+  static std::once_flag once;
+  if (rank != 0) return;
+  std::call_once(once, [rank] {
+    for (const std::string& name : unknownVariables(environ))
+      SPCCL_WARN(rank, "%s is not an spccl variable and is ignored (docs/ENV.md lists them)", name.c_str());
+  });
+}
+}  // namespace
+
 spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
   return guarded([&]() -> Status {
     if (comm == nullptr) return invalidArgument("comm (output pointer) is NULL");
@@ -343,10 +359,13 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     if (envStatus.isOk()) envStatus = applyHostSimd(params);
     // Agree on success before creating anything: a rank with a bad env must
     // not leave the others inside MPI_Comm_dup.
-    int bad = envStatus.isOk() ? 0 : 1, anyBad = 0;
-    SPCCL_MPI_CHECK(MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, mpiComm));
+    int me = 0, firstBad = 0;
+    SPCCL_MPI_CHECK(MPI_Comm_rank(mpiComm, &me));
+    const int mine = envStatus.isOk() ? INT_MAX : me;
+    SPCCL_MPI_CHECK(MPI_Allreduce(&mine, &firstBad, 1, MPI_INT, MPI_MIN, mpiComm));
     if (!envStatus.isOk()) return envStatus;
-    if (anyBad) return invalidUsage("another rank rejected its SPCCL_* environment (see its log)");
+    if (firstBad != INT_MAX)
+      return invalidUsage(formatString("rank %d rejected its SPCCL_* environment (see its log)", firstBad));
     auto c = std::make_unique<spcclComm>();
     std::unique_ptr<MpiTransport> t;
     SPCCL_RETURN_IF_ERROR(MpiTransport::create(mpiComm, &t));
@@ -367,6 +386,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
                host::hostSimdName(host::hostSimd()));
     SPCCL_INFO(c->rank, "cost model (%s): %s", modelOrigin.c_str(), describeCostModel(c->costModel).c_str());
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
+    warnUnknownVariables(c->rank);
     *comm = c.release();
     return Status::ok();
   }, worldRank());
@@ -403,6 +423,7 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
     SPCCL_INFO(c->rank, "cost model (defaults, SPCCL_NET_* over them; no SPCCL_CALIBRATE on NCCL): %s",
                describeCostModel(c->costModel).c_str());
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
+    warnUnknownVariables(c->rank);
     *comm = c.release();
     return Status::ok();
   });

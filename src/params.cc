@@ -1,5 +1,6 @@
 #include "src/params.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -117,8 +118,8 @@ constexpr ParamSpec kParamSpecs[] = {
      "1: every stream carries a CRC32C, verified on receipt; a mismatch is spcclRemoteError (docs/RELIABILITY.md).",
      [](Params* p, double v) { p->checksum = v != 0; }},
     {"SPCCL_TEST_CORRUPT_STREAMS", ParamType::kInt, "0", 0, 1e18, false, nullptr,
-     "Testing only: flip one bit in each of the first N streams this rank sends per communicator, as corruption "
-     "in transit would; 0 = off.",
+     "Testing only: flip one bit in each of the first N sealed streams (SPCCL_CHECKSUM=1) this rank sends per "
+     "communicator, after sealing, as corruption in transit would; 0 = off.",
      [](Params* p, double v) { p->testCorruptStreams = static_cast<uint64_t>(v); }},
     {"SPCCL_PROFILE", ParamType::kBool, "0", 0, 1, false, nullptr,
      "1: each compressor times its compressed allreduce calls (host path) and prints, when destroyed, the mean "
@@ -217,6 +218,12 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
     return invalidArgument(formatString("%s %s='%s' is out of range %s%s, %s]", where, spec.name, text,
                                         spec.minExclusive ? "(" : "[", lo.c_str(), hi.c_str()));
   }
+  // An exclusive lower bound (the densities, stored as float): a value that
+  // rounds to the bound as a float (1e-50 -> 0) is out of range too.
+  if (spec.type == ParamType::kFloat && spec.minExclusive &&
+      !(static_cast<float>(v) > static_cast<float>(spec.minValue)))
+    return invalidArgument(formatString("%s %s='%s' is out of range (%g, %g]: it is %g as a float", where, spec.name,
+                                        text, spec.minValue, spec.maxValue, static_cast<double>(static_cast<float>(v))));
   *number = v;
   return Status::ok();
 }
@@ -236,6 +243,60 @@ Status loadParams(const EnvLookup& lookup, Params* out) {
   }
   *out = p;
   return Status::ok();
+}
+
+namespace {
+
+// Levenshtein distance, for "did you mean".
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Read by this repository's tests, benchmarks and scripts, not by the library.
+bool isToolVariable(const std::string& name) {
+  static const char* const kTools[] = {"SPCCL_BENCH_SIZES",    "SPCCL_EDGE_TIMEOUT",     "SPCCL_NETEM_HOSTMAP",
+                                       "SPCCL_PROPERTY_SEED",  "SPCCL_PROPERTY_CONFIGS", "SPCCL_GPU_TEST_TRACE",
+                                       "SPCCL_DEVICE_CHECK_DIRECT"};
+  if (name.rfind("SPCCL_TEST_", 0) == 0) return true;
+  for (const char* tool : kTools)
+    if (name == tool) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> unknownVariables(const char* const* environment) {
+  std::vector<std::string> unknown;
+  for (const char* const* e = environment; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    const std::string name(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+    if (name.rfind("SPCCL_", 0) != 0) continue;
+    bool known = isToolVariable(name);
+    for (const ParamSpec& spec : kParamSpecs) known = known || name == spec.name;
+    if (known) continue;
+    // Close: a few edits away, or the same last word (SPCCL_DENSITY: the densities).
+    const std::string tail = name.substr(name.rfind('_'));
+    std::string close;
+    for (const ParamSpec& spec : kParamSpecs) {
+      const std::string candidate = spec.name;
+      const bool sameTail = tail.size() > 1 && candidate.size() > tail.size() &&
+                            candidate.compare(candidate.size() - tail.size(), tail.size(), tail) == 0;
+      if (editDistance(name, candidate) <= 3 || sameTail) close += (close.empty() ? "" : ", ") + candidate;
+    }
+    unknown.push_back(close.empty() ? name : name + " (did you mean " + close + "?)");
+  }
+  return unknown;
 }
 
 Status loadParamsFromEnv(Params* out) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kernels/core/elementwise.h"
 #include "kernels/host/host_kernels.h"
@@ -96,6 +97,14 @@ using EnvLookup = std::function<const char*(const char*)>;
 // Parses every variable; the first invalid one fails with a message naming it.
 Status loadParams(const EnvLookup& lookup, Params* out);
 Status loadParamsFromEnv(Params* out);
+
+// SPCCL_* names among `environment` ("NAME=value" entries, NULL-terminated,
+// as environ) that the table does not know: typos such as SPCCL_ALOG, which
+// would otherwise be ignored in silence. Each comes with the table's names
+// it is close to ("SPCCL_ALOG (did you mean SPCCL_ALGO?)"). The variables of
+// this repository's tests and tools (SPCCL_TEST_*, SPCCL_BENCH_SIZES, ...)
+// are not reported.
+std::vector<std::string> unknownVariables(const char* const* environment);
 
 // "NAME=value" for every parameter as resolved (for SPCCL_DEBUG=INFO).
 std::string describeParams(const Params& p);

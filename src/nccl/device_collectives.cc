@@ -369,12 +369,14 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->errorDevice),
                                             state->errorWord.get(), 0));
   SPCCL_RETURN_IF_ERROR(state->staging.ensure(sizeof(int)));
-  // One MAX allreduce: whether any rank's environment was bad, and rank 0's
+  // One MAX allreduce: the lowest rank whose environment was bad (as
+  // ranks - rank: 0 where none was), and rank 0's
   // SPCCL_NET_GBPS and SPCCL_NET_LATENCY_US (the others send -1, below any
   // valid value), so auto's model is the same on every rank, as on an MPI
   // communicator. (SPCCL_CALIBRATE measures over MPI, host path only.)
   const bool root = t->rank() == 0;
-  double agreed[3] = {envOk ? 0.0 : 1.0, root ? comm->params.netGbps : -1.0, root ? comm->params.netLatencyUs : -1.0};
+  double agreed[3] = {envOk ? 0.0 : static_cast<double>(t->size() - t->rank()),
+                      root ? comm->params.netGbps : -1.0, root ? comm->params.netLatencyUs : -1.0};
   DeviceMemory flag;
   SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof agreed));
   SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), agreed, sizeof agreed, cudaMemcpyHostToDevice));
@@ -382,7 +384,9 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   SPCCL_CUDA_CHECK(cudaMemcpy(agreed, flag.get(), sizeof agreed, cudaMemcpyDeviceToHost));
   if (!envOk) return invalidUsage("this rank's SPCCL_* environment is invalid (see the log)");
-  if (agreed[0] != 0.0) return invalidUsage("another rank rejected its SPCCL_* environment (see its log)");
+  if (agreed[0] != 0.0)
+    return invalidUsage(formatString("rank %d rejected its SPCCL_* environment (see its log)",
+                                     t->size() - static_cast<int>(agreed[0])));
   if (!root && (agreed[1] != comm->params.netGbps || agreed[2] != comm->params.netLatencyUs))
     SPCCL_WARN(t->rank(), "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g here; rank 0's %g and %g are used",
                comm->params.netGbps, comm->params.netLatencyUs, agreed[1], agreed[2]);

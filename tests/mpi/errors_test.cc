@@ -136,6 +136,33 @@ TEST_F(ErrorsTest, InvalidArgumentsFailBeforeCommunicating) {
   EXPECT_EQ(firstBitDifference(out, mpiReference(in, spcclSum)), n);
 }
 
+// An invalid SPCCL_* value on one rank fails communicator creation on every
+// rank: that rank with spcclInvalidArgument naming the variable, the others
+// with spcclInvalidUsage naming that rank. Then a good environment works.
+TEST_F(ErrorsTest, AnInvalidEnvironmentOnOneRankFailsEveryRankAndNamesIt) {
+  const int bad = size_ - 1;
+  spcclComm_t other = nullptr;
+  spcclResult_t r;
+  std::string message;
+  {
+    const ScopedEnv env("SPCCL_ALGO", rank_ == bad ? "ring" : "");
+    r = spcclCommInitMPI(&other, MPI_COMM_WORLD);
+    message = spcclGetLastError(nullptr);
+  }
+  EXPECT_EQ(other, nullptr);
+  if (other != nullptr) spcclCommDestroy(other);
+  if (rank_ == bad) {
+    EXPECT_EQ(r, spcclInvalidArgument) << message;
+    EXPECT_NE(message.find("SPCCL_ALGO='ring'"), std::string::npos) << message;
+  } else {
+    EXPECT_EQ(r, spcclInvalidUsage) << message;
+    EXPECT_NE(message.find("rank " + std::to_string(bad) + " rejected its SPCCL_* environment"), std::string::npos)
+        << message;
+  }
+  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&other, MPI_COMM_WORLD), nullptr, "spcclCommInitMPI after"));
+  spcclCommDestroy(other);
+}
+
 // Count 0 is a no-op that accepts NULL buffers (as in NCCL), on both entry points.
 TEST_F(ErrorsTest, ZeroCountIsANoOp) {
   ASSERT_TRUE(okOnAllRanks(spcclAllReduce(nullptr, nullptr, 0, spcclFloat32, spcclSum, comm_.get(), nullptr),

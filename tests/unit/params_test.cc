@@ -230,7 +230,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
   const std::map<std::string, std::vector<std::string>> invalid = {
       {"SPCCL_DISABLE", {"2", "-1", "yes", "0.5", "1x", "abc"}},
       {"SPCCL_DEBUG", {"VERBOSE", "1", "INF", "INFOO", "WARN,INFO"}},
-      {"SPCCL_ALLREDUCE_DENSITY", {"0", "1.5", "-0.1", "abc", "nan", "inf", "0.5x", "1e400"}},
+      {"SPCCL_ALLREDUCE_DENSITY", {"0", "1.5", "-0.1", "abc", "nan", "inf", "0.5x", "1e400", "1e-50"}},
       {"SPCCL_THRESHOLD_INTERVAL", {"0", "1.5", "-3", "abc", "1e10", "10 "}},
       {"SPCCL_CAPACITY_FACTOR", {"0.5", "0", "-2", "abc", "1e7", "inf"}},
       {"SPCCL_ERROR_FEEDBACK", {"2", "true", "on", "0.1"}},
@@ -243,9 +243,9 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_NET_LATENCY_US", {"-0.5", "us", "inf"}},
       {"SPCCL_VALUE_TYPE", {"fp64", "float16", "half", "7", "fp"}},
       {"SPCCL_MIN_COMPRESS_COUNT", {"-1", "1.5", "abc", "1e19", "0x"}},
-      {"SPCCL_ALLTOALL_DENSITY", {"0", "1.01", "-0.5", "x"}},
+      {"SPCCL_ALLTOALL_DENSITY", {"0", "1.01", "-0.5", "x", "1e-46"}},
       {"SPCCL_ALLTOALL_ROW_LEN", {"-1", "2.5", "5e9", "L"}},
-      {"SPCCL_ALLGATHER_DENSITY", {"0", "2", "nan"}},
+      {"SPCCL_ALLGATHER_DENSITY", {"0", "2", "nan", "1e-50"}},
       {"SPCCL_ROWSPARSE_ALGO", {"hash", "split", "1"}},
       {"SPCCL_CHECKSUM", {"2", "yes", "-1", "0.5"}},
       {"SPCCL_TEST_CORRUPT_STREAMS", {"-1", "1.5", "abc", "1e19"}},
@@ -271,6 +271,24 @@ TEST(Params, InvalidValuesNameTheVariable) {
   const Status st = load({{"SPCCL_DISABLE", "0"}, {"SPCCL_ALGO", "split"}, {"SPCCL_VALUE_TYPE", "fp4"}}, &p);
   EXPECT_EQ(st.code(), spcclInvalidArgument);
   EXPECT_NE(st.message().find("SPCCL_VALUE_TYPE"), std::string::npos) << st.message();
+}
+
+// SPCCL_* names the table does not know are reported, with the close table
+// names; other variables and the repository's own tool variables are not.
+TEST(Params, UnknownVariablesAreReportedWithCloseNames) {
+  const char* const environment[] = {"SPCCL_ALOG=split",       "SPCCL_DENSITY=0.5",   "SPCCL_ALGO=split",
+                                     "PATH=/usr/bin",          "SPCCL_TEST_SEED=7",   "SPCCL_BENCH_SIZES=1M",
+                                     "SPCCL_COMPLETELY_ELSE=1", "NCCL_ALGO=Ring",     "SPCCL_NOVALUE",
+                                     nullptr};
+  const std::vector<std::string> got = unknownVariables(environment);
+  ASSERT_EQ(got.size(), 4u) << ::testing::PrintToString(got);
+  EXPECT_EQ(got[0], "SPCCL_ALOG (did you mean SPCCL_ALGO?)");
+  EXPECT_NE(got[1].find("SPCCL_DENSITY (did you mean "), std::string::npos) << got[1];
+  EXPECT_NE(got[1].find("SPCCL_ALLREDUCE_DENSITY"), std::string::npos) << got[1];
+  EXPECT_NE(got[1].find("SPCCL_ALLGATHER_DENSITY"), std::string::npos) << got[1];
+  EXPECT_EQ(got[2], "SPCCL_COMPLETELY_ELSE");
+  EXPECT_EQ(got[3], "SPCCL_NOVALUE");
+  EXPECT_TRUE(unknownVariables(nullptr).empty());
 }
 
 TEST(Params, AlgoChoicesFollowAlgorithmTable) {
