@@ -264,8 +264,10 @@ SPCCL_API spcclResult_t spcclSelectionDestroy(spcclSelection_t selection);
  * (id, row) pairs, ids in any order and possibly repeated; every rank gets
  * the sorted unique ids of the union over ranks, each with the sum of all its
  * rows, bitwise identical everywhere. Duplicates are merged locally before
- * anything is sent. If the union has more than outCapacity ids, every rank
- * returns spcclInvalidUsage and *outNrows holds the size needed. Rows are
+ * anything is sent. If the union has more than outCapacity ids, a rank
+ * returns spcclInvalidUsage and *outNrows holds the size needed (with the
+ * same outCapacity on every rank, every rank; a rank with enough capacity
+ * succeeds). Rows are
  * summed in fp32 (fp64 for spcclFloat64) in rank order; fp32, fp64, fp16, bf16.
  * SPCCL_ROWSPARSE_ALGO picks allgather, partition (ids hashed to owners,
  * owners sum, owners' results allgathered) or auto.
