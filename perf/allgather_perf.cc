@@ -5,8 +5,6 @@
 // The library reads SPCCL_ALLGATHER_DENSITY when the communicator is created,
 // so this binary sets it from -D (and SPCCL_VALUE_TYPE from -V) on every rank
 // before creating it, overriding the caller's environment.
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "harness.h"
@@ -14,22 +12,10 @@
 namespace spccl::perf {
 namespace {
 
-// The shortest decimal that reads back as the same float.
-std::string floatText(float value) {
-  for (int digits = 6; digits < 9; ++digits) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.*g", digits, static_cast<double>(value));
-    if (std::strtof(text, nullptr) == value) return text;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(value));
-  return text;
-}
-
 class AllGather final : public Collective {
  public:
   const char* name() const override { return "allgather"; }
-  unsigned flags() const override { return 0; }
+  unsigned flags() const override { return kFlagEncoding; }
 
   std::string describe(const Options& opts) const override {
     return "compressed: spcclAllGather (drop-in, SPCCL_ALLGATHER_DENSITY: each rank's top-k)\n"

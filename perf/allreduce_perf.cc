@@ -8,7 +8,27 @@ namespace {
 class AllReduce final : public Collective {
  public:
   const char* name() const override { return "allreduce"; }
-  unsigned flags() const override { return kFlagOp | kFlagAlgo; }
+  unsigned flags() const override { return kFlagOp | kFlagAlgo | kFlagEncoding; }
+  const char* densityVariable() const override { return "SPCCL_ALLREDUCE_DENSITY"; }
+
+  // -a and -D not given: SPCCL_ALGO and SPCCL_ALLREDUCE_DENSITY where set, as a compressor's config
+  // takes them (spcclCompressConfigInit: the library's own parse, any case; an invalid value fails the run
+  // as it fails the library). prepare() then sets them in every compressor's config.
+  void environmentDefaults(Options& opts) const override {
+    const bool algo = !opts.algoGiven && environmentValue("SPCCL_ALGO") != nullptr;
+    const bool density = !opts.densityGiven && environmentValue(densityVariable()) != nullptr;
+    if (!algo && !density) return;
+    spcclCompressConfig_t config;
+    SPCCL_PERF_CHECK(spcclCompressConfigInit(&config));
+    if (algo) {
+      opts.algorithm = config.algorithm;
+      opts.algoFrom = "SPCCL_ALGO";
+    }
+    if (density) {
+      opts.density = config.density;
+      opts.densityFrom = densityVariable();
+    }
+  }
   std::string describe(const Options& opts) const override {
     const bool mpi = opts.backend == Backend::kMpi;
     return "compressed: spccl, one fresh compressor per size; dense: " +

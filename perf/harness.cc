@@ -1,6 +1,9 @@
 #include "harness.h"
 
 #include <getopt.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -258,6 +261,8 @@ constexpr Named<int> kAlgorithms[] = {{"auto", SPCCL_ALGO_AUTO},
                                       {"split", SPCCL_ALGO_SPLIT}};
 constexpr Named<spcclDataType_t> kWireTypes[] = {
     {"fp32", spcclFloat32}, {"fp16", spcclFloat16}, {"bf16", spcclBfloat16}, {"fp8", spcclFloat8e4m3}};
+// SPCCL_INDEX_ENCODING's choices (the value: its index in the library's order).
+constexpr Named<int> kIndexEncodings[] = {{"auto", 0}, {"coo", 1}, {"delta", 2}, {"bitmap", 3}};
 
 template <class T, size_t N>
 std::string joinNames(const Named<T> (&table)[N]) {
@@ -276,19 +281,33 @@ std::string_view nameOf(const Named<T> (&table)[N], T value) {
   return "unknown";
 }
 
+// The entry `text` names in any case, as the library reads SPCCL_* choices; nullptr: none.
+template <class T, size_t N>
+const Named<T>* findNamedAnyCase(const Named<T> (&table)[N], const char* text) {
+  for (const auto& entry : table)  // the names are literals: NUL-terminated
+    if (strcasecmp(entry.name.data(), text) == 0) return &entry;
+  return nullptr;
+}
+
 // -V, else SPCCL_VALUE_TYPE (an invalid value fails at communicator creation), else fp32.
 spcclDataType_t effectiveWire(const Options& opts) {
   if (opts.wireValueType) return *opts.wireValueType;
-  const char* env = std::getenv("SPCCL_VALUE_TYPE");
-  if (env != nullptr)
-    for (const auto& entry : kWireTypes)
-      if (entry.name == env) return entry.value;
+  if (const char* env = environmentValue("SPCCL_VALUE_TYPE"))
+    if (const auto* entry = findNamedAnyCase(kWireTypes, env)) return entry->value;
   return spcclFloat32;
 }
 
 std::string wireDescription(const Options& opts) {
   std::string out(nameOf(kWireTypes, effectiveWire(opts)));
-  return opts.wireValueType ? out : out + " (env)";
+  if (opts.wireValueType) return out;
+  return out + (environmentValue("SPCCL_VALUE_TYPE") ? " (env)" : " (default)");
+}
+
+// SPCCL_INDEX_ENCODING in effect, as the library names it (-E sets the variable; else the user's, else auto).
+std::string_view effectiveIndexEncoding() {
+  const char* env = environmentValue("SPCCL_INDEX_ENCODING");
+  const auto* entry = env ? findNamedAnyCase(kIndexEncodings, env) : nullptr;
+  return entry ? entry->name : "auto";
 }
 
 // ---- flags --------------------------------------------------------------------
@@ -365,18 +384,24 @@ void printUsage(const char* program, const Collective& collective) {
       program, joinNames(kBackends).c_str(), kNcclBuilt ? "" : " (not in this build)", joinNames(kDataTypes).c_str());
   if (flags & kFlagOp)
     std::printf("  -o, --op <op>             %s (default sum)\n", joinNames(kOps).c_str());
-  std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default %g)\n",
-              static_cast<double>(collective.defaultDensity()));
+  const double density = collective.defaultDensity();
+  if (const char* variable = collective.densityVariable())
+    std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default: %s, else %g)\n", variable,
+                density);
+  else
+    std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default %g)\n", density);
   if (flags & kFlagRowLen)
     std::printf("  -R, --rowlen <n>          elements per row (default %zu)\n", Options{}.rowLen);
   if (flags & kFlagAlgo)
-    std::printf("  -a, --algo <algo>         %s (default auto)\n", joinNames(kAlgorithms).c_str());
+    std::printf("  -a, --algo <algo>         %s (default: SPCCL_ALGO, else auto)\n", joinNames(kAlgorithms).c_str());
+  std::printf("  -V, --wire <type>         wire value type %s (default: SPCCL_VALUE_TYPE, else fp32)\n",
+              joinNames(kWireTypes).c_str());
+  if (flags & kFlagEncoding)
+    std::printf("  -E, --encoding <enc>      index encoding %s (default: SPCCL_INDEX_ENCODING, else auto)\n",
+                joinNames(kIndexEncodings).c_str());
   std::printf(
-      "  -V, --wire <type>         wire value type %s (default: SPCCL_VALUE_TYPE)\n"
-      "  -E, --encoding <enc>      index encoding auto, coo, delta or bitmap (default: SPCCL_INDEX_ENCODING)\n"
       "  -J, --json <file>         also write the rows as JSON (rank 0)\n"
-      "  -h, --help                this text\n",
-      joinNames(kWireTypes).c_str());
+      "  -h, --help                this text\n");
 }
 
 Options parseOptions(int argc, char** argv, const Collective& collective) {
@@ -408,7 +433,11 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   int c;
   while ((c = getopt_long(argc, argv, ":B:b:e:f:i:z:n:w:c:S:d:o:D:a:R:V:E:J:h", kLongOptions, nullptr)) != -1) {
     const char flag = static_cast<char>(c);
-    const unsigned needs = c == 'o' ? kFlagOp : c == 'a' ? kFlagAlgo : c == 'R' ? kFlagRowLen : 0u;
+    const unsigned needs = c == 'o'   ? kFlagOp
+                           : c == 'a' ? kFlagAlgo
+                           : c == 'R' ? kFlagRowLen
+                           : c == 'E' ? kFlagEncoding
+                                      : 0u;
     if ((needs & ~collective.flags()) != 0)
       throw UsageError(strPrintf("-%c: not used by %s_perf", flag, collective.name()));
     switch (c) {
@@ -430,17 +459,17 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       case 'S': opts.varyInput = parseInteger(flag, optarg, 0, 1) != 0; break;
       case 'd': opts.datatype = parseNamed(flag, optarg, kDataTypes); break;
       case 'o': opts.op = parseNamed(flag, optarg, kOps); break;
-      case 'D': opts.density = parseDensity(flag, optarg); break;
-      case 'a': opts.algorithm = parseNamed(flag, optarg, kAlgorithms); break;
+      case 'D':
+        opts.density = parseDensity(flag, optarg);
+        opts.densityGiven = true;
+        break;
+      case 'a':
+        opts.algorithm = parseNamed(flag, optarg, kAlgorithms);
+        opts.algoGiven = true;
+        break;
       case 'R': opts.rowLen = static_cast<size_t>(parseInteger(flag, optarg, 1, INT_MAX)); break;
       case 'V': opts.wireValueType = parseNamed(flag, optarg, kWireTypes); break;
-      case 'E': {
-        const std::string e = optarg;
-        if (e != "auto" && e != "coo" && e != "delta" && e != "bitmap")
-          throw UsageError(strPrintf("-E '%s': expected auto, coo, delta or bitmap", optarg));
-        opts.indexEncoding = e;
-        break;
-      }
+      case 'E': opts.indexEncoding = nameOf(kIndexEncodings, parseNamed(flag, optarg, kIndexEncodings)); break;
       case 'J': opts.jsonPath = optarg; break;
       case 'h': opts.help = true; break;
       case ':': throw UsageError(strPrintf("%s: missing value", argv[optind - 1]));
@@ -831,9 +860,11 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
               version / 100 % 100, version % 100);
   std::printf("# ranks: %d  datatype: %s", ctx.nRanks, nameOf(kDataTypes, opts.datatype).data());
   if (flags & kFlagOp) std::printf("  op: %s", nameOf(kOps, opts.op).data());
-  std::printf("  density: %g", static_cast<double>(opts.density));
+  const auto from = [](const std::string& variable) { return variable.empty() ? "" : " (" + variable + ")"; };
+  std::printf("  density: %g%s", static_cast<double>(opts.density), from(opts.densityFrom).c_str());
   if (flags & kFlagRowLen) std::printf("  rowLen: %zu", opts.rowLen);
-  if (flags & kFlagAlgo) std::printf("  algo: %s", allreduceAlgorithmName(opts.algorithm).data());
+  if (flags & kFlagAlgo)
+    std::printf("  algo: %s%s", allreduceAlgorithmName(opts.algorithm).data(), from(opts.algoFrom).c_str());
   std::string wire = wireDescription(opts);
   // The collectives without an op (alltoall rows, the sparsified allgather)
   // send a 16-bit buffer's own values: under fp32 they travel in its type.
@@ -899,9 +930,20 @@ void printFooter(const std::vector<Row>& rows, int failures, bool checked) {
   std::printf("#\n");
 }
 
+// The shortest of 15 to 17 significant digits that reads back as `value`: integers up to 2^53 exactly, and
+// every digit the table prints; null when not finite.
 std::string jsonNumber(double value) {
-  return std::isfinite(value) ? strPrintf("%.6g", value) : "null";
+  if (!std::isfinite(value)) return "null";
+  std::string text;
+  for (int digits = 15; digits <= 17; ++digits) {
+    text = strPrintf("%.*g", digits, value);
+    if (std::strtod(text.c_str(), nullptr) == value) break;
+  }
+  return text;
 }
+
+// A float flag's value as given (0.01, not 0.0099999997764825821).
+std::string jsonNumber(float value) { return std::isfinite(value) ? floatText(value) : "null"; }
 
 void writeJson(std::FILE* file, const Context& ctx, const Collective& collective,
                const std::vector<Row>& rows) {
@@ -916,11 +958,10 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
   if (flags & kFlagRowLen) std::fprintf(file, "  \"row_len\": %zu,\n", opts.rowLen);
   if (flags & kFlagAlgo)
     std::fprintf(file, "  \"algo\": \"%s\",\n", allreduceAlgorithmName(opts.algorithm).data());
-  const char* encoding = std::getenv("SPCCL_INDEX_ENCODING");  // -E sets it; else the user's, else auto
-  std::fprintf(file,
-               "  \"wire\": \"%s\",\n  \"index_encoding\": \"%s\",\n  \"iters\": %d,\n  \"warmup_iters\": %d,\n"
-               "  \"blocking\": %d,\n  \"rows\": [",
-               wireTypeName(ctx.wireValueType).data(), encoding && *encoding ? encoding : "auto", opts.iters,
+  std::fprintf(file, "  \"wire\": \"%s\",\n", wireTypeName(ctx.wireValueType).data());
+  if (flags & kFlagEncoding)
+    std::fprintf(file, "  \"index_encoding\": \"%s\",\n", effectiveIndexEncoding().data());
+  std::fprintf(file, "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"blocking\": %d,\n  \"rows\": [", opts.iters,
                opts.warmupIters, opts.blocking ? 1 : 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
@@ -986,10 +1027,67 @@ void reportReasons(MPI_Comm comm, const std::string& why, const char* program, c
     std::fprintf(stderr, "%s: %s: %s: %s\n", program, rankList(ranks).c_str(), what, reason.c_str());
 }
 
-struct FileCloser {
-  void operator()(std::FILE* file) const { std::fclose(file); }
+// Rank 0's -J temporary while it is open (failSpccl removes it: MPI_Abort does not unwind).
+std::string openJsonTemporary;
+
+// -J's file (rank 0). Opened at start-up under a temporary name next to it, written at the end and only
+// then renamed over it: a run that stops early leaves an earlier file as it was. The temporary goes
+// unless committed.
+class JsonOutput {
+ public:
+  JsonOutput() = default;
+  JsonOutput(const JsonOutput&) = delete;
+  JsonOutput& operator=(const JsonOutput&) = delete;
+  ~JsonOutput() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (!temporary_.empty()) {
+      std::remove(temporary_.c_str());
+      openJsonTemporary.clear();
+    }
+  }
+
+  // Empty: open; else why not, as errno says it.
+  std::string open(const std::string& path) {
+    path_ = path;
+    // A link is followed, as fopen would: the file it names is replaced.
+    if (char* real = realpath(path.c_str(), nullptr)) {
+      path_ = real;
+      std::free(real);
+    }
+    struct stat info {};
+    if (stat(path_.c_str(), &info) == 0) {
+      if (S_ISDIR(info.st_mode)) return std::strerror(EISDIR);
+      if (access(path_.c_str(), W_OK) != 0) return std::strerror(errno);
+    }
+    const std::string temporary = path_ + "." + std::to_string(getpid()) + ".tmp";
+    file_ = std::fopen(temporary.c_str(), "wx");
+    if (file_ == nullptr) return std::strerror(errno);
+    temporary_ = openJsonTemporary = temporary;
+    return {};
+  }
+
+  bool isOpen() const { return file_ != nullptr; }
+  std::FILE* get() const { return file_; }
+
+  // Closes the temporary and renames it over the file. Empty: done; else why not.
+  std::string commit() {
+    const bool written = std::ferror(file_) == 0;
+    errno = 0;
+    const bool closed = std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (!written || !closed) return std::string("cannot write '") + temporary_ + "': " + std::strerror(errno);
+    if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
+      return std::string("cannot rename '") + temporary_ + "' to '" + path_ + "': " + std::strerror(errno);
+    temporary_.clear();
+    openJsonTemporary.clear();
+    return {};
+  }
+
+ private:
+  std::string path_;
+  std::string temporary_;
+  std::FILE* file_ = nullptr;
 };
-using File = std::unique_ptr<std::FILE, FileCloser>;
 
 int benchmarkMain(int argc, char** argv, Collective& collective) {
   int rank = 0;
@@ -1009,7 +1107,8 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     if (opts.backend != Backend::kNccl && std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
       throw UsageError(strPrintf("-e %zu: more elements than an MPI count holds", opts.maxBytes));
     if (opts.backend == Backend::kNccl && effectiveWire(opts) == spcclFloat8e4m3)
-      throw UsageError(std::string(opts.wireValueType ? "-V fp8" : "SPCCL_VALUE_TYPE=fp8") +
+      throw UsageError((opts.wireValueType ? std::string("-V fp8")
+                                           : strPrintf("SPCCL_VALUE_TYPE=%s", environmentValue("SPCCL_VALUE_TYPE"))) +
                        ": fp8 wire values are host-only; the NCCL path sends fp32, fp16 or bf16 (docs/GPU.md)");
   } catch (const UsageError& error) {
     if (root) std::fprintf(stderr, "%s: %s\nRun with -h for the flags.\n", argv[0], error.what());
@@ -1018,6 +1117,20 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   if (opts.help) {
     if (root) printUsage(argv[0], collective);
     return 0;
+  }
+  // The flags not given that default to SPCCL_* variables (an invalid value fails as in the library).
+  collective.environmentDefaults(opts);
+  // An unwritable -J path is an invalid flag value, found before any communicator exists.
+  JsonOutput json;
+  if (!opts.jsonPath.empty()) {
+    std::string why;
+    if (root) why = json.open(opts.jsonPath);
+    int opened = why.empty() ? 1 : 0;
+    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!opened) {
+      if (root) std::fprintf(stderr, "%s: -J: cannot open '%s': %s\n", argv[0], opts.jsonPath.c_str(), why.c_str());
+      return 2;
+    }
   }
 
   // The library reads its SPCCL_* variables when the communicator is created.
@@ -1040,20 +1153,6 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
       return 2;
     }
   }
-  File json;
-  if (!opts.jsonPath.empty()) {
-    int opened = 1;
-    if (root) {
-      json.reset(std::fopen(opts.jsonPath.c_str(), "w"));
-      opened = json != nullptr;
-    }
-    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!opened) {
-      if (root) std::fprintf(stderr, "%s: -J: cannot open '%s'\n", argv[0], opts.jsonPath.c_str());
-      return 1;
-    }
-  }
-
   const Context ctx{opts, transport->comm(), MPI_COMM_WORLD, rank, nRanks, *transport, transport->stream(),
                     effectiveWire(opts)};
 
@@ -1062,12 +1161,28 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   const BufferCounts largest = collective.bufferCounts(opts, sizes.back() / elementSize, nRanks);
   const bool backward = collective.hasBackward();
   BufferSet memory(*transport, elementSize);
-  const Buffers buffers{memory.make(largest.send),
-                        memory.make(largest.recv),
-                        memory.make(largest.recv),
-                        memory.make(backward ? largest.recv : 0),
-                        memory.make(backward ? largest.send : 0),
-                        memory.make(backward ? largest.send : 0)};
+  Buffers buffers;
+  std::string allocationFailure;  // this rank's: empty when every buffer was made
+  try {
+    buffers = Buffers{memory.make(largest.send),
+                      memory.make(largest.recv),
+                      memory.make(largest.recv),
+                      memory.make(backward ? largest.recv : 0),
+                      memory.make(backward ? largest.send : 0),
+                      memory.make(backward ? largest.send : 0)};
+  } catch (const std::bad_alloc& error) {
+    allocationFailure = error.what();
+  }
+  // Every rank stops when any failed, so none waits for the others in a collective.
+  if (!onAllRanks(allocationFailure.empty(), MPI_COMM_WORLD)) {
+    const size_t counts = 2 * largest.recv + largest.send + (backward ? largest.recv + 2 * largest.send : 0);
+    const bool twice = transport->deviceMemory();  // the calls' own buffers and their host copies
+    const std::string what =
+        strPrintf("cannot allocate %zu bytes per rank%s for size %zu", counts * elementSize * (twice ? 2 : 1),
+                  twice ? " (half the calls' buffers, half their host copies)" : "", sizes.back());
+    reportReasons(MPI_COMM_WORLD, allocationFailure, argv[0], what.c_str());
+    return 1;
+  }
   fillGaussian(buffers.send.host, largest.send, opts.datatype, static_cast<uint64_t>(rank));
   upload(*transport, buffers.send, largest.send * elementSize);
   if (backward) {
@@ -1090,7 +1205,14 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   }
   if (root) {
     printFooter(rows, failures, opts.check);
-    if (json) writeJson(json.get(), ctx, collective, rows);
+    if (json.isOpen()) {
+      writeJson(json.get(), ctx, collective, rows);
+      const std::string why = json.commit();
+      if (!why.empty()) {
+        std::fprintf(stderr, "%s: -J: %s\n", argv[0], why.c_str());
+        failures += 1;
+      }
+    }
   }
 
   collective.release();  // before the communicator goes with the transport
@@ -1154,6 +1276,19 @@ size_t typeSize(spcclDataType_t datatype) {
 std::string_view allreduceAlgorithmName(int algorithm) { return nameOf(kAlgorithms, algorithm); }
 
 std::string_view wireTypeName(spcclDataType_t wire) { return nameOf(kWireTypes, wire); }
+
+const char* environmentValue(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+std::string floatText(float value) {
+  for (int digits = 6; digits < 9; ++digits) {
+    const std::string text = strPrintf("%.*g", digits, static_cast<double>(value));
+    if (std::strtof(text.c_str(), nullptr) == value) return text;
+  }
+  return strPrintf("%.9g", static_cast<double>(value));
+}
 
 Environment wireEnvironment(const Options& opts) {
   if (!opts.wireValueType) return {};
@@ -1230,6 +1365,7 @@ void failSpccl(spcclResult_t result, const char* call, const char* file, int lin
                spcclGetErrorString(result), spcclGetLastError(nullptr));
   std::fflush(stdout);  // keep what rank 0 printed before the failure
   std::fflush(stderr);
+  if (!openJsonTemporary.empty()) std::remove(openJsonTemporary.c_str());  // -J's file stays as it was
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::exit(1);  // MPI_Abort does not return
 }

@@ -51,8 +51,14 @@ struct Options {
   bool varyInput = true;
   spcclDataType_t datatype = spcclFloat;
   spcclRedOp_t op = spcclSum;
-  float density = 0.01f;  // the collective's defaultDensity() unless -D
+  float density = 0.01f;  // the collective's defaultDensity() unless -D (or its environmentDefaults)
   int algorithm = SPCCL_ALGO_AUTO;
+  bool densityGiven = false;  // -D given
+  bool algoGiven = false;     // -a given
+  // The SPCCL_* variable density and algorithm came from where a collective's environmentDefaults
+  // took them (the allreduce: SPCCL_ALLREDUCE_DENSITY, SPCCL_ALGO); empty: the flag or the built-in default.
+  std::string densityFrom;
+  std::string algoFrom;
   size_t rowLen = 128;
   std::optional<spcclDataType_t> wireValueType;  // unset: the SPCCL_* env default
   std::string indexEncoding;                     // -E: SPCCL_INDEX_ENCODING for the run; empty: the env's
@@ -109,9 +115,10 @@ struct BufferCounts {
 
 // Flags beyond the common ones; a binary rejects those its collective does not use.
 enum CollectiveFlag : unsigned {
-  kFlagOp = 1u << 0,       // -o
-  kFlagAlgo = 1u << 1,     // -a
-  kFlagRowLen = 1u << 2,   // -R
+  kFlagOp = 1u << 0,        // -o
+  kFlagAlgo = 1u << 1,      // -a
+  kFlagRowLen = 1u << 2,    // -R
+  kFlagEncoding = 1u << 3,  // -E (the rows alltoall does not use SPCCL_INDEX_ENCODING)
 };
 
 // The forward call, or the backward call that reuses the forward's state
@@ -140,6 +147,11 @@ class Collective {
   // CollectiveFlag bits of the flags this collective uses.
   virtual unsigned flags() const = 0;
   virtual float defaultDensity() const { return 0.01f; }
+  // The SPCCL_* variable -D defaults to where it is set (-h says so); nullptr: none.
+  virtual const char* densityVariable() const { return nullptr; }
+  // Called after the flags are parsed (not for -h), before anything else: takes the defaults of
+  // the flags not given from the environment where the collective reads them there.
+  virtual void environmentDefaults(Options& /*opts*/) const {}
   // The header lines (separated by '\n') saying what the two sides of a row are.
   virtual std::string describe(const Options& opts) const = 0;
   // SPCCL_* variables the library reads at communicator creation that the
@@ -186,6 +198,12 @@ std::string_view wireTypeName(spcclDataType_t wire);     // fp32, fp16, bf16, fp
 
 // SPCCL_VALUE_TYPE=-V when -V is given.
 Environment wireEnvironment(const Options& opts);
+
+// The value of an SPCCL_* variable, nullptr when unset or empty (the library's default then).
+const char* environmentValue(const char* name);
+
+// The shortest decimal that reads back as the same float ("0.01", not 0.0099999998).
+std::string floatText(float value);
 
 // keep = max(1, ceil(density * n)), at most n: entries a top-k of n keeps.
 size_t keptPerRow(float density, size_t n);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ namespace {
     if (spcclPerfNccl_ != ncclSuccess)                                                     \
       failDevice(#call, ncclGetErrorString(spcclPerfNccl_), __FILE__, __LINE__);           \
   } while (0)
+
+struct DeviceMemoryExhausted : std::bad_alloc {
+  const char* what() const noexcept override { return "cudaMalloc: out of device memory"; }
+};
 
 ncclDataType_t ncclTypeOf(spcclDataType_t datatype) {
   switch (datatype) {
@@ -108,9 +113,15 @@ class NcclTransport final : public Transport {
   void synchronize() const override { SPCCL_PERF_CUDA(cudaStreamSynchronize(stream_)); }
 
   bool deviceMemory() const override { return true; }
+  // Out of device memory: std::bad_alloc saying so, which the harness reports on every rank.
   void* allocate(size_t bytes) override {
     void* buffer = nullptr;
-    SPCCL_PERF_CUDA(cudaMalloc(&buffer, bytes));
+    const cudaError_t result = cudaMalloc(&buffer, bytes);
+    if (result == cudaErrorMemoryAllocation) {
+      static_cast<void>(cudaGetLastError());  // not sticky: clear it for the calls that follow
+      throw DeviceMemoryExhausted();
+    }
+    SPCCL_PERF_CUDA(result);
     return buffer;
   }
   void deallocate(void* buffer) override { cudaFree(buffer); }
