@@ -1,6 +1,7 @@
 #include "src/params.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -206,7 +207,9 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text, &end);
-  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v))
+  // No blanks around a number (strtod skips leading ones), as around a choice.
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v) ||
+      std::isspace(static_cast<unsigned char>(*text)))
     return invalidArgument(formatString("%s %s='%s' is not a number", where, spec.name, text));
   if ((spec.type == ParamType::kInt || spec.type == ParamType::kBool) && v != std::floor(v))
     return invalidArgument(formatString("%s %s='%s' must be an integer", where, spec.name, text));
@@ -222,8 +225,9 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
   // rounds to the bound as a float (1e-50 -> 0) is out of range too.
   if (spec.type == ParamType::kFloat && spec.minExclusive &&
       !(static_cast<float>(v) > static_cast<float>(spec.minValue)))
-    return invalidArgument(formatString("%s %s='%s' is out of range (%g, %g]: it is %g as a float", where, spec.name,
-                                        text, spec.minValue, spec.maxValue, static_cast<double>(static_cast<float>(v))));
+    return invalidArgument(formatString("%s %s='%s' is out of range (%g, %g]: it is %g as a float", where,
+                                        spec.name, text, spec.minValue, spec.maxValue,
+                                        static_cast<double>(static_cast<float>(v))));
   *number = v;
   return Status::ok();
 }

@@ -228,10 +228,10 @@ TEST(Params, HostSimdLevelOnEachCpu) {
 
 TEST(Params, InvalidValuesNameTheVariable) {
   const std::map<std::string, std::vector<std::string>> invalid = {
-      {"SPCCL_DISABLE", {"2", "-1", "yes", "0.5", "1x", "abc"}},
+      {"SPCCL_DISABLE", {"2", "-1", "yes", "0.5", "1x", "abc", " 1"}},
       {"SPCCL_DEBUG", {"VERBOSE", "1", "INF", "INFOO", "WARN,INFO"}},
       {"SPCCL_ALLREDUCE_DENSITY", {"0", "1.5", "-0.1", "abc", "nan", "inf", "0.5x", "1e400", "1e-50"}},
-      {"SPCCL_THRESHOLD_INTERVAL", {"0", "1.5", "-3", "abc", "1e10", "10 "}},
+      {"SPCCL_THRESHOLD_INTERVAL", {"0", "1.5", "-3", "abc", "1e10", "10 ", " 10", "\t10"}},
       {"SPCCL_CAPACITY_FACTOR", {"0.5", "0", "-2", "abc", "1e7", "inf"}},
       {"SPCCL_ERROR_FEEDBACK", {"2", "true", "on", "0.1"}},
       {"SPCCL_ALGO", {"ring", "1", "allgatherx", "auto|dense"}},
