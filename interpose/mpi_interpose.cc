@@ -13,17 +13,35 @@
 // A call is handed to spccl when all of these hold, and passes through
 // untouched otherwise:
 //   - SPCCL_INTERCEPT names the collective (allreduce, alltoall, allgather, all;
-//     off by default) and every rank agreed on it at MPI_Init;
-//   - the datatype is MPI_FLOAT (send and receive), the op MPI_SUM (allreduce),
-//     send and receive counts match;
+//     off by default);
+//   - allreduce: the datatype is MPI_FLOAT and the op MPI_SUM (MPI requires the
+//     same count and datatype on every rank, and Open MPI rejects MPI_SUM on a
+//     derived datatype: derived types pass through, for MPI to judge);
+//   - alltoall, allgather: the send and receive type signatures are all
+//     MPI_FLOAT (decoded through derived datatypes: ranks may spell the same
+//     signature differently, MPI_Type_contiguous(n, MPI_FLOAT) x 1 on one rank
+//     and MPI_FLOAT x n on another) and carry as many floats each;
 //   - the rank's send buffer holds at least SPCCL_MIN_COMPRESS_COUNT elements
-//     (allreduce: count; alltoall: sendcount * ranks; allgather: sendcount);
+//     (allreduce: count; alltoall: floats per peer * ranks; allgather: floats
+//     sent), and one block is at most INT_MAX floats;
+//   - send and receive buffers are not the same address (without MPI_IN_PLACE
+//     that is erroneous: MPI reports it, or not, as it would without us);
 //   - the communicator is an intracommunicator of more than one rank;
-//   - MPI was not initialised with MPI_THREAD_MULTIPLE (spccl communicators
-//     are not for concurrent use) and SPCCL_DISABLE is off;
-//   - every rank's SPCCL_* environment is valid.
-// Every condition is the same on every rank of a correct MPI program (the env
-// is checked for agreement at MPI_Init), so all ranks take the same path.
+//   - no rank initialised MPI with MPI_THREAD_MULTIPLE (spccl communicators are
+//     not for concurrent use) and SPCCL_DISABLE is off;
+//   - every rank's SPCCL_* environment is valid, and the ranks agree on the
+//     settings that decide a call's path or that spccl checks across ranks
+//     (kAgreed in setUp: SPCCL_INTERCEPT, SPCCL_DISABLE, SPCCL_MIN_COMPRESS_COUNT,
+//     the densities, SPCCL_ALGO, SPCCL_VALUE_TYPE, SPCCL_ALLTOALL_ROW_LEN).
+// In a correct MPI program each condition is decided alike on every rank: the
+// environment is agreed at MPI_Init; counts, ops and type signatures must match
+// across ranks in MPI itself; only the datatype handle and the memory layout
+// may differ per rank, and they decide nothing: a rank whose layout is not
+// plain contiguous floats copies through a contiguous temporary (stageFloats),
+// so spccl always sees contiguous floats. The communicator-level conditions are
+// the same on every rank by construction, and spcclCommInitMPI's outcome is
+// agreed in commFor. Erroneous programs (an aliased buffer on one rank only, say)
+// are MPI's to diagnose, as without the interposer.
 //
 // Recursion. libspccl.so makes MPI calls of its own (the MPI transport's
 // collectives, and MPI_Allreduce in spcclCommInitMPI). With this library
@@ -53,11 +71,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -73,6 +93,7 @@ using Coll = int;
 constexpr const char* kCollNames[kNumColls] = {"allreduce", "alltoall", "allgather"};
 constexpr unsigned kCollBit[kNumColls] = {spccl::kInterceptAllreduce, spccl::kInterceptAlltoall,
                                           spccl::kInterceptAllgather};
+constexpr unsigned kAllColls = spccl::kInterceptAllreduce | spccl::kInterceptAlltoall | spccl::kInterceptAllgather;
 
 // Per collective, this rank: wrapper calls, calls handed to spccl, those spccl
 // compressed, and spccl's byte counts for the handed calls.
@@ -89,10 +110,12 @@ struct State {
   bool ready = false;  // set up by our MPI_Init*/MPI_Init_thread
   unsigned mask = 0;   // kCollBit of the intercepted collectives (agreed by all ranks)
   unsigned long long minCount = 65536;
-  bool report = false;  // SPCCL_DEBUG=INFO or TRACE on some rank: report at MPI_Finalize
+  spccl::LogLevel level = spccl::LogLevel::kWarn;  // this rank's SPCCL_DEBUG: gates logLine
+  bool report = false;  // SPCCL_DEBUG=INFO or TRACE on rank 0: report at MPI_Finalize
   bool trace = false;
   int rank = -1;
   int keyval = MPI_KEYVAL_INVALID;
+  MPI_Comm self = MPI_COMM_NULL;  // stageFloats' copies: MPI_COMM_SELF duplicated at MPI_Init (no attributes yet)
   std::vector<Entry*> live;     // attribute set on entry->user
   std::vector<Entry*> pending;  // attribute deleted by MPI; spccl comm still to destroy
   unsigned long long counters[kNumColls][kNumCounters] = {};
@@ -112,9 +135,13 @@ struct InsideSpccl {
   InsideSpccl& operator=(const InsideSpccl&) = delete;
 };
 
-// Same prefix as libspccl's log lines; stderr only.
-void logLine(const char* level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void logLine(const char* level, const char* fmt, ...) {
+// Same prefix as libspccl's log lines; stderr only. Gated like the library's
+// SPCCL_LOG (src/log.h): printed when this rank's SPCCL_DEBUG is at `level` or
+// above (NONE prints nothing, the default WARN prints warnings).
+void logLine(spccl::LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void logLine(spccl::LogLevel level, const char* fmt, ...) {
+  if (static_cast<int>(state().level) < static_cast<int>(level)) return;
+  const char* name = level == spccl::LogLevel::kWarn ? "WARN" : level == spccl::LogLevel::kInfo ? "INFO" : "TRACE";
   char host[64] = "?";
   gethostname(host, sizeof host - 1);
   char body[1024];
@@ -123,8 +150,10 @@ void logLine(const char* level, const char* fmt, ...) {
   std::vsnprintf(body, sizeof body, fmt, ap);
   va_end(ap);
   std::fprintf(stderr, "%s:%d:%ld [%d] SPCCL %s interpose: %s\n", host, static_cast<int>(getpid()),
-               static_cast<long>(syscall(SYS_gettid)), state().rank, level, body);
+               static_cast<long>(syscall(SYS_gettid)), state().rank, name, body);
 }
+constexpr spccl::LogLevel kWarn = spccl::LogLevel::kWarn, kInfo = spccl::LogLevel::kInfo,
+                          kTrace = spccl::LogLevel::kTrace;
 
 std::string maskNames(unsigned mask) {
   std::string out;
@@ -165,8 +194,24 @@ void drainPending() {
     }
     delete e;
   }
-  if (s.trace) logLine("TRACE", "released %zu spccl communicator(s) of freed MPI communicators", done.size());
+  if (s.trace) logLine(kTrace, "released %zu spccl communicator(s) of freed MPI communicators", done.size());
 }
+
+unsigned long long floatBits(float f) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// A setting every rank must share for its collectives to take one path: the
+// value on this rank, and the collectives it concerns (their path, or what
+// spccl compares across ranks at each call and fails on: densities, algorithm,
+// wire value type, row length).
+struct Agreed {
+  const char* name;
+  unsigned long long value;
+  unsigned colls;
+};
 
 // Called once, right after PMPI_Init*/PMPI_Init_thread succeeded.
 void setUp(int provided) {
@@ -175,52 +220,86 @@ void setUp(int provided) {
   const char* interceptEnv = std::getenv("SPCCL_INTERCEPT");
   const bool asked = interceptEnv != nullptr && interceptEnv[0] != '\0';
   // spccl's own table reads and validates every SPCCL_* variable (intercept_env.h).
+  // A failed load leaves params as they were: the defaults where the environment is invalid.
   spccl::Params params;
   const spccl::Status env = spccl::loadParamsFromEnv(&params);
   const bool valid = env.isOk();
-  unsigned mask = 0;
-  // A failed load leaves params as they were: the default where the environment is invalid.
-  const unsigned long long minCount = params.minCompressCount;
-  if (!valid) {
-    if (asked) logLine("WARN", "invalid SPCCL_* environment, every call passes through: %s", env.message().c_str());
-  } else {
-    mask = params.intercept;
-    if (params.disable) mask = 0;
-    if (mask != 0 && provided == MPI_THREAD_MULTIPLE) {
-      logLine("WARN", "MPI_THREAD_MULTIPLE: spccl communicators are not for concurrent use, every call passes through");
-      mask = 0;
-    }
+  s.level = spccl::interpose::debugLevel(env, params);
+  s.trace = s.level >= kTrace;
+  const Agreed agreed[] = {
+      {"SPCCL_INTERCEPT", params.intercept, kAllColls},
+      {"SPCCL_DISABLE", params.disable ? 1ull : 0ull, kAllColls},
+      {"SPCCL_MIN_COMPRESS_COUNT", params.minCompressCount, kAllColls},
+      {"SPCCL_VALUE_TYPE", static_cast<unsigned long long>(params.valueType), kAllColls},
+      {"SPCCL_ALLREDUCE_DENSITY", floatBits(params.allreduceDensity), spccl::kInterceptAllreduce},
+      {"SPCCL_ALGO", static_cast<unsigned long long>(params.algorithm), spccl::kInterceptAllreduce},
+      {"SPCCL_ALLTOALL_DENSITY", floatBits(params.alltoallDensity), spccl::kInterceptAlltoall},
+      {"SPCCL_ALLTOALL_ROW_LEN", params.alltoallRowLen, spccl::kInterceptAlltoall},
+      {"SPCCL_ALLGATHER_DENSITY", floatBits(params.allgatherDensity), spccl::kInterceptAllgather},
+  };
+  constexpr int kNumAgreed = sizeof agreed / sizeof agreed[0];
+  // One MPI_MAX over MPI_COMM_WORLD: flags (any rank), then each setting x as
+  // (x, ~x), equal on every rank iff max(x) == ~max(~x).
+  constexpr int kValid = 0, kAsked = 1, kMultiple = 2, kReport = 3, kInvalidRank = 4, kFlags = 5;
+  unsigned long long v[kFlags + 2 * kNumAgreed];
+  v[kValid] = valid ? ~1ull : ~0ull;  // max: ~min(valid)
+  v[kAsked] = asked ? 1 : 0;
+  v[kMultiple] = provided == MPI_THREAD_MULTIPLE ? 1 : 0;
+  v[kReport] = s.rank == 0 && s.level >= kInfo ? 1 : 0;  // only rank 0 prints the report
+  v[kInvalidRank] = valid ? 0 : ULLONG_MAX - static_cast<unsigned long long>(s.rank);  // max: the lowest such rank
+  for (int i = 0; i < kNumAgreed; ++i) {
+    v[kFlags + 2 * i] = agreed[i].value;
+    v[kFlags + 2 * i + 1] = ~agreed[i].value;
   }
-  const spccl::LogLevel debug = spccl::interpose::debugLevel(env, params);
-  const bool info = debug >= spccl::LogLevel::kInfo;
-  // All ranks must take the same path for every call: agree on the settings
-  // that decide it (max of x and of ~x: equal everywhere iff max == ~max(~x)).
-  unsigned long long v[8] = {valid ? 1ull : 0ull, 0, mask, 0, minCount, 0, info ? 1ull : 0ull, 0};
-  for (int i = 0; i < 8; i += 2) v[i + 1] = ~v[i];
-  if (PMPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) return;
-  const bool agree = v[2] == ~v[3] && v[4] == ~v[5];
-  const bool allValid = v[1] == ~1ull;  // min(valid) == 1
-  s.report = v[6] != 0;
-  s.trace = debug >= spccl::LogLevel::kTrace;
+  if (PMPI_Allreduce(MPI_IN_PLACE, v, kFlags + 2 * kNumAgreed, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) !=
+      MPI_SUCCESS)
+    return;
+  const bool allValid = v[kValid] == ~1ull, anyAsked = v[kAsked] != 0;
+  s.report = v[kReport] != 0;
+  unsigned mask = 0;
   if (!allValid) {
-    mask = 0;
-  } else if (!agree) {
-    if (s.rank == 0)
-      logLine("WARN", "ranks disagree on SPCCL_INTERCEPT or SPCCL_MIN_COMPRESS_COUNT, every call passes through");
-    mask = 0;
+    // Every rank passes through; say so wherever SPCCL_INTERCEPT was set, the
+    // invalid rank with its reason, rank 0 in any case.
+    if (anyAsked) {
+      if (!valid)
+        logLine(kWarn, "invalid SPCCL_* environment, every call passes through: %s", env.message().c_str());
+      else if (s.rank == 0)
+        logLine(kWarn, "invalid SPCCL_* environment on rank %llu (its WARN line names the value), every call "
+                "passes through", ULLONG_MAX - v[kInvalidRank]);
+    }
+  } else {
+    const unsigned anyIntercept = static_cast<unsigned>(v[kFlags]);  // the collectives some rank asked for
+    std::string differ;
+    for (int i = 0; i < kNumAgreed; ++i)
+      if (v[kFlags + 2 * i] != ~v[kFlags + 2 * i + 1] && (agreed[i].colls & anyIntercept) != 0)
+        differ += (differ.empty() ? "" : ", ") + std::string(agreed[i].name);
+    if (!differ.empty()) {
+      if (s.rank == 0) logLine(kWarn, "ranks disagree on %s, every call passes through", differ.c_str());
+    } else {
+      mask = params.disable ? 0 : params.intercept;
+      if (mask != 0 && v[kMultiple] != 0) {
+        if (s.rank == 0)
+          logLine(kWarn, "MPI_THREAD_MULTIPLE: spccl communicators are not for concurrent use, every call passes "
+                  "through");
+        mask = 0;
+      }
+    }
   }
   if (mask != 0 && PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, deleteEntry, &s.keyval, nullptr) != MPI_SUCCESS)
     mask = 0;
+  if ((mask & (spccl::kInterceptAlltoall | spccl::kInterceptAllgather)) != 0 &&
+      PMPI_Comm_dup(MPI_COMM_SELF, &s.self) != MPI_SUCCESS)
+    s.self = MPI_COMM_NULL;  // stageFloats then fails, reported per call
   s.mask = mask;
-  s.minCount = minCount;
+  s.minCount = params.minCompressCount;
   s.ready = true;
-  if (info && s.rank == 0) {
+  if (s.rank == 0) {
     if (mask == 0)
-      logLine("INFO", "libspccl_mpi.so loaded, interception off: every call passes through to MPI");
+      logLine(kInfo, "libspccl_mpi.so loaded, interception off: every call passes through to MPI");
     else
-      logLine("INFO", "libspccl_mpi.so loaded: SPCCL_INTERCEPT=%s, MPI_FLOAT (+ MPI_SUM for allreduce) send buffers "
+      logLine(kInfo, "libspccl_mpi.so loaded: SPCCL_INTERCEPT=%s, MPI_FLOAT (+ MPI_SUM for allreduce) send buffers "
               "of at least %llu elements go to spccl",
-              maskNames(mask).c_str(), minCount);
+              maskNames(mask).c_str(), s.minCount);
   }
 }
 
@@ -260,8 +339,8 @@ spcclComm_t commFor(MPI_Comm comm) {
     int ok = r == spcclSuccess ? 1 : 0;
     PMPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
     if (!ok) {
-      if (r != spcclSuccess) logLine("WARN", "spcclCommInitMPI failed, this communicator passes through: %s",
-                                     spcclGetLastError(nullptr));
+      if (r != spcclSuccess)
+        logLine(kWarn, "spcclCommInitMPI failed, this communicator passes through: %s", spcclGetLastError(nullptr));
       if (e->comm != nullptr) {
         InsideSpccl inside;
         spcclCommDestroy(e->comm);
@@ -285,8 +364,10 @@ spcclComm_t commFor(MPI_Comm comm) {
 }
 
 // Runs one spccl collective and attributes spccl's counters to collective c.
+// `staged`: MPI_SUCCESS, or the error of copying this rank's data to or from
+// a contiguous temporary (the call still runs: the other ranks are in it).
 template <typename F>
-int runSpccl(Coll c, spcclComm_t sc, MPI_Comm comm, F&& call) {
+int runSpccl(Coll c, spcclComm_t sc, MPI_Comm comm, F&& call, int staged = MPI_SUCCESS) {
   spcclStats_t before{}, after{};
   spcclResult_t r;
   {
@@ -304,18 +385,143 @@ int runSpccl(Coll c, spcclComm_t sc, MPI_Comm comm, F&& call) {
     s.counters[c][kDenseBytes] += after.denseBytes - before.denseBytes;
   }
   if (state().trace)
-    logLine("TRACE", "%s: %s, %llu bytes sent for %llu dense", kCollNames[c],
+    logLine(kTrace, "%s: %s, %llu bytes sent for %llu dense", kCollNames[c],
             after.compressedCalls != before.compressedCalls ? "compressed" : "exact",
             static_cast<unsigned long long>(after.bytesSent - before.bytesSent),
             static_cast<unsigned long long>(after.denseBytes - before.denseBytes));
-  if (r == spcclSuccess) return MPI_SUCCESS;
-  logLine("WARN", "spccl %s failed: %s: %s", kCollNames[c], spcclGetErrorString(r), spcclGetLastError(sc));
+  if (r == spcclSuccess && staged == MPI_SUCCESS) return MPI_SUCCESS;
+  if (r != spcclSuccess) {
+    logLine(kWarn, "spccl %s failed: %s: %s", kCollNames[c], spcclGetErrorString(r), spcclGetLastError(sc));
+    staged = MPI_ERR_OTHER;
+  } else {
+    logLine(kWarn, "%s: copying this rank's data through a contiguous buffer failed (MPI error %d)", kCollNames[c],
+            staged);
+  }
   // The communicator's error handler decides, as for any failed MPI call.
-  PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
-  return MPI_ERR_OTHER;
+  PMPI_Comm_call_errhandler(comm, staged);
+  return staged;
 }
 
-bool isFloat(MPI_Datatype t) { return t == MPI_FLOAT; }
+// Datatypes. MPI matches type signatures, not handles: one rank may send
+// MPI_FLOAT x n where another sends MPI_Type_contiguous(n, MPI_FLOAT) x 1, or
+// a strided vector of floats. Eligibility is decided on the signature, which
+// is the same on every rank of a correct program; the layout is this rank's
+// own business (stageFloats).
+
+// A derived datatype's constructor and arguments; frees the derived types
+// MPI_Type_get_contents returned (named ones must not be freed).
+struct Decoded {
+  int combiner = MPI_COMBINER_NAMED;
+  std::vector<int> ints;
+  std::vector<MPI_Aint> addrs;
+  std::vector<MPI_Datatype> types;
+  Decoded() = default;
+  Decoded(const Decoded&) = delete;
+  Decoded& operator=(const Decoded&) = delete;
+  ~Decoded() {
+    for (MPI_Datatype& t : types) {
+      int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
+      if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner) == MPI_SUCCESS && combiner != MPI_COMBINER_NAMED)
+        PMPI_Type_free(&t);
+    }
+  }
+};
+
+// false: t is predefined (or not a datatype); d->combiner says which constructor made t.
+bool decode(MPI_Datatype t, Decoded* d) {
+  int ni = 0, na = 0, nd = 0;
+  if (t == MPI_DATATYPE_NULL || PMPI_Type_get_envelope(t, &ni, &na, &nd, &d->combiner) != MPI_SUCCESS ||
+      d->combiner == MPI_COMBINER_NAMED)
+    return false;
+  d->ints.resize(static_cast<size_t>(ni));
+  d->addrs.resize(static_cast<size_t>(na));
+  d->types.assign(static_cast<size_t>(nd), MPI_DATATYPE_NULL);
+  if (PMPI_Type_get_contents(t, ni, na, nd, d->ints.data(), d->addrs.data(), d->types.data()) != MPI_SUCCESS) {
+    d->types.clear();
+    return false;
+  }
+  return true;
+}
+
+constexpr int kMaxTypeDepth = 64;
+
+// Whether t's type signature is a sequence of MPI_FLOAT (possibly empty).
+bool floatSignature(MPI_Datatype t, int depth = 0) {
+  if (t == MPI_FLOAT) return true;
+  MPI_Count size = 0;
+  if (t == MPI_DATATYPE_NULL || depth > kMaxTypeDepth || PMPI_Type_size_x(t, &size) != MPI_SUCCESS) return false;
+  if (size == 0) return true;  // empty signature: adds nothing, whatever its base types
+  Decoded d;
+  if (!decode(t, &d)) return false;  // predefined, not MPI_FLOAT
+  switch (d.combiner) {
+    case MPI_COMBINER_DUP:
+    case MPI_COMBINER_CONTIGUOUS:
+    case MPI_COMBINER_VECTOR:
+    case MPI_COMBINER_HVECTOR:
+    case MPI_COMBINER_INDEXED:
+    case MPI_COMBINER_HINDEXED:
+    case MPI_COMBINER_INDEXED_BLOCK:
+    case MPI_COMBINER_HINDEXED_BLOCK:
+    case MPI_COMBINER_STRUCT:
+    case MPI_COMBINER_SUBARRAY:
+    case MPI_COMBINER_DARRAY:
+    case MPI_COMBINER_RESIZED:
+      break;
+    default:
+      return false;  // Fortran parameterised types and the like: not MPI_FLOAT
+  }
+  for (size_t i = 0; i < d.types.size(); ++i) {
+    // A struct's block of length 0 adds nothing to the signature (ints: count, then the lengths).
+    if (d.combiner == MPI_COMBINER_STRUCT && i + 1 < d.ints.size() && d.ints[i + 1] == 0) continue;
+    if (!floatSignature(d.types[i], depth + 1)) return false;
+  }
+  return true;
+}
+
+// Floats in `count` items of `type`: the same on every rank of a correct
+// program. -1 when the signature is not all MPI_FLOAT or the count is invalid.
+long long floatCount(int count, MPI_Datatype type) {
+  if (count < 0) return -1;
+  if (type == MPI_FLOAT) return count;
+  MPI_Count size = 0;
+  if (!floatSignature(type) || PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size < 0) return -1;
+  const long long perItem = static_cast<long long>(size) / static_cast<long long>(sizeof(float));
+  if (count > 0 && perItem > LLONG_MAX / count) return -1;
+  return perItem * count;
+}
+
+// Whether items of t lie in memory as contiguous floats from the buffer's
+// start (MPI_FLOAT, and contiguous types and duplicates of such). Anything
+// else is staged, even layouts that happen to be dense: a permuted indexed
+// type has the extent of contiguous floats, not their order.
+bool plainFloats(MPI_Datatype t, int depth = 0) {
+  if (t == MPI_FLOAT) return true;
+  Decoded d;
+  if (depth > kMaxTypeDepth || !decode(t, &d)) return false;
+  if (d.combiner != MPI_COMBINER_DUP && d.combiner != MPI_COMBINER_CONTIGUOUS) return false;
+  return d.types.size() == 1 && plainFloats(d.types[0], depth + 1);
+}
+
+// Copies `blocks` blocks, from block `first`, between a typed buffer (block b:
+// `count` items of `type` from typed + b * count * extent) and a flat one
+// (block b: `floats` floats from flat + b * floats); toFlat says which way.
+// MPI's datatype engine does the copy, as a message to self on a private
+// communicator, so any layout MPI accepts is handled, the type matching rules
+// guarantee the order, and no program message can interfere.
+int stageFloats(bool toFlat, const void* typed, int count, MPI_Datatype type, int first, int blocks, float* flat,
+                int floats) {
+  const MPI_Comm self = state().self;
+  if (self == MPI_COMM_NULL) return MPI_ERR_COMM;
+  MPI_Aint lb = 0, extent = 0;
+  int rc = PMPI_Type_get_extent(type, &lb, &extent);
+  for (int b = first; rc == MPI_SUCCESS && b < first + blocks; ++b) {
+    char* t = const_cast<char*>(static_cast<const char*>(typed)) + static_cast<MPI_Aint>(b) * count * extent;
+    float* f = flat + static_cast<size_t>(b) * static_cast<size_t>(floats);
+    rc = toFlat ? PMPI_Sendrecv(t, count, type, 0, 0, f, floats, MPI_FLOAT, 0, 0, self, MPI_STATUS_IGNORE)
+                : PMPI_Sendrecv(f, floats, MPI_FLOAT, 0, 0, t, count, type, 0, 0, self, MPI_STATUS_IGNORE);
+  }
+  return rc;
+}
 
 void reportAtFinalize() {
   State& s = state();
@@ -336,7 +542,7 @@ void reportAtFinalize() {
     const double sent = static_cast<double>(n[kBytesSent]), dense = static_cast<double>(n[kDenseBytes]);
     // Bytes as spccl counts them (spcclStats_t): dense = what the dense
     // collective sends in nccl-tests' bus convention.
-    logLine("INFO",
+    logLine(kInfo,
             "%s (all %d ranks): %llu calls, %llu handed to spccl (%llu compressed), %llu passed through; "
             "spccl sent %llu bytes for %llu dense (%.1fx fewer, %llu bytes saved)",
             kCollNames[c], ranks, n[kCalls], n[kHanded], n[kCompressed], n[kCalls] - n[kHanded], n[kBytesSent],
@@ -385,6 +591,7 @@ __attribute__((visibility("default"))) int MPI_Finalize(void) {
       PMPI_Comm_delete_attr(e->user, s.keyval);
     }
     if (s.keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&s.keyval);
+    if (s.self != MPI_COMM_NULL) PMPI_Comm_free(&s.self);
     s.mask = 0;
     s.ready = false;
   }
@@ -396,7 +603,11 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
   if (!intercepts(kAllreduce)) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   drainPending();
   tally(kAllreduce, kCalls, 1);
-  if (count <= 0 || static_cast<unsigned long long>(count) < state().minCount || !isFloat(datatype) || op != MPI_SUM)
+  // The datatype handle itself: MPI requires the same datatype on every rank
+  // (and Open MPI rejects MPI_SUM on derived ones). Aliased buffers without
+  // MPI_IN_PLACE are erroneous: MPI says so.
+  if (count <= 0 || static_cast<unsigned long long>(count) < state().minCount || datatype != MPI_FLOAT ||
+      op != MPI_SUM || sendbuf == recvbuf)
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   spcclComm_t sc = commFor(comm);
   if (sc == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
@@ -415,15 +626,38 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int
   const bool inPlace = sendbuf == MPI_IN_PLACE;
   int size = 0;
   PMPI_Comm_size(comm, &size);  // an invalid comm fails here and again, properly reported, in PMPI below
-  const bool eligible = recvcount > 0 && isFloat(recvtype) && (inPlace || (sendcount == recvcount && isFloat(sendtype))) &&
-                        static_cast<unsigned long long>(recvcount) * static_cast<unsigned long long>(size) >=
-                            state().minCount;
+  // Floats per peer, from the type signatures (the same on every rank).
+  const long long n = floatCount(recvcount, recvtype);
+  const bool eligible = n > 0 && n <= INT_MAX && sendbuf != recvbuf &&
+                        (inPlace || floatCount(sendcount, sendtype) == n) &&
+                        static_cast<unsigned long long>(n) * static_cast<unsigned long long>(size) >= state().minCount;
   spcclComm_t sc = eligible ? commFor(comm) : nullptr;
   if (sc == nullptr) return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  const void* send = inPlace ? recvbuf : sendbuf;
-  return runSpccl(kAlltoall, sc, comm, [&] {
-    return spcclAlltoAll(send, recvbuf, static_cast<size_t>(recvcount), spcclFloat, sc, nullptr);
-  });
+  // spccl sees contiguous floats: other layouts go through temporaries.
+  const int floats = static_cast<int>(n);
+  const size_t total = static_cast<size_t>(n) * static_cast<size_t>(size);
+  std::unique_ptr<float[]> sendTmp, recvTmp;
+  int staged = MPI_SUCCESS;
+  float* recv = static_cast<float*>(recvbuf);
+  if (!plainFloats(recvtype)) {
+    recvTmp.reset(new float[total]);
+    recv = recvTmp.get();
+    if (inPlace) staged = stageFloats(true, recvbuf, recvcount, recvtype, 0, size, recv, floats);
+  }
+  const void* send = inPlace ? recv : sendbuf;
+  if (!inPlace && !plainFloats(sendtype)) {
+    sendTmp.reset(new float[total]);
+    send = sendTmp.get();
+    staged = stageFloats(true, sendbuf, sendcount, sendtype, 0, size, sendTmp.get(), floats);
+  }
+  int rc = runSpccl(
+      kAlltoall, sc, comm, [&] { return spcclAlltoAll(send, recv, static_cast<size_t>(n), spcclFloat, sc, nullptr); },
+      staged);
+  if (rc == MPI_SUCCESS && recvTmp) {
+    rc = stageFloats(false, recvbuf, recvcount, recvtype, 0, size, recv, floats);
+    if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
+  }
+  return rc;
 }
 
 __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -434,19 +668,41 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   drainPending();
   tally(kAllgather, kCalls, 1);
   const bool inPlace = sendbuf == MPI_IN_PLACE;
-  const bool eligible = recvcount > 0 && isFloat(recvtype) && (inPlace || (sendcount == recvcount && isFloat(sendtype))) &&
-                        static_cast<unsigned long long>(recvcount) >= state().minCount;
+  // Floats per rank, from the type signatures (the same on every rank).
+  const long long n = floatCount(recvcount, recvtype);
+  const bool eligible = n > 0 && n <= INT_MAX && sendbuf != recvbuf &&
+                        (inPlace || floatCount(sendcount, sendtype) == n) &&
+                        static_cast<unsigned long long>(n) >= state().minCount;
   spcclComm_t sc = eligible ? commFor(comm) : nullptr;
   if (sc == nullptr) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  int rank = 0;
+  int rank = 0, size = 0;
   PMPI_Comm_rank(comm, &rank);
+  PMPI_Comm_size(comm, &size);
+  // spccl sees contiguous floats: other layouts go through temporaries.
+  const int floats = static_cast<int>(n);
+  std::unique_ptr<float[]> sendTmp, recvTmp;
+  int staged = MPI_SUCCESS;
+  float* recv = static_cast<float*>(recvbuf);
+  if (!plainFloats(recvtype)) {
+    recvTmp.reset(new float[static_cast<size_t>(n) * static_cast<size_t>(size)]);
+    recv = recvTmp.get();
+    if (inPlace) staged = stageFloats(true, recvbuf, recvcount, recvtype, rank, 1, recv, floats);
+  }
   // In place: this rank's block already sits at its slot, as spcclAllGather expects.
-  const void* send = inPlace ? static_cast<const char*>(recvbuf) + static_cast<size_t>(rank) *
-                                                                       static_cast<size_t>(recvcount) * sizeof(float)
-                             : sendbuf;
-  return runSpccl(kAllgather, sc, comm, [&] {
-    return spcclAllGather(send, recvbuf, static_cast<size_t>(recvcount), spcclFloat, sc, nullptr);
-  });
+  const void* send = inPlace ? recv + static_cast<size_t>(rank) * static_cast<size_t>(n) : sendbuf;
+  if (!inPlace && !plainFloats(sendtype)) {
+    sendTmp.reset(new float[static_cast<size_t>(n)]);
+    send = sendTmp.get();
+    staged = stageFloats(true, sendbuf, sendcount, sendtype, 0, 1, sendTmp.get(), floats);
+  }
+  int rc = runSpccl(
+      kAllgather, sc, comm, [&] { return spcclAllGather(send, recv, static_cast<size_t>(n), spcclFloat, sc, nullptr); },
+      staged);
+  if (rc == MPI_SUCCESS && recvTmp) {
+    rc = stageFloats(false, recvbuf, recvcount, recvtype, 0, size, recv, floats);
+    if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
+  }
+  return rc;
 }
 
 }  // extern "C"

@@ -358,7 +358,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
     if (envStatus.isOk()) envStatus = applyHostSimd(params);
     // Agree on success before creating anything: a rank with a bad env must
-    // not leave the others inside MPI_Comm_dup.
+    // not leave the others inside the communicator split.
     int me = 0, firstBad = 0;
     SPCCL_MPI_CHECK(MPI_Comm_rank(mpiComm, &me));
     const int mine = envStatus.isOk() ? INT_MAX : me;

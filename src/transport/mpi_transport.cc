@@ -131,7 +131,14 @@ constexpr size_t kMaxChunk = size_t{1} << 30;  // elements per MPI call: int cou
 
 Status MpiTransport::create(MPI_Comm parent, std::unique_ptr<MpiTransport>* out) {
   std::unique_ptr<MpiTransport> t(new MpiTransport());
-  SPCCL_MPI_CHECK(MPI_Comm_dup(parent, &t->comm_));
+  // The same group in the same order, without MPI_Comm_dup: a duplicate
+  // copies the parent's attributes, so the program's attribute copy and
+  // delete callbacks would run on spccl's private communicator (when the
+  // interposer, libspccl_mpi.so, makes one inside an intercepted call, say).
+  // MPI_Comm_split copies none.
+  int parentRank = 0;
+  SPCCL_MPI_CHECK(MPI_Comm_rank(parent, &parentRank));
+  SPCCL_MPI_CHECK(MPI_Comm_split(parent, 0, parentRank, &t->comm_));
   SPCCL_MPI_CHECK(MPI_Comm_set_errhandler(t->comm_, MPI_ERRORS_RETURN));
   SPCCL_MPI_CHECK(MPI_Comm_rank(t->comm_, &t->rank_));
   SPCCL_MPI_CHECK(MPI_Comm_size(t->comm_, &t->size_));
