@@ -333,15 +333,14 @@ const char* spcclGetErrorString(spcclResult_t result) {
 const char* spcclGetLastError(spcclComm_t) { return lastError(); }
 
 namespace {
-// Once per process, on a communicator's rank 0: SPCCL_* variables the
-// library does not know (a typo is otherwise ignored in silence).
+// Once per process, at its first communicator, on that communicator's rank
+// 0: SPCCL_* variables the library does not know (a typo is otherwise
+// ignored in silence).
 void warnUnknownVariables(int rank) {
-  static std::once_flag once;
-  if (rank != 0) return;
-  std::call_once(once, [rank] {
-    for (const std::string& name : unknownVariables(environ))
-      SPCCL_WARN(rank, "%s is not an spccl variable and is ignored (docs/ENV.md lists them)", name.c_str());
-  });
+  static std::atomic<bool> first{true};
+  if (!first.exchange(false) || rank != 0) return;
+  for (const std::string& name : unknownVariables(environ))
+    SPCCL_WARN(rank, "%s is not an spccl variable and is ignored (docs/ENV.md lists them)", name.c_str());
 }
 }  // namespace
 
@@ -361,6 +360,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     // not leave the others inside the communicator split.
     int me = 0, firstBad = 0;
     SPCCL_MPI_CHECK(MPI_Comm_rank(mpiComm, &me));
+    warnUnknownVariables(me);  // also when the environment is invalid
     const int mine = envStatus.isOk() ? INT_MAX : me;
     SPCCL_MPI_CHECK(MPI_Allreduce(&mine, &firstBad, 1, MPI_INT, MPI_MIN, mpiComm));
     if (!envStatus.isOk()) return envStatus;
@@ -386,7 +386,6 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
                host::hostSimdName(host::hostSimd()));
     SPCCL_INFO(c->rank, "cost model (%s): %s", modelOrigin.c_str(), describeCostModel(c->costModel).c_str());
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
-    warnUnknownVariables(c->rank);
     *comm = c.release();
     return Status::ok();
   }, worldRank());

@@ -273,6 +273,11 @@ bool isToolVariable(const std::string& name) {
                                        "SPCCL_PROPERTY_SEED",  "SPCCL_PROPERTY_CONFIGS", "SPCCL_GPU_TEST_TRACE",
                                        "SPCCL_DEVICE_CHECK_DIRECT"};
   if (name.rfind("SPCCL_TEST_", 0) == 0) return true;
+  // Package conventions (CMake's <Pkg>_ROOT, install prefixes), not settings.
+  for (const char* suffix : {"_ROOT", "_DIR", "_HOME", "_PATH", "_PREFIX"}) {
+    const size_t n = std::strlen(suffix);
+    if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return true;
+  }
   for (const char* tool : kTools)
     if (name == tool) return true;
   return false;

@@ -73,8 +73,8 @@ SPCCL_HOST_DEVICE Pick classify(float v, uint32_t tauKey) {
 // allgather's k). A float density is the decimal the user wrote rounded to
 // 24 bits (0.1f is 0.100000001490116...), so a product no further above a
 // whole number than that rounding (relative 2^-24) counts as the whole
-// number: density 0.1 keeps 1 of 10, not 2, and 0.01 keeps 10 of 1000. No
-// <cmath> (device code).
+// number: density 0.1 keeps 1 of 10, not 2, and 0.07 keeps 7 of 100, not 8.
+// No <cmath> (device code).
 SPCCL_HOST_DEVICE uint64_t densityCount(float density, uint64_t n) {
   const double x = static_cast<double>(density) * static_cast<double>(n);
   uint64_t whole = static_cast<uint64_t>(x);  // floor: x >= 0

@@ -279,7 +279,7 @@ TEST(Params, UnknownVariablesAreReportedWithCloseNames) {
   const char* const environment[] = {"SPCCL_ALOG=split",       "SPCCL_DENSITY=0.5",   "SPCCL_ALGO=split",
                                      "PATH=/usr/bin",          "SPCCL_TEST_SEED=7",   "SPCCL_BENCH_SIZES=1M",
                                      "SPCCL_COMPLETELY_ELSE=1", "NCCL_ALGO=Ring",     "SPCCL_NOVALUE",
-                                     nullptr};
+                                     "SPCCL_ROOT=/opt/spccl",   "SPCCL_DIR=/x",       nullptr};
   const std::vector<std::string> got = unknownVariables(environment);
   ASSERT_EQ(got.size(), 4u) << ::testing::PrintToString(got);
   EXPECT_EQ(got[0], "SPCCL_ALOG (did you mean SPCCL_ALGO?)");
