@@ -16,7 +16,7 @@ constexpr int kThreads = 256;
 // staging buffer to race with the next call, and a captured graph replays
 // the value it was captured with.
 __global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h, const ThresholdOut* threshold,
-                                  uint32_t* asyncWords) {
+                                  uint32_t* pending) {
   if (threadIdx.x == 0) {
     std::memcpy(dst->descriptor, h.descriptor, sizeof h.descriptor);
     dst->capacity = h.capacity;
@@ -25,12 +25,12 @@ __global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h, const Thr
     dst->tauKey = threshold != nullptr ? threshold->tauKey : 0u;
     // Every kernel of earlier calls has finished (stream order; a call on
     // another stream waits for the previous call's end): their bits are in.
-    dst->asyncErrors = asyncWords != nullptr ? atomicExch(asyncWords + kAsyncPendingWord, 0u) : 0u;
+    dst->asyncErrors = pending != nullptr ? atomicExch(pending, 0u) : 0u;
     dst->reserved = 0;
   }
 }
 
-__global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* asyncWords) {
+__global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* reported) {
   __shared__ int mismatch;
   __shared__ unsigned int carried;
   if (threadIdx.x == 0) mismatch = 0, carried = 0;
@@ -49,9 +49,16 @@ __global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_
     const uint64_t cap = records[r].capacity;
     nnz[r] = mismatch ? 0 : (selected < cap ? selected : cap);
   }
-  // The same records on every rank: the same bits in every rank's word.
+  // The same records on every rank: the same counts on every rank. One
+  // thread, and verdicts run in stream order: plain stores, made visible to
+  // the host that polls them.
   const uint32_t bits = carried | (mismatch ? kAsyncMismatch : 0u);
-  if (threadIdx.x == 0 && bits != 0 && asyncWords != nullptr) atomicOr(asyncWords + kAsyncReportedWord, bits);
+  if (threadIdx.x == 0 && bits != 0 && reported != nullptr) {
+    volatile uint32_t* counters = reported;
+    for (int kind = 0; kind < kAsyncKinds; ++kind)
+      if (bits & (1u << kind)) counters[kind] = counters[kind] + 1u;
+    __threadfence_system();
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
@@ -63,17 +70,17 @@ __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, f
 }  // namespace
 
 Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
-                             uint32_t* asyncWords, cudaStream_t stream) {
+                             uint32_t* pending, cudaStream_t stream) {
   if (dst == nullptr) return invalidArgument("writeCallRecordHeader: null record");
-  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header, threshold, asyncWords);
+  writeHeaderKernel<<<1, 32, 0, stream>>>(dst, header, threshold, pending);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
-Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* asyncWords,
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* reported,
                           cudaStream_t stream) {
   if (records == nullptr || nnz == nullptr || ranks < 1) return invalidArgument("resolveFixedCounts: bad arguments");
-  resolveFixedKernel<<<1, kThreads, 0, stream>>>(records, ranks, nnz, asyncWords);
+  resolveFixedKernel<<<1, kThreads, 0, stream>>>(records, ranks, nnz, reported);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -245,32 +245,34 @@ constexpr int kRecordCheckedBytes = 24;
 constexpr int kRecordDensityOffset = 40;
 constexpr int kRecordDensityAndFlagsBytes = 8;
 // A communicator's asynchronous errors: what a kernel finds wrong after its
-// call has returned (no host round trip). Two words of mapped host memory:
-//  - pending (word 0): kernels or-in kAsync* bits; the next call's record
-//    takes them (writeCallRecordHeader: an atomic exchange on the device, in
-//    stream order), so every rank learns every rank's bits from the records;
-//  - reported (word 1): the fixed-capacity verdict or-s in every rank's
-//    carried bits and its own mismatch, the same bits on every rank.
+// call has returned (no host round trip).
+//  - pending: one word of device memory that only kernels touch. Kernels
+//    or-in kAsync* bits (unpackAccumulate's errorFlags); the next call's
+//    record takes them (writeCallRecordHeader: an exchange on the device, in
+//    stream order), so every rank learns every rank's bits from the records.
+//  - reported: kAsyncKinds counters in mapped host memory, one per bit, that
+//    only the fixed-capacity verdict writes (one thread, verdicts in stream
+//    order: no atomics across the bus) and the host only reads: a verdict
+//    counts every bit that any record carried, or its own mismatch. The same
+//    records on every rank: the same counts.
 // A call whose records come back to the host fails on every rank when any
-// record carries bits or the reported word has some (src/nccl).
-constexpr int kAsyncPendingWord = 0;
-constexpr int kAsyncReportedWord = 1;
-constexpr int kAsyncWords = 2;
+// record carries bits or a counter moved since the host last looked (src/nccl).
 constexpr uint32_t kAsyncBadStream = 1u;  // a peer's stream failed unpackAccumulate's checks
 constexpr uint32_t kAsyncMismatch = 2u;   // ranks disagreed on a fixed-capacity call
+constexpr int kAsyncKinds = 2;            // counter i counts bit 1 << i
 
 // Writes the header fields of *dst (not the counts) on the stream, its
 // tauKey from *threshold (0 when threshold is null), and its asyncErrors
-// from asyncWords[kAsyncPendingWord], which it clears (asyncWords null:
-// asyncErrors 0).
+// from *pending, which it clears (pending null: asyncErrors 0).
 Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
-                             uint32_t* asyncWords, cudaStream_t stream);
+                             uint32_t* pending, cudaStream_t stream);
 // Fixed-capacity verdict: if every record matches rank 0's (checked
 // descriptor bytes and capacity), nnz[r] = min(selected_r, capacity_r);
-// otherwise every nnz[r] = 0 (nothing is accumulated) and kAsyncMismatch is
-// or-ed into asyncWords[kAsyncReportedWord], with every record's asyncErrors
-// (asyncWords device-visible, e.g. mapped host memory; null: not recorded).
-Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* asyncWords,
+// otherwise every nnz[r] = 0 (nothing is accumulated). Counts, in
+// reported[0..kAsyncKinds) (device-visible, e.g. mapped host memory; null:
+// not counted), each bit that any record's asyncErrors carries or, for
+// kAsyncMismatch, this verdict's own mismatch.
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* reported,
                           cudaStream_t stream);
 // x[i] = x[i] / divisor (the average), bit-identical to the host loop.
 Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream);

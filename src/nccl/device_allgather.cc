@@ -117,7 +117,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
     SPCCL_CUDA_CHECK(cudaMemsetAsync(target, 0, n * sizeof(float), stream));
     SPCCL_RETURN_IF_ERROR(cuda::unpackAccumulate(d.agRecvIndices.get<uint32_t>() + idxOff[r] / sizeof(uint32_t),
                                                  d.agRecvValues.get<unsigned char>() + valOff[r], wire, all[r].nnz,
-                                                 nullptr, target, 0, n, d.errorDevice, stream));
+                                                 nullptr, target, 0, n, d.pendingDevice, stream));
     if (type != spcclFloat32) SPCCL_RETURN_IF_ERROR(cuda::storeFloats(acc, n, type, block, stream));
   }
   *call = spcclStats_t{};

@@ -208,7 +208,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     }
     SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated),
                                                       s.threshold.get<cuda::ThresholdOut>(),
-                                                      comm.device->errorDevice, stream));
+                                                      comm.device->pendingDevice, stream));
     SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
                                      cudaMemcpyDeviceToHost, stream));
@@ -295,7 +295,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     const uint32_t* idx = r == me ? s.indices.get<uint32_t>() : recvIdx + offset[r];
     const void* val = r == me ? s.values.get() : static_cast<const void*>(recvVal + offset[r] * vb);
     SPCCL_RETURN_IF_ERROR(cuda::unpackAccumulate(idx, val, wire, nnz[r], nullptr, acc, 0, c->count,
-                                                 comm.device->errorDevice, stream));
+                                                 comm.device->pendingDevice, stream));
   }
   call->bytesSent += static_cast<uint64_t>(p - 1) * nnz[me] * (sizeof(uint32_t) + vb);
   call->lastSelected = nnz[me];
@@ -336,7 +336,7 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   SPCCL_RETURN_IF_ERROR(selectInto(c, send, estimated, true, s.residual[s.current].get<float>(), capacity, capacity,
                                    myIdx, myVal, &records[me].counts, stream));
   SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, capacity, estimated),
-                                                    nullptr, comm.device->errorDevice, stream));
+                                                    nullptr, comm.device->pendingDevice, stream));
   ncclComm_t nc = t.nccl();
   NcclGroup group(nc);
   SPCCL_RETURN_IF_ERROR(group.start());
@@ -345,12 +345,12 @@ Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   SPCCL_NCCL_CHECK_IN_GROUP(pncclAllGather(myVal, valAll, capacity * vb, ncclUint8, nc, stream), nc);
   SPCCL_RETURN_IF_ERROR(group.end());
   auto* counts = s.fixedCounts.get<uint64_t>();
-  SPCCL_RETURN_IF_ERROR(cuda::resolveFixedCounts(records, p, counts, comm.device->errorDevice, stream));
+  SPCCL_RETURN_IF_ERROR(cuda::resolveFixedCounts(records, p, counts, comm.device->reportedDevice, stream));
   SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
   for (int r = 0; r < p; ++r)
     SPCCL_RETURN_IF_ERROR(cuda::unpackAccumulate(idxAll + static_cast<size_t>(r) * capacity,
                                                  valAll + static_cast<size_t>(r) * capacity * vb, wire, capacity,
-                                                 counts + r, acc, 0, c->count, comm.device->errorDevice, stream));
+                                                 counts + r, acc, 0, c->count, comm.device->pendingDevice, stream));
   ++c->callIndex;
   call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(cuda::CallRecord) + capacity * (sizeof(uint32_t) + vb));
   call->lastSelected = 0;  // on the device only: reading it would cost the synchronisation this mode avoids
@@ -364,10 +364,13 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   SPCCL_RETURN_IF_ERROR(NcclTransport::create(nccl, &t));
   DeviceGuard guard(t->device());
   auto state = std::make_shared<DeviceCommState>();
-  SPCCL_RETURN_IF_ERROR(state->errorWord.ensure(cuda::kAsyncWords * sizeof(uint32_t), cudaHostAllocMapped));
-  std::memset(state->errorWord.get(), 0, cuda::kAsyncWords * sizeof(uint32_t));
-  SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->errorDevice),
-                                            state->errorWord.get(), 0));
+  SPCCL_RETURN_IF_ERROR(state->pending.ensure(sizeof(uint32_t)));
+  SPCCL_CUDA_CHECK(cudaMemset(state->pending.get(), 0, sizeof(uint32_t)));
+  state->pendingDevice = state->pending.get<uint32_t>();
+  SPCCL_RETURN_IF_ERROR(state->reported.ensure(cuda::kAsyncKinds * sizeof(uint32_t), cudaHostAllocMapped));
+  std::memset(state->reported.get(), 0, cuda::kAsyncKinds * sizeof(uint32_t));
+  SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->reportedDevice),
+                                            state->reported.get(), 0));
   SPCCL_RETURN_IF_ERROR(state->staging.ensure(sizeof(int)));
   // One MAX allreduce: the lowest rank whose environment was bad (as
   // ranks - rank: 0 where none was), and rank 0's
@@ -404,11 +407,18 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
 
 namespace {
 
-// The reported word, read and cleared in one step (the device may or-in
-// bits meanwhile: a fixed-capacity verdict still queued).
+// The kinds whose verdict counters moved since the host last looked (the
+// host only reads them: the device alone writes, so no update is lost).
 uint32_t takeReported(spcclComm* comm) {
-  uint32_t* word = comm->device->errorWord.get<uint32_t>() + cuda::kAsyncReportedWord;
-  return __atomic_exchange_n(word, 0u, __ATOMIC_SEQ_CST);
+  DeviceCommState& d = *comm->device;
+  const volatile uint32_t* counters = d.reported.get<uint32_t>();
+  uint32_t bits = 0;
+  for (int kind = 0; kind < cuda::kAsyncKinds; ++kind) {
+    const uint32_t now = counters[kind];
+    if (now != d.reportedSeen[kind]) bits |= 1u << kind;
+    d.reportedSeen[kind] = now;
+  }
+  return bits;
 }
 
 Status asyncFailure(uint32_t bits) {
@@ -455,8 +465,11 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   // Exact mode learns of earlier calls' asynchronous errors from its record
-  // exchange; fixed mode never comes back to the host, so it looks now.
-  if (comm.params.deviceMode == kDeviceModeFixed) SPCCL_RETURN_IF_ERROR(takeReportedAsyncError(&comm));
+  // exchange; fixed mode never comes back to the host, so it looks now, but
+  // not while capturing a graph: a rank whose device has not yet counted the
+  // previous verdict would capture the call where another leaves it out.
+  if (comm.params.deviceMode == kDeviceModeFixed && !t.capturing())
+    SPCCL_RETURN_IF_ERROR(takeReportedAsyncError(&comm));
   if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
   SPCCL_RETURN_IF_ERROR(initCompressor(c));
   DeviceCompressorState& s = *c->device;

@@ -27,12 +27,13 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk);
 // Asynchronous errors (cuda::kAsync*: a malformed peer stream, a mismatched
 // fixed-capacity call), recorded on the device after their call returned.
 // After a record exchange that came back to the host: fails, on every rank
-// alike, if any rank's record carried bits (`carried`, their OR) or the
-// reported word holds some (its bits are final there and the same on every
-// rank: every earlier kernel has finished), and clears them.
+// alike, if any rank's record carried bits (`carried`, their OR) or a
+// fixed-capacity verdict counted an error since the host last looked (the
+// counts are final there and the same on every rank: every earlier kernel
+// has finished).
 Status asyncErrorAfterExchange(spcclComm* comm, uint32_t carried);
 // At the entry of a fixed-capacity allreduce, which never synchronises: the
-// reported word as it is now. A rank whose device has not yet run the
+// verdicts' counts as they are now. A rank whose device has not yet run the
 // previous call's verdict reports the error one call later (docs/GPU.md).
 Status takeReportedAsyncError(spcclComm* comm);
 

@@ -37,7 +37,7 @@ Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t s
   static_assert(sizeof mine == sizeof header.descriptor);
   std::memcpy(header.descriptor, &mine, sizeof mine);
   SPCCL_CUDA_CHECK(cudaMemsetAsync(dev + me, 0, sizeof(cuda::CallRecord), stream));
-  SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(dev + me, header, nullptr, d.errorDevice, stream));
+  SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(dev + me, header, nullptr, d.pendingDevice, stream));
   SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(cuda::CallRecord), dev));
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -128,11 +128,15 @@ struct DeviceSelectionState {
 
 struct DeviceCommState {
   NcclTransport* transport = nullptr;  // owned by the comm
-  // Asynchronous errors, in mapped host memory: cuda::kAsyncWords words,
-  // the pending one first (kernels or-in cuda::kAsync* bits there, the next
-  // call record takes them), then the reported one (cuda_kernels.h).
-  PinnedMemory errorWord;
-  uint32_t* errorDevice = nullptr;  // the same words, for kernels
+  // Asynchronous errors (cuda_kernels.h): the pending bits on the device
+  // (kernels or-in cuda::kAsync* bits, the next call record takes them), and
+  // the fixed-capacity verdicts' counters in mapped host memory, with the
+  // counts the host has reported so far.
+  DeviceMemory pending;
+  uint32_t* pendingDevice = nullptr;
+  PinnedMemory reported;
+  uint32_t* reportedDevice = nullptr;  // the same counters, for kernels
+  uint32_t reportedSeen[cuda::kAsyncKinds] = {};
   PinnedMemory staging;  // exact collectives: small host copies
   // agreeOnDevice's call records: ranks x 96 bytes each way.
   DeviceMemory callRecords;

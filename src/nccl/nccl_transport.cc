@@ -28,6 +28,13 @@ ncclResult_t settleNccl(ncclResult_t r, ncclComm_t comm) {
 Status NcclTransport::create(ncclComm_t comm, std::unique_ptr<NcclTransport>* out) {
   std::unique_ptr<NcclTransport> t(new NcclTransport());
   t->comm_ = comm;
+  // A non-blocking communicator may still be initialising: NCCL then refuses
+  // every query with ncclInvalidArgument (not ncclInProgress), so wait first.
+  // A ready communicator answers at once.
+  const ncclResult_t ready = settleNccl(ncclInProgress, comm);
+  if (ready != ncclSuccess)
+    return ncclFailure(ready, "ncclCommGetAsyncError (waiting for the communicator to be ready)", comm, __FILE__,
+                       __LINE__);
   SPCCL_NCCL_CHECK(pncclCommUserRank(comm, &t->rank_), comm);
   SPCCL_NCCL_CHECK(pncclCommCount(comm, &t->size_), comm);
   SPCCL_NCCL_CHECK(pncclCommCuDevice(comm, &t->device_), comm);
@@ -62,6 +69,8 @@ Status NcclTransport::beginCall(cudaStream_t s) {
   stream_ = s;
   return Status::ok();
 }
+
+bool NcclTransport::capturing() const { return !notCapturing(stream_); }
 
 void NcclTransport::endCall() {
   // Recorded while the caller's stream is surely alive (it may destroy it

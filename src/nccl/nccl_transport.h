@@ -54,7 +54,7 @@ class NcclGroup {
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
   ~NcclGroup() {
-    if (open_) (void)pncclGroupEnd();
+    if (open_) (void)settleNccl(pncclGroupEnd(), comm_);  // settled: the next call finds the communicator ready
   }
   Status start() {
     SPCCL_NCCL_CHECK_IN_GROUP(pncclGroupStart(), comm_);
@@ -91,6 +91,8 @@ class NcclTransport final : public Transport {
   // who orders them).
   Status beginCall(cudaStream_t s);
   void endCall();
+  // Whether the current call's stream is capturing a CUDA graph.
+  bool capturing() const;
 
   Status allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                         spcclRedOp_t op) override;

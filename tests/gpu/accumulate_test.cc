@@ -176,45 +176,46 @@ TEST(GpuConversions, LoadAndStoreFloatsMatchHost) {
 }
 
 // Asynchronous errors (cuda_kernels.h): a call record takes the pending
-// word's bits and clears it; the fixed-capacity verdict or-s every record's
-// bits, and its own mismatch, into the reported word.
+// bits and clears them; the fixed-capacity verdict counts every record's
+// bits, and its own mismatch, one counter per kind.
 TEST(GpuCallRecord, TakesAndClearsThePendingErrors) {
   SPCCL_REQUIRE_DEVICE();
-  DeviceBuffer<uint32_t> words(cuda::kAsyncWords);
+  DeviceBuffer<uint32_t> pending(1);
   DeviceBuffer<cuda::CallRecord> rec(1);
-  CUDA_ASSERT(words.upload(std::vector<uint32_t>{cuda::kAsyncBadStream, 0}));
+  CUDA_ASSERT(pending.upload(std::vector<uint32_t>{cuda::kAsyncBadStream}));
   CUDA_ASSERT(rec.poison());
   cuda::CallRecordHeader h{};
   h.descriptor[0] = 7;
   h.capacity = 11;
   std::vector<cuda::CallRecord> got;
   std::vector<uint32_t> w;
-  STATUS_ASSERT(cuda::writeCallRecordHeader(rec.get(), h, nullptr, words.get(), nullptr));
+  STATUS_ASSERT(cuda::writeCallRecordHeader(rec.get(), h, nullptr, pending.get(), nullptr));
   SYNC_ASSERT();
   CUDA_ASSERT(rec.download(got));
-  CUDA_ASSERT(words.download(w));
+  CUDA_ASSERT(pending.download(w));
   EXPECT_EQ(got[0].asyncErrors, cuda::kAsyncBadStream);
   EXPECT_EQ(got[0].reserved, 0u);
   EXPECT_EQ(got[0].descriptor[0], 7);
   EXPECT_EQ(got[0].capacity, 11u);
-  EXPECT_EQ(w, (std::vector<uint32_t>{0, 0})) << "the pending bits are taken, the reported word untouched";
+  EXPECT_EQ(w[0], 0u) << "the pending bits are taken";
   // Nothing pending: the next record carries nothing.
-  STATUS_ASSERT(cuda::writeCallRecordHeader(rec.get(), h, nullptr, words.get(), nullptr));
+  STATUS_ASSERT(cuda::writeCallRecordHeader(rec.get(), h, nullptr, pending.get(), nullptr));
   SYNC_ASSERT();
   CUDA_ASSERT(rec.download(got));
   EXPECT_EQ(got[0].asyncErrors, 0u);
-  // No words: 0, and nothing is read.
-  CUDA_ASSERT(words.upload(std::vector<uint32_t>{cuda::kAsyncMismatch, 0}));
+  // No pending word: 0, and nothing is read.
+  CUDA_ASSERT(pending.upload(std::vector<uint32_t>{cuda::kAsyncMismatch}));
   STATUS_ASSERT(cuda::writeCallRecordHeader(rec.get(), h, nullptr, nullptr, nullptr));
   SYNC_ASSERT();
   CUDA_ASSERT(rec.download(got));
-  CUDA_ASSERT(words.download(w));
+  CUDA_ASSERT(pending.download(w));
   EXPECT_EQ(got[0].asyncErrors, 0u);
   EXPECT_EQ(w[0], cuda::kAsyncMismatch);
 }
 
-TEST(GpuCallRecord, FixedVerdictReportsEveryRecordsErrors) {
+TEST(GpuCallRecord, FixedVerdictCountsEveryRecordsErrors) {
   SPCCL_REQUIRE_DEVICE();
+  static_assert(cuda::kAsyncBadStream == 1u << 0 && cuda::kAsyncMismatch == 1u << 1 && cuda::kAsyncKinds == 2);
   const int ranks = 3;
   std::vector<cuda::CallRecord> recs(ranks);
   for (int r = 0; r < ranks; ++r) {
@@ -224,27 +225,34 @@ TEST(GpuCallRecord, FixedVerdictReportsEveryRecordsErrors) {
     recs[r].counts.selected = 40 + 50 * static_cast<uint64_t>(r);  // 40, 90, 140 (past the capacity)
   }
   recs[1].asyncErrors = cuda::kAsyncBadStream;  // one rank alone received bad pairs earlier
+  recs[2].asyncErrors = cuda::kAsyncBadStream;  // and another: still one count for this verdict
   DeviceBuffer<cuda::CallRecord> dRecs(ranks);
   DeviceBuffer<uint64_t> nnz(ranks);
-  DeviceBuffer<uint32_t> words(cuda::kAsyncWords);
+  DeviceBuffer<uint32_t> counters(cuda::kAsyncKinds);
+  CUDA_ASSERT(counters.upload(std::vector<uint32_t>{0, 0}));
   std::vector<uint64_t> n;
-  std::vector<uint32_t> w;
-  auto resolve = [&] {  // the verdict on recs, from clear words: n, w
+  std::vector<uint32_t> c;
+  auto resolve = [&] {  // the verdict on recs: n, and the counters so far in c
     CUDA_ASSERT(dRecs.upload(recs));
-    CUDA_ASSERT(words.upload(std::vector<uint32_t>{0, 0}));
-    STATUS_ASSERT(cuda::resolveFixedCounts(dRecs.get(), ranks, nnz.get(), words.get(), nullptr));
+    STATUS_ASSERT(cuda::resolveFixedCounts(dRecs.get(), ranks, nnz.get(), counters.get(), nullptr));
     SYNC_ASSERT();
     CUDA_ASSERT(nnz.download(n));
-    CUDA_ASSERT(words.download(w));
+    CUDA_ASSERT(counters.download(c));
   };
   ASSERT_NO_FATAL_FAILURE(resolve());
   EXPECT_EQ(n, (std::vector<uint64_t>{40, 90, 100})) << "carried errors do not refuse the call itself";
-  EXPECT_EQ(w, (std::vector<uint32_t>{0, cuda::kAsyncBadStream}));
-  // A mismatch (another call's checked byte on rank 2): nothing accumulated, both bits reported.
+  EXPECT_EQ(c, (std::vector<uint32_t>{1, 0}));
+  // A mismatch (another call's checked byte on rank 2): nothing accumulated, both kinds counted.
   recs[2].descriptor[3] ^= 1;
   ASSERT_NO_FATAL_FAILURE(resolve());
   EXPECT_EQ(n, (std::vector<uint64_t>{0, 0, 0}));
-  EXPECT_EQ(w, (std::vector<uint32_t>{0, cuda::kAsyncBadStream | cuda::kAsyncMismatch}));
+  EXPECT_EQ(c, (std::vector<uint32_t>{2, 1}));
+  // A clean verdict counts nothing.
+  for (cuda::CallRecord& r : recs) r.asyncErrors = 0;
+  recs[2].descriptor[3] ^= 1;
+  ASSERT_NO_FATAL_FAILURE(resolve());
+  EXPECT_EQ(n, (std::vector<uint64_t>{40, 90, 100}));
+  EXPECT_EQ(c, (std::vector<uint32_t>{2, 1}));
 }
 
 }  // namespace
