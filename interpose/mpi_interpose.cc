@@ -24,8 +24,11 @@
 //   - the rank's send buffer holds at least SPCCL_MIN_COMPRESS_COUNT elements
 //     (allreduce: count; alltoall: floats per peer * ranks; allgather: floats
 //     sent), and one block is at most INT_MAX floats;
-//   - send and receive buffers are not the same address (without MPI_IN_PLACE
-//     that is erroneous: MPI reports it, or not, as it would without us);
+//   - allreduce: send and receive buffers are not the same address (with
+//     MPI_FLOAT and without MPI_IN_PLACE that is erroneous: MPI reports it as
+//     it would without us). Not a condition for alltoall and allgather, where
+//     derived types may select disjoint memory of one buffer (MPI_BOTTOM):
+//     an address is this rank's own and must decide nothing;
 //   - the communicator is an intracommunicator of more than one rank;
 //   - no rank initialised MPI with MPI_THREAD_MULTIPLE (spccl communicators are
 //     not for concurrent use) and SPCCL_DISABLE is off;
@@ -79,7 +82,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "intercept_env.h"
@@ -443,39 +448,49 @@ bool decode(MPI_Datatype t, Decoded* d) {
   return true;
 }
 
-constexpr int kMaxTypeDepth = 64;
-
 // Whether t's type signature is a sequence of MPI_FLOAT (possibly empty).
-bool floatSignature(MPI_Datatype t, int depth = 0) {
+// No depth limit: any limit could decide differently on two ranks that
+// spell one signature differently (a hang). `seen` memoises the subtypes of
+// one query (a struct of the same type twice would otherwise be decoded
+// once per occurrence: time linear in the signature's length); their
+// handles stay valid while the queried type holds them.
+bool floatSignature(MPI_Datatype t, std::unordered_map<MPI_Datatype, bool>* seen) {
   if (t == MPI_FLOAT) return true;
+  if (const auto it = seen->find(t); it != seen->end()) return it->second;
   MPI_Count size = 0;
-  if (t == MPI_DATATYPE_NULL || depth > kMaxTypeDepth || PMPI_Type_size_x(t, &size) != MPI_SUCCESS) return false;
-  if (size == 0) return true;  // empty signature: adds nothing, whatever its base types
+  if (t == MPI_DATATYPE_NULL || PMPI_Type_size_x(t, &size) != MPI_SUCCESS) return false;
+  bool all = true;
   Decoded d;
-  if (!decode(t, &d)) return false;  // predefined, not MPI_FLOAT
-  switch (d.combiner) {
-    case MPI_COMBINER_DUP:
-    case MPI_COMBINER_CONTIGUOUS:
-    case MPI_COMBINER_VECTOR:
-    case MPI_COMBINER_HVECTOR:
-    case MPI_COMBINER_INDEXED:
-    case MPI_COMBINER_HINDEXED:
-    case MPI_COMBINER_INDEXED_BLOCK:
-    case MPI_COMBINER_HINDEXED_BLOCK:
-    case MPI_COMBINER_STRUCT:
-    case MPI_COMBINER_SUBARRAY:
-    case MPI_COMBINER_DARRAY:
-    case MPI_COMBINER_RESIZED:
-      break;
-    default:
-      return false;  // Fortran parameterised types and the like: not MPI_FLOAT
+  if (size == 0) {
+    all = true;  // empty signature: adds nothing, whatever its base types
+  } else if (!decode(t, &d)) {
+    all = false;  // predefined, not MPI_FLOAT
+  } else {
+    switch (d.combiner) {
+      case MPI_COMBINER_DUP:
+      case MPI_COMBINER_CONTIGUOUS:
+      case MPI_COMBINER_VECTOR:
+      case MPI_COMBINER_HVECTOR:
+      case MPI_COMBINER_INDEXED:
+      case MPI_COMBINER_HINDEXED:
+      case MPI_COMBINER_INDEXED_BLOCK:
+      case MPI_COMBINER_HINDEXED_BLOCK:
+      case MPI_COMBINER_STRUCT:
+      case MPI_COMBINER_SUBARRAY:
+      case MPI_COMBINER_DARRAY:
+      case MPI_COMBINER_RESIZED:
+        break;
+      default:
+        all = false;  // Fortran parameterised types and the like: not MPI_FLOAT
+    }
+    for (size_t i = 0; all && i < d.types.size(); ++i) {
+      // A struct's block of length 0 adds nothing to the signature (ints: count, then the lengths).
+      if (d.combiner == MPI_COMBINER_STRUCT && i + 1 < d.ints.size() && d.ints[i + 1] == 0) continue;
+      all = floatSignature(d.types[i], seen);
+    }
   }
-  for (size_t i = 0; i < d.types.size(); ++i) {
-    // A struct's block of length 0 adds nothing to the signature (ints: count, then the lengths).
-    if (d.combiner == MPI_COMBINER_STRUCT && i + 1 < d.ints.size() && d.ints[i + 1] == 0) continue;
-    if (!floatSignature(d.types[i], depth + 1)) return false;
-  }
-  return true;
+  (*seen)[t] = all;
+  return all;
 }
 
 // Floats in `count` items of `type`: the same on every rank of a correct
@@ -484,7 +499,8 @@ long long floatCount(int count, MPI_Datatype type) {
   if (count < 0) return -1;
   if (type == MPI_FLOAT) return count;
   MPI_Count size = 0;
-  if (!floatSignature(type) || PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size < 0) return -1;
+  std::unordered_map<MPI_Datatype, bool> seen;
+  if (!floatSignature(type, &seen) || PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size < 0) return -1;
   const long long perItem = static_cast<long long>(size) / static_cast<long long>(sizeof(float));
   if (count > 0 && perItem > LLONG_MAX / count) return -1;
   return perItem * count;
@@ -497,9 +513,27 @@ long long floatCount(int count, MPI_Datatype type) {
 bool plainFloats(MPI_Datatype t, int depth = 0) {
   if (t == MPI_FLOAT) return true;
   Decoded d;
-  if (depth > kMaxTypeDepth || !decode(t, &d)) return false;
+  // Past 64 levels: staged (this rank's own choice; the result is the same).
+  if (depth > 64 || !decode(t, &d)) return false;
   if (d.combiner != MPI_COMBINER_DUP && d.combiner != MPI_COMBINER_CONTIGUOUS) return false;
   return d.types.size() == 1 && plainFloats(d.types[0], depth + 1);
+}
+
+// A temporary of n floats for a layout that is not contiguous floats; null
+// when memory is short.
+float* temporary(std::unique_ptr<float[]>* owner, size_t n) {
+  owner->reset(new (std::nothrow) float[n]);
+  return owner->get();
+}
+
+// No memory for a temporary: MPI_ERR_NO_MEM on the communicator's error
+// handler (fatal by default: the job stops, as when MPI itself runs out),
+// rather than an exception through MPI's C interface.
+int noMemory(Coll c, MPI_Comm comm, size_t floats) {
+  logLine(kWarn, "%s: no memory for a %zu-byte contiguous copy of this rank's data", kCollNames[c],
+          floats * sizeof(float));
+  PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+  return MPI_ERR_NO_MEM;
 }
 
 // Copies `blocks` blocks, from block `first`, between a typed buffer (block b:
@@ -628,7 +662,7 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int
   PMPI_Comm_size(comm, &size);  // an invalid comm fails here and again, properly reported, in PMPI below
   // Floats per peer, from the type signatures (the same on every rank).
   const long long n = floatCount(recvcount, recvtype);
-  const bool eligible = n > 0 && n <= INT_MAX && sendbuf != recvbuf &&
+  const bool eligible = n > 0 && n <= INT_MAX &&
                         (inPlace || floatCount(sendcount, sendtype) == n) &&
                         static_cast<unsigned long long>(n) * static_cast<unsigned long long>(size) >= state().minCount;
   spcclComm_t sc = eligible ? commFor(comm) : nullptr;
@@ -640,14 +674,12 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int
   int staged = MPI_SUCCESS;
   float* recv = static_cast<float*>(recvbuf);
   if (!plainFloats(recvtype)) {
-    recvTmp.reset(new float[total]);
-    recv = recvTmp.get();
+    if ((recv = temporary(&recvTmp, total)) == nullptr) return noMemory(kAlltoall, comm, total);
     if (inPlace) staged = stageFloats(true, recvbuf, recvcount, recvtype, 0, size, recv, floats);
   }
   const void* send = inPlace ? recv : sendbuf;
   if (!inPlace && !plainFloats(sendtype)) {
-    sendTmp.reset(new float[total]);
-    send = sendTmp.get();
+    if ((send = temporary(&sendTmp, total)) == nullptr) return noMemory(kAlltoall, comm, total);
     staged = stageFloats(true, sendbuf, sendcount, sendtype, 0, size, sendTmp.get(), floats);
   }
   int rc = runSpccl(
@@ -670,7 +702,7 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   const bool inPlace = sendbuf == MPI_IN_PLACE;
   // Floats per rank, from the type signatures (the same on every rank).
   const long long n = floatCount(recvcount, recvtype);
-  const bool eligible = n > 0 && n <= INT_MAX && sendbuf != recvbuf &&
+  const bool eligible = n > 0 && n <= INT_MAX &&
                         (inPlace || floatCount(sendcount, sendtype) == n) &&
                         static_cast<unsigned long long>(n) >= state().minCount;
   spcclComm_t sc = eligible ? commFor(comm) : nullptr;
@@ -684,15 +716,15 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   int staged = MPI_SUCCESS;
   float* recv = static_cast<float*>(recvbuf);
   if (!plainFloats(recvtype)) {
-    recvTmp.reset(new float[static_cast<size_t>(n) * static_cast<size_t>(size)]);
-    recv = recvTmp.get();
+    const size_t total = static_cast<size_t>(n) * static_cast<size_t>(size);
+    if ((recv = temporary(&recvTmp, total)) == nullptr) return noMemory(kAllgather, comm, total);
     if (inPlace) staged = stageFloats(true, recvbuf, recvcount, recvtype, rank, 1, recv, floats);
   }
   // In place: this rank's block already sits at its slot, as spcclAllGather expects.
   const void* send = inPlace ? recv + static_cast<size_t>(rank) * static_cast<size_t>(n) : sendbuf;
   if (!inPlace && !plainFloats(sendtype)) {
-    sendTmp.reset(new float[static_cast<size_t>(n)]);
-    send = sendTmp.get();
+    if ((send = temporary(&sendTmp, static_cast<size_t>(n))) == nullptr)
+      return noMemory(kAllgather, comm, static_cast<size_t>(n));
     staged = stageFloats(true, sendbuf, sendcount, sendtype, 0, 1, sendTmp.get(), floats);
   }
   int rc = runSpccl(

@@ -3,17 +3,24 @@
  * libspccl_mpi.so that collectives_check.c does not reach; run_edge.sh runs it
  * under the interposer.
  *
- * usage: edge_check types [nocheck] | attr | alias
+ * usage: edge_check types [nocheck] | samebuf | attr | alias
  *   types:  MPI_Alltoall and MPI_Allgather where the ranks spell the same type
  *           signature (N floats per block) with different datatypes in the same
  *           call: MPI_FLOAT x N, MPI_Type_contiguous(N, MPI_FLOAT) x 1, a strided
  *           vector of N floats x 1, an indexed type holding N floats in permuted
- *           order x 1, MPI_Type_dup(MPI_FLOAT) x N; send and receive types differ
+ *           order x 1, MPI_Type_dup(MPI_FLOAT) x N, 70 nested contiguous types over
+           MPI_Type_contiguous(N, MPI_FLOAT) x 1 (deeper than any fixed limit
+           should reach); send and receive types differ
  *           too, and half the calls are MPI_IN_PLACE. Legal MPI: every rank must
  *           take the same path (no hang), and at density 1 every result must be
- *           exactly MPI's, gaps of the strided layout untouched. 10 calls of each
+ *           exactly MPI's, gaps of the strided layout untouched. 12 calls of each
  *           collective per rank. nocheck: values not checked (compressed
  *           densities), only that every call returns.
+ *   samebuf: rank 0 passes one buffer as both send and receive buffer (not
+ *           MPI_IN_PLACE), with datatypes that select disjoint floats of it (even
+ *           positions sent, odd ones received): legal MPI. The others pass plain
+ *           buffers and MPI_FLOAT. Every rank must take the same path and every
+ *           result must be MPI's, rank 0's sent floats untouched.
  *   attr:   a keyval with copy and delete callbacks, set on a duplicate of
  *           MPI_COMM_WORLD and on MPI_COMM_WORLD; three MPI_Allreduce of N floats
  *           (two on WORLD) and an MPI_Comm_free: the copy callback must never
@@ -30,7 +37,8 @@
 #include <string.h>
 
 #define N 65536 /* floats per block: >= 65536 for allgather, and for alltoall on 2+ ranks */
-#define VARIANTS 5
+#define VARIANTS 6
+#define DEPTH 70 /* variant 5's nesting */
 #define SENTINEL (-7.0f)
 
 static int rank, ranks, failures;
@@ -63,6 +71,16 @@ static void makeLayouts(void) {
   layouts[3].count = 1, layouts[3].stride = N;
   MPI_Type_dup(MPI_FLOAT, &layouts[4].type);
   layouts[4].count = N, layouts[4].stride = N;
+  MPI_Datatype deep;
+  MPI_Type_contiguous(N, MPI_FLOAT, &deep);
+  for (int d = 0; d < DEPTH; ++d) {
+    MPI_Datatype outer;
+    MPI_Type_contiguous(1, deep, &outer);
+    MPI_Type_free(&deep);
+    deep = outer;
+  }
+  layouts[5].type = deep;
+  layouts[5].count = 1, layouts[5].stride = N;
   for (int v = 1; v < VARIANTS; ++v) MPI_Type_commit(&layouts[v].type);
 }
 
@@ -150,6 +168,64 @@ static void types(int checkValues) {
   for (int v = 1; v < VARIANTS; ++v) MPI_Type_free(&layouts[v].type);
 }
 
+/* Rank 0: even floats of each 2N-float block sent, odd ones received, one buffer. */
+static void samebuf(void) {
+  MPI_Datatype vec, even, odd, shifted;
+  MPI_Type_vector(N, 1, 2, MPI_FLOAT, &vec);
+  MPI_Type_create_resized(vec, 0, (MPI_Aint)(2 * N * sizeof(float)), &even);
+  const int one = 1;
+  const MPI_Aint at = sizeof(float);
+  MPI_Type_create_hindexed(1, &one, &at, vec, &shifted);
+  MPI_Type_create_resized(shifted, 0, (MPI_Aint)(2 * N * sizeof(float)), &odd);
+  MPI_Type_commit(&even);
+  MPI_Type_commit(&odd);
+  for (int coll = 0; coll < 2; ++coll) {
+    const int alltoall = coll == 0, blocks = ranks;
+    float* buf = malloc(sizeof(float) * 2 * N * (size_t)blocks);
+    float* plainSend = malloc(sizeof(float) * N * (size_t)blocks);
+    float* plainRecv = malloc(sizeof(float) * N * (size_t)blocks);
+    for (int b = 0; b < blocks; ++b)
+      for (size_t j = 0; j < N; ++j) {
+        const float v = value(rank, alltoall ? b : 0, j);
+        buf[(size_t)b * 2 * N + 2 * j] = v;  /* sent */
+        buf[(size_t)b * 2 * N + 2 * j + 1] = SENTINEL;
+        plainSend[(size_t)b * N + j] = v;
+      }
+    int rc;
+    if (rank == 0) {
+      rc = alltoall ? MPI_Alltoall(buf, 1, even, buf, 1, odd, MPI_COMM_WORLD)
+                    : MPI_Allgather(buf, 1, even, buf, 1, odd, MPI_COMM_WORLD);
+    } else {
+      rc = alltoall ? MPI_Alltoall(plainSend, N, MPI_FLOAT, plainRecv, N, MPI_FLOAT, MPI_COMM_WORLD)
+                    : MPI_Allgather(plainSend, N, MPI_FLOAT, plainRecv, N, MPI_FLOAT, MPI_COMM_WORLD);
+    }
+    if (rc != MPI_SUCCESS) fail(alltoall ? "samebuf alltoall returned an error" : "samebuf allgather returned an error");
+    size_t wrong = 0;
+    for (int b = 0; b < blocks; ++b)
+      for (size_t j = 0; j < N; ++j) {
+        const float want = value(b, alltoall ? rank : 0, j);
+        if (rank == 0) {
+          if (buf[(size_t)b * 2 * N + 2 * j + 1] != want) ++wrong;
+          if (buf[(size_t)b * 2 * N + 2 * j] != value(rank, alltoall ? b : 0, j)) ++wrong;
+        } else if (plainRecv[(size_t)b * N + j] != want) {
+          ++wrong;
+        }
+      }
+    if (wrong) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "samebuf %s: %zu floats wrong", alltoall ? "alltoall" : "allgather", wrong);
+      fail(msg);
+    }
+    free(buf);
+    free(plainSend);
+    free(plainRecv);
+  }
+  MPI_Type_free(&vec);
+  MPI_Type_free(&shifted);
+  MPI_Type_free(&even);
+  MPI_Type_free(&odd);
+}
+
 static int copies, deletes;
 static int copyFn(MPI_Comm c, int kv, void* extra, void* in, void* out, int* flag) {
   (void)c, (void)kv, (void)extra;
@@ -213,12 +289,14 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "types") == 0) {
     types(!(argc > 2 && strcmp(argv[2], "nocheck") == 0));
+  } else if (strcmp(mode, "samebuf") == 0) {
+    samebuf();
   } else if (strcmp(mode, "attr") == 0) {
     attr();
   } else if (strcmp(mode, "alias") == 0) {
     alias();
   } else {
-    if (rank == 0) fprintf(stderr, "usage: edge_check types [nocheck] | attr | alias\n");
+    if (rank == 0) fprintf(stderr, "usage: edge_check types [nocheck] | samebuf | attr | alias\n");
     MPI_Finalize();
     return 2;
   }

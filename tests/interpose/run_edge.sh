@@ -5,6 +5,7 @@
 #      result MPI's, every call handed to spccl (finalize report)
 #   2. as 1, compressed densities                                          -> no hang, every call handed
 #   3. the program's attribute callbacks, SPCCL_INTERCEPT=allreduce         -> copy never, delete once
+#  3b. one buffer as send and receive buffer on rank 0, disjoint types     -> no hang, MPI's results, handed
 #   4. MPI_Allreduce(a, a, ...) without MPI_IN_PLACE                       -> MPI's error code
 #   5. last rank: no SPCCL_INTERCEPT, invalid SPCCL_MIN_COMPRESS_COUNT     -> rank 0 warns, everything exact
 #   6. last rank: SPCCL_DISABLE=1                                          -> warned naming SPCCL_DISABLE, exact
@@ -47,17 +48,22 @@ last=$((NP - 1))  # the rank that differs (MPMD: -np LAST ... : -np 1 ...)
 
 expect_ok "1 mixed datatypes, densities 1" -np "$NP" env LD_PRELOAD="$PRELOAD" SPCCL_INTERCEPT=all SPCCL_DEBUG=INFO \
   "$EDGE" types
-handed alltoall 10
-handed allgather 10
+handed alltoall 12
+handed allgather 12
 
 expect_ok "2 mixed datatypes, compressed" -np "$NP" env LD_PRELOAD="$PRELOAD" SPCCL_INTERCEPT=all SPCCL_DEBUG=INFO \
   "${DENSITIES[@]}" "$EDGE" types nocheck
-handed alltoall 10
-handed allgather 10
+handed alltoall 12
+handed allgather 12
 
 expect_ok "3 attribute callbacks" -np "$NP" env LD_PRELOAD="$PRELOAD" SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO \
   "$EDGE" attr
 handed allreduce 3
+
+expect_ok "3b one buffer, disjoint datatypes" -np "$NP" env LD_PRELOAD="$PRELOAD" SPCCL_INTERCEPT=all SPCCL_DEBUG=INFO \
+  "$EDGE" samebuf
+handed alltoall 1
+handed allgather 1
 
 expect_ok "4 aliased buffers" -np "$NP" env LD_PRELOAD="$PRELOAD" SPCCL_INTERCEPT=all "$EDGE" alias
 
