@@ -193,6 +193,11 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
       if (!comma) break;
       item = comma + 1;
     }
+    // A list's first choice means none (SPCCL_INTERCEPT=off): it stands alone.
+    if ((listed & 1u) != 0 && listed != 1u)
+      return invalidArgument(formatString("%s %s='%s' is invalid: '%.*s' cannot be listed with other choices", where,
+                                          spec.name, text, static_cast<int>(std::strcspn(spec.choices, "|")),
+                                          spec.choices));
     *number = listed;
     return Status::ok();
   }

@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
 
   for (size_t mi : opt.sizesMi) {
     const size_t n = mi << 20;
-    const uint64_t k = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(opt.density * double(n))));
+    const uint64_t k = std::max<uint64_t>(1, core::densityCount(static_cast<float>(opt.density), n));  // the library's k
     const uint64_t capacity = std::min<uint64_t>(n, 4 * k);
     std::printf("# n = %zu floats (%zu Mi), k = %llu\n", n, mi, static_cast<unsigned long long>(k));
     std::fflush(stdout);
