@@ -396,9 +396,13 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
   // Rows calls carry in streamBytes what every rank must share: the
   // forward's entries kept per row, the backward's forward call.
   const uint8_t collective = ref.op & static_cast<uint8_t>(~kOtherCollective);
-  const bool rowsForward = (ref.op & kOtherCollective) && collective == static_cast<uint8_t>(Collective::kAlltoAllRows);
-  const bool rowsBackward =
-      (ref.op & kOtherCollective) && collective == static_cast<uint8_t>(Collective::kAlltoAllRowsBackward);
+  const char* const agreedStreamBytes =
+      !(ref.op & kOtherCollective) ? nullptr
+      : collective == static_cast<uint8_t>(Collective::kAlltoAllRows)
+          ? "entries kept per row (another density?)"
+      : collective == static_cast<uint8_t>(Collective::kAlltoAllRowsBackward)
+          ? "forward call (sequence number) of its selection (another forward's selection?)"
+          : nullptr;
   for (int r = 0; r < ranks; ++r) {
     const CallDescriptor& d = all[r];
     const char* field = nullptr;
@@ -414,11 +418,8 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
                                    want = ref.flags;
     else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
     else if (autoMarker && d.nnz != ref.nnz) field = "auto trial call", got = d.nnz, want = ref.nnz;
-    else if (rowsForward && d.streamBytes != ref.streamBytes)
-      field = "entries kept per row (another density?)", got = d.streamBytes, want = ref.streamBytes;
-    else if (rowsBackward && d.streamBytes != ref.streamBytes)
-      field = "forward call (sequence number) of its selection (another forward's selection?)", got = d.streamBytes,
-      want = ref.streamBytes;
+    else if (agreedStreamBytes && d.streamBytes != ref.streamBytes)
+      field = agreedStreamBytes, got = d.streamBytes, want = ref.streamBytes;
     else if (!nnzIsShape && !autoMarker && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
     else if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0)
       return invalidUsage(formatString("mismatched collective call across ranks: rank %d has density %g, rank 0 "
