@@ -68,16 +68,6 @@ namespace gpu {
 
 namespace {
 
-cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
-  cuda::CallRecordHeader h{};
-  static_assert(sizeof(d) == sizeof(h.descriptor));
-  std::memcpy(h.descriptor, &d, sizeof d);
-  h.capacity = capacity;
-  h.slots = slots;
-  h.estimated = estimated ? 1u : 0u;
-  return h;
-}
-
 Status initCompressor(spcclCompressor* c) {
   DeviceCompressorState& s = *c->device;
   if (s.initialised) return Status::ok();
@@ -189,8 +179,6 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   // still counts, so both paths keep the same schedule after one.
   if (sparse) ++c->callIndex;
   bool selectNow = sparse;
-  std::vector<CallDescriptor>& all = c->comm->descriptors;  // the communicator's per-call scratch
-  all.resize(static_cast<size_t>(p));
   for (int round = 0;; ++round) {
     if (round == 4) return internalError("compressed allreduce: the selection did not settle in 4 rounds");
     if (estimateNow) {
@@ -213,16 +201,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
                                      cudaMemcpyDeviceToHost, stream));
     SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-    uint32_t carried = 0;
-    for (int r = 0; r < p; ++r) {
-      std::memcpy(&all[r], host[r].descriptor, sizeof(CallDescriptor));
-      all[r].nnz = host[r].counts.selected;
-      carried |= host[r].asyncErrors;
-    }
-    // Same records on every rank: the same verdict everywhere. An earlier
-    // call's failure first: it happened first.
-    SPCCL_RETURN_IF_ERROR(asyncErrorAfterExchange(&comm, carried));
-    SPCCL_RETURN_IF_ERROR(checkDescriptors(all.data(), p, mine));
+    SPCCL_RETURN_IF_ERROR(checkCallRecords(&comm, host, mine, /*selectedAsNnz=*/true));
     bool anyRetry = false;
     for (int r = 0; r < p; ++r) {
       const cuda::CallRecord& rec = host[r];

@@ -22,6 +22,21 @@
 
 namespace spccl {
 
+Status checkCallRecords(spcclComm* comm, const cuda::CallRecord* records, const CallDescriptor& mine,
+                        bool selectedAsNnz) {
+  const int p = comm->ranks;
+  std::vector<CallDescriptor>& all = comm->descriptors;  // the communicator's per-call scratch
+  all.resize(static_cast<size_t>(p));
+  uint32_t carried = 0;
+  for (int r = 0; r < p; ++r) {
+    std::memcpy(&all[r], records[r].descriptor, sizeof(CallDescriptor));
+    if (selectedAsNnz) all[r].nnz = records[r].counts.selected;
+    carried |= records[r].asyncErrors;
+  }
+  SPCCL_RETURN_IF_ERROR(gpu::asyncErrorAfterExchange(comm, carried));
+  return checkDescriptors(all.data(), p, mine);
+}
+
 Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream) {
   DeviceCommState& d = *comm->device;
   NcclTransport& t = transportOf(comm);
@@ -33,25 +48,13 @@ Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t s
   auto* dev = d.callRecords.get<cuda::CallRecord>();
   // The compressed allreduce's record, counts zero: the descriptor (a kernel
   // parameter) and this rank's pending asynchronous errors.
-  cuda::CallRecordHeader header{};
-  static_assert(sizeof mine == sizeof header.descriptor);
-  std::memcpy(header.descriptor, &mine, sizeof mine);
   SPCCL_CUDA_CHECK(cudaMemsetAsync(dev + me, 0, sizeof(cuda::CallRecord), stream));
-  SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(dev + me, header, nullptr, d.pendingDevice, stream));
+  SPCCL_RETURN_IF_ERROR(
+      cuda::writeCallRecordHeader(dev + me, headerFor(mine, 0, 0, false), nullptr, d.pendingDevice, stream));
   SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(cuda::CallRecord), dev));
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<CallDescriptor>& all = comm->descriptors;  // the communicator's per-call scratch
-  all.resize(static_cast<size_t>(p));
-  uint32_t carried = 0;
-  for (int r = 0; r < p; ++r) {
-    std::memcpy(&all[r], host[r].descriptor, sizeof(CallDescriptor));
-    carried |= host[r].asyncErrors;
-  }
-  // Same records on every rank: the same verdict everywhere, an earlier
-  // call's failure first.
-  SPCCL_RETURN_IF_ERROR(gpu::asyncErrorAfterExchange(comm, carried));
-  return checkDescriptors(all.data(), p, mine);
+  return checkCallRecords(comm, host, mine, /*selectedAsNnz=*/false);
 }
 
 namespace gpu {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -159,6 +160,25 @@ struct DeviceCommState {
 };
 
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
+
+// The record of a call with descriptor d (cuda::CallRecord's header).
+inline cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
+  cuda::CallRecordHeader h{};
+  static_assert(sizeof(d) == sizeof(h.descriptor));
+  std::memcpy(h.descriptor, &d, sizeof d);
+  h.capacity = capacity;
+  h.slots = slots;
+  h.estimated = estimated ? 1u : 0u;
+  return h;
+}
+
+// The verdict on every rank's call record, back on the host (the same
+// records on every rank: the same verdict everywhere): an earlier call's
+// asynchronous error first (it happened first), then the call check. Fills
+// comm->descriptors from the records, nnz from the selection counts where
+// selectedAsNnz (the compressed allreduce).
+Status checkCallRecords(spcclComm* comm, const cuda::CallRecord* records, const CallDescriptor& mine,
+                        bool selectedAsNnz);
 
 // The descriptor allgather and check of the host path (agreeOnCall), over
 // NCCL on the caller's stream, as a call record (cuda::CallRecord, the

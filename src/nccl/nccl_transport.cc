@@ -64,19 +64,17 @@ bool notCapturing(cudaStream_t s) {
 Status NcclTransport::beginCall(cudaStream_t s) {
   // Also on the same stream (redundant there, and cheap): a handle equal to
   // the last one may be a new stream that took a destroyed one's handle.
-  if (lastCallRecorded_ && notCapturing(s))
-    SPCCL_CUDA_CHECK(cudaStreamWaitEvent(s, lastCallEnd_, 0));
   stream_ = s;
+  capturing_ = !notCapturing(s);  // asked once per call: a call neither begins nor ends a capture
+  if (lastCallRecorded_ && !capturing_) SPCCL_CUDA_CHECK(cudaStreamWaitEvent(s, lastCallEnd_, 0));
   return Status::ok();
 }
-
-bool NcclTransport::capturing() const { return !notCapturing(stream_); }
 
 void NcclTransport::endCall() {
   // Recorded while the caller's stream is surely alive (it may destroy it
   // after the call); a failure only drops the ordering, and is cleared.
   lastCallRecorded_ = false;
-  if (!notCapturing(stream_)) return;
+  if (capturing()) return;
   if (lastCallEnd_ == nullptr && cudaEventCreateWithFlags(&lastCallEnd_, cudaEventDisableTiming) != cudaSuccess) {
     lastCallEnd_ = nullptr;
     (void)cudaGetLastError();

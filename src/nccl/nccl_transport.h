@@ -92,7 +92,7 @@ class NcclTransport final : public Transport {
   Status beginCall(cudaStream_t s);
   void endCall();
   // Whether the current call's stream is capturing a CUDA graph.
-  bool capturing() const;
+  bool capturing() const { return capturing_; }
 
   Status allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                         spcclRedOp_t op) override;
@@ -108,6 +108,7 @@ class NcclTransport final : public Transport {
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
   cudaStream_t stream_ = nullptr;
+  bool capturing_ = false;  // stream_ is capturing a graph (asked in beginCall)
   cudaEvent_t lastCallEnd_ = nullptr;  // recorded at the end of the last call not in a capture
   bool lastCallRecorded_ = false;
   void* scratch_ = nullptr;  // in-place alltoall: a copy of the send blocks
