@@ -557,6 +557,17 @@ int stageFloats(bool toFlat, const void* typed, int count, MPI_Datatype type, in
   return rc;
 }
 
+// After the call (rc): the `size` blocks received into the temporary `flat`
+// (null: received in place) copied into this rank's layout of recvbuf; a
+// failed copy goes to the communicator's error handler.
+int unstage(int rc, MPI_Comm comm, float* flat, void* recvbuf, int recvcount, MPI_Datatype recvtype, int size,
+            int floats) {
+  if (rc != MPI_SUCCESS || flat == nullptr) return rc;
+  rc = stageFloats(false, recvbuf, recvcount, recvtype, 0, size, flat, floats);
+  if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
+  return rc;
+}
+
 void reportAtFinalize() {
   State& s = state();
   unsigned long long mine[kNumColls * kNumCounters], all[kNumColls * kNumCounters];
@@ -682,14 +693,10 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int
     if ((send = temporary(&sendTmp, total)) == nullptr) return noMemory(kAlltoall, comm, total);
     staged = stageFloats(true, sendbuf, sendcount, sendtype, 0, size, sendTmp.get(), floats);
   }
-  int rc = runSpccl(
+  const int rc = runSpccl(
       kAlltoall, sc, comm, [&] { return spcclAlltoAll(send, recv, static_cast<size_t>(n), spcclFloat, sc, nullptr); },
       staged);
-  if (rc == MPI_SUCCESS && recvTmp) {
-    rc = stageFloats(false, recvbuf, recvcount, recvtype, 0, size, recv, floats);
-    if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
-  }
-  return rc;
+  return unstage(rc, comm, recvTmp.get(), recvbuf, recvcount, recvtype, size, floats);
 }
 
 __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -727,14 +734,10 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
       return noMemory(kAllgather, comm, static_cast<size_t>(n));
     staged = stageFloats(true, sendbuf, sendcount, sendtype, 0, 1, sendTmp.get(), floats);
   }
-  int rc = runSpccl(
+  const int rc = runSpccl(
       kAllgather, sc, comm, [&] { return spcclAllGather(send, recv, static_cast<size_t>(n), spcclFloat, sc, nullptr); },
       staged);
-  if (rc == MPI_SUCCESS && recvTmp) {
-    rc = stageFloats(false, recvbuf, recvcount, recvtype, 0, size, recv, floats);
-    if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
-  }
-  return rc;
+  return unstage(rc, comm, recvTmp.get(), recvbuf, recvcount, recvtype, size, floats);
 }
 
 }  // extern "C"
