@@ -17,8 +17,10 @@ extern "C" {
 #endif
 
 /*
- * Collective over mpiComm. Duplicates the communicator (spccl traffic never
- * matches the application's messages) and sets MPI_ERRORS_RETURN on the copy,
+ * Collective over mpiComm. Works on a private copy of the communicator (same
+ * group and order, made with MPI_Comm_split so the program's attributes and
+ * their callbacks are not copied; spccl traffic never matches the
+ * application's messages) and sets MPI_ERRORS_RETURN on the copy,
  * so MPI failures come back as result codes. Reads and validates the SPCCL_*
  * environment: an invalid value fails here with a message naming the variable.
  */
