@@ -228,7 +228,8 @@ SPCCL_API spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size
  * Drop-in allgather, NCCL's semantics (in place when
  * sendbuff == recvbuff + rank*sendcount). Exact by default. With
  * SPCCL_ALLGATHER_DENSITY < 1, fp32/fp16/bf16 blocks are sparsified by each
- * rank's own top-k (k = ceil(density*sendcount)) before gathering; the output
+ * rank's own top-k (k = ceil(density*sendcount), the density read as the
+ * decimal it was written as: docs/ALGORITHMS.md) before gathering; the output
  * holds zeros elsewhere. No error feedback: an allgather is not a reduction.
  */
 SPCCL_API spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -237,10 +238,11 @@ SPCCL_API spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, siz
 /*
  * DCT-MP forward: sendbuff holds P blocks of rowsPerPeer rows of rowLen
  * elements, block j for rank j. Every row keeps its max(1, ceil(density*rowLen))
- * entries of largest magnitude (ties: lower index first; NaN/Inf always kept,
- * even beyond that number). recvbuff receives P blocks of dense rows with zeros
- * at the dropped positions. *selection (created here; NULL selection pointer =
- * not kept) remembers the kept positions of every sent and received row for
+ * entries (counted as the allgather's k) of largest magnitude (ties: lower
+ * index first; NaN/Inf always kept, even beyond that number). recvbuff
+ * receives P blocks of dense rows with zeros at the dropped positions.
+ * *selection (created here; NULL selection pointer = not kept) remembers the
+ * kept positions of every sent and received row for
  * spcclAlltoAllRowsBackward. fp32, fp16 and bf16 only.
  */
 SPCCL_API spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff,
