@@ -38,6 +38,28 @@ struct Workspace {
   std::vector<uint64_t> reselectKeys;
   std::vector<StreamView> views;  // received streams, parsed, for reduceStreams
   std::vector<PairCursor> cursors;
+  std::vector<IndexEncoding> encodings;  // split stage 1: one per owner
+  // The row-sparse allreduce's id/row lists (collectives/rowsparse_allreduce.cc),
+  // in its accumulation type.
+  template <typename Acc>
+  struct IdRows {
+    std::vector<int64_t> ids;
+    std::vector<Acc> rows;
+    void clear() {
+      ids.clear();
+      rows.clear();
+    }
+  };
+  template <typename Acc>
+  struct RowSparseLists {
+    IdRows<Acc> mine, owned, result;
+    std::vector<IdRows<Acc>> parts;  // partition stage 1: one per owner
+    std::vector<Acc> rowBuf;
+  };
+  RowSparseLists<float> rowSparse32;
+  RowSparseLists<double> rowSparse64;
+  std::vector<IdRowsView> idRowsViews;
+  std::vector<uint64_t> heads;  // a merge's position in each stream
 };
 
 // This rank's selected entries: sorted global indices and wire-typed values.

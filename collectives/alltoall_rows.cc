@@ -115,7 +115,7 @@ void gatherRow(const void* row, const uint32_t* positions, uint32_t n, void* out
 // rowLen from `buf`, its kept positions appended to sel->sentPositions and
 // their values, staged, to *values, read while the row is in the cache.
 template <typename Buf, typename Staged>
-void selectRows(const void* buf, size_t rowLen, uint32_t keep, spcclDataType_t type, spcclSelection* sel,
+void selectRows(const void* buf, size_t rowLen, uint32_t keep, spcclDataType_t type, RowsPositions* sel,
                 std::vector<unsigned char>* values, uint64_t* scratch) {
   using BufRaw = typename Buf::Raw;
   using StagedRaw = typename Staged::Raw;
@@ -217,8 +217,9 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
                                     &comm.descriptors));
 
   // Select every row, block by block; positions and counts go to the selection.
-  spcclSelection local;
-  spcclSelection& s = sel ? *sel : local;
+  const std::shared_ptr<RowsPositions> held = comm.freeRowsPositions();
+  if (sel) sel->host = held;
+  RowsPositions& s = *held;
   s.sentCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
   const core::ValueType staged = stagedType(wire);
   std::vector<unsigned char>& values = ws.stageBytes;  // kept values, staged, in sentPositions order
@@ -320,6 +321,7 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
 
 Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& s,
                   spcclStats_t* call) {
+  const RowsPositions& pos = *s.host;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const size_t rowsPerPeer = s.rowsPerPeer, rowLen = s.rowLen, esize = dataTypeSize(s.dataType);
@@ -343,8 +345,8 @@ Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gra
   for (int j = 0; j < p; ++j) {
     uint64_t in = 0, out = 0;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
-      in += s.recvCounts[j * rowsPerPeer + r];
-      out += s.sentCounts[j * rowsPerPeer + r];
+      in += pos.recvCounts[j * rowsPerPeer + r];
+      out += pos.sentCounts[j * rowsPerPeer + r];
     }
     ws.cuts[j + 1] = ws.cuts[j] + in;
     ws.nnzPerRank[j + 1] = ws.nnzPerRank[j] + out;
@@ -360,8 +362,8 @@ Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gra
   withBufferFormat(s.dataType, [&](auto buf) {
     withWireFormat(staged, [&](auto st) {
       if constexpr (!std::is_same_v<decltype(st), Fp8>)
-        gatherKept<decltype(buf), decltype(st)>(gradSend, rowLen, s.recvCounts.size(), s.recvCounts.data(),
-                                                s.recvPositions.data(), values.data());
+        gatherKept<decltype(buf), decltype(st)>(gradSend, rowLen, pos.recvCounts.size(), pos.recvCounts.data(),
+                                                pos.recvPositions.data(), values.data());
     });
   });
   for (int j = 0; j < p; ++j) {
@@ -385,8 +387,8 @@ Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gra
       return parsed;
     }
     void* block = static_cast<char*>(gradRecv) + j * blockElems * esize;
-    scatterKept(vals, s.wire, scaleExp, s.dataType, rowLen, rowsPerPeer, s.sentCounts.data() + j * rowsPerPeer,
-                s.sentPositions.data() + ws.nnzPerRank[j], block);
+    scatterKept(vals, s.wire, scaleExp, s.dataType, rowLen, rowsPerPeer, pos.sentCounts.data() + j * rowsPerPeer,
+                pos.sentPositions.data() + ws.nnzPerRank[j], block);
   }
   *call = spcclStats_t{};
   call->calls = 1;

@@ -33,16 +33,19 @@ uint32_t ownerOf(int64_t id, int p) {
   return static_cast<uint32_t>(x % static_cast<uint64_t>(p));
 }
 
-// A sorted (ids, rows) list of Acc rows.
+// A sorted (ids, rows) list of Acc rows, and the call's lists: the
+// communicator's, kept between calls (Workspace), so that a steady call
+// allocates nothing.
 template <typename Acc>
-struct IdRows {
-  std::vector<int64_t> ids;
-  std::vector<Acc> rows;
-  void clear() {
-    ids.clear();
-    rows.clear();
-  }
-};
+using IdRows = Workspace::IdRows<Acc>;
+
+template <typename Acc>
+Workspace::RowSparseLists<Acc>& listsOf(Workspace& ws) {
+  if constexpr (sizeof(Acc) == 8)
+    return ws.rowSparse64;
+  else
+    return ws.rowSparse32;
+}
 
 template <typename Acc>
 void loadRow(const void* rows, spcclDataType_t type, size_t row, size_t rowLen, Acc* dst) {
@@ -60,7 +63,10 @@ void mergeLocal(const int64_t* ids, const void* rows, size_t nrows, size_t rowLe
                 std::vector<uint64_t>& order, std::vector<Acc>& rowBuf, IdRows<Acc>* out) {
   order.resize(nrows);
   std::iota(order.begin(), order.end(), uint64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) { return ids[a] < ids[b]; });
+  // Input order among equal ids (the sums' order), without stable_sort's
+  // temporary buffer: the position breaks ties.
+  std::sort(order.begin(), order.end(),
+            [&](uint64_t a, uint64_t b) { return ids[a] < ids[b] || (ids[a] == ids[b] && a < b); });
   out->clear();
   rowBuf.resize(rowLen);
   for (uint64_t i : order) {
@@ -76,9 +82,10 @@ void mergeLocal(const int64_t* ids, const void* rows, size_t nrows, size_t rowLe
 
 // Merges P sorted streams, summing equal ids in rank order into `out`.
 template <typename Acc>
-void mergeStreams(const std::vector<IdRowsView>& views, size_t rowLen, IdRows<Acc>* out) {
+void mergeStreams(const std::vector<IdRowsView>& views, size_t rowLen, std::vector<uint64_t>& head,
+                  IdRows<Acc>* out) {
   const size_t p = views.size();
-  std::vector<uint64_t> head(p, 0);
+  head.assign(p, 0);
   out->clear();
   for (;;) {
     bool any = false;
@@ -125,9 +132,10 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowSparseDescriptor(comm.params.rowSparseAlgorithm, seq, rowLen, type),
                                     &comm.descriptors));
 
-  IdRows<Acc> mine, result;
-  std::vector<Acc> rowBuf;
-  mergeLocal<Acc>(ids, rows, nrows, rowLen, type, comm.ranks64, rowBuf, &mine);
+  Workspace::RowSparseLists<Acc>& lists = listsOf<Acc>(ws);
+  IdRows<Acc>& mine = lists.mine;
+  IdRows<Acc>& result = lists.result;
+  mergeLocal<Acc>(ids, rows, nrows, rowLen, type, comm.ranks64, lists.rowBuf, &mine);
   uint64_t myUnique = mine.ids.size();
   ws.nnzPerRank.resize(p);
   SPCCL_RETURN_IF_ERROR(t.allGather(&myUnique, sizeof myUnique, ws.nnzPerRank.data()));
@@ -138,7 +146,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   const int algo = comm.params.rowSparseAlgorithm != kRowSparseAuto
                        ? comm.params.rowSparseAlgorithm
                        : chooseRowSparseAlgorithm(p, sumUnique, rowLen, vb, comm.rowSparseOverlap);
-  std::vector<IdRowsView> views;
+  std::vector<IdRowsView>& views = ws.idRowsViews;
   if (algo == kRowSparseAllgather) {
     ws.sizes.resize(p);
     for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb);
@@ -150,10 +158,12 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
         t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
     bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
     SPCCL_RETURN_IF_ERROR(parseAll(ws.recvBytes, ws.sizes, ws.offsets, rowLen, vb, seq, &views));
-    mergeStreams<Acc>(views, rowLen, &result);
+    mergeStreams<Acc>(views, rowLen, ws.heads, &result);
   } else {
     // Stage 1: each merged id to its owner, in id order.
-    std::vector<IdRows<Acc>> parts(p);
+    std::vector<IdRows<Acc>>& parts = lists.parts;
+    parts.resize(p);
+    for (IdRows<Acc>& part : parts) part.clear();
     for (size_t i = 0; i < mine.ids.size(); ++i) {
       IdRows<Acc>& part = parts[ownerOf(mine.ids[i], p)];
       part.ids.push_back(mine.ids[i]);
@@ -184,9 +194,10 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     // Stage 2: the owner sums its ids in rank order. An owner that rejects a
     // piece still takes part in stage 3, with a flagged empty stream, so no
     // rank is left waiting.
-    IdRows<Acc> owned;
+    IdRows<Acc>& owned = lists.owned;
+    owned.clear();
     if (local.isOk()) local = parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views);
-    if (local.isOk()) mergeStreams<Acc>(views, rowLen, &owned);
+    if (local.isOk()) mergeStreams<Acc>(views, rowLen, ws.heads, &owned);
     // Stage 3: allgather the owners' results; id sets are disjoint.
     uint64_t ownedBytes = idRowsStreamBytes(owned.ids.size(), rowLen, vb);
     ws.stageBytes.resize(ownedBytes);
@@ -204,7 +215,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
     bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
     SPCCL_RETURN_IF_ERROR(local);
     SPCCL_RETURN_IF_ERROR(parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views));
-    mergeStreams<Acc>(views, rowLen, &result);
+    mergeStreams<Acc>(views, rowLen, ws.heads, &result);
   }
 
   const size_t unionSize = result.ids.size();

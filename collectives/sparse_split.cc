@@ -196,7 +196,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     starts[r] = r == p ? mine.nnz
                        : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) -
                                                mine.indices);
-  std::vector<IndexEncoding> encodings(static_cast<size_t>(p));
+  std::vector<IndexEncoding>& encodings = ws.encodings;
+  encodings.resize(p);
   for (int r = 0; r < p; ++r) {
     encodings[r] = choosePairsEncoding(ctx->indexEncoding, mine.indices + starts[r], starts[r + 1] - starts[r],
                                        begin(r), begin(r + 1), ctx->wire, &ws.sizes[r]);

@@ -154,6 +154,16 @@ struct spcclCompressor {
 };
 
 // Kept positions of one alltoall-rows forward, for its backward.
+namespace spccl {
+// A host rows forward's kept positions, row by row, block by block (peer j's
+// rows are j*rowsPerPeer ...): how many positions each row kept, and the
+// positions. The communicator pools them (spcclComm::freeRowsPositions).
+struct RowsPositions {
+  std::vector<uint32_t> sentCounts, sentPositions;
+  std::vector<uint32_t> recvCounts, recvPositions;
+};
+}  // namespace spccl
+
 struct spcclSelection {
   spcclComm* comm;
   uint64_t commId;
@@ -162,11 +172,10 @@ struct spcclSelection {
   size_t rowsPerPeer = 0, rowLen = 0;
   spcclDataType_t dataType = spcclFloat32;
   spccl::core::ValueType wire = spccl::core::ValueType::kFloat32;
-  // Row by row, block by block (peer j's rows are j*rowsPerPeer ...): how many
-  // positions each row kept, and the positions.
-  std::vector<uint32_t> sentCounts, sentPositions;
-  std::vector<uint32_t> recvCounts, recvPositions;
-  // A forward on an NCCL communicator keeps them on the device instead.
+  // A forward on an MPI communicator keeps its positions here (shared with
+  // the communicator's pool) ...
+  std::shared_ptr<spccl::RowsPositions> host;
+  // ... and one on an NCCL communicator keeps them on the device.
   std::shared_ptr<spccl::DeviceSelectionState> device;
 };
 
@@ -201,6 +210,17 @@ struct spcclComm {
   std::vector<uint32_t> positions;
   std::vector<uint64_t> ranks64;
   std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
+  // Host rows forwards' positions: one no selection holds any more (use
+  // count 1, only this pool) serves the next forward, so a loop of forward,
+  // backward and spcclSelectionDestroy (or forwards that keep no selection)
+  // allocates nothing once warm. Grows to the most selections alive at once.
+  std::vector<std::shared_ptr<spccl::RowsPositions>> rowsPositionsPool;
+  std::shared_ptr<spccl::RowsPositions> freeRowsPositions() {
+    for (const auto& p : rowsPositionsPool)
+      if (p.use_count() == 1) return p;
+    rowsPositionsPool.push_back(std::make_shared<spccl::RowsPositions>());
+    return rowsPositionsPool.back();
+  }
   std::vector<float> accumulator;        // a compressed allreduce's fp32 result for 16-bit user buffers
   std::vector<uint32_t> pairIndices;     // a compressed allreduce's selected pairs: indices
   std::vector<unsigned char> pairValues; // and wire-typed values
