@@ -112,6 +112,7 @@ struct spcclCompressor {
   // this call's trial timing.
   spccl::AutoShape* autoShape = nullptr;
   bool trialTiming = false;      // this call is a trial: select() times what steady state would not pay
+  uint64_t autoExchangeBytes = 0;  // this call's line-up or settling exchange, sent before its own descriptor
   double untimedSeconds = 0;     // that much of this call: tau re-estimation beyond one pass, first allocation
 
   ~spcclCompressor();

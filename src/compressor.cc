@@ -223,6 +223,8 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   mine.flags = kCallAuto;
   std::vector<CallDescriptor>& all = comm->descriptors;
   const Status agreed = agreeOnCall(*comm->transport, mine, &all);
+  // On the wire like the call's own descriptor: its bytes count in this call's bytesSent.
+  if (agreed.isOk()) autoExchangeBytes = static_cast<uint64_t>(ranks - 1) * sizeof(CallDescriptor);
   if (!agreed.isOk()) {
     // Another rank is in another call, which took this seq: take it too, so
     // the ranks stay in step. Nothing advances: the next call of this shape
@@ -258,6 +260,7 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
 Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op) {
   int trial = -1;
   int algorithm = config.algorithm;
+  autoExchangeBytes = 0;
   AutoShape* shape = algorithm == SPCCL_ALGO_AUTO ? &shapeState() : nullptr;
   if (shape) SPCCL_RETURN_IF_ERROR(autoPick(*shape, comm->ranks, op, &algorithm, &trial));
   trialTiming = trial >= 0;
@@ -358,7 +361,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   call.calls = 1;
   call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;
   call.denseBytes = denseBytesPerCall(p, count, dataType);
-  call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
+  call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor) + autoExchangeBytes;
   call.lastAlgorithm = algorithm;
   if (algorithm == SPCCL_ALGO_DENSE) {
     // auto's dense trials hold the residual back (sending only the input is

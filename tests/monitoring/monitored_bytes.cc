@@ -10,7 +10,12 @@
 // With `exact`, every rank's count of every call must equal Open MPI's to
 // the byte.
 //
-//   spccl_monitored_bytes [count [density [split|allgather [calls [exact]]]]]
+//   spccl_monitored_bytes [count [density [split|allgather|auto [calls [exact]]]]]
+//
+// auto (with SPCCL_AUTO_TRIALS set) runs the trial schedule, whose line-up and
+// settling exchanges are wire traffic of their calls too. Its dense calls are
+// compared with Open MPI's convention for MPI_Allreduce, the whole buffer to
+// each of the P-1 peers, in place of spccl's 2(P-1)/P (docs/DLRM.md).
 //
 // Open MPI's monitoring also counts the collectives that a collective
 // algorithm makes internally through the communicator's table: its default
@@ -47,6 +52,7 @@ int main(int argc, char** argv) {
   const size_t count = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (size_t{16} << 20);
   const float density = argc > 2 ? std::strtof(argv[2], nullptr) : 0.01f;
   const bool allgather = argc > 3 && std::strcmp(argv[3], "allgather") == 0;
+  const bool autoAlgo = argc > 3 && std::strcmp(argv[3], "auto") == 0;
   const int calls = argc > 4 ? std::atoi(argv[4]) : 1;
   const bool exact = argc > 5 && std::strcmp(argv[5], "exact") == 0;
 
@@ -64,7 +70,7 @@ int main(int argc, char** argv) {
   bad |= spcclCommInitMPI(&comm, MPI_COMM_WORLD) != spcclSuccess ? fail(rank, "comm init") : 0;
   bad |= spcclCompressConfigInit(&cfg) != spcclSuccess ? fail(rank, "config init") : 0;
   cfg.density = density;
-  cfg.algorithm = allgather ? SPCCL_ALGO_ALLGATHER : SPCCL_ALGO_SPLIT;
+  cfg.algorithm = autoAlgo ? SPCCL_ALGO_AUTO : allgather ? SPCCL_ALGO_ALLGATHER : SPCCL_ALGO_SPLIT;
   cfg.wireValueType = spcclFloat32;
   bad |= spcclCompressorCreate(comm, count, spcclFloat32, &cfg, &c) != spcclSuccess ? fail(rank, "create") : 0;
 
@@ -80,6 +86,7 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&bad, &setupBad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   unsigned long long monitored = 0, counted = 0;
   int firstMismatch = -1;
+  unsigned algorithmsTaken = 0;  // bit per SPCCL_ALGO_*: auto's trials ran more than one
   for (int call = 0; call < (setupBad ? 0 : calls); ++call) {
     for (float& v : x) v = normal(gen);
     spcclStats_t before{}, after{};
@@ -92,9 +99,16 @@ int main(int argc, char** argv) {
     spcclCompressorGetStats(c, &after);
     monitored += m1 - m0;
     counted += after.bytesSent - before.bytesSent;
-    if (exact && firstMismatch < 0 && m1 - m0 != after.bytesSent - before.bytesSent) {
-      std::fprintf(stderr, "[rank %d] FAIL: call %d: Open MPI counted %llu bytes from this rank, spccl %llu\n", rank,
-                   call, m1 - m0, static_cast<unsigned long long>(after.bytesSent - before.bytesSent));
+    algorithmsTaken |= 1u << after.lastAlgorithm;
+    // A dense call: Open MPI counts the whole buffer to each peer, spccl 2(P-1)/P of it.
+    const unsigned long long expected =
+        after.bytesSent - before.bytesSent +
+        (after.lastAlgorithm == SPCCL_ALGO_DENSE
+             ? static_cast<unsigned long long>(ranks - 1) * count * sizeof(float) - (after.denseBytes - before.denseBytes)
+             : 0ull);
+    if (exact && firstMismatch < 0 && m1 - m0 != expected) {
+      std::fprintf(stderr, "[rank %d] FAIL: call %d (%s): Open MPI counted %llu bytes from this rank, spccl %llu\n",
+                   rank, call, after.lastAlgorithm == SPCCL_ALGO_DENSE ? "dense" : "compressed", m1 - m0, expected);
       firstMismatch = call;
       bad = 1;
     }
@@ -110,7 +124,7 @@ int main(int argc, char** argv) {
   const unsigned long long slack = spccl::monitoring::slackBytes(ranks) * static_cast<unsigned long long>(calls);
   if (rank == 0) {
     std::printf("ranks=%d count=%zu density=%g algo=%s wire=fp32 calls=%d%s\n", ranks, count,
-                static_cast<double>(density), allgather ? "allgather" : "split", calls,
+                static_cast<double>(density), autoAlgo ? "auto" : allgather ? "allgather" : "split", calls,
                 exact ? " (every rank's every call must match exactly)" : "");
     std::printf("bytes crossing ranks (MPI monitoring, all ranks): compressed=%llu dense MPI_Allreduce=%llu ratio=1/%.1f\n",
                 tot[0], tot[1], 1.0 / ratio);
@@ -122,6 +136,10 @@ int main(int argc, char** argv) {
   }
   if (ranks == 4 && count == (size_t{16} << 20) && density == 0.01f && !allgather && ratio > 1.0 / 18.0) {
     if (rank == 0) std::fprintf(stderr, "FAIL: compressed/dense = 1/%.1f, the bound is 1/18\n", 1.0 / ratio);
+    bad = 1;
+  }
+  if (autoAlgo && ranks > 1 && __builtin_popcount(algorithmsTaken) < 2) {
+    if (rank == 0) std::fprintf(stderr, "FAIL: auto took one algorithm only: no trials ran (SPCCL_AUTO_TRIALS unset?)\n");
     bad = 1;
   }
   int anyBad = 0;
