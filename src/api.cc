@@ -72,9 +72,10 @@ spcclResult_t guarded(F&& f, int rank = -1) {
 
 // For log lines before a communicator exists.
 int worldRank() {
-  int initialized = 0, rank = -1;
+  int initialized = 0, finalized = 0, rank = -1;
   MPI_Initialized(&initialized);
-  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
 
@@ -107,6 +108,19 @@ Status checkCompressor(const spcclCompressor* c) {
       return invalidUsage(formatString("compressor=%p: its communicator has been destroyed",
                                        static_cast<const void*>(c)));
   }
+  return Status::ok();
+}
+
+// A call that communicates over MPI: after MPI_Finalize any MPI call aborts
+// the process (Open MPI), so it is refused here instead.
+Status checkMpiLive(const spcclComm& comm) {
+  if (comm.onDevice) return Status::ok();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return invalidUsage(formatString("comm=%p: MPI has been finalized; collectives need MPI (destroy spccl objects "
+                                     "before MPI_Finalize, or at least make no calls after it)",
+                                     static_cast<const void*>(&comm)));
   return Status::ok();
 }
 
@@ -351,6 +365,9 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) return invalidUsage("MPI is not initialized: call MPI_Init before spcclCommInitMPI");
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return invalidUsage("MPI has been finalized: call spcclCommInitMPI before MPI_Finalize");
     if (mpiComm == MPI_COMM_NULL) return invalidArgument("mpiComm is MPI_COMM_NULL");
     Params params;
     Status envStatus = loadParamsFromEnv(&params);
@@ -474,6 +491,7 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                              spcclRedOp_t op, spcclComm_t comm, void* stream) {
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, op));
     SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), hostStream(comm, stream)));
     const Params& p = comm->params;
@@ -500,6 +518,7 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
                             spcclComm_t comm, void* stream) {
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
     SPCCL_RETURN_IF_ERROR(checkSizes(count, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "count * ranks"));
     SPCCL_RETURN_IF_ERROR(checkBuffers(sendbuff, recvbuff, count, dataTypeSize(datatype), hostStream(comm, stream)));
@@ -534,6 +553,7 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
                              spcclComm_t comm, void* stream) {
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
     SPCCL_RETURN_IF_ERROR(
         checkSizes(sendcount, static_cast<size_t>(comm->ranks), dataTypeSize(datatype), "sendcount * ranks"));
@@ -579,6 +599,7 @@ spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, 
   return guarded([&]() -> Status {
     if (selection) *selection = nullptr;
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (!isSupportedRowType(datatype))
       return invalidArgument(formatString("datatype=%s: row compression takes float32, float16 or bfloat16",
@@ -627,6 +648,7 @@ spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecv
                                          static_cast<const void*>(selection)));
     }
     rank = selection->comm->rank;
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*selection->comm));
     if (selection->used)
       return invalidUsage(formatString("selection=%p has already served a backward (a selection serves one)",
                                        static_cast<const void*>(selection)));
@@ -660,6 +682,7 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
                                       size_t* outNrows, spcclComm_t comm, void* stream) {
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     if (outNrows == nullptr) return invalidArgument("outNrows is NULL");
     *outNrows = 0;
     SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
@@ -729,6 +752,7 @@ spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spc
                                        spcclCompressor_t c, void* stream) {
   return guarded([&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkCompressor(c));
+    SPCCL_RETURN_IF_ERROR(checkMpiLive(*c->comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(c->dataType, op));
     SPCCL_RETURN_IF_ERROR(
         checkBuffers(sendbuff, recvbuff, c->count, dataTypeSize(c->dataType), hostStream(c->comm, stream)));
