@@ -392,7 +392,8 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     c->params = params;
     std::string modelOrigin;  // collective: SPCCL_CALIBRATE / SPCCL_NET_* / SPCCL_AUTO_TRIALS (src/tuner.h)
     SPCCL_RETURN_IF_ERROR(
-        resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin, &c->params.autoTrials));
+        resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin, &c->params.autoTrials,
+                         &c->modelSettings));
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};
     {
       std::lock_guard<std::mutex> lock(registry().mu);

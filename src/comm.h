@@ -134,6 +134,10 @@ struct spcclCompressor {
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
   // at least 1; 0 when off (splitReselect 0 or no error feedback).
   uint64_t splitKeepPerRange(int ranks) const;
+  // The re-selection budget auto's model assumes: the communicator's agreed
+  // (rank 0's) SPCCL_ERROR_FEEDBACK and SPCCL_SPLIT_RESELECT, not this
+  // compressor's own, which may differ between ranks.
+  uint64_t modelKeepPerRange(int ranks) const;
 
  private:
   void ensureResidual();
@@ -242,6 +246,7 @@ struct spcclComm {
   spccl::RowsProfile rowsProfile;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
+  spccl::ModelSettings modelSettings;  // rank 0's SPCCL_INDEX_ENCODING etc. as auto's model reads them
   std::map<spccl::AutoShapeKey, spccl::AutoShape> autoShapes;  // SPCCL_ALGO=auto's state per call shape
   spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation
   // Made by spcclCommInitNccl: device buffers, NCCL transport, CUDA kernels.

@@ -25,11 +25,21 @@ uint64_t spcclCompressor::selectCount() const {
   return std::clamp<uint64_t>(core::densityCount(config.density, count), 1, std::max<uint64_t>(count, 1));
 }
 
-uint64_t spcclCompressor::splitKeepPerRange(int ranks) const {
-  if (!config.errorFeedback || !(config.splitReselect > 0.0f)) return 0;
-  const double keep = std::ceil(static_cast<double>(config.splitReselect) * static_cast<double>(selectCount()) /
-                                std::max(1, ranks));
+namespace {
+uint64_t keepPerRange(bool errorFeedback, float splitReselect, uint64_t k, size_t count, int ranks) {
+  if (!errorFeedback || !(splitReselect > 0.0f)) return 0;
+  const double keep = std::ceil(static_cast<double>(splitReselect) * static_cast<double>(k) / std::max(1, ranks));
   return std::clamp<uint64_t>(static_cast<uint64_t>(std::min(keep, 1e18)), 1, std::max<uint64_t>(count, 1));
+}
+}  // namespace
+
+uint64_t spcclCompressor::splitKeepPerRange(int ranks) const {
+  return keepPerRange(config.errorFeedback != 0, config.splitReselect, selectCount(), count, ranks);
+}
+
+uint64_t spcclCompressor::modelKeepPerRange(int ranks) const {
+  const spccl::ModelSettings& m = comm->modelSettings;
+  return keepPerRange(m.errorFeedback, m.splitReselect, selectCount(), count, ranks);
 }
 
 uint64_t spcclCompressor::pairCapacity() const {
@@ -188,7 +198,7 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   }
   const core::ValueType wire = toValueType(config.wireValueType);
   CostInputs in{ranks, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
-                a.mergedPerRange, comm->params.indexEncoding, static_cast<double>(splitKeepPerRange(ranks))};
+                a.mergedPerRange, comm->modelSettings.indexEncoding, static_cast<double>(modelKeepPerRange(ranks))};
   const int trials = comm->params.autoTrials;
   if (trials <= 0 || !a.firstCallDone) {  // the model's pick (with trials: the shape's first call's)
     *algorithm = chooseAlgorithm(in, comm->costModel);

@@ -1,6 +1,7 @@
 #include "src/tuner.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -290,11 +291,14 @@ std::string calibrationCachePath(const std::string& dir, const std::string& key,
 namespace {
 constexpr const char* kCacheMagic = "spccl-cost-model";
 constexpr int kCacheVersion = 2;  // 2: unpack_s_per_byte of reduceStreams (blocked), not of memset and scatter
+constexpr off_t kCacheMaxBytes = 4096;  // the file spccl writes is about 200 bytes
 
 bool validModel(const CostModel& m) {
   for (double v : {m.alpha, m.beta, m.gammaSelect, m.gammaUnpack})
     if (!std::isfinite(v) || v < 0 || v > 1.0) return false;  // > 1 s per byte or round: corrupt
-  return true;
+  // alpha and beta are always measured, and an allgather takes time: 0 (or
+  // a denormal) would model a free network, not a fast one.
+  return std::isnormal(m.alpha) && std::isnormal(m.beta);
 }
 
 bool makeDirs(const std::string& dir) {
@@ -310,8 +314,28 @@ bool makeDirs(const std::string& dir) {
 
 bool readCalibrationCache(const std::string& path, const std::string& key, int ranks, CostModel* out) {
   if (path.empty()) return false;
-  std::ifstream f(path);
-  if (!f) return false;
+  // Only a small regular file: open() of a FIFO would block for ever (and
+  // the other ranks with it), and a huge file or a link to a device would be
+  // read whole into memory. O_NONBLOCK keeps the open itself from waiting.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st{};
+  std::string text;
+  const bool readable = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kCacheMaxBytes;
+  if (readable) {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t r = ::read(fd, &text[got], text.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  if (!readable) return false;
+  std::istringstream f(text);
   std::string magic, fileKey, field;
   int version = 0, fileRanks = 0;
   CostModel m;
@@ -499,18 +523,23 @@ Status measureCostModel(Transport& t, CostModel* out) {
 }
 
 Status resolveCostModel(Transport& t, const Params& p, const std::function<const char*(const char*)>& env,
-                        CostModel* out, std::string* origin, int* autoTrials) {
+                        CostModel* out, std::string* origin, int* autoTrials, ModelSettings* settings) {
   const int ranks = t.size(), rank = t.rank();
   // Rank 0's settings decide: the choice must agree on every rank, or the
-  // call descriptor check would reject every auto call.
-  const double mine[4] = {static_cast<double>(p.calibrate), p.netGbps, p.netLatencyUs,
-                          static_cast<double>(p.autoTrials)};
-  std::vector<double> all(4 * static_cast<size_t>(ranks));
+  // call descriptor check would reject every auto call. The last three are
+  // local to each rank (and differ without a warning); only the model takes
+  // rank 0's.
+  constexpr size_t kWarned = 4;
+  const double mine[7] = {static_cast<double>(p.calibrate), p.netGbps, p.netLatencyUs,
+                          static_cast<double>(p.autoTrials), static_cast<double>(p.indexEncoding),
+                          p.errorFeedback ? 1.0 : 0.0, static_cast<double>(p.splitReselect)};
+  std::vector<double> all(7 * static_cast<size_t>(ranks));
   SPCCL_RETURN_IF_ERROR(t.allGather(mine, sizeof mine, all.data()));
   const int calibrate = static_cast<int>(all[0]);
   const double gbps = all[1], latencyUs = all[2];
   if (autoTrials) *autoTrials = static_cast<int>(all[3]);
-  if (std::memcmp(mine, all.data(), sizeof mine) != 0)
+  if (settings) *settings = ModelSettings{static_cast<int>(all[4]), all[5] != 0, static_cast<float>(all[6])};
+  if (std::memcmp(mine, all.data(), kWarned * sizeof(double)) != 0)
     SPCCL_WARN(rank,
                "SPCCL_CALIBRATE/SPCCL_NET_GBPS/SPCCL_NET_LATENCY_US/SPCCL_AUTO_TRIALS differ from rank 0's; rank 0's "
                "are used");
@@ -557,9 +586,10 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
   return Status::ok();
 }
 
-Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin, int* autoTrials) {
+Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin, int* autoTrials,
+                        ModelSettings* settings) {
   return resolveCostModel(t, p, [](const char* name) -> const char* { return std::getenv(name); }, out, origin,
-                          autoTrials);
+                          autoTrials, settings);
 }
 
 }  // namespace spccl

@@ -157,17 +157,29 @@ bool writeCalibrationCache(const std::string& path, const std::string& key, int 
 // every rank returns bitwise the same model.
 Status measureCostModel(Transport& t, CostModel* out);
 
+// Rank 0's values of the settings that are local to each rank but that
+// SPCCL_ALGO=auto's model reads (the index bytes of a pair, split's
+// re-selection budget): a rank's own values could make it pick another
+// algorithm than the others, and every auto call would be refused.
+struct ModelSettings {
+  int indexEncoding = 0;      // SPCCL_INDEX_ENCODING
+  bool errorFeedback = true;  // SPCCL_ERROR_FEEDBACK (re-selection needs it)
+  float splitReselect = 1.0f; // SPCCL_SPLIT_RESELECT
+};
+
 // Communicator creation: rank 0's SPCCL_CALIBRATE / SPCCL_NET_* /
 // SPCCL_AUTO_TRIALS settings decide for every rank (one small allgather;
-// *autoTrials, when given, gets rank 0's trial count); with SPCCL_CALIBRATE=1
+// *autoTrials, when given, gets rank 0's trial count, *settings rank 0's
+// ModelSettings); with SPCCL_CALIBRATE=1
 // the model comes from rank 0's cache file or, failing that, from
 // measureCostModel (then rank 0 writes the cache); =2 always measures.
 // SPCCL_NET_* override the wire parameters last. *origin says where each
 // part came from. Collective: every rank must call it.
 Status resolveCostModel(Transport& t, const Params& p, const std::function<const char*(const char*)>& env,
-                        CostModel* out, std::string* origin, int* autoTrials = nullptr);
+                        CostModel* out, std::string* origin, int* autoTrials = nullptr,
+                        ModelSettings* settings = nullptr);
 // The same, reading XDG_CACHE_HOME and HOME from the process environment.
 Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin,
-                        int* autoTrials = nullptr);
+                        int* autoTrials = nullptr, ModelSettings* settings = nullptr);
 
 }  // namespace spccl

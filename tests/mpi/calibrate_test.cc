@@ -537,5 +537,55 @@ TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
   spcclCompressorDestroy(comp);
 }
 
+// SPCCL_INDEX_ENCODING, SPCCL_SPLIT_RESELECT and SPCCL_ERROR_FEEDBACK are local
+// to each rank (docs/ENV.md, "When ranks set a variable differently"), but the
+// model's inputs include the index encoding and split's re-selection budget:
+// the odd ranks here (32-bit indices, no re-selection) would model a density
+// of 0.6 as dense, the even ones as sparse, and auto calls were refused as
+// mismatched on every rank. The model takes rank 0's values on every rank.
+TEST(Calibrate, RankLocalSettingsLeaveAutoAlike) {
+  const int rank = worldRank(), p = worldSize();
+  if (p < 2) GTEST_SKIP() << "needs two ranks";
+  ScopedEnv calibrate("SPCCL_CALIBRATE", "0");
+  ScopedEnv algo("SPCCL_ALGO", "auto");
+  ScopedEnv density("SPCCL_ALLREDUCE_DENSITY", "0.6");
+  ScopedEnv encoding("SPCCL_INDEX_ENCODING", rank % 2 ? "coo" : "auto");
+  ScopedEnv reselect("SPCCL_SPLIT_RESELECT", rank % 2 ? "0" : "1");
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  comm.c->costModel = CostModel{};  // the defaults, the same on every rank
+  const size_t n = size_t{1} << 18;
+  const uint64_t k = static_cast<uint64_t>(std::ceil(0.6 * static_cast<double>(n)));
+  CostInputs rank0{p, n, k, 4, 4, -1, 0};  // auto encoding, re-selection on
+  rank0.keepPerRange = std::ceil(static_cast<double>(k) / p);
+  const CostInputs odd{p, n, k, 4, 4, -1, 1};  // coo, no re-selection
+  ASSERT_NE(chooseAlgorithm(rank0, CostModel{}), chooseAlgorithm(odd, CostModel{}))
+      << "the test wants the odd ranks' own settings to model another pick";
+  const int expected = chooseAlgorithm(rank0, CostModel{});
+
+  // Drop-in calls (the communicator's settings) and an explicit compressor
+  // whose config spcclCompressConfigInit filled from each rank's environment.
+  std::vector<float> in(n), out(n);
+  for (int call = 0; call < 3; ++call) {
+    for (size_t i = 0; i < n; ++i) in[i] = std::sin(0.001f * static_cast<float>(i) * static_cast<float>(rank + 1) + call);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduce(in.data(), out.data(), n, spcclFloat32, spcclSum, comm.c, nullptr),
+                             comm.c, "drop-in auto allreduce"));
+    ASSERT_TRUE(identicalOnAllRanks(out.data(), n, sizeof(float)));
+    spcclStats_t st{};
+    ASSERT_EQ(spcclCommGetStats(comm.c, &st), spcclSuccess);
+    EXPECT_EQ(st.lastAlgorithm, expected) << "rank 0's settings decide, call " << call;
+  }
+  spcclCompressConfig_t cfg{};
+  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  spcclCompressor_t c = nullptr;
+  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &c), comm.c, "create"));
+  ConservedCalls calls(comm.c, c, n);
+  bool ok = true;
+  for (int call = 0; call < 3 && ok; ++call) ok = calls.call(static_cast<unsigned>(31 * call));
+  EXPECT_TRUE(ok);
+  if (ok) EXPECT_LT(calls.worstImbalance(), 1e-4) << "conservation";
+  spcclCompressorDestroy(c);
+}
+
 }  // namespace
 }  // namespace spccl::test

@@ -4,15 +4,20 @@
 // (SPCCL_NET_*, SPCCL_CALIBRATE's measurement and its cache file).
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "include/spccl.h"
@@ -450,6 +455,47 @@ TEST(TunerCache, RoundTripIsBitExactAndRejectsOtherFiles) {
   EXPECT_FALSE(writeCalibrationCache("", "k", 4, m));
 }
 
+// A cache path that is not a small regular file: a FIFO (rank 0 blocked in
+// open() for ever, every other rank in the allgather after it), a file far
+// larger than any spccl writes (read whole into a string: a 2 GiB file took
+// 51 s and 4 GiB of memory at communicator creation; a link to /dev/zero
+// takes all the memory there is). Rejected at once, without reading it.
+TEST(TunerCache, OnlySmallRegularFilesAreRead) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path.empty());
+  const std::string key = "00ff00ff00ff00ff";
+  const std::string fifo = tmp.path + "/fifo.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::promise<bool> done;
+  std::future<bool> result = done.get_future();
+  std::thread reader([&] {
+    CostModel m{};
+    done.set_value(readCalibrationCache(fifo, key, 4, &m));
+  });
+  const bool returned = result.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  EXPECT_TRUE(returned) << "readCalibrationCache blocked on a FIFO";
+  if (!returned) {  // unblock it: a writer that opens and closes the FIFO
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  }
+  reader.join();
+  EXPECT_FALSE(result.get());
+
+  // A valid model followed by 1 MiB of blanks: not a file spccl wrote.
+  const std::string big = tmp.path + "/big.txt";
+  {
+    std::ofstream f(big, std::ios::trunc);
+    f << "spccl-cost-model 2\nkey " << key << "\nranks 4\nalpha_s 1e-6\nbeta_s_per_byte 1e-9\n"
+      << "select_s_per_byte 0\nunpack_s_per_byte 0\n"
+      << std::string(size_t{1} << 20, ' ');
+  }
+  CostModel untouched{9, 9, 9, 9};
+  EXPECT_FALSE(readCalibrationCache(big, key, 4, &untouched));
+  EXPECT_EQ(untouched.alpha, 9.0);
+  // A directory is not a cache file either.
+  EXPECT_FALSE(readCalibrationCache(tmp.path, key, 4, &untouched));
+}
+
 // One rank: allgather is a copy. Enough to run the calibration end to end;
 // the multi-rank agreement is tests/mpi/calibrate_test.cc.
 class SelfTransport final : public Transport {
@@ -537,6 +583,28 @@ TEST(TunerCalibrate, MeasuresCachesAndReuses) {
   EXPECT_NE(origin.find("calibrated"), std::string::npos) << origin;
   ASSERT_TRUE(resolveCostModel(t, p, lookupIn({}), &nowhere, &origin).isOk());
   EXPECT_GT(nowhere.gammaSelect, 0.0);
+}
+
+// Every measured parameter is positive (an allgather takes time), and
+// alpha and beta are always measured: a cache whose latency or wire cost is
+// 0 or denormal is corrupt, not a free network (with them 0 every algorithm
+// modelled 0 ms on the wire and auto took allgather at any density).
+TEST(TunerCache, ZeroOrDenormalWireCostsAreCorrupt) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path.empty());
+  const std::string key = "00ff00ff00ff00ff", path = tmp.path + "/c.txt";
+  const std::string head = "spccl-cost-model 2\nkey " + key + "\nranks 4\n";
+  auto accepted = [&](const std::string& alpha, const std::string& beta) {
+    std::ofstream(path, std::ios::trunc) << head << "alpha_s " << alpha << "\nbeta_s_per_byte " << beta
+                                         << "\nselect_s_per_byte 0\nunpack_s_per_byte 0\n";
+    CostModel m{};
+    return readCalibrationCache(path, key, 4, &m);
+  };
+  EXPECT_TRUE(accepted("1e-6", "1e-9"));
+  EXPECT_FALSE(accepted("0", "1e-9"));
+  EXPECT_FALSE(accepted("1e-6", "0"));
+  EXPECT_FALSE(accepted("1e-320", "1e-9"));
+  EXPECT_FALSE(accepted("1e-6", "1e-320"));
 }
 
 }  // namespace
