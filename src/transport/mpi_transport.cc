@@ -146,6 +146,8 @@ Status MpiTransport::create(MPI_Comm parent, std::unique_ptr<MpiTransport>* out)
   SPCCL_MPI_CHECK(MPI_Type_commit(&t->word_));
   SPCCL_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t->half_));
   SPCCL_MPI_CHECK(MPI_Type_commit(&t->half_));
+  SPCCL_MPI_CHECK(MPI_Type_contiguous(4, MPI_BYTE, &t->quad_));
+  SPCCL_MPI_CHECK(MPI_Type_commit(&t->quad_));
   for (int b = 0; b < 2; ++b)
     for (int o = 0; o < 4; ++o) SPCCL_MPI_CHECK(MPI_Op_create(kHalfFns[b][o], 1, &t->halfOps_[b][o]));
   t->counts_.resize(t->size_);
@@ -164,6 +166,7 @@ MpiTransport::~MpiTransport() {
   for (auto& row : halfOps_)
     for (MPI_Op& op : row)
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
+  if (quad_ != MPI_DATATYPE_NULL) MPI_Type_free(&quad_);
   if (half_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_);
   if (word_ != MPI_DATATYPE_NULL) MPI_Type_free(&word_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -199,16 +202,18 @@ Status MpiTransport::toWords(const size_t* bytes, const size_t* offsets, std::ve
   return Status::ok();
 }
 
+size_t blockUnit(size_t bytes) {
+  for (size_t unit : {size_t{1}, size_t{2}, size_t{4}, size_t{8}})
+    if (bytes % unit == 0 && bytes / unit <= static_cast<size_t>(INT_MAX)) return unit;
+  return 0;
+}
+
 Status MpiTransport::blockType(size_t bytes, MPI_Datatype* type, int* count) const {
-  if (bytes <= static_cast<size_t>(INT_MAX)) {
-    *type = MPI_BYTE;
-    *count = static_cast<int>(bytes);
-  } else if (bytes % 8 == 0 && bytes / 8 <= static_cast<size_t>(INT_MAX)) {
-    *type = word_;
-    *count = static_cast<int>(bytes / 8);
-  } else {
+  const size_t unit = blockUnit(bytes);
+  if (unit == 0)
     return invalidUsage(formatString("transport: a %zu-byte block per rank exceeds MPI's int count limit", bytes));
-  }
+  *type = unit == 1 ? MPI_BYTE : unit == 2 ? half_ : unit == 4 ? quad_ : word_;
+  *count = static_cast<int>(bytes / unit);
   return Status::ok();
 }
 

@@ -9,6 +9,13 @@
 
 namespace spccl {
 
+// The unit, in bytes, in which allGather and allToAll move a block of `bytes`
+// per rank: the smallest of 1, 2, 4 and 8 that divides it and leaves a count
+// MPI's int holds. A block of up to INT_MAX elements of any datatype has one
+// (its element size), as MPI_Allgather / MPI_Alltoall of that datatype would
+// take it. 0: none does.
+size_t blockUnit(size_t bytes);
+
 class MpiTransport final : public Transport {
  public:
   // Duplicates `parent` and sets MPI_ERRORS_RETURN on the copy.
@@ -36,6 +43,7 @@ class MpiTransport final : public Transport {
   int size_ = 1;
   MPI_Datatype word_ = MPI_DATATYPE_NULL;  // 8 contiguous bytes
   MPI_Datatype half_ = MPI_DATATYPE_NULL;  // 2 bytes, for fp16/bf16 dense reductions
+  MPI_Datatype quad_ = MPI_DATATYPE_NULL;  // 4 contiguous bytes
   MPI_Op halfOps_[2][4] = {};              // [fp16, bf16][sum, prod, max, min]
   std::vector<int> counts_, displs_, rcounts_, rdispls_;
 };
