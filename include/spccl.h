@@ -179,8 +179,8 @@ SPCCL_API spcclResult_t spcclCommGetStats(const spcclComm_t comm, spcclStats_t* 
 
 /*
  * Drop-in allreduce, NCCL's signature. Float buffers (fp32, fp16, bf16) of at
- * least SPCCL_MIN_COMPRESS_COUNT elements with spcclSum/spcclAvg are
- * compressed with the env defaults; their error-feedback state lives in an
+ * least SPCCL_MIN_COMPRESS_COUNT (and at most 2^32 - 1) elements with
+ * spcclSum/spcclAvg are compressed with the env defaults; their error-feedback state lives in an
  * implicit compressor keyed by (recvbuff, count, datatype), kept until the
  * communicator is destroyed: reuse the same gradient buffers every step (a
  * buffer that moves leaves its residual behind; spccl warns at 64 such

@@ -273,9 +273,12 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
   return Status::ok();
 }
 
+// Above 2^32 - 1 elements nothing compresses: the streams and the threshold
+// select count and index with 32 bits (spcclCompressorCreate refuses such a
+// count), so the drop-in's larger buffers go to the exact path.
 bool takesExactPath(const spcclComm& comm, size_t count, spcclDataType_t type, spcclRedOp_t op, float density) {
   return comm.params.disable || !isCompressibleType(type) || (op != spcclSum && op != spcclAvg) ||
-         density >= 1.0f || count == 0;
+         density >= 1.0f || count == 0 || count > UINT32_MAX;
 }
 
 // The drop-in keeps one compressor, with its residual, per (recvbuff, count,

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <tuple>
 
+#include <sys/mman.h>
+
 #include "test_util.h"
 
 namespace spccl::test {
@@ -158,6 +160,45 @@ TEST_F(MpiTest, DropInBelowMinimumIsExact) {
   EXPECT_EQ(s.lastAlgorithm, afterAllreduce.lastAlgorithm);
   EXPECT_EQ(s.lastSelected, afterAllreduce.lastSelected);
   EXPECT_TRUE(sameBits(s.lastThreshold, afterAllreduce.lastThreshold));
+}
+
+// A drop-in float sum above 2^32 - 1 elements takes the exact path: the
+// compressed streams index with 32 bits (spcclCompressorCreate refuses such a
+// count). Checked without moving 16 GiB: rank 0's call meets an exact int32
+// call on the other ranks, so every rank fails at the call check before any
+// data moves, and the message shows rank 0's call was an exact one too. (The
+// compressed path selects over the whole buffer before that check; it once
+// did here, and its threshold histogram's 32-bit counts wrapped on the 2^32
+// zeros and the select wrote past its scratch. No error feedback and a tiny
+// density, so that a library which still compresses here crashes without
+// first allocating 32 GiB of residual.)
+TEST_F(MpiTest, DropInAbove32BitIndicesIsExact) {
+  if (size_ < 2) GTEST_SKIP() << "needs a second rank to meet";
+  const size_t big = (size_t{1} << 32) + 16;
+  void* reserved = MAP_FAILED;  // address space only: the call must not touch it
+  if (rank_ == 0)
+    reserved = mmap(nullptr, big * sizeof(float), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (!allRanks(rank_ != 0 || reserved != MAP_FAILED)) GTEST_SKIP() << "cannot reserve 16 GiB of address space";
+  CommPtr comm;
+  {
+    const ScopedEnv noFeedback("SPCCL_ERROR_FEEDBACK", "0"), tiny("SPCCL_ALLREDUCE_DENSITY", "1e-9");
+    spcclComm_t c = nullptr;
+    const spcclResult_t created = spcclCommInitMPI(&c, MPI_COMM_WORLD);
+    comm.reset(c);
+    ASSERT_TRUE(okOnAllRanks(created, nullptr, "spcclCommInitMPI"));
+  }
+  int32_t one = 1;
+  const spcclResult_t r =
+      rank_ == 0 ? spcclAllReduce(reserved, reserved, big, spcclFloat32, spcclSum, comm.get(), nullptr)
+                 : spcclAllReduce(&one, &one, 1, spcclInt32, spcclSum, comm.get(), nullptr);
+  const std::string message = spcclGetLastError(comm.get());
+  if (reserved != MAP_FAILED) munmap(reserved, big * sizeof(float));
+  EXPECT_EQ(r, spcclInvalidUsage) << message;
+  EXPECT_EQ(message.find("compressed"), std::string::npos) << "rank 0's call compressed: " << message;
+  if (rank_ == 0) {
+    EXPECT_NE(message.find(std::to_string(big)), std::string::npos) << message;
+  }
 }
 
 // Drop-in calls that are exact whatever their size: non-float types, and float
