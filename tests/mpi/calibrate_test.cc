@@ -583,7 +583,9 @@ TEST(Calibrate, RankLocalSettingsLeaveAutoAlike) {
   bool ok = true;
   for (int call = 0; call < 3 && ok; ++call) ok = calls.call(static_cast<unsigned>(31 * call));
   EXPECT_TRUE(ok);
-  if (ok) EXPECT_LT(calls.worstImbalance(), 1e-4) << "conservation";
+  if (ok) {
+    EXPECT_LT(calls.worstImbalance(), 1e-4) << "conservation";
+  }
   spcclCompressorDestroy(c);
 }
 
