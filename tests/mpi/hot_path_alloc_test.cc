@@ -124,6 +124,44 @@ testing::AssertionResult noAllocationOnReplay(spcclComm_t comm, const std::funct
   return noAllocationOnReplay(comm, call, call, what);
 }
 
+// A communicator over MPI_COMM_WORLD for the life of the object; r is the
+// init's result.
+struct WorldComm {
+  spcclComm_t c = nullptr;
+  spcclResult_t r = spcclCommInitMPI(&c, MPI_COMM_WORLD);
+  WorldComm() = default;
+  WorldComm(const WorldComm&) = delete;
+  WorldComm& operator=(const WorldComm&) = delete;
+  ~WorldComm() {
+    if (c) spcclCommDestroy(c);
+  }
+};
+
+// The environment's defaults, density 0.01 and the given algorithm.
+spcclCompressConfig_t configFor(int algorithm) {
+  spcclCompressConfig_t cfg;
+  EXPECT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
+  cfg.density = 0.01f;
+  cfg.algorithm = algorithm;
+  return cfg;
+}
+
+// Two compressors of one shape and config: the first's calls, and the
+// twin that replays them.
+struct Twins {
+  CompressorPtr first, twin;
+};
+testing::AssertionResult makeTwins(spcclComm_t c, size_t n, spcclDataType_t type, const spcclCompressConfig_t& cfg,
+                                   Twins* out) {
+  for (CompressorPtr* owner : {&out->first, &out->twin}) {
+    spcclCompressor_t raw = nullptr;
+    testing::AssertionResult ok = okOnAllRanks(spcclCompressorCreate(c, n, type, &cfg, &raw), c, "create");
+    owner->reset(raw);
+    if (!ok) return ok;
+  }
+  return testing::AssertionSuccess();
+}
+
 // Fresh inputs for every call, made before counting starts.
 std::vector<std::vector<float>> inputs(size_t n, uint64_t tag) {
   std::vector<std::vector<float>> v;
@@ -136,15 +174,11 @@ std::vector<std::vector<float>> inputs(size_t n, uint64_t tag) {
 // operator new in the executable also serves libspccl.so), here the
 // residual buffers of a compressor's first compressed call.
 TEST(WarmCalls, CounterSeesTheLibrarysFirstCallAllocations) {
-  CommPtr comm;
-  spcclComm_t c = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-  comm.reset(c);
+  WorldComm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  spcclComm_t c = comm.c;
   const size_t n = 20000;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
+  const spcclCompressConfig_t cfg = configFor(SPCCL_ALGO_ALLGATHER);
   spcclCompressor_t raw = nullptr;
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(c, n, spcclFloat32, &cfg, &raw), c, "create"));
   CompressorPtr comp(raw);
@@ -169,22 +203,15 @@ class WarmAllreduce : public testing::TestWithParam<AllreduceCase> {};
 // threshold re-estimated now and then (the young residual makes the stored
 // tau select too few or too many) and on every fourth call.
 TEST_P(WarmAllreduce, CompressorCallsDoNotAllocate) {
-  CommPtr comm;
-  spcclComm_t c = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-  comm.reset(c);
+  WorldComm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  spcclComm_t c = comm.c;
   const size_t n = 20011;  // not a multiple of any rank count's ranges
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.algorithm = GetParam().algorithm;
+  spcclCompressConfig_t cfg = configFor(GetParam().algorithm);
   cfg.wireValueType = GetParam().wire;
   cfg.thresholdInterval = 4;
-  spcclCompressor_t first = nullptr, twin = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(c, n, spcclFloat32, &cfg, &first), c, "create"));
-  CompressorPtr firstOwner(first);
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(c, n, spcclFloat32, &cfg, &twin), c, "create"));
-  CompressorPtr twinOwner(twin);
+  Twins twins;
+  ASSERT_TRUE(makeTwins(c, n, spcclFloat32, cfg, &twins));
   const auto in = inputs(n, 1);
   std::vector<float> out(n);
   auto on = [&](spcclCompressor_t comp) {
@@ -192,7 +219,7 @@ TEST_P(WarmAllreduce, CompressorCallsDoNotAllocate) {
       return spcclAllReduceCompressed(in[static_cast<size_t>(i)].data(), out.data(), spcclSum, comp, nullptr);
     };
   };
-  EXPECT_TRUE(noAllocationOnReplay(c, on(first), on(twin), "spcclAllReduceCompressed"));
+  EXPECT_TRUE(noAllocationOnReplay(c, on(twins.first.get()), on(twins.twin.get()), "spcclAllReduceCompressed"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -207,20 +234,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 // fp16 buffers: widened into the communicator's scratch, not a new vector.
 TEST(WarmCalls, HalfCompressorDoesNotAllocate) {
-  CommPtr comm;
-  spcclComm_t c = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-  comm.reset(c);
+  WorldComm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  spcclComm_t c = comm.c;
   const size_t n = 20000;
-  spcclCompressConfig_t cfg;
-  ASSERT_EQ(spcclCompressConfigInit(&cfg), spcclSuccess);
-  cfg.density = 0.01f;
-  cfg.algorithm = SPCCL_ALGO_SPLIT;
-  spcclCompressor_t first = nullptr, twin = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(c, n, spcclFloat16, &cfg, &first), c, "create"));
-  CompressorPtr firstOwner(first);
-  ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(c, n, spcclFloat16, &cfg, &twin), c, "create"));
-  CompressorPtr twinOwner(twin);
+  const spcclCompressConfig_t cfg = configFor(SPCCL_ALGO_SPLIT);
+  Twins twins;
+  ASSERT_TRUE(makeTwins(c, n, spcclFloat16, cfg, &twins));
   std::vector<std::vector<uint16_t>> in;
   for (const auto& v : inputs(n, 2)) {
     in.emplace_back(n);
@@ -232,17 +252,16 @@ TEST(WarmCalls, HalfCompressorDoesNotAllocate) {
       return spcclAllReduceCompressed(in[static_cast<size_t>(i)].data(), out.data(), spcclSum, comp, nullptr);
     };
   };
-  EXPECT_TRUE(noAllocationOnReplay(c, on(first), on(twin), "spcclAllReduceCompressed (fp16)"));
+  EXPECT_TRUE(noAllocationOnReplay(c, on(twins.first.get()), on(twins.twin.get()), "spcclAllReduceCompressed (fp16)"));
 }
 
 // The drop-in allreduce finds its implicit compressor by (recvbuff, count,
 // datatype); exact calls (ints, small buffers) take the dense path.
 TEST(WarmCalls, DropInAllReduceDoesNotAllocate) {
   ScopedEnv minCount("SPCCL_MIN_COMPRESS_COUNT", "1024");
-  CommPtr comm;
-  spcclComm_t c = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-  comm.reset(c);
+  WorldComm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  spcclComm_t c = comm.c;
   const size_t n = 5000;
   const auto in = inputs(n, 3);
   // The replay's recvbuff is another buffer: another implicit compressor.
@@ -270,10 +289,9 @@ TEST(WarmCalls, DropInAlltoallAndAllgatherDoNotAllocate) {
     ScopedEnv a2aDensity("SPCCL_ALLTOALL_DENSITY", mode == 0 ? "1" : "0.125");
     ScopedEnv rowLen("SPCCL_ALLTOALL_ROW_LEN", "128");
     ScopedEnv agDensity("SPCCL_ALLGATHER_DENSITY", mode == 0 ? "1" : "0.05");
-    CommPtr comm;
-    spcclComm_t c = nullptr;
-    ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-    comm.reset(c);
+    WorldComm comm;
+    ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+    spcclComm_t c = comm.c;
     EXPECT_TRUE(noAllocationOnReplay(
         c, [&](int) { return spcclAlltoAll(send.data(), recv.data(), block, spcclFloat, c, nullptr); },
         "spcclAlltoAll"));
@@ -283,13 +301,12 @@ TEST(WarmCalls, DropInAlltoallAndAllgatherDoNotAllocate) {
   }
 }
 
-// DCT-MP forward without a kept selection (the communicator's scratch
-// holds the positions), and the backward.
+// DCT-MP forward without a kept selection (the positions come from the
+// communicator's pool), the backward, and a training step's loop.
 TEST(WarmCalls, RowsForwardAndBackwardDoNotAllocate) {
-  CommPtr comm;
-  spcclComm_t c = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-  comm.reset(c);
+  WorldComm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  spcclComm_t c = comm.c;
   const size_t p = static_cast<size_t>(worldSize()), rowsPerPeer = 40, rowLen = 128;
   const size_t n = p * rowsPerPeer * rowLen;
   const auto in = inputs(n, 5);
@@ -353,10 +370,9 @@ TEST(WarmCalls, RowsForwardAndBackwardDoNotAllocate) {
 // Row-sparse allreduce: ids merged, exchanged and summed in the
 // communicator's scratch.
 TEST(WarmCalls, RowSparseAllReduceDoesNotAllocate) {
-  CommPtr comm;
-  spcclComm_t c = nullptr;
-  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), c, "spcclCommInitMPI"));
-  comm.reset(c);
+  WorldComm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  spcclComm_t c = comm.c;
   const size_t nrows = 300, rowLen = 16, capacity = nrows * static_cast<size_t>(worldSize());
   std::vector<int64_t> ids(nrows), outIds(capacity);
   for (size_t i = 0; i < nrows; ++i) ids[i] = static_cast<int64_t>((i * 7 + static_cast<size_t>(worldRank()) * 13) % 1000);
