@@ -72,14 +72,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-if ! [[ "$ranks" =~ ^[0-9]+$ ]] || [ "$ranks" -lt 2 ] || [ "$ranks" -gt 250 ]; then
+# Decimal numerals without leading zeros and of at most 5 digits: bash
+# arithmetic reads 010 as octal (8) and ip reads an MTU of 02000 as 1024, and
+# [ -lt ] rejects a number beyond 64 bits as an error that would pass the check.
+if ! [[ "$ranks" =~ ^[1-9][0-9]{0,4}$ ]] || [ "$ranks" -lt 2 ] || [ "$ranks" -gt 250 ]; then
   die "--ranks must be 2..250, not '$ranks'"
 fi
 [[ "$rate" == none || "$rate" =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT]?(bit|bps))$ ]] ||
   die "--rate must be like 1gbit, 10gbit, 25gbit, 500mbit or 'none', not '$rate'"
 [[ "$delay" == 0 || "$delay" =~ ^[0-9]+(\.[0-9]+)?(us|usec|ms|msec|s|sec)$ ]] ||
   die "--delay must be like 20us, 1ms or 0, not '$delay'"
-if ! [[ "$mtu" =~ ^[0-9]+$ ]] || [ "$mtu" -lt 1280 ] || [ "$mtu" -gt 65535 ]; then
+if ! [[ "$mtu" =~ ^[1-9][0-9]{0,4}$ ]] || [ "$mtu" -lt 1280 ] || [ "$mtu" -gt 65535 ]; then
   die "--mtu must be 1280..65535, not '$mtu'"
 fi
 if [ "$cleanup_only" = 0 ] && [ $# -eq 0 ]; then
@@ -119,7 +122,10 @@ flock -n 9 || die "another perf/netem/run.sh is running (lock $LOCK)"
 
 run() {
   [ "$verbose" = 1 ] && echo "+ $*" >&2
-  "$@"
+  local rc=0
+  "$@" || rc=$?
+  [ "$rc" = 0 ] || echo "run.sh: setup step failed (exit $rc): $*" >&2
+  return "$rc"
 }
 
 our_namespaces() {
@@ -150,9 +156,19 @@ remove_namespaces() {
   done
 }
 
+# Temporary directories of earlier runs (mktemp -d "$TMP_PATTERN"): a run
+# killed with SIGKILL leaves its own. Under the lock no other run is alive, so
+# every one of them is a leftover.
+readonly TMP_PATTERN=/tmp/spccl-netem.XXXXXX
+our_tmpdirs() {
+  compgen -G "${TMP_PATTERN%XXXXXX}??????" || true
+}
+
 if [ "$cleanup_only" = 1 ]; then
   left=$(our_namespaces | tr '\n' ' ')
+  left+=$(our_tmpdirs | tr '\n' ' ')
   remove_namespaces
+  our_tmpdirs | while read -r d; do rm -rf -- "$d"; done
   echo "run.sh: removed: ${left:-nothing}"
   exit 0
 fi
@@ -163,7 +179,10 @@ tmpdir=
 # shellcheck disable=SC2317  # trap handlers
 on_exit() {
   local rc=$?
-  trap - EXIT INT TERM ERR
+  # Ignore further signals until everything is removed: a second Ctrl-C,
+  # SIGTERM or SIGHUP must not abort the clean-up half way.
+  trap - EXIT ERR
+  trap '' INT TERM HUP
   set +e
   if [ -n "$mpi_pid" ] && kill -0 "$mpi_pid" 2>/dev/null; then
     kill -TERM "$mpi_pid" 2>/dev/null      # mpirun then stops its daemons and ranks
@@ -182,18 +201,24 @@ on_exit() {
 # shellcheck disable=SC2317
 on_signal() {
   echo "run.sh: caught SIG$1, cleaning up" >&2
-  [ "$1" = INT ] && exit 130
+  case "$1" in
+    INT) exit 130 ;;
+    HUP) exit 129 ;;
+  esac
   exit 143
 }
 trap on_exit EXIT
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
 trap 'echo "run.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 left=$(our_namespaces | tr '\n' ' ')
+left+=$(our_tmpdirs | tr '\n' ' ')
 if [ -n "$left" ]; then
   echo "run.sh: removing leftovers of an earlier run: $left" >&2
   remove_namespaces
+  our_tmpdirs | while read -r d; do rm -rf -- "$d"; done
 fi
 
 # ---- build the network -----------------------------------------------------------
@@ -231,12 +256,18 @@ probe_qdisc() {  # probe_qdisc KIND HINT [TC ARGS...]
 }
 if [ "$rate" != none ]; then
   probe_qdisc htb "Use --rate none to run without a rate limit." default 1
+  # The rate itself: tc refuses one below 8bit (1 byte/s), e.g. 0bit.
+  tc -n "$BRNS" qdisc add dev br0 root handle 1: htb default 1
+  if ! err=$(tc -n "$BRNS" class add dev br0 parent 1: classid 1:1 htb rate "$rate" ceil "$rate" 2>&1); then
+    die "tc refuses --rate '$rate' ($err); the smallest rate is 8bit"
+  fi
+  tc -n "$BRNS" qdisc del dev br0 root
 fi
 if [ "$delay" != 0 ]; then
   probe_qdisc netem "Use --delay 0 to shape the rate only." delay "$delay"
 fi
 
-tmpdir=$(mktemp -d /tmp/spccl-netem.XXXXXX)
+tmpdir=$(mktemp -d "$TMP_PATTERN")
 hostfile="$tmpdir/hostfile"
 : >"$hostfile"
 hostmap=
@@ -265,6 +296,10 @@ export SPCCL_NETEM_HOSTMAP="$hostmap"
 # yield on its own as it does with --oversubscribe.
 # Both are defaults: an --mpi-arg that sets them replaces them (mpirun refuses
 # an MCA parameter given twice).
+# Open MPI splits plm_rsh_agent at spaces (it takes "ssh : rsh" and options),
+# so the agent is run from the temporary directory, whose path has none.
+agent="$tmpdir/ns_agent.sh"
+cp "$AGENT" "$agent"
 bind_default=(--bind-to none)
 yield_default=(--mca mpi_yield_when_idle 1)
 for arg in ${mpi_args[@]+"${mpi_args[@]}"}; do
@@ -276,7 +311,7 @@ done
 # shellcheck disable=SC2054  # "tcp,self" is one word
 mpirun_cmd=(
   mpirun --allow-run-as-root -np "$ranks" --hostfile "$hostfile"
-  --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1
+  --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
   --mca pml ob1 --mca btl tcp,self
   --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET"
   ${bind_default[@]+"${bind_default[@]}"} ${yield_default[@]+"${yield_default[@]}"}
