@@ -2,7 +2,7 @@
 #
 #   STEP=install       cmake --install BUILD_DIR into a fresh PREFIX, check the layout
 #   STEP=find_package  configure, build and run consumer/ against PREFIX with
-#                      find_package(spccl) (CONSUMER_LANGUAGE C or CXX)
+#                      find_package(spccl) (CONSUMER_LANGUAGE C, CXX or CUDA)
 #   STEP=pkg_config    compile consumer/main.c with `pkg-config --cflags --libs spccl`
 #                      (PKG_CONFIG_PATH = PREFIX's pkgconfig dir only) and run it
 cmake_minimum_required(VERSION 3.19) # COMMAND_ERROR_IS_FATAL
@@ -54,9 +54,13 @@ if(STEP STREQUAL "install")
 elseif(STEP STREQUAL "find_package")
   set(work ${WORK_DIR}/find_package_${CONSUMER_LANGUAGE})
   file(REMOVE_RECURSE ${work})
+  set(cuda_args "")
+  if(CUDA_COMPILER)
+    set(cuda_args -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
+  endif()
   run(${CMAKE_COMMAND} -S ${consumer_dir} -B ${work} -G ${GENERATOR}
       -DCONSUMER_LANGUAGE=${CONSUMER_LANGUAGE}
-      -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+      -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} ${cuda_args}
       -DCMAKE_BUILD_TYPE=${CONFIG}
       -DCMAKE_PREFIX_PATH=${PREFIX}
       -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
