@@ -51,8 +51,26 @@ SPCCL_CHECK_SIGNATURE(spcclCompressorGetStats,
 SPCCL_CHECK_SIGNATURE(spcclCompressorGetResidual,
                       spcclResult_t (*)(const spcclCompressor_t, float*, size_t));
 SPCCL_CHECK_SIGNATURE(spcclCompressorDestroy, spcclResult_t (*)(spcclCompressor_t));
+SPCCL_CHECK_SIGNATURE(spcclAlltoAll,
+                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclComm_t,
+                                        void*));
+SPCCL_CHECK_SIGNATURE(spcclAllGather,
+                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclComm_t,
+                                        void*));
+SPCCL_CHECK_SIGNATURE(spcclAlltoAllRowsCompressed,
+                      spcclResult_t (*)(const void*, void*, size_t, size_t, spcclDataType_t, float,
+                                        spcclSelection_t*, spcclComm_t, void*));
+SPCCL_CHECK_SIGNATURE(spcclAlltoAllRowsBackward,
+                      spcclResult_t (*)(const void*, void*, spcclSelection_t, void*));
+SPCCL_CHECK_SIGNATURE(spcclSelectionDestroy, spcclResult_t (*)(spcclSelection_t));
+SPCCL_CHECK_SIGNATURE(spcclAllReduceRowSparse,
+                      spcclResult_t (*)(const int64_t*, const void*, size_t, size_t, spcclDataType_t,
+                                        int64_t*, void*, size_t, size_t*, spcclComm_t, void*));
 #if SPCCL_API_TEST_MPI
 SPCCL_CHECK_SIGNATURE(spcclCommInitMPI, spcclResult_t (*)(spcclComm_t*, MPI_Comm));
+#endif
+#if SPCCL_API_TEST_NCCL
+SPCCL_CHECK_SIGNATURE(spcclCommInitNccl, spcclResult_t (*)(spcclComm_t*, ncclComm_t));
 #endif
 
 static int failures = 0;
@@ -92,6 +110,7 @@ int main(void) {
   EXPECT_VALUE(spcclFloat64, 8);
   EXPECT_VALUE(spcclDouble, 8);
   EXPECT_VALUE(spcclBfloat16, 9);
+  EXPECT_VALUE(spcclFloat8e4m3, 10);
 
   /* ncclRedOp_t */
   EXPECT_VALUE(spcclSum, 0);
@@ -99,6 +118,47 @@ int main(void) {
   EXPECT_VALUE(spcclMax, 2);
   EXPECT_VALUE(spcclMin, 3);
   EXPECT_VALUE(spcclAvg, 4);
+
+  /* The ends of the lists (README): NCCL 2.28 has one result and one type more. */
+  EXPECT_VALUE(spcclNumResults, 7);
+  EXPECT_VALUE(spcclNumTypes, 11);
+  EXPECT_VALUE(spcclNumOps, 5);
+
+#if SPCCL_API_TEST_NCCL
+  /* The same values, against the nccl.h in view: a cast turns one into the other. */
+  EXPECT_VALUE(spcclSuccess, ncclSuccess);
+  EXPECT_VALUE(spcclUnhandledCudaError, ncclUnhandledCudaError);
+  EXPECT_VALUE(spcclSystemError, ncclSystemError);
+  EXPECT_VALUE(spcclInternalError, ncclInternalError);
+  EXPECT_VALUE(spcclInvalidArgument, ncclInvalidArgument);
+  EXPECT_VALUE(spcclInvalidUsage, ncclInvalidUsage);
+  EXPECT_VALUE(spcclRemoteError, ncclRemoteError);
+  EXPECT_VALUE(spcclInt8, ncclInt8);
+  EXPECT_VALUE(spcclChar, ncclChar);
+  EXPECT_VALUE(spcclUint8, ncclUint8);
+  EXPECT_VALUE(spcclInt32, ncclInt32);
+  EXPECT_VALUE(spcclInt, ncclInt);
+  EXPECT_VALUE(spcclUint32, ncclUint32);
+  EXPECT_VALUE(spcclInt64, ncclInt64);
+  EXPECT_VALUE(spcclUint64, ncclUint64);
+  EXPECT_VALUE(spcclFloat16, ncclFloat16);
+  EXPECT_VALUE(spcclHalf, ncclHalf);
+  EXPECT_VALUE(spcclFloat32, ncclFloat32);
+  EXPECT_VALUE(spcclFloat, ncclFloat);
+  EXPECT_VALUE(spcclFloat64, ncclFloat64);
+  EXPECT_VALUE(spcclDouble, ncclDouble);
+  EXPECT_VALUE(spcclBfloat16, ncclBfloat16);
+  EXPECT_VALUE(spcclFloat8e4m3, ncclFloat8e4m3);
+  EXPECT_VALUE(spcclSum, ncclSum);
+  EXPECT_VALUE(spcclProd, ncclProd);
+  EXPECT_VALUE(spcclMax, ncclMax);
+  EXPECT_VALUE(spcclMin, ncclMin);
+  EXPECT_VALUE(spcclAvg, ncclAvg);
+  EXPECT_VALUE(spcclNumOps, ncclNumOps);
+  EXPECT_VALUE(sizeof(spcclResult_t), sizeof(ncclResult_t));
+  EXPECT_VALUE(sizeof(spcclDataType_t), sizeof(ncclDataType_t));
+  EXPECT_VALUE(sizeof(spcclRedOp_t), sizeof(ncclRedOp_t));
+#endif
 
   /* NCCL_VERSION_CODE's encoding */
   EXPECT_VALUE(SPCCL_VERSION(2, 19, 3), 21903);
