@@ -191,8 +191,21 @@ SPCCL_API spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, siz
                                        spcclDataType_t datatype, spcclRedOp_t op,
                                        spcclComm_t comm, void* stream);
 
-/* Fills *config with SPCCL_* env defaults (size and version included). */
+/*
+ * Fills *config with SPCCL_* env defaults (size and version included). Used
+ * as written, spcclCompressConfigInit(&config) is the macro below: it passes
+ * this header's sizeof(spcclCompressConfig_t) and
+ * SPCCL_COMPRESS_CONFIG_VERSION, and spcclCompressConfigInitVersion writes
+ * only the fields of that version, so a program built against this header
+ * stays correct with a later library whose struct has grown. The function of
+ * the same name (taken by address, or with the macro #undef'd) fills this
+ * header's layout.
+ */
 SPCCL_API spcclResult_t spcclCompressConfigInit(spcclCompressConfig_t* config);
+SPCCL_API spcclResult_t spcclCompressConfigInitVersion(spcclCompressConfig_t* config, size_t size,
+                                                       unsigned int version);
+#define spcclCompressConfigInit(config) \
+  spcclCompressConfigInitVersion((config), sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION)
 /*
  * config NULL = the communicator's env defaults. Collective: no, purely local.
  * Memory on a host (MPI) communicator: the compressor holds its error-feedback

@@ -718,12 +718,30 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
   }, comm && commAlive(comm) ? comm->rank : -1);
 }
 
-spcclResult_t spcclCompressConfigInit(spcclCompressConfig_t* config) {
+// The name in parentheses: spccl.h also defines spcclCompressConfigInit as a
+// macro that calls spcclCompressConfigInitVersion with the caller's layout.
+spcclResult_t(spcclCompressConfigInit)(spcclCompressConfig_t* config) {
+  return spcclCompressConfigInitVersion(config, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION);
+}
+
+spcclResult_t spcclCompressConfigInitVersion(spcclCompressConfig_t* config, size_t size, unsigned int version) {
   return guarded([&]() -> Status {
     if (config == nullptr) return invalidArgument("config is NULL");
+    const size_t known = configLayoutBytes(version);
+    if (known == 0)
+      return invalidArgument(formatString("config version %u is newer than this library's (%d): the program was "
+                                          "built against a later spccl.h",
+                                          version, SPCCL_COMPRESS_CONFIG_VERSION));
+    if (size < known)
+      return invalidArgument(formatString("config size %zu is smaller than version %u's %zu bytes", size, version,
+                                          known));
     Params p;
     SPCCL_RETURN_IF_ERROR(loadParamsFromEnv(&p));
-    *config = configFromParams(p);
+    spcclCompressConfig_t full = configFromParams(p);
+    full.size = size;
+    full.version = version;
+    // Only the caller's fields: its struct may be shorter than this library's.
+    std::memcpy(config, &full, known);
     return Status::ok();
   });
 }

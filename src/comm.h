@@ -270,6 +270,10 @@ spcclCompressConfig_t configFromParams(const Params& p);
 // version-1 config (before splitReselect) is read up to its own size and the
 // newer fields take their env defaults.
 Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompressConfig_t* out);
+// The bytes of spcclCompressConfig_t that layout `version` defines (1: up to
+// capacityFactor; 2, the current one: the whole struct), 0 for a version this
+// library does not know.
+size_t configLayoutBytes(unsigned int version);
 uint64_t denseBytesPerCall(int ranks, size_t count, spcclDataType_t type);
 // An allreduce call into its compressor's and communicator's statistics: the
 // counters and the last* fields (spccl.h: the last* fields describe the last

@@ -457,6 +457,13 @@ spcclCompressConfig_t configFromParams(const Params& p) {
   return c;
 }
 
+size_t configLayoutBytes(unsigned int version) {
+  static_assert(SPCCL_COMPRESS_CONFIG_VERSION == 2, "a new layout version needs its size here");
+  if (version == 1) return offsetof(spcclCompressConfig_t, splitReselect);  // fields up to capacityFactor
+  if (version == SPCCL_COMPRESS_CONFIG_VERSION) return sizeof(spcclCompressConfig_t);
+  return 0;
+}
+
 Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompressConfig_t* out) {
   *out = configFromParams(p);
   if (user == nullptr) return Status::ok();
@@ -467,8 +474,7 @@ Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompr
   std::memcpy(&size, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, size), sizeof size);
   std::memcpy(&version, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, version),
               sizeof version);
-  constexpr size_t kV1Size = offsetof(spcclCompressConfig_t, splitReselect);  // fields up to capacityFactor
-  const size_t known = version == 1 ? kV1Size : version == SPCCL_COMPRESS_CONFIG_VERSION ? sizeof *out : 0;
+  const size_t known = configLayoutBytes(version);
   if (known == 0 || size < known)
     return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
                                         "spcclCompressConfigInit() (expected size %zu, version %d)",

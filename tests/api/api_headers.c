@@ -40,6 +40,8 @@ SPCCL_CHECK_SIGNATURE(spcclAllReduce,
                       spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t,
                                         spcclRedOp_t, spcclComm_t, void*));
 SPCCL_CHECK_SIGNATURE(spcclCompressConfigInit, spcclResult_t (*)(spcclCompressConfig_t*));
+SPCCL_CHECK_SIGNATURE(spcclCompressConfigInitVersion,
+                      spcclResult_t (*)(spcclCompressConfig_t*, size_t, unsigned int));
 SPCCL_CHECK_SIGNATURE(spcclCompressorCreate,
                       spcclResult_t (*)(spcclComm_t, size_t, spcclDataType_t,
                                         const spcclCompressConfig_t*, spcclCompressor_t*));

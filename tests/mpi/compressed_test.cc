@@ -601,6 +601,38 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
       << spcclGetLastError(nullptr);
 }
 
+// spcclCompressConfigInit(&c), as a program writes it, passes that program's
+// sizeof and version: the library writes only the fields of that layout, so
+// a program built against an older header is not overrun by a library whose
+// struct has grown. Here a version-1 caller: nothing past its bytes changes.
+TEST(ConfigInit, WritesOnlyTheCallersLayout) {
+  constexpr size_t kV1Bytes = offsetof(spcclCompressConfig_t, splitReselect);
+  alignas(spcclCompressConfig_t) unsigned char buf[sizeof(spcclCompressConfig_t) + 16];
+  std::memset(buf, 0xab, sizeof buf);
+  auto* config = reinterpret_cast<spcclCompressConfig_t*>(buf);
+  ASSERT_EQ(spcclCompressConfigInitVersion(config, kV1Bytes, 1), spcclSuccess) << spcclGetLastError(nullptr);
+  EXPECT_EQ(config->size, kV1Bytes);
+  EXPECT_EQ(config->version, 1u);
+  for (size_t i = kV1Bytes; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xab) << "byte " << i << " written";
+  // The macro: this header's size and version.
+  spcclCompressConfig_t current;
+  ASSERT_EQ(spcclCompressConfigInit(&current), spcclSuccess);
+  EXPECT_EQ(current.size, sizeof(spcclCompressConfig_t));
+  EXPECT_EQ(current.version, static_cast<unsigned>(SPCCL_COMPRESS_CONFIG_VERSION));
+  // The function itself (by address) fills this header's layout too.
+  spcclResult_t (*init)(spcclCompressConfig_t*) = &spcclCompressConfigInit;
+  std::memset(&current, 0, sizeof current);
+  ASSERT_EQ(init(&current), spcclSuccess);
+  EXPECT_EQ(current.size, sizeof(spcclCompressConfig_t));
+  EXPECT_EQ(current.version, static_cast<unsigned>(SPCCL_COMPRESS_CONFIG_VERSION));
+  // A layout from a later header, or a size short of its version's fields.
+  EXPECT_EQ(spcclCompressConfigInitVersion(config, sizeof buf, SPCCL_COMPRESS_CONFIG_VERSION + 1),
+            spcclInvalidArgument);
+  EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("later spccl.h"), std::string::npos);
+  EXPECT_EQ(spcclCompressConfigInitVersion(config, kV1Bytes - 4, 1), spcclInvalidArgument);
+  EXPECT_EQ(spcclCompressConfigInitVersion(nullptr, sizeof buf, 1), spcclInvalidArgument);
+}
+
 // ---------- threshold re-estimation schedule ----------
 //
 // errorFeedback off so that v == input on every call: with error feedback the
