@@ -91,6 +91,9 @@ struct ReduceContext {
   const uint64_t* streamBytesPerRank = nullptr;
   IndexEncoding myEncoding = IndexEncoding::kCoo32;
   int scaleExp = 0;  // fp8 wire: the scale exponent this rank's values were packed with
+  // split: the owner's wire values stay within +-wireBound (core::kHalfMax for
+  // an fp16 buffer, as the fused pass's; +Inf: no bound)
+  float wireBound = __builtin_inff();
 };
 
 // [begin, end) of the index range rank r owns in the split algorithm: P

@@ -116,6 +116,11 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
     StreamView view;
     SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
     storeStream(view, comm.floats.data(), 0);
+    // Every value came from an fp16 block: one a bf16 or fp8 wire rounded
+    // above fp16's range (65504 -> 65536) arrives as 65504, never as Inf.
+    if (type == spcclFloat16)
+      for (float& f : comm.floats)
+        if (std::isfinite(f) && std::fabs(f) > core::kHalfMax) f = std::copysign(core::kHalfMax, f);
     host::storeFloats(comm.floats.data(), n, type, static_cast<char*>(recvbuff) + r * n * esize);
   }
   *call = spcclStats_t{};

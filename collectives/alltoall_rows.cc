@@ -90,7 +90,10 @@ typename Staged::Raw stage(typename Buf::Raw x) {
 template <typename Wire, typename Buf>
 typename Buf::Raw unstage(typename Wire::Raw x, int scaleExp) {
   if constexpr (std::is_same_v<Wire, Buf>) return x;
-  else return Buf::fromFloat(Wire::toFloat(x, scaleExp));
+  // Saturating: every kept value came from a buffer of type Buf, and a wire
+  // that rounds it above Buf's range (65504 -> 65536 in bf16 or fp8, for an
+  // fp16 buffer) must not deliver Inf for it. NaN/Inf pass unchanged.
+  else return Buf::wireFromFloat(Wire::toFloat(x, scaleExp));
 }
 
 template <typename T>

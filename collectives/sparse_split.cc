@@ -122,7 +122,7 @@ void appendNonzeros(const float* acc, uint64_t len, uint64_t b, Workspace& ws) {
 // pairs or dense, returning rounding error (and, re-selecting, the dropped
 // sums) to `residual` (when given).
 size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Workspace& ws, int indexEncoding,
-                        uint64_t keepPerRange, uint64_t* dropped) {
+                        uint64_t keepPerRange, uint64_t* dropped, float bound) {
   const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
   ws.rangeIndices.clear();
   ws.rangeValues.clear();
@@ -144,10 +144,17 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
     }
     info.scaleExp = core::fp8ScaleForMax(maxKey);
   }
-  if (residual && rounds) {  // zeros round to zero: only the nonzeros can leave anything
+  if (rounds) {  // zeros round to zero: only the nonzeros can leave anything
     for (uint64_t j = 0; j < m; ++j) {
-      const float v = values[j], d = core::roundToWire(v, base.valueType, info.scaleExp);
-      if (std::isfinite(d) && std::isfinite(v)) residual[ws.rangeIndices[j]] += v - d;
+      const float v = values[j], d = core::roundToWireBounded(v, base.valueType, info.scaleExp, bound);
+      if (!std::isfinite(d) || !std::isfinite(v)) continue;
+      if (residual) residual[ws.rangeIndices[j]] += v - d;
+      // Bounded below the wire's own rounding: d is a wire value, so it
+      // encodes as itself wherever it is stored below.
+      if (d != core::roundToWire(v, base.valueType, info.scaleExp)) {
+        ws.rangeValues[j] = d;
+        acc[ws.rangeIndices[j] - b] = d;
+      }
     }
   }
   if (dense) {
@@ -248,7 +255,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   size_t myBytes;
   if (local.isOk()) {
     myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding,
-                               ctx->keepPerRange, &ctx->reselectDropped);
+                               ctx->keepPerRange, &ctx->reselectDropped, ctx->wireBound);
   } else {
     ws.stageBytes.resize(kErrorStreamBytes);
     myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());

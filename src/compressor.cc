@@ -389,6 +389,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     ReduceContext ctx{&t, seq, count, wire, algorithm, nnzPerRank.data(), out,
                       config.errorFeedback ? residual[current].data() : nullptr, &workspace};
     ctx.scaleExp = scaleExp;
+    ctx.wireBound = dataType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
     ctx.integrity = &comm->integrity;
     ctx.indexEncoding = comm->params.indexEncoding;
     ctx.keepPerRange = splitKeepPerRange(p);

@@ -335,4 +335,45 @@ SPCCL_HOST_DEVICE float loadWireValue(const void* section, uint64_t i, ValueType
   }
 }
 
+// The largest finite fp16. A bf16 or fp8 wire rounds a value from an fp16
+// user buffer to the nearest wire value, which near the top of fp16's range
+// is above it (65504 -> 65536 in bf16 and in e4m3 with the max rule's scale),
+// and the buffer would then receive Inf for a finite value. Senders whose
+// user buffer is fp16 bound the wire value at this magnitude, as the fp16
+// wire itself saturates.
+constexpr float kHalfMax = 65504.0f;
+
+// storeWireValue with |decoded| <= bound for every finite v (bound a positive
+// finite value, or +Inf for no bound): v is first clamped to +-bound, and a
+// code rounded above bound is replaced by the next code toward zero. NaN/Inf
+// are stored as they are. Returns what the receiver will decode.
+SPCCL_HOST_DEVICE float storeWireValueBounded(void* section, uint64_t i, float v, ValueType t, int scaleExp,
+                                              float bound) {
+  const bool finite = !isNonFiniteKey(magnitudeKey(v));
+  if (finite && v > bound) v = bound;
+  if (finite && v < -bound) v = -bound;
+  float d = storeWireValue(section, i, v, t, scaleExp);
+  if (!finite || !(d > bound || d < -bound)) return d;
+  switch (t) {  // codes are monotonic in magnitude: one step toward zero
+    case ValueType::kFloat16:
+    case ValueType::kBfloat16:
+      --static_cast<uint16_t*>(section)[i];
+      break;
+    case ValueType::kFloat8e4m3: {
+      uint8_t& c = static_cast<uint8_t*>(section)[i];
+      c = (c & 0x7fu) == 1u ? 0u : static_cast<uint8_t>(c - 1u);  // never 0x80 (NaN): zero is 0x00
+      break;
+    }
+    default:
+      break;  // fp32 holds the clamped v exactly
+  }
+  return loadWireValue(section, i, t, scaleExp);
+}
+
+// roundToWire with the same bound.
+SPCCL_HOST_DEVICE float roundToWireBounded(float v, ValueType t, int scaleExp, float bound) {
+  uint32_t slot = 0;
+  return storeWireValueBounded(&slot, 0, v, t, scaleExp, bound);
+}
+
 }  // namespace spccl::core

@@ -181,10 +181,12 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
       ++written;
       return;
     }
-    float sent = core::roundToWire(v, Wire::value, a.scaleExp);
+    // An fp16 buffer's values must not round above its range (core::kHalfMax).
+    const float bound = a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
+    float sent = core::roundToWireBounded(v, Wire::value, a.scaleExp, bound);
     if (written < a.capacity) {
       a.indices[written] = static_cast<uint32_t>(i);
-      sent = core::storeWireValue(a.values, written, v, Wire::value, a.scaleExp);
+      sent = core::storeWireValueBounded(a.values, written, v, Wire::value, a.scaleExp, bound);
     }
     ++written;
     // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
