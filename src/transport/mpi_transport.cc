@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/core/elementwise.h"
+#include "src/device.h"
 #include "src/types.h"
 
 namespace spccl {
@@ -120,6 +122,23 @@ void divideByRanks(void* buf, size_t n, spcclDataType_t t, int p) {
 
 constexpr size_t kMaxChunk = size_t{1} << 30;  // elements per MPI call: int counts
 
+// Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
+bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
+}
+
+// A send buffer that overlaps the receive buffer without being the call's
+// in-place form would reach MPI aliased (erroneous in MPI; silently wrong
+// results in Open MPI). Host memory: the send data is moved to where the
+// in-place form expects it (memmove handles the overlap), so the call runs
+// in place and gives what separate buffers give. Returns whether it did.
+bool moveIntoPlace(const void* send, size_t sendBytes, void* slot, const void* recv, size_t recvBytes) {
+  if (send == slot || !overlaps(send, sendBytes, recv, recvBytes) || isDevicePointer(send)) return false;
+  std::memmove(slot, send, sendBytes);
+  return true;
+}
+
 }  // namespace
 
 // The collectives below call PMPI_* directly: spccl's own traffic must never
@@ -179,6 +198,7 @@ Status MpiTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t
   const int opIndex = op == spcclAvg ? 0 : static_cast<int>(op);
   const MPI_Op mop = half ? halfOps_[type == spcclBfloat16][opIndex] : mpiOp(op);
   const size_t esize = dataTypeSize(type);
+  if (moveIntoPlace(sendbuff, count * esize, recvbuff, recvbuff, count * esize)) sendbuff = recvbuff;
   for (size_t off = 0; off < count; off += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, count - off));
     char* r = static_cast<char*>(recvbuff) + off * esize;
@@ -222,7 +242,8 @@ Status MpiTransport::allGather(const void* send, size_t bytes, void* recv) {
   int count;
   SPCCL_RETURN_IF_ERROR(blockType(bytes, &type, &count));
   // In place when this rank's block already sits at its slot of recv.
-  const bool inPlace = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
+  char* slot = static_cast<char*>(recv) + static_cast<size_t>(rank_) * bytes;
+  const bool inPlace = send == slot || moveIntoPlace(send, bytes, slot, recv, static_cast<size_t>(size_) * bytes);
   SPCCL_MPI_CHECK(PMPI_Allgather(inPlace ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
   return Status::ok();
 }
@@ -239,6 +260,8 @@ Status MpiTransport::allToAll(const void* send, size_t bytes, void* recv) {
   MPI_Datatype type;
   int count;
   SPCCL_RETURN_IF_ERROR(blockType(bytes, &type, &count));
+  const size_t all = static_cast<size_t>(size_) * bytes;
+  if (moveIntoPlace(send, all, recv, recv, all)) send = recv;
   SPCCL_MPI_CHECK(PMPI_Alltoall(send == recv ? MPI_IN_PLACE : send, count, type, recv, count, type, comm_));
   return Status::ok();
 }

@@ -237,6 +237,51 @@ TEST_F(MpiTest, DropInExactTypesAndOps) {
 
 // ---------- fp16 / bf16 at density 1 ----------
 //
+// Send and receive buffers that overlap without being NCCL's in-place form
+// (allgather: sendbuff == recvbuff on every rank, so not in place on rank > 0;
+// alltoall and allreduce: sendbuff one element past recvbuff) once went to MPI
+// aliased and came back silently wrong. They must give what separate buffers
+// give.
+TEST_F(MpiTest, OverlappingBuffersGiveTheSeparateBuffersResult) {
+  const size_t P = static_cast<size_t>(size_);
+  for (size_t n : {size_t{5}, size_t{1000}, size_t{100003}}) {
+    SCOPED_TRACE(n);
+    // Allgather, sendbuff == recvbuff.
+    std::vector<int32_t> gather(n * P, -1);
+    for (size_t i = 0; i < n; ++i) gather[i] = static_cast<int32_t>(rank_ * 1000003 + i);
+    ASSERT_TRUE(okOnAllRanks(spcclAllGather(gather.data(), gather.data(), n, spcclInt32, comm_.get(), nullptr),
+                             comm_.get(), "spcclAllGather (sendbuff == recvbuff)"));
+    size_t bad = 0;
+    for (size_t r = 0; r < P; ++r)
+      for (size_t i = 0; i < n; ++i) bad += gather[r * n + i] != static_cast<int32_t>(r * 1000003 + i);
+    EXPECT_EQ(bad, 0u) << "allgather with sendbuff == recvbuff";
+
+    // Alltoall, sendbuff = recvbuff + 1.
+    std::vector<int32_t> a2a(n * P + 1, -1);
+    for (size_t j = 0; j < P; ++j)
+      for (size_t i = 0; i < n; ++i) a2a[1 + j * n + i] = static_cast<int32_t>(rank_ * 7 + j * 1000003 + i);
+    ASSERT_TRUE(okOnAllRanks(spcclAlltoAll(a2a.data() + 1, a2a.data(), n, spcclInt32, comm_.get(), nullptr),
+                             comm_.get(), "spcclAlltoAll (sendbuff = recvbuff + 1)"));
+    bad = 0;
+    for (size_t j = 0; j < P; ++j)
+      for (size_t i = 0; i < n; ++i) bad += a2a[j * n + i] != static_cast<int32_t>(j * 7 + rank_ * 1000003 + i);
+    EXPECT_EQ(bad, 0u) << "alltoall with sendbuff = recvbuff + 1";
+
+    // Allreduce, sendbuff = recvbuff + 1 (exact: int32).
+    std::vector<int32_t> mine(n);
+    for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(i * (rank_ + 1));
+    const std::vector<int32_t> ref = mpiReference(mine, spcclSum);
+    std::vector<int32_t> ar(n + 1, -1);
+    std::copy(mine.begin(), mine.end(), ar.begin() + 1);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduce(ar.data() + 1, ar.data(), n, spcclInt32, spcclSum, comm_.get(), nullptr),
+                             comm_.get(), "spcclAllReduce (sendbuff = recvbuff + 1)"));
+    bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += ar[i] != ref[i];
+    EXPECT_EQ(bad, 0u) << "allreduce with sendbuff = recvbuff + 1";
+  }
+}
+
+
 // The exact dense path for half types reduces with an MPI user op: each
 // application widens two halves to float, adds, and rounds back, so the result
 // depends on the order in which MPI combines the ranks' buffers (a tree or ring
