@@ -194,6 +194,22 @@ MpiTransport::~MpiTransport() {
 Status MpiTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                     spcclRedOp_t op) {
   const bool half = type == spcclFloat16 || type == spcclBfloat16;
+  if (half && op == spcclAvg) {
+    // Summed in the 16-bit type, an average that fits overflows when the sum
+    // does not (2 x 40000 in fp16 is +Inf): the ranks' values are widened to
+    // fp32, summed and divided there, and rounded once, as the compressed
+    // path does (and as ncclAvg's pre-multiplied sum does not overflow).
+    const bool bf = type == spcclBfloat16;
+    const auto* in = static_cast<const uint16_t*>(sendbuff);
+    if (widened_.size() < count) widened_.resize(count);
+    for (size_t i = 0; i < count; ++i)
+      widened_[i] = bf ? core::bfloat16BitsToFloat(in[i]) : core::halfBitsToFloat(in[i]);
+    SPCCL_RETURN_IF_ERROR(allReduceDense(widened_.data(), widened_.data(), count, spcclFloat32, spcclAvg));
+    auto* out = static_cast<uint16_t*>(recvbuff);
+    for (size_t i = 0; i < count; ++i)
+      out[i] = bf ? core::floatToBfloat16Bits(widened_[i]) : core::floatToHalfBits(widened_[i]);
+    return Status::ok();
+  }
   const MPI_Datatype dt = half ? half_ : mpiType(type);
   const int opIndex = op == spcclAvg ? 0 : static_cast<int>(op);
   const MPI_Op mop = half ? halfOps_[type == spcclBfloat16][opIndex] : mpiOp(op);

@@ -46,6 +46,7 @@ class MpiTransport final : public Transport {
   MPI_Datatype quad_ = MPI_DATATYPE_NULL;  // 4 contiguous bytes
   MPI_Op halfOps_[2][4] = {};              // [fp16, bf16][sum, prod, max, min]
   std::vector<int> counts_, displs_, rcounts_, rdispls_;
+  std::vector<float> widened_;  // fp16/bf16 avg summed in fp32, grown to the largest such call
 };
 
 }  // namespace spccl

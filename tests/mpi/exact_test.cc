@@ -385,5 +385,33 @@ INSTANTIATE_TEST_SUITE_P(HalfTypes, HalfDensityOneTest, testing::Values(spcclFlo
                            return std::string(typeName(p.param));
                          });
 
+// fp16 avg of values whose average fits but whose sum does not: the exact
+// path (count under SPCCL_MIN_COMPRESS_COUNT) once summed in fp16 and returned
+// +Inf, where the compressed path (which sums in fp32) and ncclAvg return the
+// average. Both paths must give 40000 on every rank.
+TEST_F(MpiTest, HalfAvgDoesNotOverflowWhereTheAverageFits) {
+  const uint16_t v = floatToHalf(40000.0f);  // 2 x 40000 > 65504, the largest fp16
+  ASSERT_EQ(halfToFloat(v), 40000.0f);
+  for (size_t n : {size_t{1}, size_t{1000}, minCompressCount() + 17}) {
+    SCOPED_TRACE(n);
+    std::vector<uint16_t> in(n, v), out(n, 0);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduce(in.data(), out.data(), n, spcclFloat16, spcclAvg, comm_.get(), nullptr),
+                             comm_.get(), "spcclAllReduce (fp16 avg)"));
+    // Compressed (count above the minimum): the entries not sent yet are 0.
+    const bool compressed = n >= minCompressCount();
+    auto bad = [&](const std::vector<uint16_t>& r) {
+      size_t b = 0;
+      for (uint16_t h : r) b += !(halfToFloat(h) == 40000.0f || (compressed && halfToFloat(h) == 0.0f));
+      return b;
+    };
+    EXPECT_EQ(bad(out), 0u) << "out[0] = " << halfToFloat(out[0]);
+    std::vector<uint16_t> inplace(n, v);
+    ASSERT_TRUE(okOnAllRanks(
+        spcclAllReduce(inplace.data(), inplace.data(), n, spcclFloat16, spcclAvg, comm_.get(), nullptr), comm_.get(),
+        "spcclAllReduce (fp16 avg, in place)"));
+    EXPECT_EQ(bad(inplace), 0u) << "in place: inplace[0] = " << halfToFloat(inplace[0]);
+  }
+}
+
 }  // namespace
 }  // namespace spccl::test
