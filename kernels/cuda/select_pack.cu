@@ -101,6 +101,11 @@ struct Params {
   Counts* incl;
   unsigned numTiles;
   bool vec;  // send and residuals 16-byte aligned: vector loads and stores on full tiles
+  // |value sent| <= this for finite values: an fp16 input's largest finite
+  // value (a bf16 wire rounds 65504 to 65536, which the fp16 output would
+  // receive as Inf; the residual keeps the excess), else +Inf. The host's
+  // fused pass applies the same bound (kernels/host/host_kernels.cc).
+  float wireBound;
 };
 
 using DeviceU64 = ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>;
@@ -332,11 +337,11 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       float sent;
       if (pos < p.capacity) {
         p.indices[pos] = static_cast<uint32_t>(e0 + jj);
-        sent = core::storeWireValue(p.values, pos, x, kWire);
+        sent = core::storeWireValueBounded(p.values, pos, x, kWire, 0, p.wireBound);
       } else if (p.keepOverflow) {
         continue;  // counted, not sent: all of v stays in the residual
       } else {
-        sent = core::roundToWire(x, kWire);
+        sent = core::roundToWireBounded(x, kWire, 0, p.wireBound);
       }
       // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
       const float out = pick == Pick::kNonFinite ? 0.0f : x - sent;
@@ -418,7 +423,8 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
            reinterpret_cast<Counts*>(ws + l.incl),
            static_cast<unsigned>(tiles),
            detail::aligned16(a.send) && (a.residualIn == nullptr || detail::aligned16(a.residualIn)) &&
-               (a.residualOut == nullptr || detail::aligned16(a.residualOut))};
+               (a.residualOut == nullptr || detail::aligned16(a.residualOut)),
+           a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff()};
   detail::withLoader(a.inType, [&](auto in) {
     detail::withWire(a.wireType, [&](auto wire) {
       if (a.storeEarly)
