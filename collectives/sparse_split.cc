@@ -146,15 +146,20 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
   }
   if (rounds) {  // zeros round to zero: only the nonzeros can leave anything
     for (uint64_t j = 0; j < m; ++j) {
-      const float v = values[j], d = core::roundToWireBounded(v, base.valueType, info.scaleExp, bound);
+      const float v = values[j];
+      float d = core::roundToWire(v, base.valueType, info.scaleExp);
       if (!std::isfinite(d) || !std::isfinite(v)) continue;
-      if (residual) residual[ws.rangeIndices[j]] += v - d;
-      // Bounded below the wire's own rounding: d is a wire value, so it
-      // encodes as itself wherever it is stored below.
-      if (d != core::roundToWire(v, base.valueType, info.scaleExp)) {
-        ws.rangeValues[j] = d;
-        acc[ws.rangeIndices[j] - b] = d;
+      // Only a value or its rounding beyond the bound can change under it
+      // (roundToWireBounded is roundToWire within it): one rounding per entry.
+      if (std::fabs(v) > bound || std::fabs(d) > bound) {
+        const float bounded = core::roundToWireBounded(v, base.valueType, info.scaleExp, bound);
+        if (bounded != d) {  // a wire value: it encodes as itself wherever it is stored below
+          d = bounded;
+          ws.rangeValues[j] = d;
+          acc[ws.rangeIndices[j] - b] = d;
+        }
       }
+      if (residual) residual[ws.rangeIndices[j]] += v - d;
     }
   }
   if (dense) {

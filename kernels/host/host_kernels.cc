@@ -164,6 +164,8 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
   // NaN/Inf keys exceed every finite tau's key.
   const uint32_t minKey = a.tauKey > 0 ? a.tauKey : 1u;
   uint64_t written = 0, finite = 0, ties = a.tieBudget;
+  // An fp16 buffer's values must not round above its range (core::kHalfMax).
+  const float bound = a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
   auto vAt = [&](size_t i) {
     float v = load(i);
     if constexpr (kHasResidualIn) v += a.residualIn[i];
@@ -181,12 +183,12 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
       ++written;
       return;
     }
-    // An fp16 buffer's values must not round above its range (core::kHalfMax).
-    const float bound = a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
-    float sent = core::roundToWireBounded(v, Wire::value, a.scaleExp, bound);
+    float sent;  // what the receiver decodes: stored once, or rounded alone past the capacity
     if (written < a.capacity) {
       a.indices[written] = static_cast<uint32_t>(i);
       sent = core::storeWireValueBounded(a.values, written, v, Wire::value, a.scaleExp, bound);
+    } else {
+      sent = core::roundToWireBounded(v, Wire::value, a.scaleExp, bound);
     }
     ++written;
     // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
