@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/core/elementwise.h"
+#include "kernels/host/host_kernels.h"
 #include "src/device.h"
 #include "src/types.h"
 
@@ -199,15 +200,10 @@ Status MpiTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t
     // does not (2 x 40000 in fp16 is +Inf): the ranks' values are widened to
     // fp32, summed and divided there, and rounded once, as the compressed
     // path does (and as ncclAvg's pre-multiplied sum does not overflow).
-    const bool bf = type == spcclBfloat16;
-    const auto* in = static_cast<const uint16_t*>(sendbuff);
     if (widened_.size() < count) widened_.resize(count);
-    for (size_t i = 0; i < count; ++i)
-      widened_[i] = bf ? core::bfloat16BitsToFloat(in[i]) : core::halfBitsToFloat(in[i]);
+    host::loadFloats(sendbuff, type, count, widened_.data());
     SPCCL_RETURN_IF_ERROR(allReduceDense(widened_.data(), widened_.data(), count, spcclFloat32, spcclAvg));
-    auto* out = static_cast<uint16_t*>(recvbuff);
-    for (size_t i = 0; i < count; ++i)
-      out[i] = bf ? core::floatToBfloat16Bits(widened_[i]) : core::floatToHalfBits(widened_[i]);
+    host::storeFloats(widened_.data(), count, type, recvbuff);
     return Status::ok();
   }
   const MPI_Datatype dt = half ? half_ : mpiType(type);
