@@ -257,18 +257,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// User-type stores with the rounding of host::storeFloats.
+// User-type stores, saturating as the host's unstage (alltoall_rows.cc):
+// every kept value came from a buffer of this type, so a wire that rounded
+// it above the type's range (65504 -> 65536 on a bf16 wire, for an fp16
+// buffer) must deliver the largest finite value, not Inf. NaN/Inf pass.
 struct F32Out {
   using Raw = float;
   __device__ __forceinline__ static float convert(float x) { return x; }
 };
 struct F16Out {
   using Raw = uint16_t;
-  __device__ __forceinline__ static uint16_t convert(float x) { return core::floatToHalfBits(x); }
+  __device__ __forceinline__ static uint16_t convert(float x) { return core::wireHalfBits(x); }
 };
 struct Bf16Out {
   using Raw = uint16_t;
-  __device__ __forceinline__ static uint16_t convert(float x) { return core::floatToBfloat16Bits(x); }
+  __device__ __forceinline__ static uint16_t convert(float x) { return core::wireBfloat16Bits(x); }
 };
 
 template <class Out, core::ValueType kWire>

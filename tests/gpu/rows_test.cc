@@ -3,6 +3,7 @@
 // row by row (same counts, same ascending positions), then the offsets,
 // compaction, gather and scatter against the alltoall host path's loops.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -25,6 +26,20 @@ struct RowsCase {
 std::string describe(const RowsCase& c) {
   return "rows=" + std::to_string(c.rows) + " rowLen=" + std::to_string(c.rowLen) + " keep=" + std::to_string(c.keep) +
          " type=" + typeName(c.type) + " dist=" + distName(c.dist) + " " + seedTrace();
+}
+
+// The host alltoall's unstage: a kept value written back into its own
+// buffer type saturates (a bf16 wire's 65536 from an fp16 65504 is 65504).
+void storeSaturating(float v, spcclDataType_t type, unsigned char* dst) {
+  if (type == spcclFloat16) {
+    const uint16_t h = core::wireHalfBits(v);
+    std::memcpy(dst, &h, sizeof h);
+  } else if (type == spcclBfloat16) {
+    const uint16_t b = core::wireBfloat16Bits(v);
+    std::memcpy(dst, &b, sizeof b);
+  } else {
+    std::memcpy(dst, &v, sizeof v);
+  }
 }
 
 // Host reference for all rows: counts and positions (stride rowLen).
@@ -122,7 +137,7 @@ void checkRows(const RowsCase& c, std::mt19937_64& g) {
     for (uint64_t r = 0; r < c.rows; ++r)
       for (uint64_t j = hOff[r]; j < hOff[r + 1]; ++j) {
         const float v = core::loadWireValue(hVals.data(), j, wire);
-        host::storeFloats(&v, 1, c.type, hOut.data() + (r * c.rowLen + hFlat[j]) * es);
+        storeSaturating(v, c.type, hOut.data() + (r * c.rowLen + hFlat[j]) * es);
       }
     DeviceBuffer<unsigned char> dOut(total * es);
     CUDA_ASSERT(dOut.poison());
@@ -163,6 +178,47 @@ TEST(GpuRowTopK, ManyRows) {
   // H200): blocks go round their row loop more than once, so shared state left
   // by one row must not leak into the next (both kernels).
   checkRows(RowsCase{9001, 1024, core::rowKeep(1024, 1.0f / 16), spcclFloat32, Dist::kNormal}, g);
+}
+
+TEST(GpuRowTopK, HalfMaxOnABfloat16WireScattersAsHalfMax) {
+  SPCCL_REQUIRE_DEVICE();
+  // fp16 rows whose kept values include +-65504: a bf16 wire rounds them to
+  // +-65536, and the scatter into the fp16 output must give +-65504 back (as
+  // the host alltoall does), not +-Inf. Inf and NaN still pass as they are.
+  const uint32_t rowLen = 8;
+  const uint64_t rows = 2;
+  const std::vector<float> f = {65504.0f, -65504.0f, 1.0f, INFINITY, 0.5f, 2.0f, NAN, 3.0f,
+                                -65504.0f, 4.0f, 65504.0f, -INFINITY, 5.0f, 6.0f, 7.0f, 8.0f};
+  std::vector<uint16_t> half(f.size());
+  for (size_t i = 0; i < f.size(); ++i) half[i] = core::floatToHalfBits(f[i]);
+  const std::vector<uint64_t> off = {0, 4, 8};
+  const std::vector<uint32_t> pos = {0, 1, 3, 6, 0, 2, 3, 7};
+  DeviceBuffer<uint16_t> dData(half.size()), dOut(half.size());
+  DeviceBuffer<uint64_t> dOff(off.size());
+  DeviceBuffer<uint32_t> dPos(pos.size());
+  DeviceBuffer<uint16_t> dVals(pos.size());
+  CUDA_ASSERT(dData.upload(half));
+  CUDA_ASSERT(dOff.upload(off));
+  CUDA_ASSERT(dPos.upload(pos));
+  CUDA_ASSERT(dOut.poison());
+  STATUS_ASSERT(cuda::gatherRowValues(dData.get(), spcclFloat16, rows, rowLen, dPos.get(), dOff.get(),
+                                      core::ValueType::kBfloat16, dVals.get(), nullptr));
+  STATUS_ASSERT(cuda::scatterRowValues(dVals.get(), core::ValueType::kBfloat16, dPos.get(), dOff.get(), rows, rowLen,
+                                       spcclFloat16, dOut.get(), nullptr));
+  SYNC_ASSERT();
+  std::vector<uint16_t> vals, out;
+  CUDA_ASSERT(dVals.download(vals));
+  CUDA_ASSERT(dOut.download(out));
+  EXPECT_EQ(core::bfloat16BitsToFloat(vals[0]), 65536.0f);  // the wire did round up
+  const std::vector<float> want = {65504.0f, -65504.0f, 0, INFINITY, 0, 0, NAN, 0,
+                                   -65504.0f, 0, 65504.0f, -INFINITY, 0, 0, 0, 8.0f};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float got = core::halfBitsToFloat(out[i]);
+    if (std::isnan(want[i]))
+      EXPECT_TRUE(std::isnan(got)) << i;
+    else
+      EXPECT_EQ(got, want[i]) << i;
+  }
 }
 
 TEST(GpuRowTopK, NarrowStrideKeepsCountsAndTruncates) {

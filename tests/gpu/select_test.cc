@@ -49,13 +49,15 @@ struct Case {
   size_t offset = 0;  // elements to misalign send and residuals by
   uint64_t k = 0;     // 0: n/100 + 1
   bool keepOverflow = false;  // entries past the capacity stay in the residual
+  bool halfMax = false;       // fp16 input: every 5th element +-65504 (fp16's largest)
 };
 
 std::string describe(const Case& c) {
   return "n=" + std::to_string(c.n) + " in=" + typeName(c.type) + " wire=" + wireName(c.wire) +
          " dist=" + distName(c.dist) + " " + resName(c.res) + " budget=" + std::to_string(static_cast<int>(c.budget)) +
          " cap=" + std::to_string(static_cast<int>(c.cap)) + " deviceTau=" + std::to_string(c.deviceTau) +
-         " offset=" + std::to_string(c.offset) + " keepOverflow=" + std::to_string(c.keepOverflow) + " " +
+         " offset=" + std::to_string(c.offset) + " keepOverflow=" + std::to_string(c.keepOverflow) +
+         (c.halfMax ? " halfMax" : "") + " " +
          seedTrace();
 }
 
@@ -68,6 +70,11 @@ HostInput makeInput(const Case& c, std::mt19937_64& g) {
   HostInput in;
   const std::vector<float> f = makeFloats(c.n, c.dist, g);
   in.send = encodeUser(f, c.type, c.dist, g);
+  if (c.halfMax && c.type == spcclFloat16)
+    for (size_t i = 0; i < c.n; i += 5) {
+      const uint16_t h = (i / 5) % 2 ? 0xfbffu : 0x7bffu;  // -65504, +65504
+      std::memcpy(in.send.data() + 2 * i, &h, sizeof h);
+    }
   const bool hasIn = c.res == ResMode::kInOnly || c.res == ResMode::kSeparate || c.res == ResMode::kInPlace;
   if (hasIn) {
     if (c.dist == Dist::kAllEqual || c.dist == Dist::kFewValues) {
@@ -274,6 +281,24 @@ TEST(GpuSelectPack, MatchesHostAcrossTypesWiresAndResiduals) {
             if (HasFatalFailure()) return;
           }
         }
+}
+
+TEST(GpuSelectPack, HalfMaxOnNarrowerWiresMatchesHost) {
+  SPCCL_REQUIRE_DEVICE();
+  // An fp16 buffer's 65504 rounds to 65536 on a bf16 wire (and fp16 outputs
+  // would take it as Inf): the host bounds the wire value at 65504 and keeps
+  // the excess in the residual; the device must send and keep the same bits.
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.HalfMaxOnNarrowerWiresMatchesHost");
+  for (size_t n : {size_t{257}, size_t{3 * 4096 + 5}})
+    for (core::ValueType wire : kWires)
+      for (ResMode m : {ResMode::kNone, ResMode::kSeparate, ResMode::kInPlace}) {
+        Case c{n, spcclFloat16, wire, Dist::kNormal, m, Budget::kUnlimited, Cap::kAmple, false};
+        c.halfMax = true;
+        c.k = n / 5 + 1;  // every +-65504 and a few more
+        checkSelect(c, g, w);
+        if (HasFatalFailure()) return;
+      }
 }
 
 TEST(GpuSelectPack, TieBudgetAndCapacity) {
