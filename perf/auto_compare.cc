@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,25 +49,33 @@ struct Args {
   std::string contenders = "dense,allgather,split,auto,mpi";
 };
 
+// why NULL: -h, the usage alone on stdout and exit status 0; else the reason
+// and the usage on stderr, status 2.
 [[noreturn]] void usage(int rank, const char* why) {
-  if (rank == 0)
-    std::fprintf(stderr,
-                 "auto_compare: %s\n"
-                 "usage: auto_compare -b SIZE [-D density] [-n iters] [-w warmup] [-T 0|1] [-C names] [-J file]\n"
-                 "  -b  bytes per rank (fp32; K/M/G suffixes), -D  density (0, 1], default 0.01\n"
+  if (rank == 0) {
+    if (why != nullptr) std::fprintf(stderr, "auto_compare: %s\n", why);
+    std::fprintf(why != nullptr ? stderr : stdout,
+                 "usage: auto_compare [-b SIZE] [-D density] [-n iters] [-w warmup] [-T 0|1] [-C names] [-J file]\n"
+                 "  -b  bytes per rank (fp32; K/M/G suffixes, default 1M), -D  density (0, 1], default 0.01\n"
                  "  -n  timed iterations (default 20), -w  warm-up iterations (default 29)\n"
                  "  -T 1  adds dense2, a second fixed dense compressor: its ratio to dense is the\n"
                  "        spread between two identical contenders, the comparison's noise floor\n"
-                 "  -C  the contenders, a comma list of dense, allgather, split, auto, mpi (default all)\n",
-                 why);
+                 "  -C  the contenders, a comma list of dense, allgather, split, auto, mpi (default all)\n"
+                 "  -J  also write the results as JSON to this file (rank 0)\n"
+                 "  -h  this text\n");
+  }
   MPI_Finalize();
-  std::exit(2);
+  std::exit(why != nullptr ? 2 : 0);
 }
 
 Args parse(int argc, char** argv, int rank) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") usage(rank, nullptr);
+    static const char* const kFlags[] = {"-b", "-D", "-n", "-w", "-T", "-J", "-C"};
+    if (std::find(std::begin(kFlags), std::end(kFlags), flag) == std::end(kFlags))
+      usage(rank, ("unknown flag " + flag).c_str());
     if (i + 1 >= argc) usage(rank, ("missing value after " + flag).c_str());
     const char* v = argv[++i];
     char* end = nullptr;
