@@ -75,7 +75,8 @@ const char* kUsage =
     "  --data FILE            Criteo TSV (label, 13 integers, 26 hex categoricals)\n"
     "  --max-rows N           rows loaded from FILE (default 2000000; 0 = all)\n"
     "  --eval-fraction X      last fraction of FILE's rows held out (default 0.1)\n"
-    "  --write-tsv FILE       write --tsv-rows synthetic training rows as Criteo TSV and exit\n"
+    "  --write-tsv FILE       write --tsv-rows N synthetic training rows (default 100000) as Criteo TSV\n"
+    "                         and exit\n"
     "modes:\n"
     "  --compare              dense then compressed, same seed and data, one table\n"
     "  --sweep                grid --sweep-dp a,b,.. x --sweep-mp a,b,..; --csv FILE, --png FILE\n"
@@ -85,7 +86,9 @@ const char* kUsage =
     "checks (exit status 1 when violated):\n"
     "  --min-auc X            every run's held-out AUC >= X\n"
     "  --max-auc-diff X       --compare: |AUC(compressed) - AUC(dense)| <= X\n"
-    "  --parity-tol X         --check-single: max |p_P - p_1| over held-out samples (default 1e-3)\n";
+    "  --parity-tol X         --check-single: max |p_P - p_1| over held-out samples (default 1e-3)\n"
+    "testing only:\n"
+    "  --inject-routing-bug   route each sample's embedding rows to the next rank's samples (parity must fail)\n";
 
 bool parseList(const std::string& s, char sep, std::vector<double>* out) {
   out->clear();
