@@ -67,11 +67,14 @@ int main(int argc, char** argv) {
   SPCCL_CHECK(comm, spcclAlltoAllRowsCompressed(act, recv, kRowsPerPeer, kRowLen, spcclFloat, density,
                                                 &selection, comm, NULL));
   SPCCL_CHECK(comm, spcclCommGetStats(comm, &after));
-  if (rank == 0)
+  if (rank == 0 && after.bytesSent > before.bytesSent)
     printf("alltoall rows: %d rows of %d per peer, density %.4f: sent %llu B vs dense %llu B per rank (%.1fx less)\n",
            kRowsPerPeer, kRowLen, density, (unsigned long long)(after.bytesSent - before.bytesSent),
            (unsigned long long)(after.denseBytes - before.denseBytes),
            (double)(after.denseBytes - before.denseBytes) / (double)(after.bytesSent - before.bytesSent));
+  else if (rank == 0) /* one rank: nothing leaves it */
+    printf("alltoall rows: %d rows of %d per peer, density %.4f: one rank, no bytes sent\n", kRowsPerPeer, kRowLen,
+           density);
 
   /* The MLP side's gradient w.r.t. what it received: here, twice the input.
    * The backward returns it at exactly the positions the forward kept. */
