@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "src/types.h"
 
 namespace spccl {
 
@@ -87,8 +88,23 @@ void NcclTransport::endCall() {
   lastCallRecorded_ = true;
 }
 
+Status NcclTransport::stageSend(const void** send, size_t bytes) {
+  if (scratchBytes_ < bytes) {
+    if (scratch_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(scratch_));  // (waits for the device: no call still reads it)
+    scratch_ = nullptr;
+    scratchBytes_ = 0;
+    SPCCL_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    scratchBytes_ = bytes;
+  }
+  SPCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, *send, bytes, cudaMemcpyDeviceToDevice, stream_));
+  *send = scratch_;
+  return Status::ok();
+}
+
 Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                                      spcclRedOp_t op) {
+  const size_t bytes = count * dataTypeSize(type);
+  if (sendNeedsMove(sendbuff, bytes, recvbuff, recvbuff, bytes)) SPCCL_RETURN_IF_ERROR(stageSend(&sendbuff, bytes));
   // spcclDataType_t and spcclRedOp_t carry NCCL's values (include/spccl.h).
   SPCCL_NCCL_CHECK(pncclAllReduce(sendbuff, recvbuff, count, static_cast<ncclDataType_t>(type),
                                  static_cast<ncclRedOp_t>(op), comm_, stream_),
@@ -98,6 +114,9 @@ Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_
 
 Status NcclTransport::allGather(const void* send, size_t bytes, void* recv) {
   // NCCL's in-place form is the same as ours: send == recv + rank * bytes.
+  const char* slot = static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
+  if (sendNeedsMove(send, bytes, slot, recv, static_cast<size_t>(size_) * bytes))
+    SPCCL_RETURN_IF_ERROR(stageSend(&send, bytes));
   SPCCL_NCCL_CHECK(pncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_), comm_);
   return Status::ok();
 }
@@ -119,20 +138,12 @@ Status NcclTransport::allGatherV(const void* send, size_t sendBytes, void* recv,
 }
 
 Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
-  const unsigned char* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
   const size_t total = bytes * static_cast<size_t>(size_);
-  if (send == recv && total > 0) {  // in place: send/recv pairs must not overlap
-    if (scratchBytes_ < total) {
-      if (scratch_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(scratch_));
-      scratch_ = nullptr;
-      scratchBytes_ = 0;
-      SPCCL_CUDA_CHECK(cudaMalloc(&scratch_, total));
-      scratchBytes_ = total;
-    }
-    SPCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, send, total, cudaMemcpyDeviceToDevice, stream_));
-    in = static_cast<const unsigned char*>(scratch_);
-  }
+  // In place, or any other overlap: send/recv pairs must not overlap, so the
+  // send blocks go through scratch (nullptr as the slot: even send == recv).
+  if (sendNeedsMove(send, total, nullptr, recv, total)) SPCCL_RETURN_IF_ERROR(stageSend(&send, total));
+  const unsigned char* in = static_cast<const unsigned char*>(send);
   if (bytes > 0)
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + rank_ * bytes, in + rank_ * bytes, bytes, cudaMemcpyDeviceToDevice,
                                      stream_));

@@ -105,13 +105,18 @@ class NcclTransport final : public Transport {
 
  private:
   NcclTransport() = default;
+  // *send, `bytes` long, copied to scratch_ and *send pointed there: for a
+  // send buffer that overlaps the receive buffer other than in the call's
+  // in-place form (sendNeedsMove), which NCCL would read after writing it.
+  // (cudaMemcpy of overlapping ranges is undefined, so no move in place.)
+  Status stageSend(const void** send, size_t bytes);
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;  // stream_ is capturing a graph (asked in beginCall)
   cudaEvent_t lastCallEnd_ = nullptr;  // recorded at the end of the last call not in a capture
   bool lastCallRecorded_ = false;
-  void* scratch_ = nullptr;  // in-place alltoall: a copy of the send blocks
+  void* scratch_ = nullptr;  // a copy of send data that overlaps the receive buffer (stageSend)
   size_t scratchBytes_ = 0;
 
  public:

@@ -123,19 +123,13 @@ void divideByRanks(void* buf, size_t n, spcclDataType_t t, int p) {
 
 constexpr size_t kMaxChunk = size_t{1} << 30;  // elements per MPI call: int counts
 
-// Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
-bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
-}
-
 // A send buffer that overlaps the receive buffer without being the call's
 // in-place form would reach MPI aliased (erroneous in MPI; silently wrong
 // results in Open MPI). Host memory: the send data is moved to where the
 // in-place form expects it (memmove handles the overlap), so the call runs
 // in place and gives what separate buffers give. Returns whether it did.
 bool moveIntoPlace(const void* send, size_t sendBytes, void* slot, const void* recv, size_t recvBytes) {
-  if (send == slot || !overlaps(send, sendBytes, recv, recvBytes) || isDevicePointer(send)) return false;
+  if (!sendNeedsMove(send, sendBytes, slot, recv, recvBytes) || isDevicePointer(send)) return false;
   std::memmove(slot, send, sendBytes);
   return true;
 }

@@ -14,6 +14,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -489,6 +490,64 @@ TEST_F(NcclWorld, ExactCollectivesMatchMpi) {
   ASSERT_EQ(spcclSuccess, spcclAlltoAll(dBlocks.p, dBlocks.p, n, spcclInt32, dev_, stream_));
   CUDA_OK(cudaStreamSynchronize(stream_));
   ASSERT_EQ(dBlocks.download(), want) << "in-place alltoall";
+}
+
+// Send buffers that overlap the receive buffer other than in NCCL's in-place
+// form (the host path's MpiTest.OverlappingBuffersGiveTheSeparateBuffersResult):
+// the result of separate buffers, never NCCL reading what it already wrote.
+TEST_F(NcclWorld, OverlappingBuffersGiveTheSeparateBuffersResult) {
+  const size_t P = static_cast<size_t>(ranks_);
+  for (size_t n : {size_t{5}, size_t{1000}, size_t{1000003}}) {
+    SCOPED_TRACE(n);
+    // Allgather, sendbuff == recvbuff on every rank.
+    std::vector<int32_t> gather(n * P, -1);
+    for (size_t i = 0; i < n; ++i) gather[i] = static_cast<int32_t>(rank_ * 1000003 + i);
+    Dev<int32_t> dGather(n * P);
+    dGather.upload(gather);
+    ASSERT_EQ(spcclSuccess, spcclAllGather(dGather.p, dGather.p, n, spcclInt32, dev_, stream_))
+        << spcclGetLastError(dev_);
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    gather = dGather.download();
+    size_t bad = 0;
+    for (size_t r = 0; r < P; ++r)
+      for (size_t i = 0; i < n; ++i) bad += gather[r * n + i] != static_cast<int32_t>(r * 1000003 + i);
+    EXPECT_EQ(bad, 0u) << "allgather with sendbuff == recvbuff";
+
+    // Alltoall, sendbuff = recvbuff + 1.
+    std::vector<int32_t> a2a(n * P + 1, -1);
+    for (size_t j = 0; j < P; ++j)
+      for (size_t i = 0; i < n; ++i) a2a[1 + j * n + i] = static_cast<int32_t>(rank_ * 7 + j * 1000003 + i);
+    Dev<int32_t> dA2a(n * P + 1);
+    dA2a.upload(a2a);
+    ASSERT_EQ(spcclSuccess, spcclAlltoAll(dA2a.p + 1, dA2a.p, n, spcclInt32, dev_, stream_))
+        << spcclGetLastError(dev_);
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    a2a = dA2a.download();
+    bad = 0;
+    for (size_t j = 0; j < P; ++j)
+      for (size_t i = 0; i < n; ++i) bad += a2a[j * n + i] != static_cast<int32_t>(j * 7 + rank_ * 1000003 + i);
+    EXPECT_EQ(bad, 0u) << "alltoall with sendbuff = recvbuff + 1";
+
+    // Allreduce, sendbuff = recvbuff + 1 and recvbuff = sendbuff + 1 (exact: int32).
+    std::vector<int32_t> mine(n), want(n);
+    for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(i * (rank_ + 1));
+    ASSERT_EQ(spcclSuccess, spcclAllReduce(mine.data(), want.data(), n, spcclInt32, spcclSum, host_, nullptr));
+    for (int shift : {1, -1}) {
+      std::vector<int32_t> ar(n + 1, -1);
+      std::copy(mine.begin(), mine.end(), ar.begin() + (shift > 0 ? 1 : 0));
+      Dev<int32_t> dAr(n + 1);
+      dAr.upload(ar);
+      int32_t* send = shift > 0 ? dAr.p + 1 : dAr.p;
+      int32_t* recv = shift > 0 ? dAr.p : dAr.p + 1;
+      ASSERT_EQ(spcclSuccess, spcclAllReduce(send, recv, n, spcclInt32, spcclSum, dev_, stream_))
+          << spcclGetLastError(dev_);
+      CUDA_OK(cudaStreamSynchronize(stream_));
+      ar = dAr.download();
+      bad = 0;
+      for (size_t i = 0; i < n; ++i) bad += ar[i + (shift > 0 ? 0 : 1)] != want[i];
+      EXPECT_EQ(bad, 0u) << "allreduce with sendbuff = recvbuff " << (shift > 0 ? "+ 1" : "- 1");
+    }
+  }
 }
 
 TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {

@@ -47,5 +47,28 @@ TEST(MpiBlockUnit, BeyondEveryUnit) {
   EXPECT_EQ(blockUnit(static_cast<size_t>(INT_MAX) + 2), 0u);
 }
 
+// The overlap rule both transports apply before a collective reads its send
+// buffer (src/transport/transport.h; the NCCL transport stages such send data
+// through scratch, the MPI transport moves it into place).
+TEST(TransportSendNeedsMove, OnlyOverlapsOtherThanTheInPlaceForm) {
+  char buf[64] = {};
+  // Allreduce: in place (send == recv) needs nothing; one element off does.
+  EXPECT_FALSE(sendNeedsMove(buf, 16, buf, buf, 16));
+  EXPECT_TRUE(sendNeedsMove(buf + 4, 16, buf, buf, 16));
+  EXPECT_TRUE(sendNeedsMove(buf, 16, buf + 4, buf + 4, 16));
+  // Allgather of 8 bytes over 4 ranks, rank 2: its slot is in place; the
+  // start of recv on every rank is not (a port's sendbuff == recvbuff).
+  EXPECT_FALSE(sendNeedsMove(buf + 16, 8, buf + 16, buf, 32));
+  EXPECT_TRUE(sendNeedsMove(buf, 8, buf + 16, buf, 32));
+  EXPECT_TRUE(sendNeedsMove(buf + 28, 8, buf + 16, buf, 32));  // straddles the end
+  // Alltoall: nullptr as the slot, so even send == recv moves.
+  EXPECT_TRUE(sendNeedsMove(buf, 32, nullptr, buf, 32));
+  // Separate or touching buffers, and empty ones, never.
+  EXPECT_FALSE(sendNeedsMove(buf + 32, 16, buf, buf, 32));
+  EXPECT_FALSE(sendNeedsMove(buf, 16, buf + 16, buf + 16, 16));
+  EXPECT_FALSE(sendNeedsMove(buf + 4, 0, buf, buf, 16));
+  EXPECT_FALSE(sendNeedsMove(buf + 4, 16, buf, buf, 0));
+}
+
 }  // namespace
 }  // namespace spccl
