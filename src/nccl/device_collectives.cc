@@ -179,6 +179,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   // still counts, so both paths keep the same schedule after one.
   if (sparse) ++c->callIndex;
   bool selectNow = sparse;
+  uint64_t recordExchanges = 0;  // every round's records go on the wire: all count in bytesSent
   for (int round = 0;; ++round) {
     if (round == 4) return internalError("compressed allreduce: the selection did not settle in 4 rounds");
     if (estimateNow) {
@@ -198,6 +199,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
                                                       s.threshold.get<cuda::ThresholdOut>(),
                                                       comm.device->pendingDevice, stream));
     SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
+    ++recordExchanges;
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
                                      cudaMemcpyDeviceToHost, stream));
     SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -222,7 +224,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     if (!anyRetry) break;
   }
   // The call is consistent everywhere.
-  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
+  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord) * recordExchanges;
   if (!sparse) {
     SPCCL_RETURN_IF_ERROR(denseAllReduce(c, send, acc, stream));
     call->bytesSent += call->denseBytes;

@@ -316,6 +316,45 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
       }
 }
 
+// bytesSent counts every call record this rank put on the wire (spccl.h:
+// headers and size exchanges included): a stale tau re-estimated in the call
+// sends the records a second time, and both exchanges count.
+TEST_F(NcclWorld, BytesSentCountsEveryRecordExchange) {
+  if (ranks_ < 2) GTEST_SKIP() << "needs 2 ranks (one rank sends nothing)";
+  const size_t n = 50001;
+  spcclCompressConfig_t c;
+  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
+  c.density = 0.01f;
+  c.thresholdInterval = 1000;  // estimated on call 0 only, unless stale
+  c.errorFeedback = 0;
+  c.algorithm = SPCCL_ALGO_ALLGATHER;
+  c.wireValueType = spcclFloat32;
+  spcclCompressor_t dc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &c, &dc)) << spcclGetLastError(nullptr);
+  std::mt19937_64 g(99 + static_cast<uint64_t>(rank_));
+  std::normal_distribution<float> normal;
+  std::vector<float> in(n);
+  for (float& f : in) f = normal(g);
+  Dev<float> dSend(n), dRecv(n);
+  const uint64_t peers = static_cast<uint64_t>(ranks_ - 1), record = 96, pair = 4 + 4;
+  spcclStats_t before{}, after{};
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    if (call == 1)
+      for (float& f : in) f *= 4.0f;  // call 0's tau now selects about half the entries: stale
+    dSend.upload(in);
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(dc, &before));
+    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, spcclSum, dc, stream_))
+        << spcclGetLastError(dev_);
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(dc, &after));
+    ASSERT_EQ(after.thresholdUpdates - before.thresholdUpdates, 1u) << "set-up: tau estimated in this call";
+    const uint64_t exchanges = call == 0 ? 1 : 2;  // call 1: the stale round, then the re-estimated one
+    EXPECT_EQ(after.bytesSent - before.bytesSent, peers * (exchanges * record + after.lastSelected * pair));
+  }
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+}
+
 // Calls on alternating streams with no synchronisation between them: each
 // call reuses the previous call's scratch and the compressor's residual,
 // enqueued on the other stream, so the transport must order them
