@@ -91,7 +91,9 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, mine, stream));
   const std::vector<CallDescriptor>& all = comm->descriptors;
-  std::vector<size_t> idxBytes(p), idxOff(p), valBytes(p), valOff(p);
+  d.peerSizes.resize(4 * static_cast<size_t>(p));  // the communicator's per-call scratch
+  size_t* idxBytes = d.peerSizes.data();
+  size_t *idxOff = idxBytes + p, *valBytes = idxOff + p, *valOff = valBytes + p;
   uint64_t total = 0;
   for (int r = 0; r < p; ++r) {
     idxBytes[r] = all[r].nnz * sizeof(uint32_t);
@@ -103,9 +105,9 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   SPCCL_RETURN_IF_ERROR(d.agRecvIndices.ensure(std::max<uint64_t>(total, 1) * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(d.agRecvValues.ensure(std::max<uint64_t>(total, 1) * vb));
   SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(d.agIndices.get(), idxBytes[me], d.agRecvIndices.get(), idxBytes.data(), idxOff.data()));
+      t.allGatherV(d.agIndices.get(), idxBytes[me], d.agRecvIndices.get(), idxBytes, idxOff));
   SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(d.agValues.get(), valBytes[me], d.agRecvValues.get(), valBytes.data(), valOff.data()));
+      t.allGatherV(d.agValues.get(), valBytes[me], d.agRecvValues.get(), valBytes, valOff));
 
   // Every block: zeros, its pairs, the user type. (An in-place send block
   // has been consumed by the selection above, in stream order.)

@@ -67,8 +67,15 @@ namespace {
 struct Exchange {
   const unsigned char* send;
   unsigned char* recv;
-  std::vector<size_t> sendOff, sendBytes, recvOff, recvBytes;
+  const size_t *sendOff, *sendBytes, *recvOff, *recvBytes;  // ranks each
 };
+
+// Offsets and sizes for `parts` exchanges (four arrays of p each), in the
+// communicator's scratch: no heap allocation after the first call.
+size_t* peerSizes(DeviceCommState& d, int p, int parts) {
+  d.peerSizes.resize(4 * static_cast<size_t>(parts) * static_cast<size_t>(p));
+  return d.peerSizes.data();
+}
 
 Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, cudaStream_t stream) {
   const int p = t.size(), me = t.rank();
@@ -92,11 +99,10 @@ Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, 
 }
 
 // Per-peer totals of per-row counts (rows j*rowsPerPeer ... of peer j).
-std::vector<uint64_t> perPeer(const uint32_t* counts, int p, size_t rowsPerPeer) {
-  std::vector<uint64_t> out(static_cast<size_t>(p), 0);
+void perPeer(const uint32_t* counts, int p, size_t rowsPerPeer, std::vector<uint64_t>* out) {
+  out->assign(static_cast<size_t>(p), 0);
   for (int j = 0; j < p; ++j)
-    for (size_t r = 0; r < rowsPerPeer; ++r) out[j] += counts[j * rowsPerPeer + r];
-  return out;
+    for (size_t r = 0; r < rowsPerPeer; ++r) (*out)[j] += counts[j * rowsPerPeer + r];
 }
 
 }  // namespace
@@ -154,7 +160,11 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
     if (most <= stride) break;
     stride = len;
   }
-  const std::vector<uint64_t> sentPerPeer = perPeer(hostCounts, p, rowsPerPeer);
+  // Straight into the selection's state: a failed call leaves it to no
+  // selection (a pooled one goes back to the pool; the unkept one is no
+  // backward's).
+  std::vector<uint64_t>& sentPerPeer = s.sentPerPeer;
+  perPeer(hostCounts, p, rowsPerPeer, &sentPerPeer);
   uint64_t sentTotal = 0;
   for (uint64_t n : sentPerPeer) sentTotal += n;
 
@@ -194,7 +204,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
                                             "%u (different densities?)",
                                             static_cast<int>(r / std::max<size_t>(rowsPerPeer, 1)), c, keep, len));
   }
-  const std::vector<uint64_t> recvPerPeer = perPeer(hostRecvCounts, p, rowsPerPeer);
+  std::vector<uint64_t>& recvPerPeer = s.recvPerPeer;
+  perPeer(hostRecvCounts, p, rowsPerPeer, &recvPerPeer);
   uint64_t recvTotal = 0;
   for (uint64_t n : recvPerPeer) recvTotal += n;
   if (recvTotal > nRows * static_cast<uint64_t>(len))
@@ -203,22 +214,27 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   // 4. Positions and values, one group.
   SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(std::max<uint64_t>(recvTotal, 1) * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(d.recvValues.ensure(std::max<uint64_t>(recvTotal, 1) * vb));
-  Exchange pos{reinterpret_cast<const unsigned char*>(s.sentPositions.get()), s.recvPositions.get<unsigned char>(),
-               {}, {}, {}, {}};
-  Exchange val{d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), {}, {}, {}, {}};
+  size_t* sizes = peerSizes(d, p, 2);
+  size_t *posSendOff = sizes, *posSendBytes = sizes + p, *posRecvOff = sizes + 2 * p, *posRecvBytes = sizes + 3 * p;
+  size_t *valSendOff = sizes + 4 * p, *valSendBytes = sizes + 5 * p, *valRecvOff = sizes + 6 * p,
+         *valRecvBytes = sizes + 7 * p;
   uint64_t so = 0, ro = 0;
   for (int j = 0; j < p; ++j) {
-    pos.sendOff.push_back(so * sizeof(uint32_t));
-    pos.sendBytes.push_back(sentPerPeer[j] * sizeof(uint32_t));
-    pos.recvOff.push_back(ro * sizeof(uint32_t));
-    pos.recvBytes.push_back(recvPerPeer[j] * sizeof(uint32_t));
-    val.sendOff.push_back(so * vb);
-    val.sendBytes.push_back(sentPerPeer[j] * vb);
-    val.recvOff.push_back(ro * vb);
-    val.recvBytes.push_back(recvPerPeer[j] * vb);
+    posSendOff[j] = so * sizeof(uint32_t);
+    posSendBytes[j] = sentPerPeer[j] * sizeof(uint32_t);
+    posRecvOff[j] = ro * sizeof(uint32_t);
+    posRecvBytes[j] = recvPerPeer[j] * sizeof(uint32_t);
+    valSendOff[j] = so * vb;
+    valSendBytes[j] = sentPerPeer[j] * vb;
+    valRecvOff[j] = ro * vb;
+    valRecvBytes[j] = recvPerPeer[j] * vb;
     so += sentPerPeer[j];
     ro += recvPerPeer[j];
   }
+  const Exchange pos{reinterpret_cast<const unsigned char*>(s.sentPositions.get()),
+                     s.recvPositions.get<unsigned char>(), posSendOff, posSendBytes, posRecvOff, posRecvBytes};
+  const Exchange val{d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), valSendOff, valSendBytes,
+                     valRecvOff, valRecvBytes};
   SPCCL_RETURN_IF_ERROR(exchange(t, {&pos, &val}, stream));
   SPCCL_RETURN_IF_ERROR(peerError);
 
@@ -228,8 +244,6 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
                                          d.offsetsWorkspace.bytes(), stream));
   SPCCL_RETURN_IF_ERROR(cuda::scatterRowValues(d.recvValues.get(), wire, s.recvPositions.get<uint32_t>(),
                                                s.recvOffsets.get<uint64_t>(), nRows, len, type, recv, stream));
-  s.sentPerPeer = sentPerPeer;
-  s.recvPerPeer = recvPerPeer;
   if (sel != nullptr) {
     sel->rowsPerPeer = rowsPerPeer;
     sel->rowLen = rowLen;
@@ -276,16 +290,19 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spccl
   SPCCL_RETURN_IF_ERROR(d.recvValues.ensure(std::max<uint64_t>(inTotal, 1) * vb));
   SPCCL_RETURN_IF_ERROR(cuda::gatherRowValues(gradSend, sel.dataType, nRows, len, s.recvPositions.get<uint32_t>(),
                                               s.recvOffsets.get<uint64_t>(), sel.wire, d.sendValues.get(), stream));
-  Exchange val{d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), {}, {}, {}, {}};
+  size_t* sizes = peerSizes(d, p, 1);
+  size_t *sendOff = sizes, *sendBytes = sizes + p, *recvOff = sizes + 2 * p, *recvBytes = sizes + 3 * p;
   uint64_t so = 0, ro = 0;
   for (int j = 0; j < p; ++j) {
-    val.sendOff.push_back(so * vb);
-    val.sendBytes.push_back(s.recvPerPeer[j] * vb);
-    val.recvOff.push_back(ro * vb);
-    val.recvBytes.push_back(s.sentPerPeer[j] * vb);
+    sendOff[j] = so * vb;
+    sendBytes[j] = s.recvPerPeer[j] * vb;
+    recvOff[j] = ro * vb;
+    recvBytes[j] = s.sentPerPeer[j] * vb;
     so += s.recvPerPeer[j];
     ro += s.sentPerPeer[j];
   }
+  const Exchange val{d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), sendOff, sendBytes,
+                     recvOff, recvBytes};
   SPCCL_RETURN_IF_ERROR(exchange(t, {&val}, stream));
   SPCCL_RETURN_IF_ERROR(cuda::scatterRowValues(d.recvValues.get(), sel.wire, s.sentPositions.get<uint32_t>(),
                                                s.sentOffsets.get<uint64_t>(), nRows, len, sel.dataType, gradRecv,

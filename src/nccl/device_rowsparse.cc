@@ -7,6 +7,7 @@
 // stable, sums equal ids in rank order, exactly as the host's P-way merge.
 // Two synchronisations: the merged counts size the exchange, the union's
 // size is checked against outCapacity.
+#include <algorithm>
 #include <climits>
 #include <numeric>
 #include <vector>
@@ -57,7 +58,9 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, counts, static_cast<size_t>(p) * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                    stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<uint64_t> unique(host, host + p), first(static_cast<size_t>(p) + 1, 0);
+  d.peerCounts.assign(2 * static_cast<size_t>(p) + 1, 0);  // the communicator's per-call scratch
+  uint64_t *unique = d.peerCounts.data(), *first = unique + p;
+  std::copy(host, host + p, unique);
   for (int r = 0; r < p; ++r) {
     // A peer never has more unique ids than rows; the counts decide buffer
     // sizes, so an absurd one is refused before anything is allocated.
@@ -73,16 +76,18 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   // 2. Every rank's merged list, in rank order.
   SPCCL_RETURN_IF_ERROR(d.allIds.ensure(std::max<uint64_t>(sumUnique, 1) * sizeof(int64_t)));
   SPCCL_RETURN_IF_ERROR(d.allRows.ensure(std::max<uint64_t>(sumUnique, 1) * rowBytes));
-  std::vector<size_t> idBytes(p), idOff(p), rowLens(p), rowOff(p);
+  d.peerSizes.resize(4 * static_cast<size_t>(p));
+  size_t* idBytes = d.peerSizes.data();
+  size_t *idOff = idBytes + p, *rowLens = idOff + p, *rowOff = rowLens + p;
   for (int r = 0; r < p; ++r) {
     idBytes[r] = unique[r] * sizeof(int64_t);
     idOff[r] = first[r] * sizeof(int64_t);
     rowLens[r] = unique[r] * rowBytes;
     rowOff[r] = first[r] * rowBytes;
   }
-  SPCCL_RETURN_IF_ERROR(t.allGatherV(d.mergedIds.get(), idBytes[me], d.allIds.get(), idBytes.data(), idOff.data()));
+  SPCCL_RETURN_IF_ERROR(t.allGatherV(d.mergedIds.get(), idBytes[me], d.allIds.get(), idBytes, idOff));
   SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(d.mergedRows.get(), rowLens[me], d.allRows.get(), rowLens.data(), rowOff.data()));
+      t.allGatherV(d.mergedRows.get(), rowLens[me], d.allRows.get(), rowLens, rowOff));
 
   // 3. The union, equal ids summed in rank order.
   uint64_t unionSize = 0;

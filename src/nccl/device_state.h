@@ -157,6 +157,11 @@ struct DeviceCommState {
   DeviceMemory agThreshold, agThresholdWorkspace, agSelectWorkspace, agCounts, agIndices, agValues, agRecvIndices,
       agRecvValues, agAccumulator;
   PinnedMemory agHost;
+  // Host-side per-call scratch of those collectives, grown to the ranks on
+  // the first call (no heap allocation after a shape's first call, as on the
+  // host path): per-peer byte offsets and sizes (8 x ranks) and counts.
+  std::vector<size_t> peerSizes;
+  std::vector<uint64_t> peerCounts;
 };
 
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
