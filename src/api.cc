@@ -197,8 +197,10 @@ Status checkHostMemory(const spcclComm& comm, bool exactPath,
 // One compressed allreduce through c, on the device or the host.
 Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, spcclRedOp_t op, void* stream) {
 #if SPCCL_WITH_NCCL
-  if (c->comm->onDevice)
+  if (c->comm->onDevice) {
+    SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(c->comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     return gpu::compressedAllReduce(c, sendbuff, recvbuff, op, static_cast<cudaStream_t>(stream));
+  }
 #else
   (void)stream;
 #endif
@@ -210,9 +212,11 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
 #if SPCCL_WITH_NCCL
-  if (comm->onDevice)
+  if (comm->onDevice) {
+    SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     return gpu::rowsForward(comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel,
                             static_cast<cudaStream_t>(stream), call);
+  }
 #else
   (void)stream;
 #endif
@@ -223,8 +227,11 @@ Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, siz
 Status runRowsBackward(spcclSelection* sel, const void* gradSendbuff, void* gradRecvbuff, void* stream,
                        spcclStats_t* call) {
 #if SPCCL_WITH_NCCL
-  if (sel->comm->onDevice)
+  if (sel->comm->onDevice) {
+    SPCCL_RETURN_IF_ERROR(
+        gpu::checkDeviceMemory(sel->comm, {{"gradSendbuff", gradSendbuff}, {"gradRecvbuff", gradRecvbuff}}));
     return gpu::rowsBackward(sel->comm, gradSendbuff, gradRecvbuff, *sel, static_cast<cudaStream_t>(stream), call);
+  }
 #else
   (void)stream;
 #endif
@@ -237,8 +244,10 @@ Status runRowsBackward(spcclSelection* sel, const void* gradSendbuff, void* grad
 Status runExactAllReduce(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t type,
                          spcclRedOp_t op, void* stream, spcclStats_t* call) {
 #if SPCCL_WITH_NCCL
-  if (comm->onDevice)
+  if (comm->onDevice) {
+    SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     return gpu::exactAllReduce(comm, sendbuff, recvbuff, count, type, op, static_cast<cudaStream_t>(stream), call);
+  }
 #else
   (void)stream;
 #endif
@@ -532,6 +541,7 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
                       isSupportedRowType(datatype);
 #if SPCCL_WITH_NCCL
     if (comm->onDevice && !rows) {
+      SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
       ++comm->seq;
       const size_t bytes = count * dataTypeSize(datatype);
       return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * bytes,
@@ -566,6 +576,8 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
     const Params& p = comm->params;
     const bool topk = !p.disable && p.allgatherDensity < 1.0f && sendcount > 0 && isCompressibleType(datatype);
 #if SPCCL_WITH_NCCL
+    if (comm->onDevice)
+      SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     if (comm->onDevice && topk) {
       if (sendcount > UINT32_MAX)
         return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
@@ -704,9 +716,12 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
       return invalidArgument(formatString("outRows is NULL with outCapacity=%zu", outCapacity));
     spcclStats_t call{};
 #if SPCCL_WITH_NCCL
-    if (comm->onDevice)
+    if (comm->onDevice) {
+      SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(
+          comm, {{"rowIds", rowIds}, {"rows", rows}, {"outRowIds", outRowIds}, {"outRows", outRows}}));
       return counted(comm, gpu::rowSparse(comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows, outCapacity,
                                           outNrows, static_cast<cudaStream_t>(stream), &call), call);
+    }
 #endif
     if (stream != nullptr)
       return invalidArgument(formatString("stream=%p must be NULL on an MPI communicator (host buffers)", stream));

@@ -379,10 +379,35 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   comm->costModel = applyNetworkParams(CostModel{}, agreed[1], agreed[2]);
   comm->rank = t->rank();
   comm->ranks = t->size();
+  int pageable = 0;
+  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, t->device()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    pageable = 0;
+  }
+  state->pageableAccess = pageable != 0;
   state->transport = t.get();
   comm->transport = std::move(t);
   comm->onDevice = true;
   comm->device = std::move(state);
+  return Status::ok();
+}
+
+Status checkDeviceMemory(spcclComm* comm, std::initializer_list<std::pair<const char*, const void*>> buffers) {
+  if (comm->device->pageableAccess) return Status::ok();
+  for (const auto& [name, ptr] : buffers) {
+    if (ptr == nullptr) continue;  // (only where nothing is read or written: the argument checks ran)
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;  // not for this check to decide: NCCL and the kernels report what they find
+    }
+    if (a.type == cudaMemoryTypeUnregistered)
+      return invalidUsage(formatString(
+          "%s=%p is host memory the device cannot read (neither allocated nor registered with CUDA), but comm is "
+          "an NCCL communicator (device buffers): pass device, managed or registered memory, or use a communicator "
+          "from spcclCommInitMPI for host buffers",
+          name, ptr));
+  }
   return Status::ok();
 }
 

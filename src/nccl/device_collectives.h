@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "include/spccl.h"
 #include "src/status.h"
@@ -23,6 +25,14 @@ namespace spccl::gpu {
 // state. Collective over nccl's ranks: agrees on envOk (a rank whose SPCCL_*
 // environment failed to parse makes every rank fail) before returning.
 Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk);
+
+// NCCL communicators work on device memory: a host buffer the device cannot
+// read (pageable memory, neither allocated nor registered with CUDA, on a
+// system without pageable memory access) is spcclInvalidUsage naming the
+// argument, as a device buffer on an MPI communicator is, instead of a
+// kernel faulting on it (which poisons the CUDA context). Managed, pinned
+// and registered memory pass.
+Status checkDeviceMemory(spcclComm* comm, std::initializer_list<std::pair<const char*, const void*>> buffers);
 
 // Asynchronous errors (cuda::kAsync*: a malformed peer stream, a mismatched
 // fixed-capacity call), recorded on the device after their call returned.

@@ -618,6 +618,51 @@ TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {
             spcclAllReduce(h.data(), h.data(), 1000, spcclFloat32, spcclSum, host_, static_cast<void*>(stream_)));
 }
 
+// The other way round: pageable host memory on an NCCL communicator is
+// refused by name on every rank (no kernel faults on it, which would poison
+// the CUDA context), as a device buffer on an MPI communicator is. Managed
+// memory passes.
+TEST_F(NcclWorld, HostBuffersOnAnNcclCommunicatorAreRejected) {
+  int device = 0, pageable = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
+  if (pageable) GTEST_SKIP() << "this system's devices read pageable host memory (HMM/ATS)";
+  const size_t n = 100000;
+  Dev<float> d(n), d2(n);
+  std::vector<float> h(n, 1.0f);
+  auto refusedNaming = [&](spcclResult_t r, const char* name) {
+    EXPECT_EQ(spcclInvalidUsage, r) << name;
+    EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev_), name)) << spcclGetLastError(dev_);
+    EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev_), "NCCL communicator")) << spcclGetLastError(dev_);
+  };
+  refusedNaming(spcclAllReduce(h.data(), d.p, 1000, spcclInt32, spcclSum, dev_, stream_), "sendbuff=");
+  refusedNaming(spcclAllReduce(d.p, h.data(), n, spcclFloat32, spcclSum, dev_, stream_), "recvbuff=");
+  spcclCompressor_t dc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, nullptr, &dc));
+  refusedNaming(spcclAllReduceCompressed(h.data(), d.p, spcclSum, dc, stream_), "sendbuff=");
+  refusedNaming(spcclAlltoAll(d.p, h.data(), n / static_cast<size_t>(ranks_), spcclFloat32, dev_, stream_),
+                "recvbuff=");
+  refusedNaming(spcclAllGather(h.data(), d.p, n / static_cast<size_t>(ranks_), spcclFloat32, dev_, stream_),
+                "sendbuff=");
+  refusedNaming(spcclAlltoAllRowsCompressed(h.data(), d.p, 10, 100 / static_cast<size_t>(ranks_) + 1, spcclFloat32,
+                                            0.1f, nullptr, dev_, stream_),
+                "sendbuff=");
+  std::vector<int64_t> ids(10, 1);
+  size_t outNrows = 0;
+  refusedNaming(spcclAllReduceRowSparse(ids.data(), d.p, 10, 8, spcclFloat32, nullptr, nullptr, 0, &outNrows, dev_,
+                                        stream_),
+                "rowIds=");
+  // Managed memory: the device reads it; the compressed call runs.
+  float* managed = nullptr;
+  CUDA_OK(cudaMallocManaged(&managed, n * sizeof(float)));
+  std::fill(managed, managed + n, 1.0f);
+  EXPECT_EQ(spcclSuccess, spcclAllReduceCompressed(managed, d2.p, spcclSum, dc, stream_)) << spcclGetLastError(dev_);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  CUDA_OK(cudaFree(managed));
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+  CUDA_OK(cudaGetLastError());  // nothing faulted
+}
+
 // DCT-MP rows: forward and backward on the device against the host path,
 // bit for bit (dense rows out, gradients back at exactly the kept positions).
 TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
