@@ -136,6 +136,21 @@ Status finishReduce(spcclCompressor* c, float* acc, void* recv, spcclRedOp_t op,
 
 Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStream_t stream) {
   DeviceCompressorState& s = *c->device;
+  // fp32 is summed in the user's recvbuff (acc). A send buffer that overlaps
+  // it other than in place (sendNeedsMove: sendbuff = recvbuff + 1, say) would
+  // be read by the copy kernel where it has already written; its data goes
+  // through a free buffer first: the spare residual (the next selection
+  // rewrites all of it), or, with no residual to add, the transport's scratch.
+  const size_t bytes = c->count * sizeof(float);
+  if (c->dataType == spcclFloat32 && sendNeedsMove(send, bytes, acc, acc, bytes)) {
+    if (!c->config.errorFeedback) {
+      ++c->callIndex;
+      return transportOf(c->comm).allReduceDense(send, acc, c->count, spcclFloat32, spcclSum);
+    }
+    float* spare = s.residual[1 - s.current].get<float>();
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(spare, send, bytes, cudaMemcpyDeviceToDevice, stream));
+    send = spare;
+  }
   SPCCL_RETURN_IF_ERROR(cuda::loadFloats(send, c->dataType, c->count, acc, stream));
   if (c->config.errorFeedback) {
     // An empty residual is not added, as on the host: an input of -0.0 stays

@@ -618,6 +618,52 @@ TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {
             spcclAllReduce(h.data(), h.data(), 1000, spcclFloat32, spcclSum, host_, static_cast<void*>(stream_)));
 }
 
+// The compressed allreduce's dense algorithm sums fp32 in recvbuff: a send
+// buffer one element off it gives what separate buffers give (the host path's
+// denseReduce and moveIntoPlace), with and without error feedback.
+TEST_F(NcclWorld, CompressedDenseWithOverlappingBuffersMatchesSeparateBuffers) {
+  const size_t n = 50001;
+  std::mt19937_64 g(4242 + static_cast<uint64_t>(rank_));
+  std::normal_distribution<float> normal;
+  std::vector<float> in(n);
+  for (float& f : in) f = normal(g);
+  for (int ef : {0, 1})
+    for (int shift : {1, -1}) {
+      SCOPED_TRACE("ef " + std::to_string(ef) + " shift " + std::to_string(shift));
+      spcclCompressConfig_t c;
+      ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
+      c.density = 0.01f;
+      c.errorFeedback = ef;
+      c.algorithm = SPCCL_ALGO_DENSE;
+      spcclCompressor_t overlapping = nullptr, separate = nullptr;
+      ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &c, &overlapping));
+      ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &c, &separate));
+      Dev<float> buf(n + 1), dSend(n), dRecv(n);
+      std::vector<float> staged(n + 1, -7.0f);
+      std::copy(in.begin(), in.end(), staged.begin() + (shift > 0 ? 1 : 0));
+      buf.upload(staged);
+      dSend.upload(in);
+      float* send = shift > 0 ? buf.p + 1 : buf.p;
+      float* recv = shift > 0 ? buf.p : buf.p + 1;
+      ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(send, recv, spcclSum, overlapping, stream_))
+          << spcclGetLastError(dev_);
+      ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, spcclSum, separate, stream_))
+          << spcclGetLastError(dev_);
+      CUDA_OK(cudaStreamSynchronize(stream_));
+      const std::vector<float> all = buf.download(), want = dRecv.download();
+      for (size_t i = 0; i < n; ++i) {
+        const float got = all[i + (shift > 0 ? 0 : 1)];
+        if (ranks_ == 1) {
+          ASSERT_EQ(got, want[i]) << "element " << i;
+        } else {
+          ASSERT_NEAR(got, want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "element " << i;
+        }
+      }
+      EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(overlapping));
+      EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(separate));
+    }
+}
+
 // The other way round: pageable host memory on an NCCL communicator is
 // refused by name on every rank (no kernel faults on it, which would poison
 // the CUDA context), as a device buffer on an MPI communicator is. Managed
