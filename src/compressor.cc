@@ -167,12 +167,22 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   }
   if (flush && !residualZero) {
     // v = send + residual travels exactly; nothing is left behind. One pass
-    // forms v and empties the residual (v may alias out: elementwise).
+    // forms v and empties the residual. v may be out (in place) or overlap
+    // it otherwise: with out ahead of v (recvbuff = sendbuff + 1, say) the
+    // pass runs backwards, so that no v[j] is read after out[i] overwrote it.
     // Otherwise the residual is empty, or held back with its tau as they are.
     float* r = residual[current].data();
-    for (size_t i = 0; i < count; ++i) {
-      out[i] = v[i] + r[i];
-      r[i] = 0.0f;
+    const auto o = reinterpret_cast<uintptr_t>(out), x = reinterpret_cast<uintptr_t>(v);
+    if (o > x && o < x + count * sizeof(float)) {
+      for (size_t i = count; i-- > 0;) {
+        out[i] = v[i] + r[i];
+        r[i] = 0.0f;
+      }
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        out[i] = v[i] + r[i];
+        r[i] = 0.0f;
+      }
     }
     residualZero = true;
     v = out;

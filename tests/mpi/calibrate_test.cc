@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -535,6 +536,49 @@ TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
     previousDense = dense;
   }
   spcclCompressorDestroy(comp);
+}
+
+// A dense call that sends a non-empty residual forms v = send + residual in
+// recvbuff, in one pass. With recvbuff one element past sendbuff (overlapping,
+// not in place) a forward pass wrote out[i] over send[i + 1] before reading
+// it: every rank got a wrong sum. Two twin compressors take the same inputs,
+// one with separate buffers and one with recvbuff = sendbuff + 1 (and then
+// sendbuff = recvbuff + 1) on the dense calls: the outputs and residuals must
+// be bitwise the same.
+TEST(Calibrate, DenseFlushWithOverlappingBuffersMatchesSeparateBuffers) {
+  Comm comm;
+  ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI"));
+  comm.c->params.autoTrials = 0;  // the model's pick on every call
+  const int rank = worldRank();
+  const size_t n = size_t{1} << 14;
+  const spcclCompressConfig_t cfg = autoConfig(1000);
+  const CostModel forceDense = denseForcingModel(), forceSparse = sparseForcingModel();
+  spcclCompressor_t twin[2] = {nullptr, nullptr};
+  for (spcclCompressor_t& c : twin)
+    ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &c), comm.c, "create"));
+  std::vector<float> in(n), out(n), overlap(n + 1), residual[2] = {std::vector<float>(n), std::vector<float>(n)};
+  for (int call = 0; call < 6; ++call) {
+    const bool dense = call % 2 == 1;  // sparse, dense, sparse, dense, ...
+    comm.c->costModel = dense ? forceDense : forceSparse;
+    for (size_t i = 0; i < n; ++i) in[i] = std::sin(0.37f * static_cast<float>(i + 7 * call) + static_cast<float>(rank));
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, twin[0], nullptr), comm.c,
+                             "separate buffers"));
+    const bool recvAhead = call % 4 == 1;  // recvbuff = sendbuff + 1 on call 1, sendbuff = recvbuff + 1 on call 3
+    float* send = dense ? overlap.data() + (recvAhead ? 0 : 1) : in.data();
+    float* recv = dense ? overlap.data() + (recvAhead ? 1 : 0) : overlap.data();
+    if (dense) std::copy(in.begin(), in.end(), send);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(send, recv, spcclSum, twin[1], nullptr), comm.c,
+                             dense ? "overlapping buffers" : "separate buffers (twin)"));
+    spcclStats_t st{};
+    ASSERT_EQ(spcclCompressorGetStats(twin[1], &st), spcclSuccess);
+    ASSERT_EQ(st.lastAlgorithm == SPCCL_ALGO_DENSE, dense) << "call " << call;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += std::memcmp(&out[i], &recv[i], sizeof(float)) != 0;
+    EXPECT_EQ(bad, 0u) << "call " << call << (dense ? (recvAhead ? ": recvbuff = sendbuff + 1" : ": sendbuff = recvbuff + 1") : "");
+    for (int t = 0; t < 2; ++t) ASSERT_EQ(spcclCompressorGetResidual(twin[t], residual[t].data(), n), spcclSuccess);
+    EXPECT_EQ(std::memcmp(residual[0].data(), residual[1].data(), n * sizeof(float)), 0) << "residual after call " << call;
+  }
+  for (spcclCompressor_t c : twin) spcclCompressorDestroy(c);
 }
 
 // SPCCL_INDEX_ENCODING, SPCCL_SPLIT_RESELECT and SPCCL_ERROR_FEEDBACK are local
