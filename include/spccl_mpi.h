@@ -23,6 +23,9 @@ extern "C" {
  * application's messages) and sets MPI_ERRORS_RETURN on the copy,
  * so MPI failures come back as result codes. Reads and validates the SPCCL_*
  * environment: an invalid value fails here with a message naming the variable.
+ * mpiComm must be an intracommunicator (an intercommunicator is
+ * spcclInvalidArgument on every rank: its collectives combine one group into
+ * the other).
  */
 SPCCL_API spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm);
 

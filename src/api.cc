@@ -381,6 +381,13 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     MPI_Finalized(&finalized);
     if (finalized) return invalidUsage("MPI has been finalized: call spcclCommInitMPI before MPI_Finalize");
     if (mpiComm == MPI_COMM_NULL) return invalidArgument("mpiComm is MPI_COMM_NULL");
+    // An intercommunicator's collectives combine one group into the other, not
+    // all ranks (and it is one on every rank: refusing here leaves none waiting).
+    int inter = 0;
+    SPCCL_MPI_CHECK(MPI_Comm_test_inter(mpiComm, &inter));
+    if (inter)
+      return invalidArgument("mpiComm is an intercommunicator: pass an intracommunicator (MPI_Intercomm_merge "
+                             "makes one of its two groups)");
     Params params;
     Status envStatus = loadParamsFromEnv(&params);
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);

@@ -163,6 +163,30 @@ TEST_F(ErrorsTest, AnInvalidEnvironmentOnOneRankFailsEveryRankAndNamesIt) {
   spcclCommDestroy(other);
 }
 
+// An intercommunicator's collectives reduce one group into the other (MPI's
+// rule), not over all of its ranks: spccl's collectives would silently mean
+// something else. spcclCommInitMPI refuses it on every rank (it is an
+// intercommunicator on every rank, so no rank is left waiting), and the
+// intracommunicators still work.
+TEST_F(ErrorsTest, AnIntercommunicatorIsRefusedOnEveryRank) {
+  if (size_ < 2) GTEST_SKIP() << "an intercommunicator needs two groups";
+  MPI_Comm half = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, rank_ % 2, rank_, &half), MPI_SUCCESS);
+  // Local leader: rank 0 of each half; remote leader in MPI_COMM_WORLD: rank 1 for the evens, 0 for the odds.
+  ASSERT_EQ(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank_ % 2 == 0 ? 1 : 0, 77, &inter), MPI_SUCCESS);
+  spcclComm_t other = nullptr;
+  const spcclResult_t r = spcclCommInitMPI(&other, inter);
+  EXPECT_TRUE(allRanks(r == spcclInvalidArgument)) << "rank " << rank_ << ": " << spcclGetErrorString(r);
+  EXPECT_EQ(other, nullptr);
+  if (other != nullptr) spcclCommDestroy(other);
+  const std::string message = spcclGetLastError(nullptr);
+  EXPECT_NE(message.find("intercommunicator"), std::string::npos) << message;
+  MPI_Comm_free(&inter);
+  ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&other, half), nullptr, "spcclCommInitMPI on each half"));
+  spcclCommDestroy(other);
+  MPI_Comm_free(&half);
+}
+
 // Count 0 is a no-op that accepts NULL buffers (as in NCCL), on both entry points.
 TEST_F(ErrorsTest, ZeroCountIsANoOp) {
   ASSERT_TRUE(okOnAllRanks(spcclAllReduce(nullptr, nullptr, 0, spcclFloat32, spcclSum, comm_.get(), nullptr),
