@@ -100,6 +100,9 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
   comm->pairsFor(pairSlots, core::wireValueBytes(wire));
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
+  // fp8: the max rule's scale of the selected values, once a pass has shown
+  // that tau's scale would saturate them (below).
+  int fp8MaxRuleScale = core::kFp8MinScaleExp;
   if (takeEstimateDue()) {
     estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
     estimated = true;
@@ -112,13 +115,23 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
       // is a normal code; tau == 0 (fewer non-zeros than k) has no binade, so
       // the largest |v| sets the scale (one more pass, only then).
       scaleExp = tauKey != 0 && !core::isNonFiniteKey(tauKey)
-                     ? core::fp8ScaleForTau(tauKey)
+                     ? std::max(core::fp8ScaleForTau(tauKey), fp8MaxRuleScale)
                      : core::fp8ScaleForMax(host::maxFiniteMagnitudeKey(sendbuff, dataType, residualIn, count));
       a.scaleExp = scaleExp;
     }
     const Stopwatch pass(timing);
     const host::SelectResult r = host::selectPack(a);
     lastPass = pass.seconds();
+    if (wire == core::ValueType::kFloat8e4m3 && core::fp8ScaleForMax(r.maxFiniteKey) > a.scaleExp) {
+      // A selected |v| beyond 448 * 2^s (about 28672 tau) would saturate, and
+      // its excess would wait in the residual; an input that keeps coming
+      // would never arrive, its residual growing to Inf. The pass is redone
+      // at the selection's max-rule scale (nothing saturates; values far
+      // below the largest may round to zero and wait in the residual
+      // instead). residualOut is rewritten whole; residualIn is untouched.
+      fp8MaxRuleScale = core::fp8ScaleForMax(r.maxFiniteKey);
+      continue;
+    }
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
       if (r.selected <= pairSlots) {  // every candidate was captured

@@ -164,6 +164,7 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
   // NaN/Inf keys exceed every finite tau's key.
   const uint32_t minKey = a.tauKey > 0 ? a.tauKey : 1u;
   uint64_t written = 0, finite = 0, ties = a.tieBudget;
+  uint32_t maxFiniteKey = 0;
   // An fp16 buffer's values must not round above its range (core::kHalfMax).
   const float bound = a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
   auto vAt = [&](size_t i) {
@@ -178,7 +179,10 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
       if (ties == 0) return;
       --ties;
     }
-    finite += pick != Pick::kNonFinite;
+    if (pick != Pick::kNonFinite) {
+      ++finite;
+      maxFiniteKey = std::max(maxFiniteKey, core::magnitudeKey(v));
+    }
     if (written >= a.capacity && a.keepOverflow) {  // counted, not sent: the residual keeps v
       ++written;
       return;
@@ -243,7 +247,7 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
 #if defined(__SSE2__)
   if (streaming) _mm_sfence();  // the streamed lines before anything that follows
 #endif
-  return {written, finite};
+  return {written, finite, maxFiniteKey};
 }
 
 }  // namespace

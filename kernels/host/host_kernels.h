@@ -41,6 +41,7 @@ struct SelectArgs {
 struct SelectResult {
   uint64_t selected;        // all pairs the rule selected (finite + non-finite)
   uint64_t finiteSelected;  // the part the capacity factor limits
+  uint32_t maxFiniteKey;    // magnitude key of the largest finite v selected (0: none); fp8's max rule
 };
 
 SelectResult selectPack(const SelectArgs& args);
