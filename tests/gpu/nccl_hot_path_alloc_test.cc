@@ -36,58 +36,15 @@ bool inSpccl(const void* addr) {
   return std::strncmp(slash ? slash + 1 : info.dli_fname, "libspccl.so", 11) == 0;
 }
 
-void* countedAlloc(std::size_t bytes, std::size_t align, const void* caller) {
-  if (gCounting.load(std::memory_order_relaxed) && inSpccl(caller))
-    gAllocations.fetch_add(1, std::memory_order_relaxed);
-  if (bytes == 0) bytes = 1;
-  void* p = nullptr;
-  if (align <= alignof(std::max_align_t)) {
-    p = std::malloc(bytes);
-  } else if (posix_memalign(&p, align, bytes) != 0) {
-    p = nullptr;
-  }
-  return p;
-}
-[[gnu::noinline]] void countedFree(void* p) noexcept { std::free(p); }
 }  // namespace
 
-#define SPCCL_CALLER __builtin_return_address(0)
-void* operator new(std::size_t n) {
-  if (void* p = countedAlloc(n, 0, SPCCL_CALLER)) return p;
-  throw std::bad_alloc();
+// tests/common/replace_new.h's hook: only allocations made from libspccl.so count.
+void onAllocation(const void* caller) {
+  if (gCounting.load(std::memory_order_relaxed) && inSpccl(caller))
+    gAllocations.fetch_add(1, std::memory_order_relaxed);
 }
-void* operator new[](std::size_t n) {
-  if (void* p = countedAlloc(n, 0, SPCCL_CALLER)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  if (void* p = countedAlloc(n, static_cast<std::size_t>(a), SPCCL_CALLER)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-  if (void* p = countedAlloc(n, static_cast<std::size_t>(a), SPCCL_CALLER)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n, 0, SPCCL_CALLER); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n, 0, SPCCL_CALLER); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return countedAlloc(n, static_cast<std::size_t>(a), SPCCL_CALLER);
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return countedAlloc(n, static_cast<std::size_t>(a), SPCCL_CALLER);
-}
-void operator delete(void* p) noexcept { countedFree(p); }
-void operator delete[](void* p) noexcept { countedFree(p); }
-void operator delete(void* p, std::size_t) noexcept { countedFree(p); }
-void operator delete[](void* p, std::size_t) noexcept { countedFree(p); }
-void operator delete(void* p, std::align_val_t) noexcept { countedFree(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { countedFree(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { countedFree(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { countedFree(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { countedFree(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { countedFree(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { countedFree(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { countedFree(p); }
+
+#include "../common/replace_new.h"
 
 namespace {
 

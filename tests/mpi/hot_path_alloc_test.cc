@@ -17,64 +17,17 @@
 #include <vector>
 
 #include "test_util.h"
+#include "../common/replace_new.h"
 
 namespace {
 std::atomic<bool> gCounting{false};
 std::atomic<unsigned long long> gAllocations{0};
-
-void* countedAlloc(std::size_t bytes, std::size_t align) {
-  if (gCounting.load(std::memory_order_relaxed)) gAllocations.fetch_add(1, std::memory_order_relaxed);
-  if (bytes == 0) bytes = 1;
-  void* p = nullptr;
-  if (align <= alignof(std::max_align_t)) {
-    p = std::malloc(bytes);
-  } else if (posix_memalign(&p, align, bytes) != 0) {
-    p = nullptr;
-  }
-  return p;
-}
-
-// Out of line, so that GCC does not pair an inlined operator new with this
-// free (-Wmismatched-new-delete): both ends are this file's.
-[[gnu::noinline]] void countedFree(void* p) noexcept { std::free(p); }
 }  // namespace
 
-void* operator new(std::size_t n) {
-  if (void* p = countedAlloc(n, 0)) return p;
-  throw std::bad_alloc();
+// tests/common/replace_new.h's hook: every allocation counts while counting.
+void onAllocation(const void*) {
+  if (gCounting.load(std::memory_order_relaxed)) gAllocations.fetch_add(1, std::memory_order_relaxed);
 }
-void* operator new[](std::size_t n) {
-  if (void* p = countedAlloc(n, 0)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  if (void* p = countedAlloc(n, static_cast<std::size_t>(a))) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-  if (void* p = countedAlloc(n, static_cast<std::size_t>(a))) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n, 0); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return countedAlloc(n, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return countedAlloc(n, static_cast<std::size_t>(a));
-}
-void operator delete(void* p) noexcept { countedFree(p); }
-void operator delete[](void* p) noexcept { countedFree(p); }
-void operator delete(void* p, std::size_t) noexcept { countedFree(p); }
-void operator delete[](void* p, std::size_t) noexcept { countedFree(p); }
-void operator delete(void* p, std::align_val_t) noexcept { countedFree(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { countedFree(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { countedFree(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { countedFree(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { countedFree(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { countedFree(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { countedFree(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { countedFree(p); }
 
 namespace spccl::test {
 namespace {
