@@ -142,10 +142,11 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   const uint64_t sumUnique = std::accumulate(ws.nnzPerRank.begin(), ws.nnzPerRank.end(), uint64_t{0});
   uint64_t bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + sizeof(uint64_t));
 
-  // Every input below is the same on every rank, so every rank picks the same.
+  // Every input below is the same on every rank (the cost model is rank 0's,
+  // resolved at creation), so every rank picks the same.
   const int algo = comm.params.rowSparseAlgorithm != kRowSparseAuto
                        ? comm.params.rowSparseAlgorithm
-                       : chooseRowSparseAlgorithm(p, sumUnique, rowLen, vb, comm.rowSparseOverlap);
+                       : chooseRowSparseAlgorithm(p, sumUnique, rowLen, vb, comm.rowSparseOverlap, comm.costModel);
   std::vector<IdRowsView>& views = ws.idRowsViews;
   if (algo == kRowSparseAllgather) {
     ws.sizes.resize(p);

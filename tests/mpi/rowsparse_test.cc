@@ -471,5 +471,56 @@ TEST_F(RowSparseTest, MismatchedRowLenOrTypeFailsOnEveryRank) {
   checkOutput(ref, 33, spcclFloat32, false, outIds, outRows, outN);
 }
 
+// Auto decides with the communicator's network model (SPCCL_NET_GBPS,
+// SPCCL_NET_LATENCY_US, SPCCL_CALIBRATE: the same on every rank), not the
+// built-in defaults. Every rank passes the same 2000 ids (overlap P), so the
+// second call's pick follows the model: one second of latency per round makes
+// partition's extra rounds dominate (allgather), a 1 Mbit/s link with no
+// latency makes its smaller traffic win (partition). Which was taken shows in
+// bytesSent, against the same calls with the algorithm fixed. (Until
+// 2026-12-01 auto used the default model whatever the communicator's, and
+// took partition here under one second of latency.)
+TEST_F(RowSparseTest, AutoDecidesWithTheCommunicatorsNetworkModel) {
+  if (size_ <= 2) GTEST_SKIP() << "auto always takes allgather at P <= 2";
+  if (!envString("SPCCL_ROWSPARSE_ALGO").empty()) GTEST_SKIP() << "SPCCL_ROWSPARSE_ALGO is set";
+  const size_t nrows = 2000, rowLen = 64;
+  std::vector<int64_t> ids(nrows), outIds(nrows);
+  for (size_t i = 0; i < nrows; ++i) ids[i] = static_cast<int64_t>(nrows - 1 - i) * 3;
+  const std::vector<float> rows = gaussian(nrows * rowLen, seedFor(9, rank_));
+  std::vector<float> outRows(nrows * rowLen);
+  // bytesSent of the second of two calls on a communicator made under `env`.
+  auto secondCallBytes = [&](std::initializer_list<std::pair<const char*, const char*>> env, uint64_t* bytes) {
+    std::vector<std::unique_ptr<ScopedEnv>> scoped;
+    for (const auto& [name, value] : env) scoped.push_back(std::make_unique<ScopedEnv>(name, value));
+    spcclComm_t raw = nullptr;
+    const spcclResult_t r = spcclCommInitMPI(&raw, MPI_COMM_WORLD);
+    CommPtr c(raw);
+    scoped.clear();  // read at creation
+    if (!okOnAllRanks(r, nullptr, "spcclCommInitMPI")) return testing::AssertionFailure() << "comm";
+    spcclStats_t s0{}, s1{};
+    size_t outN = 0;
+    for (int call = 0; call < 2; ++call) {
+      if (call == 1 && spcclCommGetStats(c.get(), &s0) != spcclSuccess) return testing::AssertionFailure() << "stats";
+      const testing::AssertionResult ok =
+          okOnAllRanks(spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, spcclFloat32, outIds.data(),
+                                               outRows.data(), nrows, &outN, c.get(), nullptr),
+                       c.get(), "spcclAllReduceRowSparse");
+      if (!ok) return ok;
+    }
+    if (spcclCommGetStats(c.get(), &s1) != spcclSuccess) return testing::AssertionFailure() << "stats";
+    *bytes = s1.bytesSent - s0.bytesSent;
+    return testing::AssertionSuccess();
+  };
+  uint64_t allgather = 0, partition = 0, slowRounds = 0, slowLink = 0;
+  ASSERT_TRUE(secondCallBytes({{"SPCCL_ROWSPARSE_ALGO", "allgather"}}, &allgather));
+  ASSERT_TRUE(secondCallBytes({{"SPCCL_ROWSPARSE_ALGO", "partition"}}, &partition));
+  ASSERT_NE(allgather, partition) << "test set-up: the algorithms must send different amounts";
+  ASSERT_TRUE(secondCallBytes({{"SPCCL_NET_LATENCY_US", "1000000"}, {"SPCCL_NET_GBPS", "1000"}}, &slowRounds));
+  ASSERT_TRUE(secondCallBytes({{"SPCCL_NET_LATENCY_US", "0.001"}, {"SPCCL_NET_GBPS", "0.001"}}, &slowLink));
+  EXPECT_EQ(slowRounds, allgather) << "1 s a round: auto must take allgather (partition sends " << partition << ")";
+  EXPECT_EQ(slowLink, partition) << "1 Mbit/s, no latency: auto must take partition (allgather sends " << allgather
+                                 << ")";
+}
+
 }  // namespace
 }  // namespace spccl::test
