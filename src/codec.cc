@@ -403,13 +403,17 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
       : collective == static_cast<uint8_t>(Collective::kAlltoAllRowsBackward)
           ? "forward call (sequence number) of its selection (another forward's selection?)"
           : nullptr;
+  // A row-sparse call's count is its row length (its row counts may differ);
+  // named so only when both calls are row-sparse.
+  const bool rowSparse = (ref.op & kOtherCollective) && collective == static_cast<uint8_t>(Collective::kRowSparse);
   for (int r = 0; r < ranks; ++r) {
     const CallDescriptor& d = all[r];
+    const char* const countName = rowSparse && d.op == ref.op ? "row length" : "count";
     const char* field = nullptr;
     unsigned long long got = 0, want = 0;
     if (d.magic != kStreamMagic) field = "magic", got = d.magic, want = kStreamMagic;
     else if (d.seq != ref.seq) field = "call sequence number", got = d.seq, want = ref.seq;
-    else if (d.count != ref.count) field = "count", got = d.count, want = ref.count;
+    else if (d.count != ref.count) field = countName, got = d.count, want = ref.count;
     else if (d.dataType != ref.dataType) field = "datatype", got = d.dataType, want = ref.dataType;
     else if (d.op != ref.op) field = "op", got = d.op, want = ref.op;
     else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
