@@ -45,6 +45,7 @@ Status NcclTransport::create(ncclComm_t comm, std::unique_ptr<NcclTransport>* ou
 
 NcclTransport::~NcclTransport() {
   if (scratch_ != nullptr) cudaFree(scratch_);
+  for (void* p : retired_) cudaFree(p);
   if (lastCallEnd_ != nullptr) cudaEventDestroy(lastCallEnd_);
 }
 
@@ -90,12 +91,30 @@ void NcclTransport::endCall() {
 
 Status NcclTransport::stageSend(const void** send, size_t bytes) {
   if (scratchBytes_ < bytes) {
-    if (scratch_ != nullptr) SPCCL_CUDA_CHECK(cudaFree(scratch_));  // (waits for the device: no call still reads it)
+    // No allocation while capturing: cudaMalloc/cudaFree are not allowed in a
+    // capture (they would invalidate the caller's graph), as for the fixed
+    // mode's buffers: one call outside the graph sizes the scratch.
+    if (capturing_)
+      return invalidUsage(formatString(
+          "a send buffer that overlaps the receive buffer (other than in place) is staged through %zu bytes of "
+          "scratch, which a call on a capturing stream cannot allocate: make the call once outside the graph first",
+          bytes));
+    // A buffer a captured graph copies into outlives every replay: it is kept
+    // until the transport goes, never freed under a graph.
+    if (scratch_ != nullptr) {
+      if (scratchCaptured_) {
+        retired_.push_back(scratch_);
+      } else {
+        SPCCL_CUDA_CHECK(cudaFree(scratch_));  // (waits for the device: no call still reads it)
+      }
+    }
     scratch_ = nullptr;
     scratchBytes_ = 0;
+    scratchCaptured_ = false;
     SPCCL_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
     scratchBytes_ = bytes;
   }
+  if (capturing_) scratchCaptured_ = true;
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_, *send, bytes, cudaMemcpyDeviceToDevice, stream_));
   *send = scratch_;
   return Status::ok();

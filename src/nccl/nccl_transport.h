@@ -13,6 +13,7 @@
 #include <nccl.h>
 
 #include <memory>
+#include <vector>
 
 #include "src/nccl/nccl_settle.h"
 #include "src/status.h"
@@ -118,6 +119,8 @@ class NcclTransport final : public Transport {
   bool lastCallRecorded_ = false;
   void* scratch_ = nullptr;  // a copy of send data that overlaps the receive buffer (stageSend)
   size_t scratchBytes_ = 0;
+  bool scratchCaptured_ = false;  // a graph captured a copy into scratch_: never freed while the transport lives
+  std::vector<void*> retired_;    // scratch buffers outgrown after a capture used them (freed with the transport)
 
  public:
   ~NcclTransport() override;

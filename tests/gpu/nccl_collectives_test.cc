@@ -589,6 +589,78 @@ TEST_F(NcclWorld, OverlappingBuffersGiveTheSeparateBuffersResult) {
   }
 }
 
+// Overlapping buffers go through the transport's scratch, also in a captured
+// graph. A capture cannot allocate it (cudaMalloc/cudaFree on a capturing
+// stream invalidate the caller's capture): the call is refused by name and
+// the capture stays valid. Once a call outside the graph sized it, the graph
+// copies into it on every replay, so a later call that outgrows it must not
+// free it: the graph would write into freed memory, which the next
+// allocation (`victim` below, the size of the old scratch) may hold.
+TEST_F(NcclWorld, OverlapScratchIsNeverFreedUnderACapturedGraph) {
+  const size_t n = 1000, P = static_cast<size_t>(ranks_);
+  std::vector<int32_t> mine(n), want(n);
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(i * (rank_ + 1));
+  ASSERT_EQ(spcclSuccess, spcclAllReduce(mine.data(), want.data(), n, spcclInt32, spcclSum, host_, nullptr));
+  Dev<int32_t> dAr(n + 1);
+  auto fill = [&] {
+    std::vector<int32_t> ar(n + 1, -1);
+    std::copy(mine.begin(), mine.end(), ar.begin() + 1);
+    dAr.upload(ar);
+  };
+  auto check = [&](const char* what) {
+    const std::vector<int32_t> ar = dAr.download();
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += ar[i] != want[i];
+    EXPECT_EQ(bad, 0u) << what;
+  };
+
+  // 1. No scratch yet: refused while capturing; the capture is still valid.
+  fill();
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const spcclResult_t early = spcclAllReduce(dAr.p + 1, dAr.p, n, spcclInt32, spcclSum, dev_, stream_);
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  EXPECT_EQ(spcclInvalidUsage, early) << spcclGetLastError(dev_);
+  EXPECT_EQ(cudaSuccess, ended) << "the refused call left the capture invalid";
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  graph = nullptr;
+  (void)cudaGetLastError();
+
+  // 2. Sized outside the graph, then captured.
+  fill();
+  ASSERT_EQ(spcclSuccess, spcclAllReduce(dAr.p + 1, dAr.p, n, spcclInt32, spcclSum, dev_, stream_))
+      << spcclGetLastError(dev_);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  check("warm-up call");
+  fill();
+  CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const spcclResult_t captured = spcclAllReduce(dAr.p + 1, dAr.p, n, spcclInt32, spcclSum, dev_, stream_);
+  CUDA_OK(cudaStreamEndCapture(stream_, &graph));
+  ASSERT_EQ(spcclSuccess, captured) << spcclGetLastError(dev_);
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  // 3. Outgrown outside the graph (an in-place alltoall stages 4 x as much),
+  // then a buffer of the old scratch's size is allocated and filled.
+  const size_t m = 4 * n;
+  Dev<int32_t> big(m * P);
+  big.upload(std::vector<int32_t>(m * P, 7));
+  ASSERT_EQ(spcclSuccess, spcclAlltoAll(big.p, big.p, m, spcclInt32, dev_, stream_)) << spcclGetLastError(dev_);
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  Dev<int32_t> victim(n);
+  const std::vector<int32_t> pattern(n, 0x5a5a5a5a);
+  victim.upload(pattern);
+
+  // 4. The replay still gives the sum, and writes nothing but its output.
+  fill();
+  CUDA_OK(cudaGraphLaunch(exec, stream_));
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  check("graph replay after the scratch was outgrown");
+  EXPECT_TRUE(victim.download() == pattern) << "the replay wrote into memory freed under it";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 TEST_F(NcclWorld, DeviceBuffersOnAnMpiCommunicatorAreRejected) {
   Dev<float> d(1000);
   std::vector<float> h(1000, 1.0f);
