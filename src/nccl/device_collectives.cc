@@ -409,6 +409,9 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
 
 Status checkDeviceMemory(spcclComm* comm, std::initializer_list<std::pair<const char*, const void*>> buffers) {
   if (comm->device->pageableAccess) return Status::ok();
+  // On the communicator's device: the query must not start a context on
+  // whatever device the calling thread has current.
+  DeviceGuard guard(comm->device->transport->device());
   for (const auto& [name, ptr] : buffers) {
     if (ptr == nullptr) continue;  // (only where nothing is read or written: the argument checks ran)
     cudaPointerAttributes a{};
