@@ -56,7 +56,7 @@ def run(n, density, lr, interval, steps, capacity, seed, starve_rule=True):
             tau = kth(v)
             sent = [i for i in range(n) if abs(v[i]) >= tau]
             estimated = True
-        if starve_rule and not estimated and tau > 0 and len(sent) < k // 2:
+        if starve_rule and not estimated and tau > 0 and 2 * len(sent) < k:
             estimate_next = True  # stale tau starves the selection: the next step re-estimates
         residual = v
         for i in sent:

@@ -126,7 +126,7 @@ struct spcclCompressor {
   // device paths both use it.
   bool takeEstimateDue();
   // Whether a call's selection starved: a stored (not just estimated),
-  // non-zero tau selected fewer than floor(k / 2) finite entries (the input
+  // non-zero tau selected fewer than k/2 finite entries (2 x selected < k; the input
   // shrank since it was fitted); the next call then re-estimates. Not tied to
   // capacityFactor: at factor 1 that would re-estimate whenever a call
   // selects other than exactly k. tau 0 already selects every non-zero.

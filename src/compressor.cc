@@ -54,7 +54,9 @@ bool spcclCompressor::takeEstimateDue() {
 }
 
 bool spcclCompressor::starves(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected) const {
-  return !estimated && usedTauKey != 0 && finiteSelected < selectCount() / 2;
+  // Fewer than k/2, not floor(k/2): at k = 1 a stored tau that selects
+  // nothing starves too (floor(1/2) = 0 would never re-estimate it).
+  return !estimated && usedTauKey != 0 && 2 * finiteSelected < selectCount();
 }
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,

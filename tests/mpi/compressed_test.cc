@@ -709,17 +709,17 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   }
 }
 
-// A stored tau that selects fewer than floor(k / 2) entries (the
+// A stored tau that selects fewer than k/2 entries (the
 // input shrank since tau was fitted) is re-estimated by the next call, not
 // thresholdInterval calls later. distinctMagnitudes' magnitudes are uniform
 // over (0, n] x 2^-17 and k is 1% of n, so tau sits near 0.99 n and input
 // scaled by s selects about n - 0.99 n / s with it: s = 0.998 about 0.8 k
-// (not starved: k/2 = 655), s = 0.993 about 0.3 k (starved).
+// (not starved: k/2 = 655.5), s = 0.993 about 0.3 k (starved).
 TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   const size_t k = selectionSize(n, kDensity);  // 1311
-  const size_t starved = k / 2;
+  const size_t starved = (k + 1) / 2;  // fewer than k/2 starves: 2 x selected < k
   CompressorPtr c;
   ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
   const float scales[] = {1.0f, 0.998f, 0.993f, 0.993f, 0.993f};
@@ -782,7 +782,7 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
       selected = selectedCount(v, storedTau);
     }
     if (estimated) ++expectedUpdates;
-    estimateNext = !estimated && storedTau != 0.0f && selected < k / 2;
+    estimateNext = !estimated && storedTau != 0.0f && 2 * selected < k;
 
     spcclStats_t s;
     ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
@@ -813,6 +813,36 @@ TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
     EXPECT_EQ(s.lastThreshold, 0.0f);
     EXPECT_EQ(s.lastSelected, n / 512);
     EXPECT_LT(n / 512, k / 2);
+  }
+}
+
+// k = 1 (density 0.001 of 1000): a stored tau that selects nothing is below
+// k/2 and starves like any other. The input drops by 1e3 after call 0 and
+// halves every call, so a stored tau selects nothing of the next call: calls
+// 2 and 4 re-estimate and send the largest entry again. With floor(k/2) = 0
+// the rule never fired: nothing was sent until the schedule's next estimate,
+// thresholdInterval calls later.
+TEST_P(ScheduleTest, KOfOneReEstimatesTheCallAfterAStoredTauSelectsNothing) {
+  const int algorithm = GetParam();
+  const size_t n = 1000;
+  const float density = 0.001f;
+  ASSERT_EQ(selectionSize(n, density), 1u);
+  CompressorPtr c;
+  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(density, algorithm, spcclFloat32, 1000, 0), c));
+  float storedTau = 0.0f;
+  for (int call = 0; call < 6; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::vector<float> in = distinctMagnitudes(n, seedFor(89, rank_, static_cast<uint64_t>(call)), 0x1p-10f);
+    if (call > 0)  // 1e-3, then halved every call: a tau fitted to one call selects nothing of the next
+      for (float& x : in) x = std::ldexp(x * 1e-3f, -call);
+    spcclStats_t s;
+    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
+    const bool update = call % 2 == 0;  // 0: the first call; 2, 4: after a call that selected nothing
+    if (update) storedTau = kthLargestMagnitude(in, 1);
+    EXPECT_EQ(s.thresholdUpdates, static_cast<uint64_t>(call / 2 + 1));
+    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
+                                                      << storedTau;
+    EXPECT_EQ(s.lastSelected, update ? 1u : 0u);
   }
 }
 
