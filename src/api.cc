@@ -59,10 +59,13 @@ spcclResult_t finish(const Status& st, int rank = -1) {
   return st.code();
 }
 
+// rank is read after f has run: a call that learns its communicator inside f
+// (spcclAlltoAllRowsBackward, from its selection) passes the variable it sets.
 template <typename F>
-spcclResult_t guarded(F&& f, int rank = -1) {
+spcclResult_t guarded(F&& f, const int& rank = -1) {
   try {
-    return finish(f(), rank);
+    const Status st = f();  // before rank is read (argument order is unspecified)
+    return finish(st, rank);
   } catch (const std::bad_alloc&) {
     return finish(systemError("out of host memory"), rank);
   } catch (const std::exception& e) {

@@ -440,6 +440,26 @@ TEST_F(SelectionTest, SecondBackwardIsInvalidUsage) {
                            "backward after the refused one"));
 }
 
+// The backward learns its communicator from the selection: its refusal's log
+// line names this rank, as every other call's does (it said [-1]).
+TEST_F(SelectionTest, RefusedBackwardLogsItsRank) {
+  std::vector<float> recv;
+  spcclSelection_t sel = nullptr;
+  ASSERT_TRUE(forward(comm_.get(), recv, &sel, 344));
+  SelectionPtr owned(sel);
+  std::vector<float> grad = gaussian(elements(), seedFor(345, rank_)), gradOut(elements());
+  ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsBackward(grad.data(), gradOut.data(), sel, nullptr), comm_.get(),
+                           "first spcclAlltoAllRowsBackward"));
+  testing::internal::CaptureStderr();
+  const spcclResult_t again = spcclAlltoAllRowsBackward(grad.data(), gradOut.data(), sel, nullptr);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(again, spcclInvalidUsage);
+  const size_t at = err.find("has already served a backward");
+  if (at == std::string::npos) GTEST_SKIP() << "SPCCL_DEBUG silences the refusal's line: " << err;
+  const size_t line = err.rfind('\n', at) == std::string::npos ? 0 : err.rfind('\n', at) + 1;
+  EXPECT_NE(err.substr(line, at - line).find(" [" + std::to_string(rank_) + "] SPCCL "), std::string::npos) << err;
+}
+
 TEST_F(SelectionTest, SecondDestroyIsInvalidUsage) {
   std::vector<float> recv;
   spcclSelection_t sel = nullptr;
