@@ -26,17 +26,9 @@
 #include "spccl.h"
 #include "spccl_mpi.h"
 #include "spccl_nccl.h"
+#include "device_count.h"
 
 namespace {
-
-int deviceCount() {
-  int c = 0;
-  if (cudaGetDeviceCount(&c) != cudaSuccess) {
-    (void)cudaGetLastError();
-    c = 0;
-  }
-  return c;
-}
 
 int worldRank() {
   int r = 0;

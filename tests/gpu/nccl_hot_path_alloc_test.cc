@@ -23,6 +23,7 @@
 
 #include "spccl.h"
 #include "spccl_nccl.h"
+#include "device_count.h"
 
 namespace {
 std::atomic<bool> gCounting{false};
@@ -49,15 +50,6 @@ void onAllocation(const void* caller) {
 namespace {
 
 constexpr int kWarm = 3, kCounted = 6;
-
-int deviceCount() {
-  int c = 0;
-  if (cudaGetDeviceCount(&c) != cudaSuccess) {
-    (void)cudaGetLastError();
-    c = 0;
-  }
-  return c;
-}
 
 // The same verdict on every rank: any rank's failure or allocation fails all.
 bool allRanks(bool ok) {
