@@ -91,8 +91,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, mine, stream));
   const std::vector<CallDescriptor>& all = comm->descriptors;
-  d.peerSizes.resize(4 * static_cast<size_t>(p));  // the communicator's per-call scratch
-  size_t* idxBytes = d.peerSizes.data();
+  size_t* idxBytes = d.peerSizeArrays(p, 4);  // the communicator's per-call scratch
   size_t *idxOff = idxBytes + p, *valBytes = idxOff + p, *valOff = valBytes + p;
   uint64_t total = 0;
   for (int r = 0; r < p; ++r) {

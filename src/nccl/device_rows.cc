@@ -70,13 +70,6 @@ struct Exchange {
   const size_t *sendOff, *sendBytes, *recvOff, *recvBytes;  // ranks each
 };
 
-// Offsets and sizes for `parts` exchanges (four arrays of p each), in the
-// communicator's scratch: no heap allocation after the first call.
-size_t* peerSizes(DeviceCommState& d, int p, int parts) {
-  d.peerSizes.resize(4 * static_cast<size_t>(parts) * static_cast<size_t>(p));
-  return d.peerSizes.data();
-}
-
 Status exchange(NcclTransport& t, std::initializer_list<const Exchange*> parts, cudaStream_t stream) {
   const int p = t.size(), me = t.rank();
   ncclComm_t nc = t.nccl();
@@ -214,7 +207,7 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   // 4. Positions and values, one group.
   SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(std::max<uint64_t>(recvTotal, 1) * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(d.recvValues.ensure(std::max<uint64_t>(recvTotal, 1) * vb));
-  size_t* sizes = peerSizes(d, p, 2);
+  size_t* sizes = d.peerSizeArrays(p, 8);  // offsets and sizes of two exchanges
   size_t *posSendOff = sizes, *posSendBytes = sizes + p, *posRecvOff = sizes + 2 * p, *posRecvBytes = sizes + 3 * p;
   size_t *valSendOff = sizes + 4 * p, *valSendBytes = sizes + 5 * p, *valRecvOff = sizes + 6 * p,
          *valRecvBytes = sizes + 7 * p;
@@ -290,7 +283,7 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spccl
   SPCCL_RETURN_IF_ERROR(d.recvValues.ensure(std::max<uint64_t>(inTotal, 1) * vb));
   SPCCL_RETURN_IF_ERROR(cuda::gatherRowValues(gradSend, sel.dataType, nRows, len, s.recvPositions.get<uint32_t>(),
                                               s.recvOffsets.get<uint64_t>(), sel.wire, d.sendValues.get(), stream));
-  size_t* sizes = peerSizes(d, p, 1);
+  size_t* sizes = d.peerSizeArrays(p, 4);  // offsets and sizes of one exchange
   size_t *sendOff = sizes, *sendBytes = sizes + p, *recvOff = sizes + 2 * p, *recvBytes = sizes + 3 * p;
   uint64_t so = 0, ro = 0;
   for (int j = 0; j < p; ++j) {

@@ -76,8 +76,7 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   // 2. Every rank's merged list, in rank order.
   SPCCL_RETURN_IF_ERROR(d.allIds.ensure(std::max<uint64_t>(sumUnique, 1) * sizeof(int64_t)));
   SPCCL_RETURN_IF_ERROR(d.allRows.ensure(std::max<uint64_t>(sumUnique, 1) * rowBytes));
-  d.peerSizes.resize(4 * static_cast<size_t>(p));
-  size_t* idBytes = d.peerSizes.data();
+  size_t* idBytes = d.peerSizeArrays(p, 4);
   size_t *idOff = idBytes + p, *rowLens = idOff + p, *rowOff = rowLens + p;
   for (int r = 0; r < p; ++r) {
     idBytes[r] = unique[r] * sizeof(int64_t);

@@ -163,6 +163,11 @@ struct DeviceCommState {
   // host path): per-peer byte offsets and sizes (8 x ranks) and counts.
   std::vector<size_t> peerSizes;
   std::vector<uint64_t> peerCounts;
+  // `arrays` arrays of `ranks` sizes each, laid out one after another in peerSizes.
+  size_t* peerSizeArrays(int ranks, int arrays) {
+    peerSizes.resize(static_cast<size_t>(arrays) * static_cast<size_t>(ranks));
+    return peerSizes.data();
+  }
 };
 
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
