@@ -111,8 +111,8 @@ typedef struct {
   size_t size;                   /* sizeof(spcclCompressConfig_t), set by Init */
   unsigned int version;          /* SPCCL_COMPRESS_CONFIG_VERSION, set by Init */
   float density;                 /* fraction of entries kept, (0, 1]; 1 = exact */
-  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; also the call after one whose
-                                    stored tau selected fewer than k/2 entries, and see capacityFactor */
+  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; also a call whose stored
+                                    tau selects fewer than k/2 entries, and see capacityFactor */
   int errorFeedback;             /* 1: unsent values carried to the next call */
   int algorithm;                 /* SPCCL_ALGO_* */
   spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16, spcclBfloat16 or spcclFloat8e4m3 */
@@ -148,8 +148,8 @@ typedef struct {
                                 allreduce (P-1)*nrows*(8 + rowLen*size) (allgather of the raw input) */
   uint64_t thresholdUpdates; /* exact tau estimations of compressed allreduce calls, every kind: the
                                 first call, calls whose index is a multiple of thresholdInterval, a
-                                call whose stored tau would select more than capacityFactor*k entries,
-                                the call after one whose stored tau selected fewer than k/2, and the
+                                call whose stored tau would select more than capacityFactor*k entries
+                                or fewer than k/2 (re-estimated in that call), and the
                                 first compressed call after a dense one that sent the residual */
   uint64_t lastSelected;     /* last allreduce: entries this rank sent, the pairs it selected (NaN/Inf
                                 included) when compressed, count when exact or dense; 0 on an NCCL

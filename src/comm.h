@@ -80,8 +80,9 @@ struct spcclCompressor {
   uint64_t callIndex = 0;
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
   // The next compressed call re-estimates tau whatever the schedule says: a
-  // dense call sent the residual (tau was fitted to send + a full residual),
-  // or the stored tau of a committed call starved its selection (starves()).
+  // dense call sent the residual (tau was fitted to send + a full residual).
+  // (A stored tau that starves a selection is re-estimated in its own call:
+  // starves().)
   bool estimateNext = false;
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
 
@@ -127,9 +128,11 @@ struct spcclCompressor {
   bool takeEstimateDue();
   // Whether a call's selection starved: a stored (not just estimated),
   // non-zero tau selected fewer than k/2 finite entries (2 x selected < k; the input
-  // shrank since it was fitted); the next call then re-estimates. Not tied to
+  // shrank since it was fitted); the call then re-estimates and selects again,
+  // as it does when a stored tau selects more than the capacity. Not tied to
   // capacityFactor: at factor 1 that would re-estimate whenever a call
   // selects other than exactly k. tau 0 already selects every non-zero.
+  // The host and device (exact mode) paths both use it.
   bool starves(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected) const;
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
   // at least 1; 0 when off (splitReselect 0 or no error feedback).
@@ -141,9 +144,7 @@ struct spcclCompressor {
 
  private:
   void ensureResidual();
-  // *starved: starves() for this selection (the caller sets estimateNext once
-  // the call has committed).
-  spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* starved);
+  spccl::Status select(const void* sendbuff, uint64_t* nnz);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after

@@ -1,8 +1,8 @@
 // DCT-DP compressed allreduce, per rank, per call:
 //   v = send + residual; tau = |v| of the k-th largest finite entry, estimated
 //   exactly on the first call and every thresholdInterval calls (and whenever
-//   the stored tau would select more than capacityFactor*k entries; on the
-//   call after it selected fewer than k/2); the rank
+//   the stored tau would select more than capacityFactor*k entries or fewer
+//   than k/2: then in that call); the rank
 //   sends v on S = {|v| >= tau, v != 0} plus every NaN/Inf; the residual keeps
 //   v outside S and the wire rounding inside S.
 #include <algorithm>
@@ -84,7 +84,7 @@ void spcclCompressor::ensureResidual() {
   residual[1].resize(count);
 }
 
-Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starved) {
+Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
   const bool timing = trialTiming;
   const Stopwatch call(timing);
   double lastPass = 0;  // seconds of the last selectPack pass (the one a call without re-estimation makes)
@@ -147,15 +147,21 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* starve
       estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       continue;
     }
+    if (starves(estimated, tauKey, r.finiteSelected)) {
+      // The input shrank since the stored tau was fitted: re-estimate in this
+      // call, as on the high side, so that the call sends about k entries
+      // instead of next to nothing. (The pass's candidates are too few to
+      // rank: one full estimate, then one more pass.)
+      estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+      estimated = true;
+      continue;
+    }
     if (r.selected > pairSlots) {  // NaN/Inf beyond the slots: rare, grow and redo
       pairSlots = r.selected;
       comm->pairsFor(pairSlots, core::wireValueBytes(wire));
       continue;
     }
     *nnz = r.selected;
-    // A stored tau that starves the selection is re-estimated by the next
-    // call; this call's unsent entries wait in the residual.
-    *starved = starves(estimated, tauKey, r.finiteSelected);
     break;
   }
   // All but the last pass: the re-estimation, and a first call's allocation of the residual and pair buffers.
@@ -170,7 +176,7 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   if (flush) {
     // tau was fitted to v = send + a full residual; on v = send alone it would
     // select far fewer than k entries, so the next compressed call estimates
-    // it afresh (rather than one call later, after a starved selection).
+    // it afresh (rather than after a starved pass).
     estimateNext = true;
   }
   // fp32 input goes to the allreduce as it is (no staging copy, the same bytes
@@ -360,10 +366,9 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
 
   uint64_t nnz = 0;
-  bool starved = false;
   if (algorithm != SPCCL_ALGO_DENSE) {
     const Stopwatch watch(comm->params.profile);
-    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &starved));
+    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
     profile.selection += watch.seconds();
   }
 
@@ -384,13 +389,12 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   // Every rank agreed on it: this was the shape's first call, if none was yet
   // (one every rank refused was not).
   if (autoShape) autoShape->firstCallDone = true;
-  // The call is consistent on every rank: commit this call's residual (and a
-  // starved tau's re-estimate). A call rejected above leaves both as they were.
+  // The call is consistent on every rank: commit this call's residual. A
+  // call rejected above leaves it as it was.
   if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {
     current = 1 - current;
     residualZero = false;
   }
-  if (starved) estimateNext = true;
 
   spcclStats_t call{};
   call.calls = 1;

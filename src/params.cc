@@ -52,7 +52,7 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->allreduceDensity = static_cast<float>(v); }},
     {"SPCCL_THRESHOLD_INTERVAL", ParamType::kInt, "1000", 1, 1e9, false, nullptr,
      "Calls between exact re-estimations of the threshold tau (the first call always estimates, and so does "
-     "the call after one whose stored tau selected fewer than k/2 entries).",
+     "a call whose stored tau selects fewer than k/2 entries).",
      [](Params* p, double v) { p->thresholdInterval = static_cast<int>(v); }},
     {"SPCCL_CAPACITY_FACTOR", ParamType::kFloat, "2", 1, 1e6, false, nullptr,
      "A call never sends more than this many times k entries; a stale tau that would is re-estimated.",

@@ -222,7 +222,11 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     bool anyRetry = false;
     for (int r = 0; r < p; ++r) {
       const cuda::CallRecord& rec = host[r];
-      const bool stale = !rec.estimated && rec.counts.finiteSelected > rec.capacity;
+      // A stored tau that selected more than the capacity or starved the
+      // selection (fewer than k/2: count and density, hence k, agree on every
+      // rank after the check above) is re-estimated in this call.
+      const bool stale = !rec.estimated && (rec.counts.finiteSelected > rec.capacity ||
+                                            c->starves(rec.estimated != 0, rec.tauKey, rec.counts.finiteSelected));
       const bool overflow = rec.counts.selected > rec.slots;
       anyRetry = anyRetry || (sparse && (stale || overflow));
       if (r != me || !(stale || overflow) || !sparse) continue;
@@ -260,10 +264,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   }
   SPCCL_RETURN_IF_ERROR(s.recvIndices.ensure(offset[p] * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(s.recvValues.ensure(offset[p] * vb));
-  // Commit the residual the pass wrote. A stored tau that starved the
-  // selection is re-estimated by the next call (the host compressor's rule,
-  // from this round's record).
-  if (c->starves(estimated, host[me].tauKey, host[me].counts.finiteSelected)) c->estimateNext = true;
+  // Commit the residual the pass wrote.
   if (c->config.errorFeedback) {
     s.current = 1 - s.current;
     s.residualZero = false;

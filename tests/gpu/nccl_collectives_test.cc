@@ -166,7 +166,7 @@ struct Config {
   int interval;
   size_t count;
   bool nonFinite;
-  bool shrink = false;      // fp32 input halved every call: a stored tau starves, the next call re-estimates
+  bool shrink = false;      // fp32 input halved every call: a stored tau starves, the call re-estimates
   bool mostlyZero = false;  // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
 };
 
@@ -278,8 +278,9 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
                         ranks_);
         if (HasFatalFailure()) return;
       }
-  // A stored tau the input shrank away from: re-estimated by the call after
-  // the starved one, on both paths alike (thresholdUpdates compared per call).
+  // A stored tau the input shrank away from: re-estimated in the call it
+  // starved, on both paths alike (thresholdUpdates and lastSelected compared
+  // per call).
   for (int ef : {0, 1}) {
     Config shrinking{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, ef, 1000, 50001, false};
     shrinking.shrink = true;

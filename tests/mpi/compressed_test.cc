@@ -709,13 +709,15 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   }
 }
 
-// A stored tau that selects fewer than k/2 entries (the
-// input shrank since tau was fitted) is re-estimated by the next call, not
-// thresholdInterval calls later. distinctMagnitudes' magnitudes are uniform
-// over (0, n] x 2^-17 and k is 1% of n, so tau sits near 0.99 n and input
-// scaled by s selects about n - 0.99 n / s with it: s = 0.998 about 0.8 k
-// (not starved: k/2 = 655.5), s = 0.993 about 0.3 k (starved).
-TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
+// A stored tau that selects fewer than k/2 entries (the input shrank since
+// tau was fitted) is re-estimated in that call, which then sends k entries,
+// not thresholdInterval calls later (nor, as until 2026-12-01, one call
+// later, after a call that sent next to nothing). distinctMagnitudes'
+// magnitudes are uniform over (0, n] x 2^-17 and k is 1% of n, so tau sits
+// near 0.99 n and input scaled by s selects about n - 0.99 n / s with it:
+// s = 0.998 about 0.8 k (not starved: k/2 = 655.5), s = 0.993 about 0.3 k
+// (starved). Calls 3 and 4 keep s = 0.993: call 2's fresh tau fits them.
+TEST_P(ScheduleTest, ReEstimatesInTheCallWhereAStoredTauSelectsTooFew) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   const size_t k = selectionSize(n, kDensity);  // 1311
@@ -723,27 +725,34 @@ TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
   CompressorPtr c;
   ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
   const float scales[] = {1.0f, 0.998f, 0.993f, 0.993f, 0.993f};
-  // Estimated at call 0 (the first) and call 3 (the one after call 2 starved).
-  const uint64_t updatesAfter[] = {1, 1, 1, 2, 2};
+  // Estimated at call 0 (the first) and in call 2 (its stored tau starved it).
+  const uint64_t updatesAfter[] = {1, 1, 2, 2, 2};
   float storedTau = 0.0f;
   for (int call = 0; call < 5; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     std::vector<float> in = distinctMagnitudes(n, seedFor(73, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
     for (float& x : in) x *= scales[call];
+    const uint64_t withStored = selectedCount(in, storedTau);
+    if (call == 1) {
+      EXPECT_TRUE(allRanks(withStored >= starved && withStored < k)) << "set-up: stale but not starved, " << withStored;
+    }
+    if (call == 2) {
+      EXPECT_TRUE(allRanks(withStored < starved)) << "set-up: the stored tau should starve this call, " << withStored;
+    }
     spcclStats_t s;
     ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
-    const bool update = call == 0 || call == 3;
+    const bool update = call == 0 || call == 2;
     if (update) storedTau = kthLargestMagnitude(in, k);
     EXPECT_EQ(s.thresholdUpdates, updatesAfter[call]);
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
                                                       << storedTau;
     const uint64_t selected = selectedCount(in, storedTau);
     EXPECT_EQ(s.lastSelected, selected);
-    if (call == 1) {
-      EXPECT_TRUE(allRanks(selected >= starved && selected < k)) << "set-up: stale but not starved, " << selected;
-    }
-    if (call == 2) {
-      EXPECT_TRUE(allRanks(selected < starved)) << "set-up: the stored tau should starve this call, " << selected;
+    if (update) {
+      EXPECT_EQ(s.lastSelected, k);
+    } else {
+      EXPECT_TRUE(allRanks(2 * selected >= k)) << "set-up: a call that kept its stored tau was not starved, "
+                                               << selected;
     }
   }
 }
@@ -752,9 +761,8 @@ TEST_P(ScheduleTest, ReEstimatesTheCallAfterAStoredTauSelectsTooFew) {
 // depend on the data: the test reads the residual before each call, forms
 // v = input + residual as the library does (fp32), tracks the stored tau
 // itself, and predicts every call's estimate from the rule: scheduled (call
-// 0), the stored tau selecting more than 2k (re-estimated in the call), or
-// the previous call's stored tau selecting fewer than k/2. Inputs halve every
-// call, so some calls starve.
+// 0), or the stored tau selecting more than 2k or fewer than k/2 (either
+// re-estimated in the call). Inputs halve every call, so some calls starve.
 TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 16;
@@ -763,26 +771,26 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
   ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 1), c));
   std::vector<float> res(n), v(n);
   float storedTau = 0.0f;
-  bool estimateNext = false;
   uint64_t expectedUpdates = 0;
-  uint64_t offSchedule = 0;  // estimates the low-side rule caused
+  uint64_t lowSide = 0;  // estimates the low-side rule caused
   for (int call = 0; call < 10; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     std::vector<float> in = distinctMagnitudes(n, seedFor(83, rank_, static_cast<uint64_t>(call)), 0x1p-16f);
     for (float& x : in) x = std::ldexp(x, -call);
     ASSERT_TRUE(residual(c.get(), res));
     for (size_t i = 0; i < n; ++i) v[i] = in[i] + res[i];
-    bool estimated = call == 0 || estimateNext;
-    if (estimateNext) ++offSchedule;
+    bool estimated = call == 0;
     if (estimated) storedTau = kthLargestMagnitude(v, k);
     uint64_t selected = selectedCount(v, storedTau);
-    if (!estimated && selected > 2 * k) {  // the high side: re-estimated in this call
+    const bool high = !estimated && selected > 2 * k;
+    const bool low = !estimated && storedTau != 0.0f && 2 * selected < k;
+    if (high || low) {  // re-estimated in this call
       estimated = true;
       storedTau = kthLargestMagnitude(v, k);
       selected = selectedCount(v, storedTau);
     }
+    if (low) ++lowSide;
     if (estimated) ++expectedUpdates;
-    estimateNext = !estimated && storedTau != 0.0f && 2 * selected < k;
 
     spcclStats_t s;
     ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
@@ -790,8 +798,9 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
                                                       << storedTau;
     EXPECT_EQ(s.lastSelected, selected);
+    EXPECT_TRUE(2 * s.lastSelected >= k) << "no call sends fewer than k/2 with a non-zero tau";
   }
-  EXPECT_TRUE(allRanks(offSchedule > 0)) << "set-up: halving inputs should starve some call's stored tau";
+  EXPECT_TRUE(allRanks(lowSide > 0)) << "set-up: halving inputs should starve some call's stored tau";
 }
 
 // tau 0 (fewer non-zeros than k) already selects every non-zero: however few
@@ -818,11 +827,12 @@ TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
 
 // k = 1 (density 0.001 of 1000): a stored tau that selects nothing is below
 // k/2 and starves like any other. The input drops by 1e3 after call 0 and
-// halves every call, so a stored tau selects nothing of the next call: calls
-// 2 and 4 re-estimate and send the largest entry again. With floor(k/2) = 0
-// the rule never fired: nothing was sent until the schedule's next estimate,
-// thresholdInterval calls later.
-TEST_P(ScheduleTest, KOfOneReEstimatesTheCallAfterAStoredTauSelectsNothing) {
+// halves every call, so a stored tau selects nothing of the next call: every
+// call re-estimates and sends its largest entry. With floor(k/2) = 0 the rule
+// never fired (nothing was sent until the schedule's next estimate,
+// thresholdInterval calls later); with the next-call rule before 2026-12-01,
+// every other call sent nothing.
+TEST_P(ScheduleTest, KOfOneReEstimatesWhenAStoredTauSelectsNothing) {
   const int algorithm = GetParam();
   const size_t n = 1000;
   const float density = 0.001f;
@@ -835,14 +845,16 @@ TEST_P(ScheduleTest, KOfOneReEstimatesTheCallAfterAStoredTauSelectsNothing) {
     std::vector<float> in = distinctMagnitudes(n, seedFor(89, rank_, static_cast<uint64_t>(call)), 0x1p-10f);
     if (call > 0)  // 1e-3, then halved every call: a tau fitted to one call selects nothing of the next
       for (float& x : in) x = std::ldexp(x * 1e-3f, -call);
+    if (call > 0) {
+      EXPECT_EQ(selectedCount(in, storedTau), 0u) << "set-up: the stored tau should select nothing";
+    }
     spcclStats_t s;
     ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
-    const bool update = call % 2 == 0;  // 0: the first call; 2, 4: after a call that selected nothing
-    if (update) storedTau = kthLargestMagnitude(in, 1);
-    EXPECT_EQ(s.thresholdUpdates, static_cast<uint64_t>(call / 2 + 1));
+    storedTau = kthLargestMagnitude(in, 1);
+    EXPECT_EQ(s.thresholdUpdates, static_cast<uint64_t>(call + 1));
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
                                                       << storedTau;
-    EXPECT_EQ(s.lastSelected, update ? 1u : 0u);
+    EXPECT_EQ(s.lastSelected, 1u);
   }
 }
 
