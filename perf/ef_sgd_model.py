@@ -4,10 +4,10 @@
 Least squares with unit curvature: loss = mean((w - t)^2) / 2, gradient w - t,
 one rank. Each step sends v = gradient + residual through the DCT-DP rule of
 docs/ALGORITHMS.md: tau is the k-th largest |v| on step 0 and every `interval`
-steps, re-estimated in the step whose stale tau selects more than
-capacity x k entries and in the step after one whose stored tau selected fewer
-than k / 2 (--no-starve-rule: the rule before that, which the device
-figures below were measured with); the entries with |v| >= tau are applied, the rest stay in
+steps, and re-estimated in the step whose stored tau selects more than
+capacity x k entries or fewer than k / 2 (--starve-rule none: without the low
+side, the rule the device figures below were measured with; --starve-rule next:
+the low side re-estimated one step late, as from 2026-11-30 to 2026-12-01); the entries with |v| >= tau are applied, the rest stay in
 the residual (error feedback). Ties, NaN/Inf and wire rounding are left out (fp32,
 random normal data). Pure Python, no dependencies; n = 20000 takes seconds.
 
@@ -26,7 +26,7 @@ import argparse
 import random
 
 
-def run(n, density, lr, interval, steps, capacity, seed, starve_rule=True):
+def run(n, density, lr, interval, steps, capacity, seed, starve_rule="same"):
     rnd = random.Random(seed)
     target = [rnd.gauss(0.0, 1.0) for _ in range(n)]
     w = [0.0] * n
@@ -52,12 +52,13 @@ def run(n, density, lr, interval, steps, capacity, seed, starve_rule=True):
         if estimated:
             tau = kth(v)
         sent = [i for i in range(n) if abs(v[i]) >= tau]
-        if len(sent) > capacity * k:  # stale tau selects too many: re-estimate now
+        starved = starve_rule != "none" and not estimated and tau > 0 and 2 * len(sent) < k
+        if starved and starve_rule == "next":
+            estimate_next = True  # the selection stands; the next step re-estimates
+        elif len(sent) > capacity * k or starved:  # stale tau, too many or too few: re-estimate now
             tau = kth(v)
             sent = [i for i in range(n) if abs(v[i]) >= tau]
             estimated = True
-        if starve_rule and not estimated and tau > 0 and 2 * len(sent) < k:
-            estimate_next = True  # stale tau starves the selection: the next step re-estimates
         residual = v
         for i in sent:
             w[i] -= lr * v[i]
@@ -74,8 +75,11 @@ def main():
     ap.add_argument("--capacity", type=float, default=2.0, help="SPCCL_CAPACITY_FACTOR (default 2)")
     ap.add_argument("--intervals", default="1000,10,1", help="thresholdInterval values to compare")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--no-starve-rule", action="store_true",
-                    help="the rule without the re-estimate after a starved step (before 2026-11-30)")
+    ap.add_argument("--starve-rule", choices=("same", "next", "none"), default="same",
+                    help="a stored tau selecting fewer than k/2: re-estimated in that step (same, the library's "
+                         "rule), in the next (next, 2026-11-30 to 12-01) or not at all (none, before 2026-11-30)")
+    ap.add_argument("--no-starve-rule", action="store_const", dest="starve_rule", const="none",
+                    help="the same as --starve-rule none")
     a = ap.parse_args()
     if a.n < 1 or not 0 < a.density <= 1 or a.lr <= 0 or a.steps < 1:
         ap.error("need n >= 1, 0 < density <= 1, lr > 0, steps >= 1")
@@ -84,7 +88,7 @@ def main():
         ap.error("--intervals: positive integers")
     print(f"# n {a.n}, density {a.density}, lr {a.lr}, capacity factor {a.capacity}: loss every 10 steps")
     for interval in intervals:
-        losses = run(a.n, a.density, a.lr, interval, a.steps, a.capacity, a.seed, not a.no_starve_rule)
+        losses = run(a.n, a.density, a.lr, interval, a.steps, a.capacity, a.seed, a.starve_rule)
         print(f"interval {interval:5d}: " + " ".join(f"{loss:.4f}" for _, loss in losses))
 
 
