@@ -144,7 +144,10 @@ struct spcclCompressor {
 
  private:
   void ensureResidual();
-  spccl::Status select(const void* sendbuff, uint64_t* nnz);
+  // *staleTau: the tau the call found, when the call re-estimated it off the
+  // schedule (stored tau over the capacity or starving the selection); the
+  // caller restores it if the call is refused. Untouched otherwise.
+  spccl::Status select(const void* sendbuff, uint64_t* nnz, uint32_t* staleTau, bool* staleEstimated);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after

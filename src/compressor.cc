@@ -84,7 +84,7 @@ void spcclCompressor::ensureResidual() {
   residual[1].resize(count);
 }
 
-Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
+Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, uint32_t* staleTau, bool* staleEstimated) {
   const bool timing = trialTiming;
   const Stopwatch call(timing);
   double lastPass = 0;  // seconds of the last selectPack pass (the one a call without re-estimation makes)
@@ -136,6 +136,8 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
     }
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
+      *staleTau = tauKey;
+      *staleEstimated = true;
       if (r.selected <= pairSlots) {  // every candidate was captured
         const host::ReselectResult rs =
             host::reselectCandidates(a, r.selected, k, capacity, comm->thresholdScratchFor(r.selected));
@@ -152,6 +154,8 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz) {
       // call, as on the high side, so that the call sends about k entries
       // instead of next to nothing. (The pass's candidates are too few to
       // rank: one full estimate, then one more pass.)
+      *staleTau = tauKey;
+      *staleEstimated = true;
       estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       estimated = true;
       continue;
@@ -366,9 +370,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
 
   uint64_t nnz = 0;
+  uint32_t staleTau = 0;
+  bool staleEstimated = false;
   if (algorithm != SPCCL_ALGO_DENSE) {
     const Stopwatch watch(comm->params.profile);
-    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz));
+    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &staleTau, &staleEstimated));
     profile.selection += watch.seconds();
   }
 
@@ -385,12 +391,21 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     mine.streamBytes = bytes;
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &descriptors));
+  const Status agreed = agreeOnCall(t, mine, &descriptors);
+  if (!agreed.isOk()) {
+    // A refused call's input must not set the tau of the calls after it: a
+    // stale or starved tau it re-estimated goes back to the stored one (the
+    // device's exact mode re-estimates only once the records agree), so the
+    // next call applies the rule to its own input. A scheduled estimate
+    // stays, as on the device (the schedule counted this call).
+    if (staleEstimated) tauKey = staleTau;
+    return agreed;
+  }
   // Every rank agreed on it: this was the shape's first call, if none was yet
   // (one every rank refused was not).
   if (autoShape) autoShape->firstCallDone = true;
   // The call is consistent on every rank: commit this call's residual. A
-  // call rejected above leaves it as it was.
+  // call rejected above leaves it as it was (and a stale tau, above).
   if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {
     current = 1 - current;
     residualZero = false;

@@ -858,6 +858,53 @@ TEST_P(ScheduleTest, KOfOneReEstimatesWhenAStoredTauSelectsNothing) {
   }
 }
 
+// A call the descriptor check refuses leaves the compressor as it found it,
+// tau included, unless the schedule re-estimated it (the device's exact mode
+// re-estimates a stale or starved tau only once the records agree): the
+// refused call's input must not set the tau of the calls after it. Compressor
+// a makes one refused call between the two that b makes too; both must then
+// agree bit for bit. Low side: the refused call's input (scale 0.993) starves
+// tau of call 0; its fresh tau would not starve the next input (0.993 x
+// 0.998, about 0.8 k), tau of call 0 does. High side: 100x, then 100 x 1.002.
+TEST_P(ScheduleTest, RefusedCallLeavesTheStoredTau) {
+  const int algorithm = GetParam();
+  const size_t n = size_t{1} << 17;
+  for (const float first : {0.993f, 100.0f}) {
+    SCOPED_TRACE(first < 1 ? "starved" : "over the capacity");
+    const float second = first < 1 ? first * 0.998f : first * 1.002f;
+    const spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0);
+    CompressorPtr a, b;
+    ASSERT_TRUE(createCompressor(n, spcclFloat32, config, a));
+    ASSERT_TRUE(createCompressor(n, spcclFloat32, config, b));
+    auto input = [&](int call, float scale) {
+      std::vector<float> in = distinctMagnitudes(n, seedFor(97, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
+      for (float& x : in) x *= scale;
+      return in;
+    };
+    std::vector<float> outA(n), outB(n);
+    const std::vector<float> in0 = input(0, 1.0f), refused = input(1, first), in2 = input(2, second);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in0.data(), outA.data(), spcclSum, a.get(), nullptr),
+                             comm_.get(), "a, call 0"));
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in0.data(), outB.data(), spcclSum, b.get(), nullptr),
+                             comm_.get(), "b, call 0"));
+    const spcclResult_t r =
+        spcclAllReduceCompressed(refused.data(), outA.data(), rank_ == 0 ? spcclAvg : spcclSum, a.get(), nullptr);
+    ASSERT_TRUE(allRanks(r == spcclInvalidUsage)) << "set-up: the call should be refused, " << r;
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in2.data(), outA.data(), spcclSum, a.get(), nullptr),
+                             comm_.get(), "a, after the refused call"));
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in2.data(), outB.data(), spcclSum, b.get(), nullptr),
+                             comm_.get(), "b"));
+    spcclStats_t sa, sb;
+    ASSERT_TRUE(stats(a.get(), sa));
+    ASSERT_TRUE(stats(b.get(), sb));
+    EXPECT_TRUE(sameBits(sa.lastThreshold, sb.lastThreshold)) << sa.lastThreshold << " vs " << sb.lastThreshold;
+    EXPECT_EQ(sa.lastSelected, sb.lastSelected);
+    EXPECT_EQ(sa.thresholdUpdates, sb.thresholdUpdates);
+    EXPECT_TRUE(allRanks(std::memcmp(outA.data(), outB.data(), n * sizeof(float)) == 0))
+        << "the refused call changed a later call's output";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllgatherSplit, ScheduleTest, testing::ValuesIn(kCompressedAlgorithms),
                          [](const testing::TestParamInfo<int>& p) { return std::string(algorithmName(p.param)); });
 
