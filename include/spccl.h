@@ -99,7 +99,7 @@ typedef struct spcclSelection* spcclSelection_t;
 #define SPCCL_ALGO_ALLGATHER 2 /* gather every rank's packed stream */
 #define SPCCL_ALGO_SPLIT 3     /* reduce-scatter of pairs by index range, then allgather */
 
-#define SPCCL_COMPRESS_CONFIG_VERSION 2
+#define SPCCL_COMPRESS_CONFIG_VERSION 3
 
 /*
  * Compression settings of one compressor. Always initialise with
@@ -111,8 +111,8 @@ typedef struct {
   size_t size;                   /* sizeof(spcclCompressConfig_t), set by Init */
   unsigned int version;          /* SPCCL_COMPRESS_CONFIG_VERSION, set by Init */
   float density;                 /* fraction of entries kept, (0, 1]; 1 = exact */
-  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; also a call whose stored
-                                    tau selects fewer than k/2 entries, and see capacityFactor */
+  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; see capacityFactor and
+                                    thresholdMinFraction for the calls that re-estimate off the schedule */
   int errorFeedback;             /* 1: unsent values carried to the next call */
   int algorithm;                 /* SPCCL_ALGO_* */
   spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16, spcclBfloat16 or spcclFloat8e4m3 */
@@ -124,6 +124,13 @@ typedef struct {
    * residual for the next call, so the allgathered result stays O(k).
    * 0 = send the whole reduced range. Only with errorFeedback = 1. */
   float splitReselect;
+  /* Since version 3. A stored tau that selects fewer than
+   * ceil(thresholdMinFraction*k) finite entries is re-estimated in that
+   * call, in [0, 1]. 0 (the default) = DCT's rule: between scheduled
+   * estimates tau stays fixed however few entries it selects, so the number
+   * sent follows the gradients (docs/ALGORITHMS.md, step 3, has the
+   * trade-off measured). */
+  float thresholdMinFraction;
 } spcclCompressConfig_t;
 
 /*
@@ -149,7 +156,7 @@ typedef struct {
   uint64_t thresholdUpdates; /* exact tau estimations of compressed allreduce calls, every kind: the
                                 first call, calls whose index is a multiple of thresholdInterval, a
                                 call whose stored tau would select more than capacityFactor*k entries
-                                or fewer than k/2 (re-estimated in that call), and the
+                                or fewer than thresholdMinFraction*k (re-estimated in that call), and the
                                 first compressed call after a dense one that sent the residual */
   uint64_t lastSelected;     /* last allreduce: entries this rank sent, the pairs it selected (NaN/Inf
                                 included) when compressed, count when exact or dense; 0 on an NCCL

@@ -5,11 +5,12 @@ Least squares with unit curvature: loss = mean((w - t)^2) / 2, gradient w - t,
 one rank. Each step sends v = gradient + residual through the DCT-DP rule of
 docs/ALGORITHMS.md: tau is the k-th largest |v| on step 0 and every `interval`
 steps, and re-estimated in the step whose stored tau selects more than
-capacity x k entries or fewer than k / 2 (--starve-rule none: without the low
-side, the rule the device figures below were measured with; --starve-rule next:
-the low side re-estimated one step late, as from 2026-11-30 to 2026-12-01); the entries with |v| >= tau are applied, the rest stay in
-the residual (error feedback). Ties, NaN/Inf and wire rounding are left out (fp32,
-random normal data). Pure Python, no dependencies; n = 20000 takes seconds.
+capacity x k entries or, with --min-fraction F > 0 (SPCCL_THRESHOLD_MIN_FRACTION),
+fewer than ceil(F x k) (--next-call: the low side re-estimated one step late
+instead, the library's rule at F = 0.5 from 2026-11-30 to 2026-12-01); the
+entries with |v| >= tau are applied, the rest stay in the residual (error
+feedback). Ties, NaN/Inf and wire rounding are left out (fp32, random normal
+data). Pure Python, no dependencies; n = 20000 takes seconds.
 
 It shows what the rule does to training, apart from any implementation: on an
 H200 the interposed NCCL program (density 0.1, lr 0.1, 60 steps) printed losses
@@ -20,13 +21,15 @@ with the same settings prints 0.4974, 0.0767, 0.0136, 0.0069, 0.0074, 0.0092,
 an entry applies about 1/density steps of gradient at once.
 
   perf/ef_sgd_model.py                       # density 0.1, lr 0.1, intervals 1000, 10, 1
+  perf/ef_sgd_model.py --min-fraction 0.5    # the low side on
   perf/ef_sgd_model.py --density 0.01 --lr 0.5 --intervals 1000
 """
 import argparse
+import math
 import random
 
 
-def run(n, density, lr, interval, steps, capacity, seed, starve_rule="same"):
+def run(n, density, lr, interval, steps, capacity, seed, min_fraction=0.0, next_call=False):
     rnd = random.Random(seed)
     target = [rnd.gauss(0.0, 1.0) for _ in range(n)]
     w = [0.0] * n
@@ -52,8 +55,8 @@ def run(n, density, lr, interval, steps, capacity, seed, starve_rule="same"):
         if estimated:
             tau = kth(v)
         sent = [i for i in range(n) if abs(v[i]) >= tau]
-        starved = starve_rule != "none" and not estimated and tau > 0 and 2 * len(sent) < k
-        if starved and starve_rule == "next":
+        starved = not estimated and tau > 0 and len(sent) < math.ceil(min_fraction * k)
+        if starved and next_call:
             estimate_next = True  # the selection stands; the next step re-estimates
         elif len(sent) > capacity * k or starved:  # stale tau, too many or too few: re-estimate now
             tau = kth(v)
@@ -75,20 +78,21 @@ def main():
     ap.add_argument("--capacity", type=float, default=2.0, help="SPCCL_CAPACITY_FACTOR (default 2)")
     ap.add_argument("--intervals", default="1000,10,1", help="thresholdInterval values to compare")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--starve-rule", choices=("same", "next", "none"), default="same",
-                    help="a stored tau selecting fewer than k/2: re-estimated in that step (same, the library's "
-                         "rule), in the next (next, 2026-11-30 to 12-01) or not at all (none, before 2026-11-30)")
-    ap.add_argument("--no-starve-rule", action="store_const", dest="starve_rule", const="none",
-                    help="the same as --starve-rule none")
+    ap.add_argument("--min-fraction", type=float, default=0.0,
+                    help="SPCCL_THRESHOLD_MIN_FRACTION: a stored tau selecting fewer than ceil(F x k) entries is "
+                         "re-estimated in that step (default 0: never, the library's default)")
+    ap.add_argument("--next-call", action="store_true",
+                    help="re-estimate a starved tau in the next step instead (2026-11-30 to 12-01, at F = 0.5)")
     a = ap.parse_args()
-    if a.n < 1 or not 0 < a.density <= 1 or a.lr <= 0 or a.steps < 1:
-        ap.error("need n >= 1, 0 < density <= 1, lr > 0, steps >= 1")
+    if a.n < 1 or not 0 < a.density <= 1 or a.lr <= 0 or a.steps < 1 or not 0 <= a.min_fraction <= 1:
+        ap.error("need n >= 1, 0 < density <= 1, lr > 0, steps >= 1, 0 <= min-fraction <= 1")
     intervals = [int(x) for x in a.intervals.split(",") if x]
     if not intervals or min(intervals) < 1:
         ap.error("--intervals: positive integers")
-    print(f"# n {a.n}, density {a.density}, lr {a.lr}, capacity factor {a.capacity}: loss every 10 steps")
+    print(f"# n {a.n}, density {a.density}, lr {a.lr}, capacity factor {a.capacity}, min fraction "
+          f"{a.min_fraction}{' (next call)' if a.next_call else ''}: loss every 10 steps")
     for interval in intervals:
-        losses = run(a.n, a.density, a.lr, interval, a.steps, a.capacity, a.seed, a.starve_rule)
+        losses = run(a.n, a.density, a.lr, interval, a.steps, a.capacity, a.seed, a.min_fraction, a.next_call)
         print(f"interval {interval:5d}: " + " ".join(f"{loss:.4f}" for _, loss in losses))
 
 

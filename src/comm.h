@@ -81,8 +81,8 @@ struct spcclCompressor {
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
   // The next compressed call re-estimates tau whatever the schedule says: a
   // dense call sent the residual (tau was fitted to send + a full residual).
-  // (A stored tau that starves a selection is re-estimated in its own call:
-  // starves().)
+  // (A stored tau that starves a selection, with thresholdMinFraction > 0, is
+  // re-estimated in its own call: starved().)
   bool estimateNext = false;
   bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
 
@@ -126,14 +126,16 @@ struct spcclCompressor {
   // thresholdInterval-th, or estimateNext (which it clears). The host and
   // device paths both use it.
   bool takeEstimateDue();
-  // Whether a call's selection starved: a stored (not just estimated),
-  // non-zero tau selected fewer than k/2 finite entries (2 x selected < k; the input
-  // shrank since it was fitted); the call then re-estimates and selects again,
-  // as it does when a stored tau selects more than the capacity. Not tied to
-  // capacityFactor: at factor 1 that would re-estimate whenever a call
-  // selects other than exactly k. tau 0 already selects every non-zero.
-  // The host and device (exact mode) paths both use it.
-  bool starves(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected) const;
+  // The low side of the re-estimation rule (thresholdMinFraction): a call
+  // whose stored (not just estimated), non-zero tau selected fewer than
+  // starveBelow() = ceil(thresholdMinFraction * k) finite entries starved;
+  // it then re-estimates and selects again, as a stored tau that selects more
+  // than the capacity does. 0 (the default) never starves: DCT keeps tau
+  // between scheduled estimates. tau 0 already selects every non-zero. The
+  // device's exact mode carries each rank's starveBelow in its call record,
+  // so every rank judges every record by that rank's own setting.
+  uint64_t starveBelow() const;
+  static bool starved(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected, uint64_t below);
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),
   // at least 1; 0 when off (splitReselect 0 or no error feedback).
   uint64_t splitKeepPerRange(int ranks) const;

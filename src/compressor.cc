@@ -1,8 +1,9 @@
 // DCT-DP compressed allreduce, per rank, per call:
 //   v = send + residual; tau = |v| of the k-th largest finite entry, estimated
 //   exactly on the first call and every thresholdInterval calls (and whenever
-//   the stored tau would select more than capacityFactor*k entries or fewer
-//   than k/2: then in that call); the rank
+//   the stored tau would select more than capacityFactor*k entries, or, with
+//   thresholdMinFraction > 0, fewer than that share of k: then in that call);
+//   the rank
 //   sends v on S = {|v| >= tau, v != 0} plus every NaN/Inf; the residual keeps
 //   v outside S and the wire rounding inside S.
 #include <algorithm>
@@ -53,10 +54,14 @@ bool spcclCompressor::takeEstimateDue() {
   return due;
 }
 
-bool spcclCompressor::starves(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected) const {
-  // Fewer than k/2, not floor(k/2): at k = 1 a stored tau that selects
-  // nothing starves too (floor(1/2) = 0 would never re-estimate it).
-  return !estimated && usedTauKey != 0 && 2 * finiteSelected < selectCount();
+uint64_t spcclCompressor::starveBelow() const {
+  // ceil, as every density rule: at k = 1 and any fraction above 0 a stored
+  // tau that selects nothing starves.
+  return core::densityCount(config.thresholdMinFraction, selectCount());
+}
+
+bool spcclCompressor::starved(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected, uint64_t below) {
+  return !estimated && usedTauKey != 0 && finiteSelected < below;
 }
 
 void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
@@ -149,10 +154,10 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, uint32_t* st
       estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       continue;
     }
-    if (starves(estimated, tauKey, r.finiteSelected)) {
-      // The input shrank since the stored tau was fitted: re-estimate in this
-      // call, as on the high side, so that the call sends about k entries
-      // instead of next to nothing. (The pass's candidates are too few to
+    if (starved(estimated, tauKey, r.finiteSelected, starveBelow())) {
+      // thresholdMinFraction > 0 and the stored tau selects fewer than that
+      // share of k: re-estimate in this call, as on the high side, so that the
+      // call sends about k entries. (The pass's candidates are too few to
       // rank: one full estimate, then one more pass.)
       *staleTau = tauKey;
       *staleEstimated = true;
@@ -180,7 +185,7 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   if (flush) {
     // tau was fitted to v = send + a full residual; on v = send alone it would
     // select far fewer than k entries, so the next compressed call estimates
-    // it afresh (rather than after a starved pass).
+    // it afresh (whatever thresholdMinFraction says).
     estimateNext = true;
   }
   // fp32 input goes to the allreduce as it is (no staging copy, the same bytes
@@ -499,12 +504,14 @@ spcclCompressConfig_t configFromParams(const Params& p) {
   c.wireValueType = static_cast<spcclDataType_t>(p.valueType);
   c.capacityFactor = p.capacityFactor;
   c.splitReselect = p.splitReselect;
+  c.thresholdMinFraction = p.thresholdMinFraction;
   return c;
 }
 
 size_t configLayoutBytes(unsigned int version) {
-  static_assert(SPCCL_COMPRESS_CONFIG_VERSION == 2, "a new layout version needs its size here");
+  static_assert(SPCCL_COMPRESS_CONFIG_VERSION == 3, "a new layout version needs its size here");
   if (version == 1) return offsetof(spcclCompressConfig_t, splitReselect);  // fields up to capacityFactor
+  if (version == 2) return offsetof(spcclCompressConfig_t, thresholdMinFraction);  // up to splitReselect
   if (version == SPCCL_COMPRESS_CONFIG_VERSION) return sizeof(spcclCompressConfig_t);
   return 0;
 }
@@ -524,7 +531,7 @@ Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompr
     return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
                                         "spcclCompressConfigInit() (expected size %zu, version %d)",
                                         size, version, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION));
-  std::memcpy(out, user, known);  // version 1: later fields keep their env defaults
+  std::memcpy(out, user, known);  // versions 1 and 2: later fields keep their env defaults
   out->size = sizeof *out;
   out->version = SPCCL_COMPRESS_CONFIG_VERSION;
   return Status::ok();
@@ -554,6 +561,9 @@ Status checkConfig(const spcclCompressConfig_t& c) {
   if (!(c.splitReselect >= 0.0f && c.splitReselect <= 1e6f))
     return invalidArgument(formatString("config.splitReselect=%g must be in [0, 1e6] (0 = off)",
                                         static_cast<double>(c.splitReselect)));
+  if (!(c.thresholdMinFraction >= 0.0f && c.thresholdMinFraction <= 1.0f))
+    return invalidArgument(formatString("config.thresholdMinFraction=%g must be in [0, 1] (0 = off)",
+                                        static_cast<double>(c.thresholdMinFraction)));
   return Status::ok();
 }
 

@@ -227,6 +227,7 @@ struct CallRecordHeader {
   uint64_t capacity;   // pairs a rank may send (capacity factor x k)
   uint64_t slots;      // pairs its buffers hold in this round
   uint32_t estimated;  // 1: tau was estimated exactly in this round
+  uint32_t starveBelow;  // a stored tau selecting fewer finite entries starved (thresholdMinFraction)
 };
 struct CallRecord {
   unsigned char descriptor[48];
@@ -236,7 +237,7 @@ struct CallRecord {
   uint32_t tauKey;  // the magnitude key this round selected with (0: every non-zero); not compared across ranks
   SelectCounts counts;
   uint32_t asyncErrors;  // kAsync* bits taken from this rank's pending word (below); not compared
-  uint32_t reserved;     // 0
+  uint32_t starveBelow;  // this rank's low-side bound (0: off, and in calls other than the allreduce); not compared
 };
 static_assert(sizeof(CallRecord) == 96, "the call record is exchanged as 96 bytes");
 // Descriptor bytes every rank must agree on: [0, 24) (magic to count) and

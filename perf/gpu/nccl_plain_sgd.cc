@@ -15,14 +15,16 @@
 // overshoots and diverges: 0.5 at density 0.01 grows the loss from 0.5 to
 // over 400 in 60 steps, on the device and in perf/ef_sgd_model.py (the
 // selection rule written out in Python) alike; 0.1 at density 0.1 trains.
-// Measured on an H200 (2026-11-30), before a stored tau that selects fewer
-// than k/2 was re-estimated: it levelled off
-// above the dense run (0.4999 at step 0, 0.0069 at step 30, 0.0110 at step
-// 60, against 0.000002 plain), because all 60 steps used the tau of step 0
-// (SPCCL_THRESHOLD_INTERVAL 1000) and once the gradients fell below it each
-// update was at least lr * tau. With that rule (re-estimated in the starved
-// call) perf/ef_sgd_model.py goes on down (0.0004 at step 30, 0.0000 from
-// 40); not yet rerun on a device.
+// Measured on an H200 (2026-11-30) with the rule that is again the default
+// (SPCCL_THRESHOLD_MIN_FRACTION 0: tau fixed between scheduled estimates), it
+// levelled off above the dense run (0.4999 at step 0, 0.0069 at step 30,
+// 0.0110 at step 60, against 0.000002 plain), because all 60 steps used the
+// tau of step 0 (SPCCL_THRESHOLD_INTERVAL 1000) and once the gradients fell
+// below it each update was at least lr * tau. With
+// SPCCL_THRESHOLD_MIN_FRACTION=0.5 (a stored tau that selects fewer than k/2
+// is re-estimated in that call) perf/ef_sgd_model.py goes on down (0.0004 at
+// step 30, 0.0000 from 40); not yet run on a device (perf/gpu/device_check.sh
+// runs both).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 

@@ -210,7 +210,7 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     } else if (!sparse && round == 0) {
       SPCCL_CUDA_CHECK(cudaMemsetAsync(&records[me].counts, 0, sizeof(cuda::SelectCounts), stream));
     }
-    SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated),
+    SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated, c->starveBelow()),
                                                       s.threshold.get<cuda::ThresholdOut>(),
                                                       comm.device->pendingDevice, stream));
     SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
@@ -223,10 +223,12 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     for (int r = 0; r < p; ++r) {
       const cuda::CallRecord& rec = host[r];
       // A stored tau that selected more than the capacity or starved the
-      // selection (fewer than k/2: count and density, hence k, agree on every
-      // rank after the check above) is re-estimated in this call.
+      // selection (fewer than the record's starveBelow: each rank's own
+      // thresholdMinFraction, as the capacity is its own capacityFactor) is
+      // re-estimated in this call.
       const bool stale = !rec.estimated && (rec.counts.finiteSelected > rec.capacity ||
-                                            c->starves(rec.estimated != 0, rec.tauKey, rec.counts.finiteSelected));
+                                            spcclCompressor::starved(false, rec.tauKey, rec.counts.finiteSelected,
+                                                                     rec.starveBelow));
       const bool overflow = rec.counts.selected > rec.slots;
       anyRetry = anyRetry || (sparse && (stale || overflow));
       if (r != me || !(stale || overflow) || !sparse) continue;

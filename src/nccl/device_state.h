@@ -173,13 +173,17 @@ struct DeviceCommState {
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
 
 // The record of a call with descriptor d (cuda::CallRecord's header).
-inline cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
+// starveBelow: the compressed allreduce's low-side bound (spcclCompressor::
+// starveBelow; 0 elsewhere), at most k < 2^32.
+inline cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated,
+                                        uint64_t starveBelow = 0) {
   cuda::CallRecordHeader h{};
   static_assert(sizeof(d) == sizeof(h.descriptor));
   std::memcpy(h.descriptor, &d, sizeof d);
   h.capacity = capacity;
   h.slots = slots;
   h.estimated = estimated ? 1u : 0u;
+  h.starveBelow = static_cast<uint32_t>(starveBelow);
   return h;
 }
 

@@ -166,15 +166,17 @@ struct Config {
   int interval;
   size_t count;
   bool nonFinite;
-  bool shrink = false;      // fp32 input halved every call: a stored tau starves, the call re-estimates
+  bool shrink = false;      // fp32 input halved every call: a stored tau starves (with minFraction > 0)
   bool mostlyZero = false;  // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
+  float minFraction = 0.0f;  // thresholdMinFraction (this rank's)
 };
 
 std::string describe(const Config& c) {
   return "type=" + std::to_string(c.type) + " wire=" + std::to_string(c.wire) + " op=" + std::to_string(c.op) +
          " algo=" + std::to_string(c.algorithm) + " ef=" + std::to_string(c.errorFeedback) +
          " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count) +
-         (c.shrink ? " shrinking" : "") + (c.mostlyZero ? " mostly zero" : "");
+         (c.shrink ? " shrinking" : "") + (c.mostlyZero ? " mostly zero" : "") +
+         " minFraction=" + std::to_string(c.minFraction);
 }
 
 // Runs `calls` compressed allreduces of fresh data on the device comm and
@@ -190,6 +192,7 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
   c.errorFeedback = cfg.errorFeedback;
   c.algorithm = cfg.algorithm;
   c.wireValueType = cfg.wire;
+  c.thresholdMinFraction = cfg.minFraction;
   spcclCompressor_t dc = nullptr, hc = nullptr;
   ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev, cfg.count, cfg.type, &c, &dc)) << spcclGetLastError(nullptr);
   ASSERT_EQ(spcclSuccess, spcclCompressorCreate(host, cfg.count, cfg.type, &c, &hc)) << spcclGetLastError(nullptr);
@@ -255,9 +258,14 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
       ASSERT_EQ(ds.lastSelected, hs.lastSelected);
     }
     if (cfg.shrink && !cfg.errorFeedback && call == calls - 1) {
-      // Without error feedback a halved input starves the stored tau: the
-      // rule ran (on both paths, as the per-call comparison above shows).
-      EXPECT_GT(hs.thresholdUpdates, 2u) << "set-up: the shrinking input should re-estimate tau off the schedule";
+      // Without error feedback a halved input starves the stored tau: with a
+      // minimum fraction the rule ran (on both paths, as the per-call
+      // comparison above shows); without one tau stays as call 0 fitted it.
+      if (cfg.minFraction > 0) {
+        EXPECT_GT(hs.thresholdUpdates, 2u) << "set-up: the shrinking input should re-estimate tau off the schedule";
+      } else {
+        EXPECT_EQ(hs.thresholdUpdates, 1u) << "no minimum fraction: tau only on the schedule";
+      }
     }
     if (cfg.mostlyZero && cfg.algorithm != SPCCL_ALGO_DENSE && cfg.interval > calls) {
       // tau 0 selects every non-zero: never starved, estimated on call 0 only.
@@ -278,15 +286,19 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
                         ranks_);
         if (HasFatalFailure()) return;
       }
-  // A stored tau the input shrank away from: re-estimated in the call it
-  // starved, on both paths alike (thresholdUpdates and lastSelected compared
-  // per call).
-  for (int ef : {0, 1}) {
-    Config shrinking{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, ef, 1000, 50001, false};
-    shrinking.shrink = true;
-    compareWithHost(dev_, host_, shrinking, 6, stream_, rank_, ranks_);
-    if (HasFatalFailure()) return;
-  }
+  // A stored tau the input shrank away from: kept (thresholdMinFraction 0,
+  // the default), or re-estimated in the call it starved, on both paths alike
+  // (thresholdUpdates and lastSelected compared per call). The third setting
+  // differs by rank (0 on even ranks, 0.5 on odd): each record carries its
+  // rank's bound, so every rank runs the same rounds.
+  for (int ef : {0, 1})
+    for (float fraction : {0.0f, 0.5f, rank_ % 2 ? 0.5f : 0.0f}) {
+      Config shrinking{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, ef, 1000, 50001, false};
+      shrinking.shrink = true;
+      shrinking.minFraction = fraction;
+      compareWithHost(dev_, host_, shrinking, 6, stream_, rank_, ranks_);
+      if (HasFatalFailure()) return;
+    }
   // Fewer non-zeros than k: tau 0 (the record's tau key 0), never re-estimated off the schedule.
   Config sparseInput{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 1000, 50001, false};
   sparseInput.mostlyZero = true;

@@ -588,17 +588,39 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   ASSERT_TRUE(stats(c.get(), s));
   EXPECT_EQ(s.lastAlgorithm, SPCCL_ALGO_SPLIT);
 
-  // Version 2 (current) must be whole.
-  spcclCompressConfig_t v2 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-  v2.size = kV1Bytes;
+  // Version 2 (before thresholdMinFraction): read up to splitReselect, the
+  // NaN bytes after it unread.
+  constexpr size_t kV2Bytes = offsetof(spcclCompressConfig_t, thresholdMinFraction);
+  spcclCompressConfig_t whole = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  whole.size = kV2Bytes;
+  whole.version = 2;
+  whole.splitReselect = 0.5f;
+  std::memset(buf, 0xff, sizeof buf);
+  std::memcpy(buf, &whole, kV2Bytes);
+  CompressorPtr c2;
+  ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c2));
+  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c2.get(), nullptr),
+                           comm_.get(), "spcclAllReduceCompressed, version 2"));
+
+  // Version 3 (current) must be whole.
+  spcclCompressConfig_t v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  v3.size = kV2Bytes;
   spcclCompressor_t raw = nullptr;
-  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v2, &raw), spcclInvalidArgument);
+  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument);
   EXPECT_EQ(raw, nullptr);
-  v2 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-  v2.splitReselect = -1.0f;
-  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v2, &raw), spcclInvalidArgument);
+  v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  v3.splitReselect = -1.0f;
+  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument);
   EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.splitReselect=-1"), std::string::npos)
       << spcclGetLastError(nullptr);
+  for (const float bad : {-0.25f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+    v3.thresholdMinFraction = bad;
+    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument) << bad;
+    EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.thresholdMinFraction="), std::string::npos)
+        << spcclGetLastError(nullptr);
+    EXPECT_EQ(raw, nullptr);
+  }
 }
 
 // spcclCompressConfigInit(&c), as a program writes it, passes that program's
@@ -614,6 +636,13 @@ TEST(ConfigInit, WritesOnlyTheCallersLayout) {
   EXPECT_EQ(config->size, kV1Bytes);
   EXPECT_EQ(config->version, 1u);
   for (size_t i = kV1Bytes; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xab) << "byte " << i << " written";
+  // A version-2 caller (before thresholdMinFraction).
+  constexpr size_t kV2Bytes = offsetof(spcclCompressConfig_t, thresholdMinFraction);
+  std::memset(buf, 0xab, sizeof buf);
+  ASSERT_EQ(spcclCompressConfigInitVersion(config, kV2Bytes, 2), spcclSuccess) << spcclGetLastError(nullptr);
+  EXPECT_EQ(config->size, kV2Bytes);
+  EXPECT_EQ(config->version, 2u);
+  for (size_t i = kV2Bytes; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xab) << "byte " << i << " written";
   // The macro: this header's size and version.
   spcclCompressConfig_t current;
   ASSERT_EQ(spcclCompressConfigInit(&current), spcclSuccess);
@@ -709,50 +738,60 @@ TEST_P(ScheduleTest, ReEstimatesOnScheduleAndOnCapacityOverflow) {
   }
 }
 
-// A stored tau that selects fewer than k/2 entries (the input shrank since
-// tau was fitted) is re-estimated in that call, which then sends k entries,
-// not thresholdInterval calls later (nor, as until 2026-12-01, one call
-// later, after a call that sent next to nothing). distinctMagnitudes'
-// magnitudes are uniform over (0, n] x 2^-17 and k is 1% of n, so tau sits
-// near 0.99 n and input scaled by s selects about n - 0.99 n / s with it:
-// s = 0.998 about 0.8 k (not starved: k/2 = 655.5), s = 0.993 about 0.3 k
-// (starved). Calls 3 and 4 keep s = 0.993: call 2's fresh tau fits them.
+// thresholdMinFraction 0.5: a stored tau that selects fewer than k/2 entries
+// (the input shrank since tau was fitted) is re-estimated in that call, which
+// then sends k entries, not thresholdInterval calls later. With the default 0
+// (DCT's rule) the same inputs keep call 0's tau throughout: nothing is
+// re-estimated, and each call sends what that tau selects.
+// distinctMagnitudes' magnitudes are uniform over (0, n] x 2^-17 and k is 1%
+// of n, so tau sits near 0.99 n and input scaled by s selects about
+// n - 0.99 n / s with it: s = 0.998 about 0.8 k (not starved: k/2 = 655.5),
+// s = 0.993 about 0.3 k (starved). Calls 3 and 4 keep s = 0.993: call 2's
+// fresh tau fits them.
 TEST_P(ScheduleTest, ReEstimatesInTheCallWhereAStoredTauSelectsTooFew) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   const size_t k = selectionSize(n, kDensity);  // 1311
-  const size_t starved = (k + 1) / 2;  // fewer than k/2 starves: 2 x selected < k
-  CompressorPtr c;
-  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
-  const float scales[] = {1.0f, 0.998f, 0.993f, 0.993f, 0.993f};
-  // Estimated at call 0 (the first) and in call 2 (its stored tau starved it).
-  const uint64_t updatesAfter[] = {1, 1, 2, 2, 2};
-  float storedTau = 0.0f;
-  for (int call = 0; call < 5; ++call) {
-    SCOPED_TRACE("call " + std::to_string(call));
-    std::vector<float> in = distinctMagnitudes(n, seedFor(73, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
-    for (float& x : in) x *= scales[call];
-    const uint64_t withStored = selectedCount(in, storedTau);
-    if (call == 1) {
-      EXPECT_TRUE(allRanks(withStored >= starved && withStored < k)) << "set-up: stale but not starved, " << withStored;
-    }
-    if (call == 2) {
-      EXPECT_TRUE(allRanks(withStored < starved)) << "set-up: the stored tau should starve this call, " << withStored;
-    }
-    spcclStats_t s;
-    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
-    const bool update = call == 0 || call == 2;
-    if (update) storedTau = kthLargestMagnitude(in, k);
-    EXPECT_EQ(s.thresholdUpdates, updatesAfter[call]);
-    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
-                                                      << storedTau;
-    const uint64_t selected = selectedCount(in, storedTau);
-    EXPECT_EQ(s.lastSelected, selected);
-    if (update) {
-      EXPECT_EQ(s.lastSelected, k);
-    } else {
-      EXPECT_TRUE(allRanks(2 * selected >= k)) << "set-up: a call that kept its stored tau was not starved, "
-                                               << selected;
+  const size_t starved = (k + 1) / 2;  // fewer than ceil(k/2) starves at fraction 0.5: 2 x selected < k
+  for (const float fraction : {0.5f, 0.0f}) {
+    SCOPED_TRACE("thresholdMinFraction " + std::to_string(fraction));
+    spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0);
+    config.thresholdMinFraction = fraction;
+    CompressorPtr c;
+    ASSERT_TRUE(createCompressor(n, spcclFloat32, config, c));
+    const float scales[] = {1.0f, 0.998f, 0.993f, 0.993f, 0.993f};
+    float storedTau = 0.0f;
+    for (int call = 0; call < 5; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      std::vector<float> in = distinctMagnitudes(n, seedFor(73, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
+      for (float& x : in) x *= scales[call];
+      const uint64_t withStored = selectedCount(in, storedTau);
+      if (call == 1) {
+        EXPECT_TRUE(allRanks(withStored >= starved && withStored < k)) << "set-up: stale but not starved, "
+                                                                       << withStored;
+      }
+      if (call == 2) {
+        EXPECT_TRUE(allRanks(withStored < starved)) << "set-up: the stored tau should starve this call, "
+                                                    << withStored;
+      }
+      spcclStats_t s;
+      ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
+      // Estimated at call 0 (the first) and, at fraction 0.5, in call 2 (its stored tau starved it).
+      const bool update = call == 0 || (call == 2 && fraction > 0);
+      if (update) storedTau = kthLargestMagnitude(in, k);
+      EXPECT_EQ(s.thresholdUpdates, fraction > 0 && call >= 2 ? 2u : 1u);
+      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
+                                                        << storedTau;
+      const uint64_t selected = selectedCount(in, storedTau);
+      EXPECT_EQ(s.lastSelected, selected);
+      if (update) {
+        EXPECT_EQ(s.lastSelected, k);
+      } else if (fraction > 0) {
+        EXPECT_TRUE(allRanks(2 * selected >= k)) << "set-up: a call that kept its stored tau was not starved, "
+                                                 << selected;
+      } else if (call >= 2) {
+        EXPECT_TRUE(allRanks(2 * selected < k)) << "the default keeps a tau that starves, " << selected;
+      }
     }
   }
 }
@@ -761,56 +800,73 @@ TEST_P(ScheduleTest, ReEstimatesInTheCallWhereAStoredTauSelectsTooFew) {
 // depend on the data: the test reads the residual before each call, forms
 // v = input + residual as the library does (fp32), tracks the stored tau
 // itself, and predicts every call's estimate from the rule: scheduled (call
-// 0), or the stored tau selecting more than 2k or fewer than k/2 (either
-// re-estimated in the call). Inputs halve every call, so some calls starve.
+// 0), or the stored tau selecting more than 2k or fewer than
+// ceil(fraction x k) (either re-estimated in the call), for fractions 0 (the
+// default: never on the low side), 0.25, 0.5 and 1. Inputs halve every
+// call, so some calls starve.
 TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 16;
   const size_t k = selectionSize(n, kDensity);
-  CompressorPtr c;
-  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 1), c));
-  std::vector<float> res(n), v(n);
-  float storedTau = 0.0f;
-  uint64_t expectedUpdates = 0;
-  uint64_t lowSide = 0;  // estimates the low-side rule caused
-  for (int call = 0; call < 10; ++call) {
-    SCOPED_TRACE("call " + std::to_string(call));
-    std::vector<float> in = distinctMagnitudes(n, seedFor(83, rank_, static_cast<uint64_t>(call)), 0x1p-16f);
-    for (float& x : in) x = std::ldexp(x, -call);
-    ASSERT_TRUE(residual(c.get(), res));
-    for (size_t i = 0; i < n; ++i) v[i] = in[i] + res[i];
-    bool estimated = call == 0;
-    if (estimated) storedTau = kthLargestMagnitude(v, k);
-    uint64_t selected = selectedCount(v, storedTau);
-    const bool high = !estimated && selected > 2 * k;
-    const bool low = !estimated && storedTau != 0.0f && 2 * selected < k;
-    if (high || low) {  // re-estimated in this call
-      estimated = true;
-      storedTau = kthLargestMagnitude(v, k);
-      selected = selectedCount(v, storedTau);
-    }
-    if (low) ++lowSide;
-    if (estimated) ++expectedUpdates;
+  for (const float fraction : {0.0f, 0.25f, 0.5f, 1.0f}) {
+    SCOPED_TRACE("thresholdMinFraction " + std::to_string(fraction));
+    const uint64_t below = static_cast<uint64_t>(std::ceil(fraction * static_cast<double>(k)));
+    spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 1);
+    config.thresholdMinFraction = fraction;
+    CompressorPtr c;
+    ASSERT_TRUE(createCompressor(n, spcclFloat32, config, c));
+    std::vector<float> res(n), v(n);
+    float storedTau = 0.0f;
+    uint64_t expectedUpdates = 0;
+    uint64_t lowSide = 0;     // estimates the low-side rule caused
+    uint64_t keptBelow = 0;  // calls that kept a non-zero tau selecting fewer than k/2
+    for (int call = 0; call < 10; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      std::vector<float> in = distinctMagnitudes(n, seedFor(83, rank_, static_cast<uint64_t>(call)), 0x1p-16f);
+      for (float& x : in) x = std::ldexp(x, -call);
+      ASSERT_TRUE(residual(c.get(), res));
+      for (size_t i = 0; i < n; ++i) v[i] = in[i] + res[i];
+      bool estimated = call == 0;
+      if (estimated) storedTau = kthLargestMagnitude(v, k);
+      uint64_t selected = selectedCount(v, storedTau);
+      const bool high = !estimated && selected > 2 * k;
+      const bool low = !estimated && storedTau != 0.0f && selected < below;
+      if (high || low) {  // re-estimated in this call
+        estimated = true;
+        storedTau = kthLargestMagnitude(v, k);
+        selected = selectedCount(v, storedTau);
+      }
+      if (low) ++lowSide;
+      if (estimated) ++expectedUpdates;
+      if (!estimated && storedTau != 0.0f && 2 * selected < k) ++keptBelow;
 
-    spcclStats_t s;
-    ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
-    EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
-    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
-                                                      << storedTau;
-    EXPECT_EQ(s.lastSelected, selected);
-    EXPECT_TRUE(2 * s.lastSelected >= k) << "no call sends fewer than k/2 with a non-zero tau";
+      spcclStats_t s;
+      ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
+      EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
+      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
+                                                        << storedTau;
+      EXPECT_EQ(s.lastSelected, selected);
+      EXPECT_TRUE(s.lastSelected >= below) << "no call sends fewer than ceil(fraction x k) with a non-zero tau";
+    }
+    if (fraction > 0) {
+      EXPECT_TRUE(allRanks(lowSide > 0)) << "set-up: halving inputs should starve some call's stored tau";
+    } else {
+      EXPECT_TRUE(allRanks(keptBelow > 0)) << "set-up: the default should keep some tau that selects under k/2";
+    }
   }
-  EXPECT_TRUE(allRanks(lowSide > 0)) << "set-up: halving inputs should starve some call's stored tau";
 }
 
 // tau 0 (fewer non-zeros than k) already selects every non-zero: however few
-// that is, nothing is re-estimated off the schedule.
+// that is, nothing is re-estimated off the schedule, even at
+// thresholdMinFraction 1.
 TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   const size_t k = selectionSize(n, kDensity);
+  spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0);
+  config.thresholdMinFraction = 1.0f;  // the strictest low side
   CompressorPtr c;
-  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0), c));
+  ASSERT_TRUE(createCompressor(n, spcclFloat32, config, c));
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     std::vector<float> in = distinctMagnitudes(n, seedFor(79, rank_, static_cast<uint64_t>(call)), 0x1p-17f);
@@ -825,20 +881,20 @@ TEST_P(ScheduleTest, FewerNonZerosThanKDoNotReEstimate) {
   }
 }
 
-// k = 1 (density 0.001 of 1000): a stored tau that selects nothing is below
-// k/2 and starves like any other. The input drops by 1e3 after call 0 and
-// halves every call, so a stored tau selects nothing of the next call: every
-// call re-estimates and sends its largest entry. With floor(k/2) = 0 the rule
-// never fired (nothing was sent until the schedule's next estimate,
-// thresholdInterval calls later); with the next-call rule before 2026-12-01,
-// every other call sent nothing.
+// k = 1 (density 0.001 of 1000), thresholdMinFraction 0.5: a stored tau that
+// selects nothing is below ceil(k/2) = 1 and starves like any other (a
+// floor(k/2) rule, 0 here, never fired). The input drops by 1e3 after call 0
+// and halves every call, so a stored tau selects nothing of the next call:
+// every call re-estimates and sends its largest entry.
 TEST_P(ScheduleTest, KOfOneReEstimatesWhenAStoredTauSelectsNothing) {
   const int algorithm = GetParam();
   const size_t n = 1000;
   const float density = 0.001f;
   ASSERT_EQ(selectionSize(n, density), 1u);
+  spcclCompressConfig_t config = makeConfig(density, algorithm, spcclFloat32, 1000, 0);
+  config.thresholdMinFraction = 0.5f;
   CompressorPtr c;
-  ASSERT_TRUE(createCompressor(n, spcclFloat32, makeConfig(density, algorithm, spcclFloat32, 1000, 0), c));
+  ASSERT_TRUE(createCompressor(n, spcclFloat32, config, c));
   float storedTau = 0.0f;
   for (int call = 0; call < 6; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
@@ -863,16 +919,18 @@ TEST_P(ScheduleTest, KOfOneReEstimatesWhenAStoredTauSelectsNothing) {
 // re-estimates a stale or starved tau only once the records agree): the
 // refused call's input must not set the tau of the calls after it. Compressor
 // a makes one refused call between the two that b makes too; both must then
-// agree bit for bit. Low side: the refused call's input (scale 0.993) starves
-// tau of call 0; its fresh tau would not starve the next input (0.993 x
-// 0.998, about 0.8 k), tau of call 0 does. High side: 100x, then 100 x 1.002.
+// agree bit for bit. Low side (thresholdMinFraction 0.5): the refused call's
+// input (scale 0.993) starves tau of call 0; its fresh tau would not starve
+// the next input (0.993 x 0.998, about 0.8 k), tau of call 0 does. High side:
+// 100x, then 100 x 1.002.
 TEST_P(ScheduleTest, RefusedCallLeavesTheStoredTau) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   for (const float first : {0.993f, 100.0f}) {
     SCOPED_TRACE(first < 1 ? "starved" : "over the capacity");
     const float second = first < 1 ? first * 0.998f : first * 1.002f;
-    const spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0);
+    spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0);
+    config.thresholdMinFraction = 0.5f;
     CompressorPtr a, b;
     ASSERT_TRUE(createCompressor(n, spcclFloat32, config, a));
     ASSERT_TRUE(createCompressor(n, spcclFloat32, config, b));
