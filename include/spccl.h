@@ -205,8 +205,10 @@ SPCCL_API spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, siz
  * SPCCL_COMPRESS_CONFIG_VERSION, and spcclCompressConfigInitVersion writes
  * only the fields of that version, so a program built against this header
  * stays correct with a later library whose struct has grown. The function of
- * the same name (taken by address, or with the macro #undef'd) fills this
- * header's layout.
+ * the same name (taken by address, or with the macro #undef'd), which
+ * programs built before the macro call, fills version 2's layout (40 bytes,
+ * version 2: the fields up to splitReselect; later fields take their env
+ * defaults at spcclCompressorCreate).
  */
 SPCCL_API spcclResult_t spcclCompressConfigInit(spcclCompressConfig_t* config);
 SPCCL_API spcclResult_t spcclCompressConfigInitVersion(spcclCompressConfig_t* config, size_t size,

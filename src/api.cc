@@ -745,8 +745,12 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
 
 // The name in parentheses: spccl.h also defines spcclCompressConfigInit as a
 // macro that calls spcclCompressConfigInitVersion with the caller's layout.
+// The function itself is what programs built before that macro call, with a
+// version 1 or 2 struct of 40 bytes: it writes version 2's layout, never
+// more, so the struct's growth (version 3) cannot overrun them.
 spcclResult_t(spcclCompressConfigInit)(spcclCompressConfig_t* config) {
-  return spcclCompressConfigInitVersion(config, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION);
+  static_assert(offsetof(spcclCompressConfig_t, thresholdMinFraction) == 40, "version 2's layout is 40 bytes");
+  return spcclCompressConfigInitVersion(config, offsetof(spcclCompressConfig_t, thresholdMinFraction), 2);
 }
 
 spcclResult_t spcclCompressConfigInitVersion(spcclCompressConfig_t* config, size_t size, unsigned int version) {
