@@ -99,7 +99,7 @@ typedef struct spcclSelection* spcclSelection_t;
 #define SPCCL_ALGO_ALLGATHER 2 /* gather every rank's packed stream */
 #define SPCCL_ALGO_SPLIT 3     /* reduce-scatter of pairs by index range, then allgather */
 
-#define SPCCL_COMPRESS_CONFIG_VERSION 3
+#define SPCCL_COMPRESS_CONFIG_VERSION 4
 
 /*
  * Compression settings of one compressor. Always initialise with
@@ -111,8 +111,9 @@ typedef struct {
   size_t size;                   /* sizeof(spcclCompressConfig_t), set by Init */
   unsigned int version;          /* SPCCL_COMPRESS_CONFIG_VERSION, set by Init */
   float density;                 /* fraction of entries kept, (0, 1]; 1 = exact */
-  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; see capacityFactor and
-                                    thresholdMinFraction for the calls that re-estimate off the schedule */
+  int thresholdInterval;         /* re-estimate tau every this many calls, >= 1; see thresholdWarmup for the
+                                    first interval, capacityFactor and thresholdMinFraction for the calls
+                                    that re-estimate off the schedule */
   int errorFeedback;             /* 1: unsent values carried to the next call */
   int algorithm;                 /* SPCCL_ALGO_* */
   spcclDataType_t wireValueType; /* spcclFloat32, spcclFloat16, spcclBfloat16 or spcclFloat8e4m3 */
@@ -131,6 +132,12 @@ typedef struct {
    * sent follows the gradients (docs/ALGORITHMS.md, step 3, has the
    * trade-off measured). */
   float thresholdMinFraction;
+  /* Since version 4. 1 (the default): in the first thresholdInterval calls
+   * tau is also estimated at calls 1, 2, 4, 8, ... (the powers of two below
+   * thresholdInterval), so it follows the fast early shrinking of the
+   * gradients, then every thresholdInterval calls as before: about
+   * log2(thresholdInterval) more estimates, once. 0 = the schedule alone. */
+  int thresholdWarmup;
 } spcclCompressConfig_t;
 
 /*
@@ -154,7 +161,8 @@ typedef struct {
                                 (P-1)*count*size, allgather (P-1)*sendcount*size, row-sparse
                                 allreduce (P-1)*nrows*(8 + rowLen*size) (allgather of the raw input) */
   uint64_t thresholdUpdates; /* exact tau estimations of compressed allreduce calls, every kind: the
-                                first call, calls whose index is a multiple of thresholdInterval, a
+                                first call, calls whose index is a multiple of thresholdInterval (and,
+                                with thresholdWarmup, a power of two below it), a
                                 call whose stored tau would select more than capacityFactor*k entries
                                 or fewer than thresholdMinFraction*k (re-estimated in that call), and the
                                 first compressed call after a dense one that sent the residual */

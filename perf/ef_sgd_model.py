@@ -4,7 +4,8 @@
 Least squares with unit curvature: loss = mean((w - t)^2) / 2, gradient w - t,
 one rank. Each step sends v = gradient + residual through the DCT-DP rule of
 docs/ALGORITHMS.md: tau is the k-th largest |v| on step 0 and every `interval`
-steps, and re-estimated in the step whose stored tau selects more than
+steps (with --warmup 1, SPCCL_THRESHOLD_WARMUP's default, also on steps 1, 2,
+4, 8, ... below the interval), and re-estimated in the step whose stored tau selects more than
 capacity x k entries or, with --min-fraction F > 0 (SPCCL_THRESHOLD_MIN_FRACTION),
 fewer than ceil(F x k) (--next-call: the low side re-estimated one step late
 instead, the library's rule at F = 0.5 from 2026-11-30 to 2026-12-01); the
@@ -29,7 +30,13 @@ import math
 import random
 
 
-def run(n, density, lr, interval, steps, capacity, seed, min_fraction=0.0, next_call=False):
+def scheduled(step, interval, warmup):
+    if step % interval == 0:
+        return True
+    return warmup and step < interval and step & (step - 1) == 0
+
+
+def run(n, density, lr, interval, steps, capacity, seed, min_fraction=0.0, next_call=False, warmup=True):
     rnd = random.Random(seed)
     target = [rnd.gauss(0.0, 1.0) for _ in range(n)]
     w = [0.0] * n
@@ -50,7 +57,7 @@ def run(n, density, lr, interval, steps, capacity, seed, min_fraction=0.0, next_
         if step == steps:
             break
         v = [grad[i] + residual[i] for i in range(n)]
-        estimated = step % interval == 0 or estimate_next
+        estimated = scheduled(step, interval, warmup) or estimate_next
         estimate_next = False
         if estimated:
             tau = kth(v)
@@ -81,6 +88,9 @@ def main():
     ap.add_argument("--min-fraction", type=float, default=0.0,
                     help="SPCCL_THRESHOLD_MIN_FRACTION: a stored tau selecting fewer than ceil(F x k) entries is "
                          "re-estimated in that step (default 0: never, the library's default)")
+    ap.add_argument("--warmup", type=int, choices=(0, 1), default=1,
+                    help="SPCCL_THRESHOLD_WARMUP: also estimate on steps 1, 2, 4, ... below the interval (default 1, "
+                         "the library's default since 2026-12-02; 0: the interval alone)")
     ap.add_argument("--next-call", action="store_true",
                     help="re-estimate a starved tau in the next step instead (2026-11-30 to 12-01, at F = 0.5)")
     a = ap.parse_args()
@@ -90,9 +100,10 @@ def main():
     if not intervals or min(intervals) < 1:
         ap.error("--intervals: positive integers")
     print(f"# n {a.n}, density {a.density}, lr {a.lr}, capacity factor {a.capacity}, min fraction "
-          f"{a.min_fraction}{' (next call)' if a.next_call else ''}: loss every 10 steps")
+          f"{a.min_fraction}{' (next call)' if a.next_call else ''}, warm-up {a.warmup}: loss every 10 steps")
     for interval in intervals:
-        losses = run(a.n, a.density, a.lr, interval, a.steps, a.capacity, a.seed, a.min_fraction, a.next_call)
+        losses = run(a.n, a.density, a.lr, interval, a.steps, a.capacity, a.seed, a.min_fraction, a.next_call,
+                     a.warmup == 1)
         print(f"interval {interval:5d}: " + " ".join(f"{loss:.4f}" for _, loss in losses))
 
 

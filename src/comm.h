@@ -123,8 +123,10 @@ struct spcclCompressor {
   uint64_t selectCount() const;
   uint64_t pairCapacity() const;
   // Whether this call estimates tau exactly: the first call and every
-  // thresholdInterval-th, or estimateNext (which it clears). The host and
-  // device paths both use it.
+  // thresholdInterval-th (scheduledEstimate: with thresholdWarmup also the
+  // calls 2^j below thresholdInterval), or estimateNext (which it clears).
+  // The host and device paths both use it.
+  static bool scheduledEstimate(uint64_t call, uint64_t interval, bool warmup);
   bool takeEstimateDue();
   // The low side of the re-estimation rule (thresholdMinFraction): a call
   // whose stored (not just estimated), non-zero tau selected fewer than

@@ -1,6 +1,7 @@
 // DCT-DP compressed allreduce, per rank, per call:
 //   v = send + residual; tau = |v| of the k-th largest finite entry, estimated
-//   exactly on the first call and every thresholdInterval calls (and whenever
+//   exactly on the first call and every thresholdInterval calls (with
+//   thresholdWarmup, also at the calls 2^j below thresholdInterval; and whenever
 //   the stored tau would select more than capacityFactor*k entries, or, with
 //   thresholdMinFraction > 0, fewer than that share of k: then in that call);
 //   the rank
@@ -48,8 +49,16 @@ uint64_t spcclCompressor::pairCapacity() const {
   return std::max<uint64_t>(k, static_cast<uint64_t>(std::floor(static_cast<double>(config.capacityFactor) * k)));
 }
 
+bool spcclCompressor::scheduledEstimate(uint64_t call, uint64_t interval, bool warmup) {
+  if (call % interval == 0) return true;
+  // Warm-up: calls 1, 2, 4, ... below the interval (call 0 is a multiple).
+  return warmup && call < interval && (call & (call - 1)) == 0;
+}
+
 bool spcclCompressor::takeEstimateDue() {
-  const bool due = callIndex % static_cast<uint64_t>(config.thresholdInterval) == 0 || estimateNext;
+  const bool due = scheduledEstimate(callIndex, static_cast<uint64_t>(config.thresholdInterval),
+                                     config.thresholdWarmup != 0) ||
+                   estimateNext;
   estimateNext = false;
   return due;
 }
@@ -505,13 +514,15 @@ spcclCompressConfig_t configFromParams(const Params& p) {
   c.capacityFactor = p.capacityFactor;
   c.splitReselect = p.splitReselect;
   c.thresholdMinFraction = p.thresholdMinFraction;
+  c.thresholdWarmup = p.thresholdWarmup ? 1 : 0;
   return c;
 }
 
 size_t configLayoutBytes(unsigned int version) {
-  static_assert(SPCCL_COMPRESS_CONFIG_VERSION == 3, "a new layout version needs its size here");
+  static_assert(SPCCL_COMPRESS_CONFIG_VERSION == 4, "a new layout version needs its size here");
   if (version == 1) return offsetof(spcclCompressConfig_t, splitReselect);  // fields up to capacityFactor
   if (version == 2) return offsetof(spcclCompressConfig_t, thresholdMinFraction);  // up to splitReselect
+  if (version == 3) return offsetof(spcclCompressConfig_t, thresholdWarmup);  // up to thresholdMinFraction
   if (version == SPCCL_COMPRESS_CONFIG_VERSION) return sizeof(spcclCompressConfig_t);
   return 0;
 }
@@ -531,7 +542,7 @@ Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompr
     return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
                                         "spcclCompressConfigInit() (expected size %zu, version %d)",
                                         size, version, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION));
-  std::memcpy(out, user, known);  // versions 1 and 2: later fields keep their env defaults
+  std::memcpy(out, user, known);  // versions 1 to 3: later fields keep their env defaults
   out->size = sizeof *out;
   out->version = SPCCL_COMPRESS_CONFIG_VERSION;
   return Status::ok();
@@ -564,6 +575,8 @@ Status checkConfig(const spcclCompressConfig_t& c) {
   if (!(c.thresholdMinFraction >= 0.0f && c.thresholdMinFraction <= 1.0f))
     return invalidArgument(formatString("config.thresholdMinFraction=%g must be in [0, 1] (0 = off)",
                                         static_cast<double>(c.thresholdMinFraction)));
+  if (c.thresholdWarmup != 0 && c.thresholdWarmup != 1)
+    return invalidArgument(formatString("config.thresholdWarmup=%d must be 0 or 1", c.thresholdWarmup));
   return Status::ok();
 }
 

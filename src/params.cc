@@ -52,12 +52,16 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->allreduceDensity = static_cast<float>(v); }},
     {"SPCCL_THRESHOLD_INTERVAL", ParamType::kInt, "1000", 1, 1e9, false, nullptr,
      "Calls between exact re-estimations of the threshold tau (the first call always estimates; see also "
-     "SPCCL_CAPACITY_FACTOR and SPCCL_THRESHOLD_MIN_FRACTION).",
+     "SPCCL_THRESHOLD_WARMUP, SPCCL_CAPACITY_FACTOR and SPCCL_THRESHOLD_MIN_FRACTION).",
      [](Params* p, double v) { p->thresholdInterval = static_cast<int>(v); }},
     {"SPCCL_THRESHOLD_MIN_FRACTION", ParamType::kFloat, "0", 0, 1, false, nullptr,
      "A stored tau that selects fewer than this fraction of k entries is re-estimated in that call; 0 = never "
      "(DCT: tau is fixed between scheduled estimates and the entries sent follow the gradients).",
      [](Params* p, double v) { p->thresholdMinFraction = static_cast<float>(v); }},
+    {"SPCCL_THRESHOLD_WARMUP", ParamType::kBool, "1", 0, 1, false, nullptr,
+     "1: in the first SPCCL_THRESHOLD_INTERVAL calls tau is also estimated at calls 1, 2, 4, 8, ... (the powers "
+     "of two below the interval), as the gradients shrink fastest early in training; 0: the interval alone.",
+     [](Params* p, double v) { p->thresholdWarmup = v != 0; }},
     {"SPCCL_CAPACITY_FACTOR", ParamType::kFloat, "2", 1, 1e6, false, nullptr,
      "A call never sends more than this many times k entries; a stale tau that would is re-estimated.",
      [](Params* p, double v) { p->capacityFactor = static_cast<float>(v); }},
@@ -337,12 +341,13 @@ const char* valueTypeName(core::ValueType t) {
 std::string describeParams(const Params& p) {
   return formatString(
       "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
-      "SPCCL_THRESHOLD_MIN_FRACTION=%g SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_AUTO_TRIALS=%d "
+      "SPCCL_THRESHOLD_MIN_FRACTION=%g SPCCL_THRESHOLD_WARMUP=%d SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_AUTO_TRIALS=%d "
       "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
       "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
       "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
       p.disable ? 1 : 0, choiceName("SPCCL_DEBUG", static_cast<int>(p.debug)).c_str(), static_cast<double>(p.allreduceDensity),
-      p.thresholdInterval, static_cast<double>(p.thresholdMinFraction), static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
+      p.thresholdInterval, static_cast<double>(p.thresholdMinFraction), p.thresholdWarmup ? 1 : 0,
+      static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
       choiceName("SPCCL_ALGO", p.algorithm).c_str(), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs,
       valueTypeName(p.valueType),
       static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),

@@ -28,6 +28,7 @@ struct Params {
   float allreduceDensity = 0.01f;
   int thresholdInterval = 1000;
   float thresholdMinFraction = 0.0f;  // SPCCL_THRESHOLD_MIN_FRACTION: 0 = tau only on the schedule (and capacity)
+  bool thresholdWarmup = true;        // SPCCL_THRESHOLD_WARMUP: also estimate at calls 2^j < thresholdInterval
   float capacityFactor = 2.0f;
   float splitReselect = 1.0f;  // SPCCL_SPLIT_RESELECT: owner budget in units of k/P; 0 = off
   bool errorFeedback = true;

@@ -169,14 +169,24 @@ struct Config {
   bool shrink = false;      // fp32 input halved every call: a stored tau starves (with minFraction > 0)
   bool mostlyZero = false;  // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
   float minFraction = 0.0f;  // thresholdMinFraction (this rank's)
+  int warmup = 0;            // thresholdWarmup: off unless asked for, so the interval alone pins the estimates
 };
+
+// Calls among the first `calls` that the schedule estimates on: call 0 and
+// every interval-th, and with the warm-up the powers of two below the interval.
+uint64_t scheduledEstimates(const Config& c, int calls) {
+  uint64_t n = 0;
+  for (int i = 0; i < calls; ++i)
+    n += i % c.interval == 0 || (c.warmup != 0 && i < c.interval && (i & (i - 1)) == 0);
+  return n;
+}
 
 std::string describe(const Config& c) {
   return "type=" + std::to_string(c.type) + " wire=" + std::to_string(c.wire) + " op=" + std::to_string(c.op) +
          " algo=" + std::to_string(c.algorithm) + " ef=" + std::to_string(c.errorFeedback) +
          " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count) +
          (c.shrink ? " shrinking" : "") + (c.mostlyZero ? " mostly zero" : "") +
-         " minFraction=" + std::to_string(c.minFraction);
+         " minFraction=" + std::to_string(c.minFraction) + " warmup=" + std::to_string(c.warmup);
 }
 
 // Runs `calls` compressed allreduces of fresh data on the device comm and
@@ -193,6 +203,7 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
   c.algorithm = cfg.algorithm;
   c.wireValueType = cfg.wire;
   c.thresholdMinFraction = cfg.minFraction;
+  c.thresholdWarmup = cfg.warmup;
   spcclCompressor_t dc = nullptr, hc = nullptr;
   ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev, cfg.count, cfg.type, &c, &dc)) << spcclGetLastError(nullptr);
   ASSERT_EQ(spcclSuccess, spcclCompressorCreate(host, cfg.count, cfg.type, &c, &hc)) << spcclGetLastError(nullptr);
@@ -262,9 +273,11 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
       // minimum fraction the rule ran (on both paths, as the per-call
       // comparison above shows); without one tau stays as call 0 fitted it.
       if (cfg.minFraction > 0) {
-        EXPECT_GT(hs.thresholdUpdates, 2u) << "set-up: the shrinking input should re-estimate tau off the schedule";
+        EXPECT_GT(hs.thresholdUpdates, scheduledEstimates(cfg, calls))
+            << "set-up: the shrinking input should re-estimate tau off the schedule";
       } else {
-        EXPECT_EQ(hs.thresholdUpdates, 1u) << "no minimum fraction: tau only on the schedule";
+        EXPECT_EQ(hs.thresholdUpdates, scheduledEstimates(cfg, calls))
+            << "no minimum fraction: tau only on the schedule (and the warm-up's calls)";
       }
     }
     if (cfg.mostlyZero && cfg.algorithm != SPCCL_ALGO_DENSE && cfg.interval > calls) {
@@ -290,7 +303,8 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
   // the default), or re-estimated in the call it starved, on both paths alike
   // (thresholdUpdates and lastSelected compared per call). The third setting
   // differs by rank (0 on even ranks, 0.5 on odd): each record carries its
-  // rank's bound, so every rank runs the same rounds.
+  // rank's bound, so every rank runs the same rounds. Then the default
+  // warm-up (estimates at calls 1, 2 and 4 too), at fractions 0 and 0.5.
   for (int ef : {0, 1})
     for (float fraction : {0.0f, 0.5f, rank_ % 2 ? 0.5f : 0.0f}) {
       Config shrinking{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, ef, 1000, 50001, false};
@@ -299,6 +313,14 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
       compareWithHost(dev_, host_, shrinking, 6, stream_, rank_, ranks_);
       if (HasFatalFailure()) return;
     }
+  for (float fraction : {0.0f, 0.5f}) {
+    Config warm{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 0, 1000, 50001, false};
+    warm.shrink = true;
+    warm.minFraction = fraction;
+    warm.warmup = 1;
+    compareWithHost(dev_, host_, warm, 6, stream_, rank_, ranks_);
+    if (HasFatalFailure()) return;
+  }
   // Fewer non-zeros than k: tau 0 (the record's tau key 0), never re-estimated off the schedule.
   Config sparseInput{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 1000, 50001, false};
   sparseInput.mostlyZero = true;
@@ -331,6 +353,7 @@ TEST_F(NcclWorld, BytesSentCountsEveryRecordExchange) {
   ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
   c.density = 0.01f;
   c.thresholdInterval = 1000;  // estimated on call 0 only, unless stale
+  c.thresholdWarmup = 0;       // (the warm-up would estimate call 1 on the schedule)
   c.errorFeedback = 0;
   c.algorithm = SPCCL_ALGO_ALLGATHER;
   c.wireValueType = spcclFloat32;
@@ -444,7 +467,8 @@ TEST_F(NcclWorld, FixedCapacityModeIsGraphCapturableAndConserves) {
   spcclCompressConfig_t c;
   ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
   c.density = 0.01f;
-  c.thresholdInterval = 1000000;  // one estimate (the warm-up call); the graph replays the stored tau
+  c.thresholdInterval = 1000000;  // one estimate (the first call, outside the graph); the graph replays the stored tau
+  c.thresholdWarmup = 0;          // with it, the captured call (call 1) would be an estimate, replayed every time
   c.algorithm = SPCCL_ALGO_ALLGATHER;
   spcclCompressor_t dc = nullptr, hc = nullptr;
   ASSERT_EQ(spcclSuccess, spcclCompressorCreate(devFixed_, n, spcclFloat32, &c, &dc));

@@ -602,9 +602,28 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c2.get(), nullptr),
                            comm_.get(), "spcclAllReduceCompressed, version 2"));
 
-  // Version 3 (current) must be whole.
+  // Version 3 (before thresholdWarmup): read up to thresholdMinFraction; the
+  // NaN bytes after it unread (0xffffffff as thresholdWarmup fails the
+  // check), thresholdWarmup takes its env default, 1: at interval 1000 the
+  // second call estimates tau too (error feedback off and the same input
+  // twice, so nothing else would: the stored tau selects exactly k).
+  constexpr size_t kV3Bytes = offsetof(spcclCompressConfig_t, thresholdWarmup);
+  whole = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32, 1000, 0);
+  whole.size = kV3Bytes;
+  whole.version = 3;
+  std::memset(buf, 0xff, sizeof buf);
+  std::memcpy(buf, &whole, kV3Bytes);
+  CompressorPtr c3;
+  ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c3));
+  for (int call = 0; call < 2; ++call)
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c3.get(), nullptr),
+                             comm_.get(), "spcclAllReduceCompressed, version 3"));
+  ASSERT_TRUE(stats(c3.get(), s));
+  EXPECT_EQ(s.thresholdUpdates, 2u) << "a version-3 config gets the default warm-up (call 1 estimates)";
+
+  // Version 4 (current) must be whole.
   spcclCompressConfig_t v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-  v3.size = kV2Bytes;
+  v3.size = kV3Bytes;
   spcclCompressor_t raw = nullptr;
   EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument);
   EXPECT_EQ(raw, nullptr);
@@ -618,6 +637,15 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
     v3.thresholdMinFraction = bad;
     EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument) << bad;
     EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.thresholdMinFraction="), std::string::npos)
+        << spcclGetLastError(nullptr);
+    EXPECT_EQ(raw, nullptr);
+  }
+  for (const int bad : {-1, 2}) {
+    v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+    v3.thresholdWarmup = bad;
+    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument) << bad;
+    EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.thresholdWarmup=" + std::to_string(bad)),
+              std::string::npos)
         << spcclGetLastError(nullptr);
     EXPECT_EQ(raw, nullptr);
   }
@@ -643,6 +671,13 @@ TEST(ConfigInit, WritesOnlyTheCallersLayout) {
   EXPECT_EQ(config->size, kV2Bytes);
   EXPECT_EQ(config->version, 2u);
   for (size_t i = kV2Bytes; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xab) << "byte " << i << " written";
+  // A version-3 caller (before thresholdWarmup).
+  constexpr size_t kV3Bytes = offsetof(spcclCompressConfig_t, thresholdWarmup);
+  std::memset(buf, 0xab, sizeof buf);
+  ASSERT_EQ(spcclCompressConfigInitVersion(config, kV3Bytes, 3), spcclSuccess) << spcclGetLastError(nullptr);
+  EXPECT_EQ(config->size, kV3Bytes);
+  EXPECT_EQ(config->version, 3u);
+  for (size_t i = kV3Bytes; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xab) << "byte " << i << " written";
   // The macro: this header's size and version.
   spcclCompressConfig_t current;
   ASSERT_EQ(spcclCompressConfigInit(&current), spcclSuccess);
@@ -914,6 +949,45 @@ TEST_P(ScheduleTest, KOfOneReEstimatesWhenAStoredTauSelectsNothing) {
     EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
                                                       << storedTau;
     EXPECT_EQ(s.lastSelected, 1u);
+  }
+}
+
+// thresholdWarmup (the default): in the first thresholdInterval calls tau is
+// also estimated at calls 1, 2, 4, 8, 16 (interval 20 here), then on the
+// schedule only (20, 40). Inputs as in ReEstimatesOnScheduleAndOnCapacityOverflow
+// (a stored tau selects a little more than k, under the capacity), so no
+// call estimates off the schedule; with the warm-up off the same inputs
+// estimate at 0, 20 and 40 only.
+TEST_P(ScheduleTest, WarmupEstimatesAtThePowersOfTwoBelowTheInterval) {
+  const int algorithm = GetParam();
+  const size_t n = size_t{1} << 16;
+  const size_t k = selectionSize(n, kDensity);
+  for (const int warmup : {1, 0}) {
+    SCOPED_TRACE("thresholdWarmup " + std::to_string(warmup));
+    spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 20, 0);
+    config.thresholdWarmup = warmup;
+    CompressorPtr c;
+    ASSERT_TRUE(createCompressor(n, spcclFloat32, config, c));
+    float storedTau = 0.0f;
+    uint64_t expectedUpdates = 0;
+    for (int call = 0; call <= 41; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      std::vector<float> in = distinctMagnitudes(n, seedFor(83, rank_, static_cast<uint64_t>(call)), 0x1p-16f);
+      const float scale = 1.0f + static_cast<float>(call) * 0x1p-12f;
+      for (float& x : in) x *= scale;
+      spcclStats_t s;
+      ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
+      const bool warm = call == 1 || call == 2 || call == 4 || call == 8 || call == 16;
+      const bool update = call % 20 == 0 || (warmup == 1 && warm);
+      expectedUpdates += update ? 1 : 0;
+      EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
+      if (update) storedTau = kthLargestMagnitude(in, k);
+      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau))
+          << "lastThreshold " << s.lastThreshold << ", expected " << storedTau
+          << (update ? " (exact k-th largest |v|)" : " (tau stored at the last update)");
+      EXPECT_EQ(s.lastSelected, selectedCount(in, storedTau));
+    }
+    EXPECT_EQ(expectedUpdates, warmup == 1 ? 8u : 3u);
   }
 }
 

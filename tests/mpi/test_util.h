@@ -205,6 +205,10 @@ class MpiTest : public testing::Test {
   }
 
   // Env defaults, then the fields every compressed test sets explicitly.
+  // thresholdWarmup is off: tests that pass an interval pin the calls it
+  // schedules; the warm-up's own calls are tested where they are asked for
+  // (ScheduleTest.WarmupEstimatesAtThePowersOfTwoBelowTheInterval,
+  // threshold_rule_test's grid).
   static spcclCompressConfig_t makeConfig(float density, int algorithm, spcclDataType_t wireValueType,
                                           int thresholdInterval = 1, int errorFeedback = 1) {
     spcclCompressConfig_t c{};
@@ -215,6 +219,7 @@ class MpiTest : public testing::Test {
     c.thresholdInterval = thresholdInterval;
     c.errorFeedback = errorFeedback;
     c.capacityFactor = 2.0f;
+    c.thresholdWarmup = 0;
     return c;
   }
 

@@ -11,9 +11,12 @@
 // makes at most one estimate, exactly where the reference predicts one, with
 // the predicted tau (bitwise) and selection size; outputs are identical on
 // every rank and, with error feedback, outputs plus residuals add up to the
-// inputs. Each suite also checks that its inputs do reach the low side (at
-// fraction > 0) or keep a tau selecting under k/2 (at 0), so that a rule that
-// ignored the setting would fail here.
+// inputs. The stress grid runs with and without thresholdWarmup's extra
+// estimates (calls 1, 2, 4, ... below the interval); the edge cases and the
+// refused call without (makeConfig's setting), where the warm-up would make
+// the calls under test estimate anyway. Each suite also checks that its
+// inputs do reach the low side (at fraction > 0) or keep a tau selecting
+// under k/2 (at 0), so that a rule that ignored the setting would fail here.
 //
 // Adapted from a review of c77a8c7 (the in-call low-side re-estimate, then at
 // a fixed k/2) to the setting of e8e52d5.
@@ -80,6 +83,17 @@ struct Prediction {
   uint64_t finite = 0;     // finite entries sent
   uint64_t nonFinite = 0;  // NaN/Inf, always sent
 };
+
+// The schedule: call 0 and every thresholdInterval-th; with thresholdWarmup
+// also calls 1, 2, 4, 8, ... below the interval.
+bool scheduled(uint64_t call, const spcclCompressConfig_t& c) {
+  const uint64_t interval = static_cast<uint64_t>(c.thresholdInterval);
+  if (call % interval == 0) return true;
+  if (c.thresholdWarmup == 0 || call >= interval) return false;
+  uint64_t power = 1;
+  while (power < call) power *= 2;
+  return power == call;
+}
 
 // One call on v = input + residual (fp32): scheduled (due), else the stored
 // tau, re-estimated in the call when it selects more than cap or (non-zero)
@@ -157,7 +171,7 @@ class ThresholdRuleTest : public MpiTest {
         inSum[i] += xi;
         v[i] = xi + res[i];
       }
-      const bool due = call % config.thresholdInterval == 0 || estimateNext;
+      const bool due = scheduled(static_cast<uint64_t>(call), config) || estimateNext;
       const Prediction want = predict(v, due, stored, rule);
 
       ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c.get(), nullptr), comm_.get(),
@@ -238,6 +252,7 @@ struct StressParam {
   spcclDataType_t type;  // the buffer's
   int errorFeedback;
   int interval;
+  int warmup;  // thresholdWarmup
 };
 
 class ThresholdRuleStress : public ThresholdRuleTest, public testing::WithParamInterface<StressParam> {};
@@ -251,6 +266,7 @@ TEST_P(ThresholdRuleStress, FollowsTheRuleConservesAndAgrees) {
   const size_t n = size_t{1} << 13;
   spcclCompressConfig_t config = makeConfig(0.01f, p.algorithm, p.wire, p.interval, p.errorFeedback);
   config.thresholdMinFraction = p.fraction;
+  config.thresholdWarmup = p.warmup;
   // fp16 buffers: far from overflow (4 ranks' sums at 2^6), and at 2^-8 the
   // smaller entries are subnormal or zero (ties) but not all of them.
   const int lowest = p.type == spcclFloat16 ? -8 : -40, highest = 6;
@@ -271,9 +287,10 @@ TEST_P(ThresholdRuleStress, FollowsTheRuleConservesAndAgrees) {
 }
 
 // Fractions 0 and 1/2 on every algorithm, wire and buffer type, with and
-// without error feedback, on and off a frequent schedule (the 48 cases
-// spread the buffer types and schedules over the wires instead of taking all
-// 288 combinations); 1/4 on a subset.
+// without error feedback, on and off a frequent schedule, with and without
+// the warm-up (the 48 cases spread the buffer types, schedules and warm-up
+// over the wires instead of taking all 576 combinations); 1/4 on a subset,
+// with the warm-up (the default).
 std::vector<StressParam> stressParams() {
   const int algorithms[] = {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_AUTO};
   const spcclDataType_t wires[] = {spcclFloat32, spcclFloat16, spcclBfloat16, spcclFloat8e4m3};
@@ -284,14 +301,15 @@ std::vector<StressParam> stressParams() {
       for (size_t w = 0; w < 4; ++w) {
         for (const int ef : {0, 1}) {
           const size_t i = w + static_cast<size_t>(ef) + static_cast<size_t>(algorithm);
-          out.push_back({fraction, algorithm, wires[w], types[i % 3], ef, i % 2 ? 3 : 1000});
+          const int warmup = static_cast<int>((w + static_cast<size_t>(algorithm)) % 2);
+          out.push_back({fraction, algorithm, wires[w], types[i % 3], ef, i % 2 ? 3 : 1000, warmup});
         }
       }
     }
   }
   for (const int algorithm : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT})
     for (const spcclDataType_t wire : {spcclFloat32, spcclFloat8e4m3})
-      out.push_back({0.25f, algorithm, wire, spcclFloat32, 1, 1000});
+      out.push_back({0.25f, algorithm, wire, spcclFloat32, 1, 1000, 1});
   return out;
 }
 
@@ -300,7 +318,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, ThresholdRuleStress, testing::ValuesIn(stressPara
                            const StressParam& p = i.param;
                            return fractionName(p.fraction) + "_" + algorithmName(p.algorithm) + "_w" +
                                   typeName(p.wire) + "_b" + typeName(p.type) + "_ef" + std::to_string(p.errorFeedback) +
-                                  "_i" + std::to_string(p.interval);
+                                  "_i" + std::to_string(p.interval) + "_wu" + std::to_string(p.warmup);
                          });
 
 // ---------- edge cases ----------

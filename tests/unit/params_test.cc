@@ -100,6 +100,10 @@ TEST(Params, ValidValues) {
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_THRESHOLD_MIN_FRACTION", "1"}}).thresholdMinFraction, 1.0f);
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_THRESHOLD_MIN_FRACTION", "0"}}).thresholdMinFraction, 0.0f);
 
+  EXPECT_TRUE(loadOk({}).thresholdWarmup);
+  EXPECT_FALSE(loadOk({{"SPCCL_THRESHOLD_WARMUP", "0"}}).thresholdWarmup);
+  EXPECT_TRUE(loadOk({{"SPCCL_THRESHOLD_WARMUP", "1"}}).thresholdWarmup);
+
   EXPECT_FLOAT_EQ(loadOk({}).splitReselect, 1.0f);
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_SPLIT_RESELECT", "0"}}).splitReselect, 0.0f);
   EXPECT_FLOAT_EQ(loadOk({{"SPCCL_SPLIT_RESELECT", "2.5"}}).splitReselect, 2.5f);
@@ -245,6 +249,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_NET_GBPS", {"-1", "fast", "1e7", "nan"}},
       {"SPCCL_SPLIT_RESELECT", {"-0.5", "half", "1e7", "nan", "inf"}},
       {"SPCCL_THRESHOLD_MIN_FRACTION", {"-0.1", "1.5", "half", "nan", "inf"}},
+      {"SPCCL_THRESHOLD_WARMUP", {"2", "-1", "on", "0.5"}},
       {"SPCCL_PROFILE", {"2", "yes please", "-1"}},
       {"SPCCL_NET_LATENCY_US", {"-0.5", "us", "inf"}},
       {"SPCCL_VALUE_TYPE", {"fp64", "float16", "half", "7", "fp"}},
