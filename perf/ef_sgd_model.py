@@ -14,16 +14,20 @@ feedback). Ties, NaN/Inf and wire rounding are left out (fp32, random normal
 data). Pure Python, no dependencies; n = 20000 takes seconds.
 
 It shows what the rule does to training, apart from any implementation: on an
-H200 the interposed NCCL program (density 0.1, lr 0.1, 60 steps) printed losses
-0.4999, 0.0777, 0.0137, 0.0069, 0.0073, 0.0092, 0.0110 every 10 steps; this model
-with the same settings prints 0.4974, 0.0767, 0.0136, 0.0069, 0.0074, 0.0092,
-0.0109 (2026-11-30). At lr 0.5 and density 0.01 the device run diverged (1.09,
-4.99, 31.2, 119, 228, 437) and so does the model (1.09, 5.31, 25.0, 132, 225, 438):
-an entry applies about 1/density steps of gradient at once.
+H200 the interposed NCCL program (density 0.1, lr 0.1, 60 steps, the rule of
+2026-11-30: no warm-up) printed losses 0.4999, 0.0777, 0.0137, 0.0069, 0.0073,
+0.0092, 0.0110 every 10 steps; this model with the same settings (--warmup 0)
+prints 0.4974, 0.0767, 0.0136, 0.0069, 0.0074, 0.0092, 0.0109. With the warm-up
+(the default) it prints 0.4974, 0.0770, 0.0125, 0.0042, 0.0040, 0.0031, 0.0038.
+At lr 0.5 and density 0.01 the device run diverged (1.09, 4.99, 31.2, 119, 228,
+437) and so does the model with --warmup 0 (1.09, 5.31, 25.0, 132, 225, 438;
+with the warm-up 1.09, 5.31, 25.0, 140, 473, 555): an entry applies about
+1/density steps of gradient at once.
 
   perf/ef_sgd_model.py                       # density 0.1, lr 0.1, intervals 1000, 10, 1
+  perf/ef_sgd_model.py --warmup 0            # the schedule alone (the H200 run's rule)
   perf/ef_sgd_model.py --min-fraction 0.5    # the low side on
-  perf/ef_sgd_model.py --density 0.01 --lr 0.5 --intervals 1000
+  perf/ef_sgd_model.py --density 0.01 --lr 0.5 --intervals 1000 --warmup 0
 """
 import argparse
 import math

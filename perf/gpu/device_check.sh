@@ -314,8 +314,12 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
   # step 3; perf/ef_sgd_model.py --min-fraction 0.5 predicts it goes on down).
   SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO SPCCL_ALLREDUCE_DENSITY=0.1 SPCCL_THRESHOLD_MIN_FRACTION=0.5 \
     LD_PRELOAD="$interposer" timeout 90 "$bin/nccl_plain_sgd" >"$logs/preloaded_min_fraction.log" 2>&1
+  # And DCT's schedule alone (no warm-up), the rule of the 2026-11-30 run (0.0110).
+  SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO SPCCL_ALLREDUCE_DENSITY=0.1 SPCCL_THRESHOLD_WARMUP=0 \
+    LD_PRELOAD="$interposer" timeout 90 "$bin/nccl_plain_sgd" >"$logs/preloaded_no_warmup.log" 2>&1
   set -e
   low=$(grep "final loss" "$logs/preloaded_min_fraction.log" 2>/dev/null | awk '{print $3}') || true
+  nowarm=$(grep "final loss" "$logs/preloaded_no_warmup.log" 2>/dev/null | awk '{print $3}') || true
   first=$(awk '$1 == "step" && $2 == 0 {print $4}' "$logs/plain.log" 2>/dev/null) || true
   plain=$(grep "final loss" "$logs/plain.log" 2>/dev/null | awk '{print $3}') || true
   pre=$(grep "final loss" "$logs/preloaded.log" 2>/dev/null | awk '{print $3}') || true
@@ -327,7 +331,8 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
     'BEGIN {print (a > 0 && b + 0 == b && c + 0 == c && b < a / 10 && c < a / 10) ? 1 : 0}')
   if [ $prc = 0 ] && [ "${used:-0}" -ge 1 ] && [ "$trained" = 1 ]; then
     add "LD_PRELOAD libspccl_nccl.so: ok, loss $first -> plain $plain, compressed $pre (preloaded.log)," \
-      "with SPCCL_THRESHOLD_MIN_FRACTION=0.5 ${low:-?} (preloaded_min_fraction.log)"
+      "with SPCCL_THRESHOLD_MIN_FRACTION=0.5 ${low:-?} (preloaded_min_fraction.log)," \
+      "with SPCCL_THRESHOLD_WARMUP=0 ${nowarm:-?} (preloaded_no_warmup.log)"
   else
     add "LD_PRELOAD libspccl_nccl.so: FAILED (exit $prc, spccl report lines: ${used:-0}, loss $first -> plain" \
       "${plain:-?}, compressed ${pre:-?}, both must end below a tenth of the start; see preload/plain/preloaded.log)"
