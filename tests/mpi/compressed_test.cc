@@ -602,24 +602,35 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c2.get(), nullptr),
                            comm_.get(), "spcclAllReduceCompressed, version 2"));
 
-  // Version 3 (before thresholdWarmup): read up to thresholdMinFraction; the
-  // NaN bytes after it unread (0xffffffff as thresholdWarmup fails the
-  // check), thresholdWarmup takes its env default, 1: at interval 1000 the
-  // second call estimates tau too (error feedback off and the same input
-  // twice, so nothing else would: the stored tau selects exactly k).
+  // Version 3 (before thresholdWarmup): read up to thresholdMinFraction, as
+  // a version-3 caller passes it (its sizeof, padding included: 48 bytes on
+  // LP64, like version 4's); the 0xff bytes after its fields unread
+  // (0xffffffff as thresholdWarmup fails the check). thresholdWarmup takes
+  // its env default, 1, and the caller's thresholdMinFraction 0.25 holds.
+  // Error feedback off: calls 0-2 on the same input estimate only on the
+  // schedule (0) and the warm-up (1, 2); call 3's input is halved, so the
+  // stored tau selects nothing and the low side re-estimates it.
   constexpr size_t kV3Bytes = offsetof(spcclCompressConfig_t, thresholdWarmup);
   whole = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32, 1000, 0);
-  whole.size = kV3Bytes;
+  whole.size = (kV3Bytes + alignof(spcclCompressConfig_t) - 1) / alignof(spcclCompressConfig_t) *
+               alignof(spcclCompressConfig_t);
   whole.version = 3;
+  whole.thresholdMinFraction = 0.25f;
   std::memset(buf, 0xff, sizeof buf);
   std::memcpy(buf, &whole, kV3Bytes);
   CompressorPtr c3;
   ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c3));
-  for (int call = 0; call < 2; ++call)
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c3.get(), nullptr),
-                             comm_.get(), "spcclAllReduceCompressed, version 3"));
-  ASSERT_TRUE(stats(c3.get(), s));
-  EXPECT_EQ(s.thresholdUpdates, 2u) << "a version-3 config gets the default warm-up (call 1 estimates)";
+  std::vector<float> halved = in;
+  for (float& x : halved) x *= 0.5f;
+  for (int call = 0; call < 4; ++call) {
+    ASSERT_TRUE(okOnAllRanks(
+        spcclAllReduceCompressed(call < 3 ? in.data() : halved.data(), out.data(), spcclSum, c3.get(), nullptr),
+        comm_.get(), "spcclAllReduceCompressed, version 3"));
+    ASSERT_TRUE(stats(c3.get(), s));
+    EXPECT_EQ(s.thresholdUpdates, static_cast<uint64_t>(call + 1))
+        << "call " << call << ": a version-3 config gets the default warm-up (calls 1, 2) and keeps its "
+        << "thresholdMinFraction (call 3)";
+  }
 
   // Version 4 (current) must be whole.
   spcclCompressConfig_t v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
