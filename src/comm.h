@@ -148,10 +148,10 @@ struct spcclCompressor {
 
  private:
   void ensureResidual();
-  // *staleTau: the tau the call found, when the call re-estimated it off the
-  // schedule (stored tau over the capacity or starving the selection); the
-  // caller restores it if the call is refused. Untouched otherwise.
-  spccl::Status select(const void* sendbuff, uint64_t* nnz, uint32_t* staleTau, bool* staleEstimated);
+  // *offSchedule set: the call re-estimated the stored tau off the schedule
+  // (over the capacity or starving the selection); the caller puts the tau
+  // it had before back if the call is refused. Untouched otherwise.
+  spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* offSchedule);
   void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                          uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after

@@ -98,7 +98,7 @@ void spcclCompressor::ensureResidual() {
   residual[1].resize(count);
 }
 
-Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, uint32_t* staleTau, bool* staleEstimated) {
+Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSchedule) {
   const bool timing = trialTiming;
   const Stopwatch call(timing);
   double lastPass = 0;  // seconds of the last selectPack pass (the one a call without re-estimation makes)
@@ -150,8 +150,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, uint32_t* st
     }
     if (!estimated && r.finiteSelected > capacity) {  // stale tau: re-estimate exactly in this call
       estimated = true;
-      *staleTau = tauKey;
-      *staleEstimated = true;
+      *offSchedule = true;
       if (r.selected <= pairSlots) {  // every candidate was captured
         const host::ReselectResult rs =
             host::reselectCandidates(a, r.selected, k, capacity, comm->thresholdScratchFor(r.selected));
@@ -168,8 +167,7 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, uint32_t* st
       // share of k: re-estimate in this call, as on the high side, so that the
       // call sends about k entries. (The pass's candidates are too few to
       // rank: one full estimate, then one more pass.)
-      *staleTau = tauKey;
-      *staleEstimated = true;
+      *offSchedule = true;
       estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
       estimated = true;
       continue;
@@ -384,11 +382,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   }
 
   uint64_t nnz = 0;
-  uint32_t staleTau = 0;
-  bool staleEstimated = false;
+  const uint32_t storedTau = tauKey;  // what a refused call that re-estimated off the schedule goes back to
+  bool offSchedule = false;
   if (algorithm != SPCCL_ALGO_DENSE) {
     const Stopwatch watch(comm->params.profile);
-    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &staleTau, &staleEstimated));
+    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &offSchedule));
     profile.selection += watch.seconds();
   }
 
@@ -412,7 +410,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     // device's exact mode re-estimates only once the records agree), so the
     // next call applies the rule to its own input. A scheduled estimate
     // stays, as on the device (the schedule counted this call).
-    if (staleEstimated) tauKey = staleTau;
+    if (offSchedule) tauKey = storedTau;
     return agreed;
   }
   // Every rank agreed on it: this was the shape's first call, if none was yet
