@@ -578,6 +578,14 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   std::memset(buf, 0xff, sizeof buf);
   std::memcpy(buf, &v1, kV1Bytes);
   const auto* config = reinterpret_cast<const spcclCompressConfig_t*>(buf);
+  // What an older caller passes: the first `fields` bytes of cfg, labelled
+  // with its size and version, and 0xff (NaN) after them.
+  auto asOlderCaller = [&buf](spcclCompressConfig_t cfg, size_t fields, size_t size, unsigned version) {
+    cfg.size = size;
+    cfg.version = version;
+    std::memset(buf, 0xff, sizeof buf);
+    std::memcpy(buf, &cfg, fields);
+  };
   CompressorPtr c;
   ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c));
   const std::vector<float> in = gaussian(kOddCount, seedFor(71, rank_));
@@ -592,11 +600,8 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   // NaN bytes after it unread.
   constexpr size_t kV2Bytes = offsetof(spcclCompressConfig_t, thresholdMinFraction);
   spcclCompressConfig_t whole = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-  whole.size = kV2Bytes;
-  whole.version = 2;
   whole.splitReselect = 0.5f;
-  std::memset(buf, 0xff, sizeof buf);
-  std::memcpy(buf, &whole, kV2Bytes);
+  asOlderCaller(whole, kV2Bytes, kV2Bytes, 2);
   CompressorPtr c2;
   ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c2));
   ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c2.get(), nullptr),
@@ -612,12 +617,8 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   // stored tau selects nothing and the low side re-estimates it.
   constexpr size_t kV3Bytes = offsetof(spcclCompressConfig_t, thresholdWarmup);
   whole = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32, 1000, 0);
-  whole.size = (kV3Bytes + alignof(spcclCompressConfig_t) - 1) / alignof(spcclCompressConfig_t) *
-               alignof(spcclCompressConfig_t);
-  whole.version = 3;
   whole.thresholdMinFraction = 0.25f;
-  std::memset(buf, 0xff, sizeof buf);
-  std::memcpy(buf, &whole, kV3Bytes);
+  asOlderCaller(whole, kV3Bytes, alignUp(kV3Bytes, alignof(spcclCompressConfig_t)), 3);
   CompressorPtr c3;
   ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c3));
   std::vector<float> halved = in;
@@ -633,32 +634,32 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   }
 
   // Version 4 (current) must be whole.
-  spcclCompressConfig_t v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-  v3.size = kV3Bytes;
+  spcclCompressConfig_t current = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  current.size = kV3Bytes;
   spcclCompressor_t raw = nullptr;
-  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument);
+  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &current, &raw), spcclInvalidArgument);
   EXPECT_EQ(raw, nullptr);
-  v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-  v3.splitReselect = -1.0f;
-  EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument);
-  EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.splitReselect=-1"), std::string::npos)
-      << spcclGetLastError(nullptr);
-  for (const float bad : {-0.25f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
-    v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-    v3.thresholdMinFraction = bad;
-    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument) << bad;
-    EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.thresholdMinFraction="), std::string::npos)
-        << spcclGetLastError(nullptr);
+  // A field out of range: refused, the message naming it.
+  const spcclCompressConfig_t base = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
+  auto expectRefused = [&](const spcclCompressConfig_t& bad, const std::string& message) {
+    raw = nullptr;
+    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &bad, &raw), spcclInvalidArgument)
+        << message;
+    EXPECT_NE(std::string(spcclGetLastError(nullptr)).find(message), std::string::npos) << spcclGetLastError(nullptr);
     EXPECT_EQ(raw, nullptr);
+  };
+  current = base;
+  current.splitReselect = -1.0f;
+  expectRefused(current, "config.splitReselect=-1");
+  for (const float bad : {-0.25f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    current = base;
+    current.thresholdMinFraction = bad;
+    expectRefused(current, "config.thresholdMinFraction=");
   }
   for (const int bad : {-1, 2}) {
-    v3 = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
-    v3.thresholdWarmup = bad;
-    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &v3, &raw), spcclInvalidArgument) << bad;
-    EXPECT_NE(std::string(spcclGetLastError(nullptr)).find("config.thresholdWarmup=" + std::to_string(bad)),
-              std::string::npos)
-        << spcclGetLastError(nullptr);
-    EXPECT_EQ(raw, nullptr);
+    current = base;
+    current.thresholdWarmup = bad;
+    expectRefused(current, "config.thresholdWarmup=" + std::to_string(bad));
   }
 }
 
