@@ -210,8 +210,8 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
     } else if (!sparse && round == 0) {
       SPCCL_CUDA_CHECK(cudaMemsetAsync(&records[me].counts, 0, sizeof(cuda::SelectCounts), stream));
     }
-    SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], headerFor(mine, capacity, s.slots, estimated, c->starveBelow()),
-                                                      s.threshold.get<cuda::ThresholdOut>(),
+    const cuda::CallRecordHeader header = headerFor(mine, capacity, s.slots, estimated, c->starveBelow());
+    SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], header, s.threshold.get<cuda::ThresholdOut>(),
                                                       comm.device->pendingDevice, stream));
     SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
     ++recordExchanges;
