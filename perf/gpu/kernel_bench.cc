@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
     a.indices = idx;
     a.values = val;
     a.result = counts;
-    // Both kernels (SelectArgs::storeEarly off and on, perf/gpu/NOTES.md item 1).
+    // Both kernels (SelectArgs::storeEarly off and on, perf/gpu/README.md).
     const auto [selMs, earlyMs] = medianMsOfTwo(
         [&](bool early) {
           a.storeEarly = early;
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     const uint64_t nRows = n / rowLen;
     uint32_t* rowPos = reinterpret_cast<uint32_t*>(acc);  // n/16 positions fit easily
     uint32_t* rowCounts = deviceAlloc<uint32_t>(nRows);
-    // Both kernels (RowTopKMethod, perf/gpu/NOTES.md item 3), the radix select
+    // Both kernels (RowTopKMethod, perf/gpu/README.md), the radix select
     // last: its output is checked below, the floor-first kernel's after it.
     const auto [floorMs, topkMs] = medianMsOfTwo(
         [&](bool radix) {
