@@ -8,14 +8,14 @@ steps (with --warmup 1, SPCCL_THRESHOLD_WARMUP's default, also on steps 1, 2,
 4, 8, ... below the interval), and re-estimated in the step whose stored tau selects more than
 capacity x k entries or, with --min-fraction F > 0 (SPCCL_THRESHOLD_MIN_FRACTION),
 fewer than ceil(F x k) (--next-call: the low side re-estimated one step late
-instead, the library's rule at F = 0.5 from 2026-11-30 to 2026-12-01); the
+instead, a variant the library does not use); the
 entries with |v| >= tau are applied, the rest stay in the residual (error
 feedback). Ties, NaN/Inf and wire rounding are left out (fp32, random normal
 data). Pure Python, no dependencies; n = 20000 takes seconds.
 
 It shows what the rule does to training, apart from any implementation: on an
-H200 the interposed NCCL program (density 0.1, lr 0.1, 60 steps, the rule of
-2026-11-30: no warm-up) printed losses 0.4999, 0.0777, 0.0137, 0.0069, 0.0073,
+H200 the interposed NCCL program (density 0.1, lr 0.1, 60 steps, no warm-up)
+printed losses 0.4999, 0.0777, 0.0137, 0.0069, 0.0073,
 0.0092, 0.0110 every 10 steps; this model with the same settings (--warmup 0)
 prints 0.4974, 0.0767, 0.0136, 0.0069, 0.0074, 0.0092, 0.0109. With the warm-up
 (the default) it prints 0.4974, 0.0770, 0.0125, 0.0042, 0.0040, 0.0031, 0.0038.
@@ -94,9 +94,9 @@ def main():
                          "re-estimated in that step (default 0: never, the library's default)")
     ap.add_argument("--warmup", type=int, choices=(0, 1), default=1,
                     help="SPCCL_THRESHOLD_WARMUP: also estimate on steps 1, 2, 4, ... below the interval (default 1, "
-                         "the library's default since 2026-12-02; 0: the interval alone)")
+                         "the library's default; 0: the interval alone)")
     ap.add_argument("--next-call", action="store_true",
-                    help="re-estimate a starved tau in the next step instead (2026-11-30 to 12-01, at F = 0.5)")
+                    help="re-estimate a starved tau in the next step instead (a variant, not the library's rule)")
     a = ap.parse_args()
     if a.n < 1 or not 0 < a.density <= 1 or a.lr <= 0 or a.steps < 1 or not 0 <= a.min_fraction <= 1:
         ap.error("need n >= 1, 0 < density <= 1, lr > 0, steps >= 1, 0 <= min-fraction <= 1")

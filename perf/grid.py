@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Is SPCCL_ALGO=auto within 10% of the best fixed algorithm? (issue 5, section 4)
+"""Is SPCCL_ALGO=auto within 10% of the best fixed algorithm?
 
 For every point of a grid (buffer size x density x ranks) this runs
 perf/allreduce_perf once per fixed algorithm (dense, allgather, split) and once

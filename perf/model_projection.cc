@@ -24,7 +24,7 @@ namespace {
 
 struct Options {
   // The bandwidth the selection and unpack reach: by default selectPack's on an
-  // H200 (perf/gpu/kernel_bench, 64 Mi floats, density 0.01, 2026-11-30:
+  // H200 (perf/gpu/kernel_bench, 64 Mi floats, density 0.01:
   // 810.7 MB counted in 482 us, 42% of the 4.0 TB/s device-to-device copy of
   // the same run; docs/PERF.md, "CUDA kernels on an H200").
   double selectTBps = 1.68;

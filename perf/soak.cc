@@ -1,6 +1,6 @@
 // soak: many compressed calls of mixed sizes and densities on one
 // communicator, as a long training job makes them, watching for errors, for
-// ranks that drift apart, and for memory growth (issue 7, section 5).
+// ranks that drift apart, and for memory growth.
 //
 // Each call is drawn (the same draw on every rank) from a mix of:
 //   - spcclAllReduceCompressed through 12 explicit compressors: 4 sizes from

@@ -314,7 +314,7 @@ if [ -n "$nccl_lib" ] && [ -f "$interposer" ]; then
   # step 3; perf/ef_sgd_model.py --min-fraction 0.5 predicts it goes on down).
   SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO SPCCL_ALLREDUCE_DENSITY=0.1 SPCCL_THRESHOLD_MIN_FRACTION=0.5 \
     LD_PRELOAD="$interposer" timeout 90 "$bin/nccl_plain_sgd" >"$logs/preloaded_min_fraction.log" 2>&1
-  # And DCT's schedule alone (no warm-up), the rule of the 2026-11-30 run (0.0110).
+  # And DCT's schedule alone (no warm-up): perf/ef_sgd_model.py --warmup 0 predicts 0.011.
   SPCCL_INTERCEPT=allreduce SPCCL_DEBUG=INFO SPCCL_ALLREDUCE_DENSITY=0.1 SPCCL_THRESHOLD_WARMUP=0 \
     LD_PRELOAD="$interposer" timeout 90 "$bin/nccl_plain_sgd" >"$logs/preloaded_no_warmup.log" 2>&1
   set -e

@@ -15,19 +15,17 @@
 // overshoots and diverges: 0.5 at density 0.01 grows the loss from 0.5 to
 // over 400 in 60 steps, on the device and in perf/ef_sgd_model.py (the
 // selection rule written out in Python) alike; 0.1 at density 0.1 trains.
-// Measured on an H200 (2026-11-30) with DCT's schedule alone
-// (SPCCL_THRESHOLD_MIN_FRACTION 0 and no warm-up: SPCCL_THRESHOLD_WARMUP=0
-// now), it levelled off above the dense run (0.4999 at step 0, 0.0069 at
+// With DCT's schedule alone (SPCCL_THRESHOLD_WARMUP=0, no low side) it levels
+// off above the dense run (measured on an H200: 0.4999 at step 0, 0.0069 at
 // step 30, 0.0110 at step 60, against 0.000002 plain), because all 60 steps
-// used the tau of step 0 (SPCCL_THRESHOLD_INTERVAL 1000) and once the
-// gradients fell below it each update was at least lr * tau. The default
-// since 2026-12-02 adds the warm-up (tau also estimated at steps 1, 2, 4, ...,
-// 32 here): perf/ef_sgd_model.py predicts 0.0042 at step 30 and 0.0038 at 60,
-// still levelled off. With SPCCL_THRESHOLD_MIN_FRACTION=0.5 (a stored tau
-// that selects fewer than k/2 is re-estimated in that call) the model goes on
-// down (0.0004 at step 30, 0.0000 from 40). Neither is run on a device yet
-// (perf/gpu/device_check.sh runs the default, the low side, and the schedule
-// alone).
+// use the tau of step 0 (SPCCL_THRESHOLD_INTERVAL 1000) and once the
+// gradients fall below it each update is at least lr * tau. The default
+// warm-up (tau also estimated at steps 1, 2, 4, ..., 32 here) is predicted by
+// perf/ef_sgd_model.py to reach 0.0042 at step 30 and 0.0038 at 60, still
+// levelled off. With SPCCL_THRESHOLD_MIN_FRACTION=0.5 (a stored tau that
+// selects fewer than k/2 is re-estimated in that call) the model goes on down
+// (0.0004 at step 30, 0.0000 from 40). perf/gpu/device_check.sh runs all three
+// (the default, the low side, and the schedule alone).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 

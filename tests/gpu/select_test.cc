@@ -351,10 +351,11 @@ TEST(GpuSelectPack, WorkspaceReusedAcrossSizesWithoutReset) {
 // One workspace, sized for a 300-tile pass, alternately serves a 2-tile pass
 // whose tile 0 keeps 4 x (g + 1) + 1 entries (g: its generation, one per pass
 // since the init), a count that reads as an aggregate flag of the next
-// generation, and the 300-tile pass. Until the workspace was laid out from its
-// size (select_pack_layout.h), the small pass's counts sat in the large pass's
-// flag region, and a look-back that met one before the real flag took an old
-// prefix: wrong pairs and a wrong count, depending on tile timing. The large
+// generation, and the 300-tile pass. The workspace is laid out from its size
+// (select_pack_layout.h) because a layout from the pass's tile count would put
+// the small pass's counts in the large pass's flag region, and a look-back that
+// met one before the real flag would take an old prefix: wrong pairs and a
+// wrong count, depending on tile timing. The large
 // pass must match the host on every round.
 TEST(GpuSelectPack, SmallPassCountsNeverReadAsFlags) {
   SPCCL_REQUIRE_DEVICE();

@@ -5,8 +5,8 @@
 // `mpirun --mca pml_monitoring_enable 1`.
 //
 // Shape: rowLen 128 fp32, density 1/16 (8 of 128 kept per row: 8-bit
-// indices, fp32 values: SPCCL_VALUE_TYPE=fp32 is set before the communicator). The
-// issue's "4 ranks x 4096 rows" is read as 4096 rows per peer block (each
+// indices, fp32 values: SPCCL_VALUE_TYPE=fp32 is set before the communicator).
+// "4 ranks x 4096 rows" is read as 4096 rows per peer block (each
 // rank sends 4 x 4096 rows), the larger payload; 4096 rows per rank in all
 // (1024 per peer, where the fixed per-message bytes weigh more) runs too.
 // Arguments `rowsPerPeer [rowLen [density]]` run that one shape instead.
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
                argc > 3 ? std::strtof(argv[3], nullptr) : 1.0f / 16}};
   }
 
-  // fp32 values on the wire, as the shape says, whatever the caller's environment.
+  // fp32 values on the wire, as the shape above says, whatever the caller's environment.
   setenv("SPCCL_VALUE_TYPE", "fp32", /*overwrite=*/1);
   spcclComm_t comm = nullptr;
   int bad = spcclCommInitMPI(&comm, MPI_COMM_WORLD) != spcclSuccess ? fail(rank, "comm init") : 0;

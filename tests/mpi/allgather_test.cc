@@ -1,4 +1,4 @@
-// Drop-in allgather (issue 3, sections 1 and 4): equals MPI_Allgather bitwise
+// Drop-in allgather: equals MPI_Allgather bitwise
 // by default for every datatype, out of place and in place
 // (sendbuff == recvbuff + rank*sendcount); with SPCCL_ALLGATHER_DENSITY < 1
 // (ctest variant mpi_allgather_test_sparse) each rank's fp32/fp16/bf16 block
@@ -6,7 +6,7 @@
 // the lower index, NaN/Inf always kept) and zeros elsewhere. Integer and fp64
 // blocks stay exact. The output is the same on every rank either way.
 //
-// Reading of the issue taken here: the sparsified values travel exactly with
+// Reading of the specification taken here: the sparsified values travel exactly with
 // the default SPCCL_VALUE_TYPE=fp32 (which holds every fp16/bf16 value), and
 // rounded once to the wire type otherwise (variants mpi_allgather_test_sparse_
 // fp16wire and _fp8wire; fp8: one scale per block from its largest finite kept

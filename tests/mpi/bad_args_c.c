@@ -1,5 +1,5 @@
 /*
- * The bad-argument and mismatched-call matrix of issue 7, section 1, from
+ * The bad-argument and mismatched-call matrix, from
  * strict C99 as a user's program would see the API (run under mpirun -np 2,
  * 3 and 4).
  *

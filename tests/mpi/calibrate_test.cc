@@ -1,4 +1,4 @@
-// SPCCL_CALIBRATE across ranks (issue 5, section 4): every rank of a
+// SPCCL_CALIBRATE across ranks: every rank of a
 // communicator ends with bitwise the same cost model (each rank measures its
 // own timings; the model must not differ, or SPCCL_ALGO=auto would pick
 // differently and the call descriptor check would reject every call), the

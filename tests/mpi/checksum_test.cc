@@ -1,4 +1,4 @@
-// SPCCL_CHECKSUM=1 end to end (issue 7, section 2): every compressed
+// SPCCL_CHECKSUM=1 end to end: every compressed
 // collective gives the same bits with and without checksums, and a bit
 // flipped in a stream after its CRC was computed (the test hook
 // SPCCL_TEST_CORRUPT_STREAMS, set on rank 1 only) is spcclRemoteError naming

@@ -1,4 +1,4 @@
-// Compressed allreduce (issue 2, sections 3, 4 and 8): identical results on
+// Compressed allreduce: identical results on
 // every rank, the selection rule against an independent reference, NaN/Inf
 // propagation, bytes on the wire against the algorithms' cost, and the
 // threshold re-estimation schedule.
@@ -152,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(HalfBuffers, HalfBufferIdenticalTest,
 // in rank order 0..P-1 from 0.0f (divided by P for avg). The allgather
 // algorithm does exactly that, bitwise. Split sums the received pairs in rank
 // order at the range owner, so with fp32 values it is the same bits too. With
-// fp16/bf16 the issue allows two designs for split's second stage: travel in
+// fp16/bf16 the specification allows two designs for split's second stage: travel in
 // fp32 (output == reference) or re-encode the owner's sum in the wire type and
 // put that rounding into the owner's residual (output == round_wire(reference)).
 // Either is accepted, bitwise, but one of them for the whole buffer. The
@@ -368,7 +368,7 @@ TEST_P(NonFiniteTest, NanAndInfReachEveryRank) {
   EXPECT_TRUE(identicalOnAllRanks(out.data(), out.size(), sizeof(float)));
 }
 
-// A NaN or Inf that was sent is inside S: its residual is 0 (the issue's rule),
+// A NaN or Inf that was sent is inside S: its residual is 0 (the specification's rule),
 // not NaN (e.g. Inf - Inf from "residual = v - sent"), which would make every
 // later output NaN at that index although the inputs are finite again (mixed
 // precision skips the overflowed step and carries on).
@@ -423,7 +423,7 @@ TEST_P(NonFiniteTest, ManyNonFiniteBeyondCapacity) {
   EXPECT_EQ(countNonFinite(res), 0u);
 }
 
-// Finite inputs beyond the fp16 range (max 65504). The issue: "Any rounding an
+// Finite inputs beyond the fp16 range (max 65504). The rule: "Any rounding an
 // algorithm adds later (e.g. re-encoding an owner's reduced range in fp16)
 // must also return to a residual, or that stage must travel in fp32:
 // conservation holds to 1e-5 for every value type." Overflow to Inf is the
@@ -467,8 +467,8 @@ INSTANTIATE_TEST_SUITE_P(AllgatherSplit, HalfRangeTest, testing::ValuesIn(kCompr
 
 // ---------- bytes on the wire ----------
 //
-// Cost model restated from the issue (headers are allowed some slack since
-// their exact size may still change; H bounds one message's header and count
+// Cost model restated from docs/ALGORITHMS.md (headers are allowed some slack, so
+// that a header's layout can change without this test; H bounds one message's header and count
 // exchange):
 // - pair = 4 (uint32 index) + w bytes (w = 4 fp32, 2 fp16/bf16, 1 fp8).
 // - allgather: this rank's stream (nnz pairs + header) goes to each of the
@@ -997,7 +997,7 @@ TEST_P(ScheduleTest, WarmupEstimatesAtThePowersOfTwoBelowTheInterval) {
   }
 }
 
-// A refused call's effect on the stored tau (f28d52d) is tested in
+// A refused call's effect on the stored tau is tested in
 // threshold_rule_test.cc (ThresholdRuleRefused), on both sides of the rule.
 
 INSTANTIATE_TEST_SUITE_P(AllgatherSplit, ScheduleTest, testing::ValuesIn(kCompressedAlgorithms),

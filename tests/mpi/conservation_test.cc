@@ -1,4 +1,4 @@
-// Conservation of error feedback (issue 2, sections 3 and 8): nothing is ever
+// Conservation of error feedback: nothing is ever
 // dropped, so over any run sum(outputs) + sum over ranks of residuals ==
 // sum over ranks and calls of inputs, for every algorithm and wire type.
 //

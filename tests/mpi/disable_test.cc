@@ -1,4 +1,4 @@
-// SPCCL_DISABLE=1 makes every call exact (issue 2, section 2). Registered with
+// SPCCL_DISABLE=1 makes every call exact. Registered with
 // that variable set; the library reads it at communicator creation.
 #include <cstdlib>
 

@@ -1,5 +1,4 @@
-// Error handling (issue 2, sections 2 and 5; DESIGN "every call returns a
-// result code"): invalid arguments are rejected before any communication, and
+// Error handling (DESIGN.md: "every call returns a result code"): invalid arguments are rejected before any communication, and
 // compressed calls whose counts differ between ranks fail on every rank
 // instead of hanging or reading out of bounds.
 #include <cstring>
@@ -199,7 +198,7 @@ TEST_F(ErrorsTest, ZeroCountIsANoOp) {
 
 // Rank 0's compressor has N elements, the others' N + 1000 (both compressed).
 // The wire header carries the dense count, so every rank can see the
-// mismatch; every rank must return an error (spcclInvalidUsage per the issue)
+// mismatch; every rank must return an error (spcclInvalidUsage)
 // rather than hang, and the communicator must stay usable.
 class MismatchTest : public MpiTest, public testing::WithParamInterface<int> {};
 

@@ -1,6 +1,6 @@
 // Exact paths: density 1, integer and double types, ops other than sum/avg,
 // drop-in buffers under SPCCL_MIN_COMPRESS_COUNT, and fp16/bf16 dense sums.
-// All must equal MPI_Allreduce on the same data bitwise (issue 2, sections 3, 8).
+// All must equal MPI_Allreduce on the same data bitwise.
 #include <cstdlib>
 #include <tuple>
 

@@ -1,4 +1,4 @@
-// Conservation and determinism as properties (issue 7, section 4), over
+// Conservation and determinism as properties, over
 // seeded random configurations of the compressed allreduce: count, density,
 // algorithm (spcclCompressConfig_t.algorithm), wire value type, threshold
 // interval, error feedback on or off, in place or not, 1 to 4 calls, and

@@ -1,4 +1,4 @@
-// Row-sparse allreduce (issue 3, sections 3 and 4): every rank gets the
+// Row-sparse allreduce: every rank gets the
 // sorted unique ids of the union over ranks, each with the sum of all its rows,
 // bitwise identical everywhere; duplicates within and across ranks, empty
 // inputs, ids at the int64 limits, the capacity-too-small path, bad arguments.
@@ -459,7 +459,7 @@ TEST_F(RowSparseTest, MismatchedRowLenOrTypeFailsOnEveryRank) {
     EXPECT_TRUE(succeeded.empty()) << "returned success on rank(s) " << succeeded;
     if (r != spcclSuccess) {
       // The message names what differs in the caller's terms: the call has
-      // no "count" argument (until 2026-12-01 a row length was reported as one).
+      // no "count" argument, so a row length must not be reported as one.
       const std::string message = spcclGetLastError(comm_.get());
       EXPECT_NE(message.find(std::string(k.what) == "rowLen" ? "row length" : "datatype"), std::string::npos)
           << message;
@@ -481,9 +481,8 @@ TEST_F(RowSparseTest, MismatchedRowLenOrTypeFailsOnEveryRank) {
 // second call's pick follows the model: one second of latency per round makes
 // partition's extra rounds dominate (allgather), a 1 Mbit/s link with no
 // latency makes its smaller traffic win (partition). Which was taken shows in
-// bytesSent, against the same calls with the algorithm fixed. (Until
-// 2026-12-01 auto used the default model whatever the communicator's, and
-// took partition here under one second of latency.)
+// bytesSent, against the same calls with the algorithm fixed. (Auto on the
+// built-in default model would take partition here, under one second of latency.)
 TEST_F(RowSparseTest, AutoDecidesWithTheCommunicatorsNetworkModel) {
   if (size_ <= 2) GTEST_SKIP() << "auto always takes allgather at P <= 2";
   if (!envString("SPCCL_ROWSPARSE_ALGO").empty()) GTEST_SKIP() << "SPCCL_ROWSPARSE_ALGO is set";

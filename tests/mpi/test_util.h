@@ -1,8 +1,8 @@
 // Helpers shared by the multi-rank tests: a fixture owning an spccl
 // communicator over MPI_COMM_WORLD, cross-rank agreement, deterministic data,
 // reference fp16/bf16 rounding and the selection rule of the compressed
-// allreduce, restated from the issue so the tests check the library against an
-// independent implementation; for issue 3, typed element access, MPI
+// allreduce, restated from the specification (docs/ALGORITHMS.md) so the tests check the
+// library against an independent implementation; typed element access, MPI
 // alltoall/allgather references, the per-row top-k rule and the rows stream
 // sizes. Public API only.
 //
@@ -326,7 +326,7 @@ inline MPI_Op mpiOp(spcclRedOp_t op) {
 
 // MPI_Allreduce of the same data over MPI_COMM_WORLD; avg is the sum divided
 // by the rank count in the element type (integer division for integers), as
-// the issue defines it ("divided by the rank count").
+// the specification defines it ("divided by the rank count").
 template <typename T>
 std::vector<T> mpiReference(const std::vector<T>& in, spcclRedOp_t op) {
   std::vector<T> out(in.size());
@@ -443,7 +443,7 @@ inline size_t wireValueBytes(spcclDataType_t wire) {
 
 inline bool sameBits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 
-// ---------- the selection rule of the compressed allreduce (issue, section 3) ----------
+// ---------- the selection rule of the compressed allreduce ----------
 
 // k = ceil(density * count), the product read as the decimal density means
 // (docs/ALGORITHMS.md): no further above a whole number than the float's
@@ -510,7 +510,7 @@ inline uint64_t selectedCount(const std::vector<float>& v, float tau) {
   return static_cast<uint64_t>(std::count(s.begin(), s.end(), 1));
 }
 
-// ---------- issue 3: element access, MPI references, rows selection ----------
+// ---------- element access, MPI references, rows selection ----------
 
 // A value a C caller can pass but C++ may not static_cast to the enum (outside
 // the enum's range is undefined behaviour): copy the int's representation.
@@ -698,7 +698,7 @@ inline spcclDataType_t ownValuesWire(spcclDataType_t data, spcclDataType_t wire)
   return wire == spcclFloat32 && (data == spcclFloat16 || data == spcclBfloat16) ? data : wire;
 }
 
-// ---------- the per-row selection of spcclAlltoAllRowsCompressed (issue 3, section 2) ----------
+// ---------- the per-row selection of spcclAlltoAllRowsCompressed ----------
 
 // kr = max(1, ceil(density * rowLen)), at most rowLen; the product read as
 // selectionSize reads it.
@@ -728,7 +728,7 @@ inline std::vector<uint8_t> rowKeepMask(const void* buf, size_t rowStart, size_t
   return mask;
 }
 
-// ---------- bytes of the rows streams (issue 3, section 2; wire layout of codec.h) ----------
+// ---------- bytes of the rows streams (wire layout of codec.h) ----------
 
 inline uint64_t alignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 

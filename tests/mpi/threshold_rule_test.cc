@@ -17,9 +17,6 @@
 // the calls under test estimate anyway. Each suite also checks that its
 // inputs do reach the low side (at fraction > 0) or keep a tau selecting
 // under k/2 (at 0), so that a rule that ignored the setting would fail here.
-//
-// Adapted from a review of c77a8c7 (the in-call low-side re-estimate, then at
-// a fixed k/2) to the setting of e8e52d5.
 #include <functional>
 #include <limits>
 #include <tuple>
@@ -460,7 +457,7 @@ class ThresholdRuleRefused : public ThresholdRuleTest, public testing::WithParam
 // A call the descriptor check refuses (rank 0 asks for avg) leaves the
 // compressor as it found it: its input shrank 16x (low side, at fraction >
 // 0) or grew 16x (over the capacity) since tau was fitted, so it
-// re-estimated tau before the check; the stored tau must come back (f28d52d), or the retry would find a
+// re-estimated tau before the check; the stored tau must come back, or the retry would find a
 // tau fitted to it and skip the estimate its twin makes. Compressor a makes
 // the refused call, b does not; then both make the same two calls (the
 // retry, and a 16x step further) and must agree bit for bit: outputs,

@@ -1,4 +1,4 @@
-// SPCCL_CHECKSUM's pieces (issue 7, section 2): CRC32C against published
+// SPCCL_CHECKSUM's pieces: CRC32C against published
 // vectors, the table and SSE4.2 paths against each other, and sealed streams
 // of every kind: accepted intact, rejected (spcclRemoteError naming the CRC)
 // after any single-bit flip, and the flag without a CRC, or a CRC without the

@@ -601,7 +601,7 @@ TEST(CodecReject, ByteFlippedInEveryHeaderField) {
           const std::string what = c.name + " field " + f.name + " byte " + std::to_string(b - f.offset) +
                                    " ^ " + std::to_string(mask);
           if (std::string(f.name) == "kind" && st.isOk()) {
-            // The one flip a one-byte kind cannot detect: it now reads as the
+            // The one flip a one-byte kind cannot detect: it reads as the
             // peer's error marker, which fails the call all the same.
             EXPECT_EQ(view.kind, StreamKind::kError) << what;
           } else if (checked) {
