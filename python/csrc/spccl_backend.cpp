@@ -1,0 +1,1383 @@
+// spccl as a torch.distributed backend (c10d::Backend) for CPU tensors.
+//
+// Shape taken from PyTorch's ProcessGroupMPI: one worker thread and a queue
+// per process group, every MPI and spccl call made under one process-wide
+// mutex (MPI_THREAD_SERIALIZED is enough). Before any data moves, each
+// collective exchanges a small descriptor (what the rank was asked to do, the
+// dtype, the sizes, the error its own input has) with one MPI_Allgather, so a
+// mismatch or a bad tensor on any rank becomes the same RuntimeError on every
+// rank instead of a hang. Point-to-point calls send a header before the data
+// for the same reason and are completed by a second thread per group.
+//
+// Exact by default: the collectives below are MPI's, on a private copy of the
+// group's communicator. spccl's compressed calls are used where the program
+// asks for them: the environment opt-in (SPCCL_ALLREDUCE_DENSITY,
+// SPCCL_ALLTOALL_DENSITY with SPCCL_ALLTOALL_ROW_LEN), the explicit
+// compressors behind the DDP hook, and the alltoall_rows autograd op.
+
+#include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <spccl_mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace spccl_torch {
+
+using c10d::OpType;
+using c10d::ReduceOp;
+using c10d::Work;
+
+// ---------------------------------------------------------------------------
+// Process-wide MPI state.
+
+std::mutex& mpiMutex() {
+  static std::mutex m;
+  return m;
+}
+
+bool gWeInitializedMpi = false;
+bool gMpiFinalized = false;
+
+void checkMpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    TORCH_CHECK(false, "spccl: ", what, " failed: ", std::string(msg, len));
+  }
+}
+
+void initMpiOnce() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  int provided = 0;
+  if (!inited) {
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    TORCH_CHECK(rc == MPI_SUCCESS, "spccl: MPI_Init_thread failed");
+    gWeInitializedMpi = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  TORCH_CHECK(provided >= MPI_THREAD_SERIALIZED,
+              "spccl: the MPI library gives thread level ", provided,
+              ", the backend needs MPI_THREAD_SERIALIZED or higher");
+}
+
+// ---------------------------------------------------------------------------
+// Work: finished by the worker thread (collectives) or the progress thread
+// (send/recv); wait() is Work's, getFuture() gives the output tensors.
+
+class SpcclWork : public Work {
+ public:
+  SpcclWork(OpType type, std::vector<at::Tensor> outputs, const char* title)
+      : Work(-1, type, title),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<at::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  void succeed() {
+    future_->markCompleted(c10::IValue(outputs_));
+    finish();
+  }
+  void fail(std::exception_ptr e) {
+    future_->setError(e);
+    finish(e);
+  }
+  int sourceRank() const override { return source_; }
+  int source_ = -1;
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
+};
+
+// ---------------------------------------------------------------------------
+// Input checks. A rank's own problem is a code in its descriptor, so that the
+// other ranks can name it too.
+
+enum LocalError : int64_t {
+  kOk = 0,
+  kNonContiguous,
+  kDtypeUnsupported,
+  kCudaTensor,
+  kOtherDevice,
+  kSparse,
+  kShape,
+  kRoot,
+  kListSize,
+  kReduceOp,
+  kTooLarge,
+  kDtypeLocal,
+  kNumLocalErrors
+};
+
+const char* localErrorText(int64_t e) {
+  switch (e) {
+    case kNonContiguous: return "a tensor is not contiguous (call .contiguous() first)";
+    case kDtypeUnsupported: return "a tensor has a dtype spccl does not support";
+    case kCudaTensor:
+      return "a CUDA tensor: this build of spccl_torch moves CPU tensors only (no NCCL path)";
+    case kOtherDevice: return "a tensor is on a device other than the CPU";
+    case kSparse: return "a sparse tensor (only dense strided tensors are supported)";
+    case kShape: return "tensor sizes do not fit the operation (output/input/split sizes)";
+    case kRoot: return "the root rank is out of range";
+    case kListSize: return "a tensor list has the wrong length";
+    case kReduceOp: return "the reduction op is not supported for this dtype";
+    case kTooLarge: return "a message of 2 GiB or more (not supported)";
+    case kDtypeLocal: return "input and output tensors have different dtypes";
+    default: return "unknown error";
+  }
+}
+
+int64_t checkTensor(const at::Tensor& t) {
+  if (t.is_cuda()) return kCudaTensor;
+  if (!t.device().is_cpu()) return kOtherDevice;
+  if (t.layout() != c10::kStrided) return kSparse;
+  if (!t.is_contiguous()) return kNonContiguous;
+  switch (t.scalar_type()) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kChar: case at::kByte: case at::kShort: case at::kInt: case at::kLong:
+    case at::kBool:
+      break;
+    default:
+      return kDtypeUnsupported;
+  }
+  if (t.nbytes() >= static_cast<size_t>(INT_MAX)) return kTooLarge;
+  return kOk;
+}
+
+int64_t checkTensors(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) {
+    int64_t e = checkTensor(t);
+    if (e != kOk) return e;
+  }
+  return kOk;
+}
+
+int64_t sameDtype(const std::vector<at::Tensor>& ts, at::ScalarType dt) {
+  for (const auto& t : ts)
+    if (t.scalar_type() != dt) return kDtypeLocal;
+  return kOk;
+}
+
+// MPI type and op for a reduction. Half and bfloat16 are reduced in fp32.
+struct ReduceSpec {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  bool viaFloat = false;
+  bool average = false;
+};
+
+int64_t reduceSpec(at::ScalarType dt, ReduceOp::RedOpType rop, ReduceSpec* s) {
+  bool isFloat = at::isFloatingType(dt);
+  bool isBool = dt == at::kBool;
+  switch (dt) {
+    case at::kFloat: s->type = MPI_FLOAT; break;
+    case at::kDouble: s->type = MPI_DOUBLE; break;
+    case at::kHalf: case at::kBFloat16: s->type = MPI_FLOAT; s->viaFloat = true; break;
+    case at::kChar: s->type = MPI_INT8_T; break;
+    case at::kByte: s->type = MPI_UINT8_T; break;
+    case at::kShort: s->type = MPI_INT16_T; break;
+    case at::kInt: s->type = MPI_INT32_T; break;
+    case at::kLong: s->type = MPI_INT64_T; break;
+    case at::kBool: s->type = MPI_C_BOOL; break;
+    default: return kDtypeUnsupported;
+  }
+  switch (rop) {
+    case ReduceOp::SUM: s->op = isBool ? MPI_LOR : MPI_SUM; break;
+    case ReduceOp::AVG:
+      if (!isFloat) return kReduceOp;
+      s->op = MPI_SUM;
+      s->average = true;
+      break;
+    case ReduceOp::PRODUCT: s->op = isBool ? MPI_LAND : MPI_PROD; break;
+    case ReduceOp::MIN: s->op = isBool ? MPI_LAND : MPI_MIN; break;
+    case ReduceOp::MAX: s->op = isBool ? MPI_LOR : MPI_MAX; break;
+    case ReduceOp::BAND:
+      if (isFloat) return kReduceOp;
+      s->op = isBool ? MPI_LAND : MPI_BAND;
+      break;
+    case ReduceOp::BOR:
+      if (isFloat) return kReduceOp;
+      s->op = isBool ? MPI_LOR : MPI_BOR;
+      break;
+    case ReduceOp::BXOR:
+      if (isFloat) return kReduceOp;
+      s->op = isBool ? MPI_LXOR : MPI_BXOR;
+      break;
+    default:
+      return kReduceOp;
+  }
+  return kOk;
+}
+
+spcclDataType_t spcclType(at::ScalarType dt) {
+  switch (dt) {
+    case at::kFloat: return spcclFloat32;
+    case at::kHalf: return spcclFloat16;
+    case at::kBFloat16: return spcclBfloat16;
+    case at::kDouble: return spcclFloat64;
+    default: return spcclFloat32;
+  }
+}
+
+bool isSpcclFloat(at::ScalarType dt) {
+  return dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16;
+}
+
+int asInt(size_t v) { return static_cast<int>(v); }
+
+// ---------------------------------------------------------------------------
+// The descriptor every collective agrees on before moving data: a header and,
+// per peer, two counts (what this rank sends to / expects from that peer).
+
+enum Kind : int64_t {
+  kAllreduce = 1,
+  kAllreduceCoalesced,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kAllgatherBase,
+  kReduceScatter,
+  kReduceScatterBase,
+  kAlltoallBase,
+  kAlltoall,
+  kBarrier,
+  kGather,
+  kScatter,
+  kCompressedAllreduce,
+  kAlltoallRows,
+  kAlltoallRowsBackward,
+};
+
+const char* kindName(int64_t k) {
+  switch (k) {
+    case kAllreduce: return "all_reduce";
+    case kAllreduceCoalesced: return "all_reduce_coalesced";
+    case kBroadcast: return "broadcast";
+    case kReduce: return "reduce";
+    case kAllgather: return "all_gather";
+    case kAllgatherBase: return "all_gather_into_tensor";
+    case kReduceScatter: return "reduce_scatter";
+    case kReduceScatterBase: return "reduce_scatter_tensor";
+    case kAlltoallBase: return "all_to_all_single";
+    case kAlltoall: return "all_to_all";
+    case kBarrier: return "barrier";
+    case kGather: return "gather";
+    case kScatter: return "scatter";
+    case kCompressedAllreduce: return "compressed all_reduce (dct_hook)";
+    case kAlltoallRows: return "alltoall_rows";
+    case kAlltoallRowsBackward: return "alltoall_rows backward";
+    default: return "unknown collective";
+  }
+}
+
+enum Field : int {
+  fErr = 0,
+  fKind,
+  fDtype,
+  fOp,
+  fRoot,
+  fNumel,  // what must match across ranks, per operation
+  fAux,
+  kHeader
+};
+
+struct Desc {
+  explicit Desc(int P) : v(kHeader + 2 * P, 0) {}
+  std::vector<int64_t> v;
+  int64_t& operator[](int i) { return v[i]; }
+  int64_t& send(int j) { return v[kHeader + j]; }
+  int64_t& recv(int j, int P) { return v[kHeader + P + j]; }
+};
+
+// ---------------------------------------------------------------------------
+
+class SpcclBackend;
+std::mutex& registryMutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<SpcclBackend*>& registry() {
+  static std::set<SpcclBackend*> r;
+  return r;
+}
+
+class SpcclBackend : public c10d::Backend {
+ public:
+  SpcclBackend(int rank, int size, MPI_Comm comm)
+      : Backend(rank, size), comm_(comm) {
+    {
+      std::lock_guard<std::mutex> g(mpiMutex());
+      checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      checkMpi(MPI_Comm_dup(comm_, &p2pComm_), "MPI_Comm_dup");
+      checkMpi(MPI_Comm_set_errhandler(p2pComm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      spcclResult_t r = spcclCommInitMPI(&spccl_, comm_);
+      TORCH_CHECK(r == spcclSuccess, "spccl: spcclCommInitMPI failed: ", spcclGetLastError(nullptr));
+    }
+    const char* d = std::getenv("SPCCL_ALLREDUCE_DENSITY");
+    envAllreduce_ = d != nullptr && *d != '\0';
+    const char* a = std::getenv("SPCCL_ALLTOALL_DENSITY");
+    const char* l = std::getenv("SPCCL_ALLTOALL_ROW_LEN");
+    envAlltoall_ = a != nullptr && *a != '\0' && l != nullptr && *l != '\0';
+    worker_ = std::thread([this] { workerLoop(); });
+    progress_ = std::thread([this] { progressLoop(); });
+    std::lock_guard<std::mutex> g(registryMutex());
+    registry().insert(this);
+  }
+
+  ~SpcclBackend() override {
+    shutdown();
+    std::lock_guard<std::mutex> g(registryMutex());
+    registry().erase(this);
+  }
+
+  const std::string getBackendName() const override { return "spccl"; }
+
+  // Stops the threads, fails what is still queued, frees the communicators.
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> g(queueMutex_);
+      if (stopped_) return;
+      stopping_ = true;
+    }
+    queueCv_.notify_all();
+    p2pCv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    if (progress_.joinable()) progress_.join();
+    std::lock_guard<std::mutex> g(mpiMutex());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+      if (spccl_ != nullptr) spcclCommDestroy(spccl_);
+      MPI_Comm_free(&p2pComm_);
+      MPI_Comm_free(&comm_);
+    }
+    spccl_ = nullptr;
+    std::lock_guard<std::mutex> q(queueMutex_);
+    stopped_ = true;
+  }
+
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
+  spcclComm_t spcclComm() const { return spccl_; }
+  bool envAllreduce() const { return envAllreduce_; }
+  bool envAlltoall() const { return envAlltoall_; }
+
+  // ---- collectives ------------------------------------------------------
+
+  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& tensors,
+                                     const c10d::AllreduceOptions& opts) override {
+    auto rop = opts.reduceOp.op_;
+    return enqueue(OpType::ALLREDUCE, tensors, "spccl:all_reduce", [this, tensors, rop] {
+      Desc d(size_);
+      d[fKind] = kAllreduce;
+      ReduceSpec spec;
+      d[fErr] = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+      at::Tensor t = tensors.empty() ? at::Tensor() : tensors[0];
+      if (d[fErr] == kOk) d[fErr] = reduceSpec(t.scalar_type(), rop, &spec);
+      if (t.defined()) {
+        d[fDtype] = static_cast<int64_t>(t.scalar_type());
+        d[fNumel] = t.numel();
+      }
+      d[fOp] = rop;
+      agree(d, true);
+      reduceInPlace(t, rop, spec, /*allowSpccl=*/true);
+    });
+  }
+
+  c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                               const c10d::AllreduceCoalescedOptions& opts) override {
+    auto rop = opts.reduceOp.op_;
+    return enqueue(OpType::ALLREDUCE_COALESCED, tensors, "spccl:all_reduce_coalesced",
+                   [this, tensors, rop] {
+      Desc d(size_);
+      d[fKind] = kAllreduceCoalesced;
+      ReduceSpec spec;
+      d[fErr] = tensors.empty() ? kListSize : checkTensors(tensors);
+      if (d[fErr] == kOk) d[fErr] = sameDtype(tensors, tensors[0].scalar_type());
+      if (d[fErr] == kOk) d[fErr] = reduceSpec(tensors[0].scalar_type(), rop, &spec);
+      int64_t total = 0;
+      for (const auto& t : tensors) total += t.numel();
+      if (!tensors.empty()) d[fDtype] = static_cast<int64_t>(tensors[0].scalar_type());
+      d[fNumel] = total;
+      d[fAux] = static_cast<int64_t>(tensors.size());
+      d[fOp] = rop;
+      if (d[fErr] == kOk && total * tensors[0].element_size() >= INT_MAX) d[fErr] = kTooLarge;
+      agree(d, true, /*sameAux=*/true);
+      std::vector<at::Tensor> flat;
+      for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+      at::Tensor buf = at::cat(flat);
+      reduceInPlace(buf, rop, spec, /*allowSpccl=*/false);
+      int64_t off = 0;
+      for (const auto& t : tensors) {
+        t.view({-1}).copy_(buf.narrow(0, off, t.numel()));
+        off += t.numel();
+      }
+    });
+  }
+
+  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors,
+                                     const c10d::BroadcastOptions& opts) override {
+    int64_t root = opts.rootRank;
+    return enqueue(OpType::BROADCAST, tensors, "spccl:broadcast", [this, tensors, root] {
+      Desc d(size_);
+      d[fKind] = kBroadcast;
+      d[fErr] = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+      if (d[fErr] == kOk && (root < 0 || root >= size_)) d[fErr] = kRoot;
+      if (!tensors.empty()) {
+        d[fDtype] = static_cast<int64_t>(tensors[0].scalar_type());
+        d[fNumel] = tensors[0].numel();
+      }
+      d[fRoot] = root;
+      agree(d, true);
+      const at::Tensor& t = tensors[0];
+      checkMpi(MPI_Bcast(t.data_ptr(), asInt(t.nbytes()), MPI_BYTE, static_cast<int>(root), comm_),
+               "MPI_Bcast");
+    });
+  }
+
+  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors,
+                                  const c10d::ReduceOptions& opts) override {
+    int64_t root = opts.rootRank;
+    auto rop = opts.reduceOp.op_;
+    return enqueue(OpType::REDUCE, tensors, "spccl:reduce", [this, tensors, root, rop] {
+      Desc d(size_);
+      d[fKind] = kReduce;
+      ReduceSpec spec;
+      d[fErr] = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+      if (d[fErr] == kOk) d[fErr] = reduceSpec(tensors[0].scalar_type(), rop, &spec);
+      if (d[fErr] == kOk && (root < 0 || root >= size_)) d[fErr] = kRoot;
+      if (!tensors.empty()) {
+        d[fDtype] = static_cast<int64_t>(tensors[0].scalar_type());
+        d[fNumel] = tensors[0].numel();
+      }
+      d[fRoot] = root;
+      d[fOp] = rop;
+      agree(d, true);
+      const at::Tensor& t = tensors[0];
+      at::Tensor work = spec.viaFloat ? t.to(at::kFloat) : t;
+      void* buf = work.data_ptr();
+      int n = asInt(work.numel());
+      if (rank_ == root) {
+        checkMpi(MPI_Reduce(MPI_IN_PLACE, buf, n, spec.type, spec.op, static_cast<int>(root), comm_),
+                 "MPI_Reduce");
+        if (spec.average) work.div_(size_);
+        if (spec.viaFloat) t.copy_(work);
+      } else {
+        checkMpi(MPI_Reduce(buf, nullptr, n, spec.type, spec.op, static_cast<int>(root), comm_),
+                 "MPI_Reduce");
+      }
+    });
+  }
+
+  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const c10d::AllgatherOptions&) override {
+    std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
+    return enqueue(OpType::ALLGATHER, outs, "spccl:all_gather", [this, outs, inputs] {
+      Desc d(size_);
+      d[fKind] = kAllgather;
+      d[fErr] = inputs.size() != 1 ? kListSize : checkTensors(inputs);
+      if (d[fErr] == kOk && static_cast<int>(outs.size()) != size_) d[fErr] = kListSize;
+      if (d[fErr] == kOk) d[fErr] = checkTensors(outs);
+      if (d[fErr] == kOk) d[fErr] = sameDtype(outs, inputs[0].scalar_type());
+      if (!inputs.empty()) {
+        d[fDtype] = static_cast<int64_t>(inputs[0].scalar_type());
+        d[fNumel] = inputs[0].numel();
+      }
+      for (int j = 0; j < size_ && j < static_cast<int>(outs.size()); ++j) d.recv(j, size_) = outs[j].numel();
+      auto all = agree(d, false);
+      // Uneven sizes are fine as long as rank r's output j has rank j's input size.
+      for (int r = 0; r < size_; ++r)
+        for (int j = 0; j < size_; ++j)
+          if (row(all, r)[kHeader + size_ + j] != row(all, j)[fNumel])
+            throwAll(c10::str("spccl all_gather: rank ", r, " expects ", row(all, r)[kHeader + size_ + j],
+                              " elements from rank ", j, ", which sends ", row(all, j)[fNumel]));
+      const at::Tensor& in = inputs[0];
+      size_t es = in.element_size();
+      std::vector<int> counts(size_), displs(size_);
+      size_t total = 0;
+      for (int j = 0; j < size_; ++j) {
+        counts[j] = asInt(outs[j].numel() * es);
+        displs[j] = asInt(total);
+        total += counts[j];
+      }
+      if (total >= static_cast<size_t>(INT_MAX)) throwAll("spccl all_gather: 2 GiB or more in total");
+      at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options().dtype(at::kByte));
+      checkMpi(MPI_Allgatherv(in.data_ptr(), asInt(in.nbytes()), MPI_BYTE, flat.data_ptr(), counts.data(),
+                              displs.data(), MPI_BYTE, comm_),
+               "MPI_Allgatherv");
+      auto* base = static_cast<char*>(flat.data_ptr());
+      for (int j = 0; j < size_; ++j) std::memcpy(outs[j].data_ptr(), base + displs[j], counts[j]);
+    });
+  }
+
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                           const c10d::AllgatherOptions&) override {
+    std::vector<at::Tensor> outs{output};
+    return enqueue(OpType::_ALLGATHER_BASE, outs, "spccl:all_gather_into_tensor", [this, output, input] {
+      Desc d(size_);
+      d[fKind] = kAllgatherBase;
+      d[fErr] = checkTensors({input, output});
+      if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
+      if (d[fErr] == kOk && output.numel() != size_ * input.numel()) d[fErr] = kShape;
+      d[fDtype] = static_cast<int64_t>(input.scalar_type());
+      d[fNumel] = input.numel();
+      agree(d, true);
+      checkMpi(MPI_Allgather(input.data_ptr(), asInt(input.nbytes()), MPI_BYTE, output.data_ptr(),
+                             asInt(input.nbytes()), MPI_BYTE, comm_),
+               "MPI_Allgather");
+    });
+  }
+
+  c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    auto rop = opts.reduceOp.op_;
+    std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>() : inputs[0];
+    return enqueue(OpType::REDUCE_SCATTER, outputs, "spccl:reduce_scatter", [this, outputs, ins, rop] {
+      Desc d(size_);
+      d[fKind] = kReduceScatter;
+      ReduceSpec spec;
+      d[fErr] = outputs.size() != 1 ? kListSize : checkTensors(outputs);
+      if (d[fErr] == kOk && static_cast<int>(ins.size()) != size_) d[fErr] = kListSize;
+      if (d[fErr] == kOk) d[fErr] = checkTensors(ins);
+      if (d[fErr] == kOk) d[fErr] = sameDtype(ins, outputs[0].scalar_type());
+      if (d[fErr] == kOk)
+        for (const auto& t : ins)
+          if (t.numel() != outputs[0].numel()) d[fErr] = kShape;
+      if (d[fErr] == kOk) d[fErr] = reduceSpec(outputs[0].scalar_type(), rop, &spec);
+      if (!outputs.empty()) {
+        d[fDtype] = static_cast<int64_t>(outputs[0].scalar_type());
+        d[fNumel] = outputs[0].numel();
+      }
+      d[fOp] = rop;
+      agree(d, true);
+      std::vector<at::Tensor> flat;
+      for (const auto& t : ins) flat.push_back(t.reshape({-1}));
+      reduceScatter(outputs[0], at::cat(flat), spec);
+    });
+  }
+
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    auto rop = opts.reduceOp.op_;
+    std::vector<at::Tensor> outs{output};
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, outs, "spccl:reduce_scatter_tensor",
+                   [this, output, input, rop] {
+      Desc d(size_);
+      d[fKind] = kReduceScatterBase;
+      ReduceSpec spec;
+      d[fErr] = checkTensors({input, output});
+      if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
+      if (d[fErr] == kOk && input.numel() != size_ * output.numel()) d[fErr] = kShape;
+      if (d[fErr] == kOk) d[fErr] = reduceSpec(output.scalar_type(), rop, &spec);
+      d[fDtype] = static_cast<int64_t>(output.scalar_type());
+      d[fNumel] = output.numel();
+      d[fOp] = rop;
+      agree(d, true);
+      reduceScatter(output, input, spec);
+    });
+  }
+
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                         std::vector<int64_t>& outputSplits,
+                                         std::vector<int64_t>& inputSplits,
+                                         const c10d::AllToAllOptions&) override {
+    std::vector<at::Tensor> outs{output};
+    return enqueue(OpType::ALLTOALL_BASE, outs, "spccl:all_to_all_single",
+                   [this, output, input, outputSplits, inputSplits] {
+      Desc d(size_);
+      d[fKind] = kAlltoallBase;
+      d[fErr] = checkTensors({input, output});
+      if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
+      if (d[fErr] == kOk && (input.dim() == 0 || output.dim() == 0)) d[fErr] = kShape;
+      std::vector<int64_t> sendCounts, recvCounts;
+      if (d[fErr] == kOk) d[fErr] = splitCounts(input, inputSplits, &sendCounts);
+      if (d[fErr] == kOk) d[fErr] = splitCounts(output, outputSplits, &recvCounts);
+      if (d[fErr] == kOk)
+        for (int j = 0; j < size_; ++j) {
+          d.send(j) = sendCounts[j];
+          d.recv(j, size_) = recvCounts[j];
+        }
+      d[fDtype] = static_cast<int64_t>(input.scalar_type());
+      auto all = agree(d, false);
+      checkPairs(all, "all_to_all_single");
+      // The environment opt-in: equal blocks of floats go through spccl's
+      // drop-in alltoall, which compresses them row by row.
+      bool equal = true;
+      for (int r = 0; r < size_ && equal; ++r)
+        for (int j = 0; j < size_; ++j)
+          if (row(all, r)[kHeader + j] != row(all, 0)[kHeader]) { equal = false; break; }
+      at::Tensor in = input;
+      if (overlaps(input, output)) in = input.clone();
+      if (envAlltoall_ && equal && isSpcclFloat(input.scalar_type())) {
+        spcclCheck(spcclAlltoAll(in.data_ptr(), output.data_ptr(), static_cast<size_t>(sendCounts[0]),
+                                 spcclType(input.scalar_type()), spccl_, nullptr),
+                   "spcclAlltoAll");
+        return;
+      }
+      alltoallv(in.data_ptr(), sendCounts, output.data_ptr(), recvCounts, input.element_size());
+    });
+  }
+
+  c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                    const c10d::AllToAllOptions&) override {
+    return enqueue(OpType::ALLTOALL, outputs, "spccl:all_to_all", [this, outputs, inputs] {
+      Desc d(size_);
+      d[fKind] = kAlltoall;
+      d[fErr] = static_cast<int>(inputs.size()) != size_ || static_cast<int>(outputs.size()) != size_
+                    ? kListSize
+                    : checkTensors(inputs);
+      if (d[fErr] == kOk) d[fErr] = checkTensors(outputs);
+      if (d[fErr] == kOk) d[fErr] = sameDtype(inputs, inputs[0].scalar_type());
+      if (d[fErr] == kOk) d[fErr] = sameDtype(outputs, inputs[0].scalar_type());
+      std::vector<int64_t> sendCounts(size_), recvCounts(size_);
+      if (d[fErr] == kOk)
+        for (int j = 0; j < size_; ++j) {
+          d.send(j) = sendCounts[j] = inputs[j].numel();
+          d.recv(j, size_) = recvCounts[j] = outputs[j].numel();
+        }
+      if (!inputs.empty()) d[fDtype] = static_cast<int64_t>(inputs[0].scalar_type());
+      auto all = agree(d, false);
+      checkPairs(all, "all_to_all");
+      std::vector<at::Tensor> flatIn, flatOutViews;
+      for (const auto& t : inputs) flatIn.push_back(t.reshape({-1}));
+      at::Tensor in = at::cat(flatIn);
+      int64_t totalOut = 0;
+      for (const auto& t : outputs) totalOut += t.numel();
+      at::Tensor out = at::empty({totalOut}, inputs[0].options());
+      alltoallv(in.data_ptr(), sendCounts, out.data_ptr(), recvCounts, in.element_size());
+      int64_t off = 0;
+      for (const auto& t : outputs) {
+        t.view({-1}).copy_(out.narrow(0, off, t.numel()));
+        off += t.numel();
+      }
+    });
+  }
+
+  c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions&) override {
+    return enqueue(OpType::BARRIER, {}, "spccl:barrier", [this] {
+      Desc d(size_);
+      d[fKind] = kBarrier;
+      agree(d, true);
+      checkMpi(MPI_Barrier(comm_), "MPI_Barrier");
+    });
+  }
+
+  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                  std::vector<at::Tensor>& inputs,
+                                  const c10d::GatherOptions& opts) override {
+    int64_t root = opts.rootRank;
+    std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
+    return enqueue(OpType::GATHER, outs, "spccl:gather", [this, outs, inputs, root] {
+      Desc d(size_);
+      d[fKind] = kGather;
+      d[fErr] = inputs.size() != 1 ? kListSize : checkTensors(inputs);
+      if (d[fErr] == kOk && (root < 0 || root >= size_)) d[fErr] = kRoot;
+      if (d[fErr] == kOk && rank_ == root) {
+        if (static_cast<int>(outs.size()) != size_) d[fErr] = kListSize;
+        if (d[fErr] == kOk) d[fErr] = checkTensors(outs);
+        if (d[fErr] == kOk) d[fErr] = sameDtype(outs, inputs[0].scalar_type());
+        if (d[fErr] == kOk)
+          for (const auto& t : outs)
+            if (t.numel() != inputs[0].numel()) d[fErr] = kShape;
+      }
+      if (!inputs.empty()) {
+        d[fDtype] = static_cast<int64_t>(inputs[0].scalar_type());
+        d[fNumel] = inputs[0].numel();
+      }
+      d[fRoot] = root;
+      agree(d, true);
+      const at::Tensor& in = inputs[0];
+      int n = asInt(in.nbytes());
+      if (static_cast<size_t>(n) * size_ >= static_cast<size_t>(INT_MAX))
+        throwAll("spccl gather: 2 GiB or more in total");
+      at::Tensor flat;
+      if (rank_ == root) flat = at::empty({static_cast<int64_t>(n) * size_}, in.options().dtype(at::kByte));
+      checkMpi(MPI_Gather(in.data_ptr(), n, MPI_BYTE, rank_ == root ? flat.data_ptr() : nullptr, n, MPI_BYTE,
+                          static_cast<int>(root), comm_),
+               "MPI_Gather");
+      if (rank_ == root) {
+        auto* base = static_cast<char*>(flat.data_ptr());
+        for (int j = 0; j < size_; ++j) std::memcpy(outs[j].data_ptr(), base + static_cast<size_t>(j) * n, n);
+      }
+    });
+  }
+
+  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs,
+                                   std::vector<std::vector<at::Tensor>>& inputs,
+                                   const c10d::ScatterOptions& opts) override {
+    int64_t root = opts.rootRank;
+    std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>() : inputs[0];
+    return enqueue(OpType::SCATTER, outputs, "spccl:scatter", [this, outputs, ins, root] {
+      Desc d(size_);
+      d[fKind] = kScatter;
+      d[fErr] = outputs.size() != 1 ? kListSize : checkTensors(outputs);
+      if (d[fErr] == kOk && (root < 0 || root >= size_)) d[fErr] = kRoot;
+      if (d[fErr] == kOk && rank_ == root) {
+        if (static_cast<int>(ins.size()) != size_) d[fErr] = kListSize;
+        if (d[fErr] == kOk) d[fErr] = checkTensors(ins);
+        if (d[fErr] == kOk) d[fErr] = sameDtype(ins, outputs[0].scalar_type());
+        if (d[fErr] == kOk)
+          for (const auto& t : ins)
+            if (t.numel() != outputs[0].numel()) d[fErr] = kShape;
+      }
+      if (!outputs.empty()) {
+        d[fDtype] = static_cast<int64_t>(outputs[0].scalar_type());
+        d[fNumel] = outputs[0].numel();
+      }
+      d[fRoot] = root;
+      agree(d, true);
+      const at::Tensor& out = outputs[0];
+      int n = asInt(out.nbytes());
+      if (static_cast<size_t>(n) * size_ >= static_cast<size_t>(INT_MAX))
+        throwAll("spccl scatter: 2 GiB or more in total");
+      at::Tensor flat;
+      if (rank_ == root) {
+        std::vector<at::Tensor> parts;
+        for (const auto& t : ins) parts.push_back(t.reshape({-1}));
+        flat = at::cat(parts);
+      }
+      checkMpi(MPI_Scatter(rank_ == root ? flat.data_ptr() : nullptr, n, MPI_BYTE, out.data_ptr(), n, MPI_BYTE,
+                           static_cast<int>(root), comm_),
+               "MPI_Scatter");
+    });
+  }
+
+  // ---- point to point ---------------------------------------------------
+  // A 3-value header (error, dtype, numel) goes first, then the data; the
+  // receiver checks the header against its tensor, so a mismatch or a bad
+  // tensor on the sender is an error on the receiver instead of a hang.
+
+  c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    TORCH_CHECK(dst >= 0 && dst < size_, "spccl send: destination rank ", dst, " out of range");
+    TORCH_CHECK(tag >= 0 && tag <= 32767, "spccl send: tag ", tag, " out of range [0, 32767]");
+    auto op = std::make_shared<P2P>();
+    op->work = c10::make_intrusive<SpcclWork>(OpType::SEND, tensors, "spccl:send");
+    int64_t err = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+    op->header[0] = err;
+    if (err == kOk) {
+      op->header[1] = static_cast<int64_t>(tensors[0].scalar_type());
+      op->header[2] = tensors[0].numel();
+      op->tensor = tensors[0];
+    }
+    {
+      std::lock_guard<std::mutex> g(mpiMutex());
+      MPI_Request r;
+      checkMpi(MPI_Isend(op->header, 3, MPI_INT64_T, dst, tag, p2pComm_, &r), "MPI_Isend");
+      op->requests.push_back(r);
+      if (err == kOk) {
+        checkMpi(MPI_Isend(op->tensor.data_ptr(), asInt(op->tensor.nbytes()), MPI_BYTE, dst, tag, p2pComm_, &r),
+                 "MPI_Isend");
+        op->requests.push_back(r);
+      }
+    }
+    TORCH_CHECK(err == kOk, "spccl send to rank ", dst, ": ", localErrorText(err));
+    addP2P(op);
+    return op->work;
+  }
+
+  c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    TORCH_CHECK(src >= 0 && src < size_, "spccl recv: source rank ", src, " out of range");
+    TORCH_CHECK(tag >= 0 && tag <= 32767, "spccl recv: tag ", tag, " out of range [0, 32767]");
+    auto op = std::make_shared<P2P>();
+    op->work = c10::make_intrusive<SpcclWork>(OpType::RECV, tensors, "spccl:recv");
+    op->work->source_ = src;
+    op->isRecv = true;
+    op->peer = src;
+    op->tag = tag;
+    op->localErr = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+    if (op->localErr == kOk) op->tensor = tensors[0];
+    {
+      std::lock_guard<std::mutex> g(mpiMutex());
+      MPI_Request r;
+      checkMpi(MPI_Irecv(op->header, 3, MPI_INT64_T, src, tag, p2pComm_, &r), "MPI_Irecv");
+      op->requests.push_back(r);
+    }
+    addP2P(op);
+    return op->work;
+  }
+
+  // ---- spccl's own calls, run on the worker like any collective --------
+
+  c10::intrusive_ptr<Work> compressedAllreduce(spcclCompressor_t* comp, at::Tensor t, float density,
+                                               int interval, int wire, bool avg) {
+    std::vector<at::Tensor> outs{t};
+    return enqueue(OpType::ALLREDUCE, outs, "spccl:dct_allreduce", [this, comp, t, density, interval, wire, avg] {
+      Desc d(size_);
+      d[fKind] = kCompressedAllreduce;
+      d[fErr] = checkTensor(t);
+      if (d[fErr] == kOk && !isSpcclFloat(t.scalar_type())) d[fErr] = kDtypeUnsupported;
+      d[fDtype] = static_cast<int64_t>(t.scalar_type());
+      d[fNumel] = t.numel();
+      agree(d, true);
+      if (*comp == nullptr) {
+        spcclCompressConfig_t cfg;
+        spcclCheck(spcclCompressConfigInit(&cfg), "spcclCompressConfigInit");
+        cfg.density = density;
+        cfg.thresholdInterval = interval;
+        cfg.errorFeedback = 1;
+        cfg.wireValueType = static_cast<spcclDataType_t>(wire);
+        spcclCheck(spcclCompressorCreate(spccl_, static_cast<size_t>(t.numel()), spcclType(t.scalar_type()), &cfg,
+                                         comp),
+                   "spcclCompressorCreate");
+      }
+      spcclCheck(spcclAllReduceCompressed(t.data_ptr(), t.data_ptr(), avg ? spcclAvg : spcclSum, *comp, nullptr),
+                 "spcclAllReduceCompressed");
+    });
+  }
+
+  c10::intrusive_ptr<Work> alltoallRows(at::Tensor in, at::Tensor out, int64_t rowsPerPeer, int64_t rowLen,
+                                        float density, spcclSelection_t* sel) {
+    std::vector<at::Tensor> outs{out};
+    return enqueue(OpType::ALLTOALL, outs, "spccl:alltoall_rows", [this, in, out, rowsPerPeer, rowLen, density, sel] {
+      Desc d(size_);
+      d[fKind] = kAlltoallRows;
+      d[fErr] = checkTensors({in, out});
+      if (d[fErr] == kOk && !isSpcclFloat(in.scalar_type())) d[fErr] = kDtypeUnsupported;
+      if (d[fErr] == kOk && out.scalar_type() != in.scalar_type()) d[fErr] = kDtypeLocal;
+      if (d[fErr] == kOk && (in.numel() != size_ * rowsPerPeer * rowLen || out.numel() != in.numel()))
+        d[fErr] = kShape;
+      d[fDtype] = static_cast<int64_t>(in.scalar_type());
+      d[fNumel] = rowsPerPeer;
+      d[fAux] = rowLen;
+      agree(d, true, true);
+      spcclCheck(spcclAlltoAllRowsCompressed(in.data_ptr(), out.data_ptr(), static_cast<size_t>(rowsPerPeer),
+                                             static_cast<size_t>(rowLen), spcclType(in.scalar_type()), density, sel,
+                                             spccl_, nullptr),
+                 "spcclAlltoAllRowsCompressed");
+    });
+  }
+
+  c10::intrusive_ptr<Work> alltoallRowsBackward(at::Tensor grad, at::Tensor out, spcclSelection_t sel) {
+    std::vector<at::Tensor> outs{out};
+    return enqueue(OpType::ALLTOALL, outs, "spccl:alltoall_rows_backward", [this, grad, out, sel] {
+      Desc d(size_);
+      d[fKind] = kAlltoallRowsBackward;
+      d[fErr] = checkTensors({grad, out});
+      if (d[fErr] == kOk && out.scalar_type() != grad.scalar_type()) d[fErr] = kDtypeLocal;
+      d[fDtype] = static_cast<int64_t>(grad.scalar_type());
+      d[fNumel] = grad.numel();
+      agree(d, true);
+      spcclCheck(spcclAlltoAllRowsBackward(grad.data_ptr(), out.data_ptr(), sel, nullptr),
+                 "spcclAlltoAllRowsBackward");
+    });
+  }
+
+ private:
+  struct Job {
+    c10::intrusive_ptr<SpcclWork> work;
+    std::function<void()> fn;
+  };
+
+  struct P2P {
+    c10::intrusive_ptr<SpcclWork> work;
+    std::vector<MPI_Request> requests;
+    int64_t header[3] = {0, 0, 0};
+    at::Tensor tensor;
+    at::Tensor drain;  // where a rejected payload is received
+    bool isRecv = false;
+    bool dataPosted = false;
+    int peer = -1;
+    int tag = 0;
+    int64_t localErr = kOk;
+    std::string error;
+  };
+
+  c10::intrusive_ptr<Work> enqueue(OpType type, std::vector<at::Tensor> outputs, const char* title,
+                                   std::function<void()> fn) {
+    auto work = c10::make_intrusive<SpcclWork>(type, std::move(outputs), title);
+    {
+      std::lock_guard<std::mutex> g(queueMutex_);
+      TORCH_CHECK(!stopping_, "spccl: ", title, " on a process group that was shut down");
+      queue_.push_back(Job{work, std::move(fn)});
+    }
+    queueCv_.notify_one();
+    return work;
+  }
+
+  void workerLoop() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> g(queueMutex_);
+        queueCv_.wait(g, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        if (stopping_) {
+          // Nothing can run once the group is going away: fail what is left.
+          for (auto& j : queue_)
+            j.work->fail(std::make_exception_ptr(std::runtime_error("spccl: process group shut down")));
+          queue_.clear();
+          return;
+        }
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr err;
+      try {
+        std::lock_guard<std::mutex> g(mpiMutex());
+        ++seq_;
+        job.fn();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      if (err) job.work->fail(err);
+      else job.work->succeed();
+    }
+  }
+
+  void addP2P(std::shared_ptr<P2P> op) {
+    {
+      std::lock_guard<std::mutex> g(p2pMutex_);
+      pending_.push_back(std::move(op));
+    }
+    p2pCv_.notify_one();
+  }
+
+  // Completes send/recv requests. MPI progresses inside blocking collectives
+  // too, so testing from here while a worker holds the MPI mutex is not needed.
+  void progressLoop() {
+    for (;;) {
+      std::list<std::shared_ptr<P2P>> ops;
+      {
+        std::unique_lock<std::mutex> g(p2pMutex_);
+        p2pCv_.wait(g, [this] { return stopping_ || !pending_.empty(); });
+        if (stopping_ && pending_.empty()) return;
+        ops.swap(pending_);
+      }
+      std::list<std::shared_ptr<P2P>> notDone;
+      for (auto& op : ops) {
+        bool done = false;
+        std::exception_ptr err;
+        try {
+          std::lock_guard<std::mutex> g(mpiMutex());
+          done = stepP2P(*op);
+        } catch (...) {
+          err = std::current_exception();
+          done = true;
+        }
+        if (!done) {
+          notDone.push_back(op);
+          continue;
+        }
+        if (!err && !op->error.empty()) {
+          try {
+            TORCH_CHECK(false, op->error);
+          } catch (...) {
+            err = std::current_exception();
+          }
+        }
+        if (err) op->work->fail(err);
+        else op->work->succeed();
+      }
+      bool stop;
+      {
+        std::lock_guard<std::mutex> g(p2pMutex_);
+        pending_.splice(pending_.end(), notDone);
+        stop = stopping_;
+      }
+      if (stop) {
+        std::lock_guard<std::mutex> g(p2pMutex_);
+        for (auto& op : pending_)
+          op->work->fail(std::make_exception_ptr(std::runtime_error("spccl: process group shut down")));
+        pending_.clear();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // One test of an operation's requests; true when it is finished.
+  bool stepP2P(P2P& op) {
+    int flag = 0;
+    checkMpi(MPI_Testall(static_cast<int>(op.requests.size()), op.requests.data(), &flag, MPI_STATUSES_IGNORE),
+             "MPI_Testall");
+    if (!flag) return false;
+    op.requests.clear();
+    if (!op.isRecv || op.dataPosted) return true;
+    // The header arrived: check it, then receive the data (into a scratch
+    // buffer when the data cannot be used, so the sender still completes).
+    int64_t peerErr = op.header[0];
+    if (peerErr != kOk) {
+      op.error = c10::str("spccl recv from rank ", op.peer, ": the sender's tensor was rejected: ",
+                          localErrorText(peerErr));
+      return true;
+    }
+    auto peerType = static_cast<at::ScalarType>(op.header[1]);
+    int64_t peerNumel = op.header[2];
+    if (op.localErr != kOk) {
+      op.error = c10::str("spccl recv from rank ", op.peer, ": ", localErrorText(op.localErr));
+    } else if (peerType != op.tensor.scalar_type() || peerNumel != op.tensor.numel()) {
+      op.error = c10::str("spccl recv from rank ", op.peer, ": the sender sent ", peerNumel, " elements of ",
+                          c10::toString(peerType), ", this rank expects ", op.tensor.numel(), " elements of ",
+                          c10::toString(op.tensor.scalar_type()));
+    }
+    MPI_Request r;
+    if (op.error.empty()) {
+      checkMpi(MPI_Irecv(op.tensor.data_ptr(), asInt(op.tensor.nbytes()), MPI_BYTE, op.peer, op.tag, p2pComm_, &r),
+               "MPI_Irecv");
+    } else {
+      op.drain = at::empty({peerNumel}, at::TensorOptions().dtype(peerType));
+      checkMpi(MPI_Irecv(op.drain.data_ptr(), asInt(op.drain.nbytes()), MPI_BYTE, op.peer, op.tag, p2pComm_, &r),
+               "MPI_Irecv");
+    }
+    op.requests.push_back(r);
+    op.dataPosted = true;
+    return false;
+  }
+
+  // ---- helpers run on the worker ----------------------------------------
+
+  const int64_t* row(const std::vector<int64_t>& all, int r) const {
+    return all.data() + static_cast<size_t>(r) * (kHeader + 2 * size_);
+  }
+
+  [[noreturn]] void throwAll(const std::string& msg) { TORCH_CHECK(false, msg); }
+
+  // Exchanges descriptors; throws the same error on every rank when any rank
+  // rejected its input or the ranks disagree on what they were asked to do.
+  std::vector<int64_t> agree(Desc& d, bool sameNumel, bool sameAux = false) {
+    const int W = kHeader + 2 * size_;
+    std::vector<int64_t> all(static_cast<size_t>(W) * size_);
+    checkMpi(MPI_Allgather(d.v.data(), W, MPI_INT64_T, all.data(), W, MPI_INT64_T, comm_),
+             "MPI_Allgather (call descriptor)");
+    auto at = [&](int r, int f) { return all[static_cast<size_t>(r) * W + f]; };
+    const char* name = kindName(d[fKind]);
+    for (int r = 0; r < size_; ++r)
+      if (at(r, fKind) != at(0, fKind)) {
+        std::ostringstream m;
+        m << "spccl: ranks called different collectives:";
+        for (int q = 0; q < size_; ++q) m << " rank " << q << " " << kindName(at(q, fKind)) << (q + 1 < size_ ? "," : "");
+        TORCH_CHECK(false, m.str());
+      }
+    std::ostringstream bad;
+    for (int r = 0; r < size_; ++r)
+      if (at(r, fErr) != kOk) bad << " rank " << r << ": " << localErrorText(at(r, fErr)) << ";";
+    TORCH_CHECK(bad.str().empty(), "spccl ", name, " rejected on every rank:", bad.str());
+    auto mismatch = [&](int f, const char* what, bool asDtype) {
+      for (int r = 1; r < size_; ++r)
+        if (at(r, f) != at(0, f)) {
+          std::ostringstream m;
+          m << "spccl " << name << ": " << what << " mismatch across ranks (";
+          for (int q = 0; q < size_; ++q) {
+            m << "rank " << q << ": ";
+            if (asDtype) m << c10::toString(static_cast<at::ScalarType>(at(q, f)));
+            else m << at(q, f);
+            m << (q + 1 < size_ ? ", " : ")");
+          }
+          TORCH_CHECK(false, m.str());
+        }
+    };
+    mismatch(fDtype, "dtype", true);
+    mismatch(fOp, "reduce op", false);
+    mismatch(fRoot, "root rank", false);
+    if (sameNumel) mismatch(fNumel, "tensor size (elements)", false);
+    if (sameAux) mismatch(fAux, "tensor count / row length", false);
+    return all;
+  }
+
+  void checkPairs(const std::vector<int64_t>& all, const char* name) {
+    const int W = kHeader + 2 * size_;
+    for (int r = 0; r < size_; ++r)
+      for (int j = 0; j < size_; ++j) {
+        int64_t sends = all[static_cast<size_t>(r) * W + kHeader + j];
+        int64_t expects = all[static_cast<size_t>(j) * W + kHeader + size_ + r];
+        TORCH_CHECK(sends == expects, "spccl ", name, ": rank ", r, " sends ", sends, " elements to rank ", j,
+                    ", which expects ", expects, " (split sizes disagree)");
+      }
+  }
+
+  int64_t splitCounts(const at::Tensor& t, const std::vector<int64_t>& splits, std::vector<int64_t>* counts) {
+    int64_t rows = t.size(0);
+    int64_t rowElems = rows > 0 ? t.numel() / rows : 0;
+    if (rows == 0) {
+      rowElems = 1;
+      for (int64_t i = 1; i < t.dim(); ++i) rowElems *= t.size(i);
+    }
+    counts->assign(size_, 0);
+    if (splits.empty()) {
+      if (rows % size_ != 0) return kShape;
+      for (int j = 0; j < size_; ++j) (*counts)[j] = rows / size_ * rowElems;
+      return kOk;
+    }
+    if (static_cast<int>(splits.size()) != size_) return kListSize;
+    int64_t sum = 0;
+    for (int j = 0; j < size_; ++j) {
+      if (splits[j] < 0) return kShape;
+      sum += splits[j];
+      (*counts)[j] = splits[j] * rowElems;
+    }
+    return sum == rows ? kOk : kShape;
+  }
+
+  static bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+    auto* a0 = static_cast<const char*>(a.data_ptr());
+    auto* b0 = static_cast<const char*>(b.data_ptr());
+    return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+  }
+
+  void alltoallv(void* in, const std::vector<int64_t>& sendCounts, void* out, const std::vector<int64_t>& recvCounts,
+                 size_t es) {
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    size_t so = 0, ro = 0;
+    for (int j = 0; j < size_; ++j) {
+      sc[j] = asInt(sendCounts[j] * es);
+      sd[j] = asInt(so);
+      so += sc[j];
+      rc[j] = asInt(recvCounts[j] * es);
+      rd[j] = asInt(ro);
+      ro += rc[j];
+    }
+    checkMpi(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(), MPI_BYTE, comm_),
+             "MPI_Alltoallv");
+  }
+
+  void reduceInPlace(const at::Tensor& t, ReduceOp::RedOpType rop, const ReduceSpec& spec, bool allowSpccl) {
+    // The environment opt-in: float sums through spccl's drop-in allreduce,
+    // which compresses the large ones with the SPCCL_* settings.
+    if (allowSpccl && envAllreduce_ && isSpcclFloat(t.scalar_type()) &&
+        (rop == ReduceOp::SUM || rop == ReduceOp::AVG)) {
+      spcclCheck(spcclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                spcclType(t.scalar_type()), rop == ReduceOp::AVG ? spcclAvg : spcclSum, spccl_,
+                                nullptr),
+                 "spcclAllReduce");
+      return;
+    }
+    at::Tensor work = spec.viaFloat ? t.to(at::kFloat) : t;
+    checkMpi(MPI_Allreduce(MPI_IN_PLACE, work.data_ptr(), asInt(work.numel()), spec.type, spec.op, comm_),
+             "MPI_Allreduce");
+    if (spec.average) work.div_(size_);
+    if (spec.viaFloat) t.copy_(work);
+  }
+
+  void reduceScatter(const at::Tensor& out, const at::Tensor& in, const ReduceSpec& spec) {
+    at::Tensor win = spec.viaFloat ? in.to(at::kFloat) : in.contiguous();
+    at::Tensor wout = spec.viaFloat ? at::empty({out.numel()}, out.options().dtype(at::kFloat)) : out;
+    checkMpi(MPI_Reduce_scatter_block(win.data_ptr(), wout.data_ptr(), asInt(out.numel()), spec.type, spec.op, comm_),
+             "MPI_Reduce_scatter_block");
+    if (spec.average) wout.div_(size_);
+    if (spec.viaFloat) out.view({-1}).copy_(wout);
+  }
+
+  void spcclCheck(spcclResult_t r, const char* what) {
+    TORCH_CHECK(r == spcclSuccess, "spccl: ", what, " failed (", spcclGetErrorString(r),
+                "): ", spcclGetLastError(spccl_));
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm p2pComm_ = MPI_COMM_NULL;
+  spcclComm_t spccl_ = nullptr;
+  bool envAllreduce_ = false;
+  bool envAlltoall_ = false;
+  std::atomic<uint64_t> seq_{0};
+
+  std::mutex queueMutex_;
+  std::condition_variable queueCv_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::thread worker_;
+
+  std::mutex p2pMutex_;
+  std::condition_variable p2pCv_;
+  std::list<std::shared_ptr<P2P>> pending_;
+  std::thread progress_;
+};
+
+// ---------------------------------------------------------------------------
+// Creation: the MPI communicator of a torch process group.
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std::vector<int64_t> globalRanks) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    std::lock_guard<std::mutex> g(mpiMutex());
+    TORCH_CHECK(!gMpiFinalized, "spccl: MPI was finalized already");
+    initMpiOnce();
+    int worldRank = 0, worldSize = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+    MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    int ompiRank = envInt("OMPI_COMM_WORLD_RANK", worldRank);
+    int ompiSize = envInt("OMPI_COMM_WORLD_SIZE", worldSize);
+    if (globalRanks.empty()) {
+      TORCH_CHECK(groupSize == worldSize && groupRank == worldRank && ompiRank == worldRank && ompiSize == worldSize,
+                  "spccl: torch.distributed has rank ", groupRank, " of ", groupSize, " but MPI has rank ", worldRank,
+                  " of ", worldSize, " (OMPI_COMM_WORLD_RANK=", ompiRank, ", OMPI_COMM_WORLD_SIZE=", ompiSize,
+                  "): launch with mpirun and set RANK/WORLD_SIZE from OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE");
+      checkMpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+    } else {
+      TORCH_CHECK(static_cast<int>(globalRanks.size()) == groupSize && groupRank >= 0 && groupRank < groupSize &&
+                      globalRanks[groupRank] == worldRank,
+                  "spccl: new_group: this process (MPI rank ", worldRank, ") is not rank ", groupRank,
+                  " of the group's ranks");
+      for (auto r : globalRanks) TORCH_CHECK(r >= 0 && r < worldSize, "spccl: new_group: rank ", r, " out of range");
+      MPI_Group world, sub;
+      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      std::vector<int> ranks(globalRanks.begin(), globalRanks.end());
+      MPI_Group_incl(world, groupSize, ranks.data(), &sub);
+      int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &comm);
+      MPI_Group_free(&sub);
+      MPI_Group_free(&world);
+      checkMpi(rc, "MPI_Comm_create_group");
+      int r = -1;
+      MPI_Comm_rank(comm, &r);
+      TORCH_CHECK(r == groupRank, "spccl: new_group: MPI rank ", r, " in the group, torch says ", groupRank);
+    }
+  }
+  return c10::make_intrusive<SpcclBackend>(groupRank, groupSize, comm);
+}
+
+// At interpreter exit (registered from Python): stop every group's threads
+// and finalize MPI if this module initialized it; mpirun wants MPI_Finalize.
+void shutdownAll() {
+  std::vector<SpcclBackend*> live;
+  {
+    std::lock_guard<std::mutex> g(registryMutex());
+    live.assign(registry().begin(), registry().end());
+  }
+  for (auto* b : live) b->shutdown();
+  std::lock_guard<std::mutex> g(mpiMutex());
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized && gWeInitializedMpi) {
+    MPI_Finalize();
+    gMpiFinalized = true;
+  }
+}
+
+py::dict statsDict(const spcclStats_t& s) {
+  py::dict d;
+  d["calls"] = s.calls;
+  d["compressed_calls"] = s.compressedCalls;
+  d["bytes_sent"] = s.bytesSent;
+  d["dense_bytes"] = s.denseBytes;
+  d["threshold_updates"] = s.thresholdUpdates;
+  d["last_selected"] = s.lastSelected;
+  d["last_threshold"] = s.lastThreshold;
+  d["last_algorithm"] = s.lastAlgorithm;
+  return d;
+}
+
+// An explicit compressor of one buffer (the DDP hook keeps one per bucket).
+class Compressor {
+ public:
+  Compressor(c10::intrusive_ptr<SpcclBackend> backend, float density, int interval, int wire)
+      : backend_(std::move(backend)), density_(density), interval_(interval), wire_(wire) {}
+  ~Compressor() {
+    std::lock_guard<std::mutex> g(mpiMutex());
+    if (comp_ != nullptr) spcclCompressorDestroy(comp_);
+  }
+  // The work finishes with `t` reduced in place (sum, or average when avg).
+  c10::intrusive_ptr<Work> allreduce(at::Tensor t, bool avg) {
+    return backend_->compressedAllreduce(&comp_, t, density_, interval_, wire_, avg);
+  }
+  py::dict stats() {
+    spcclStats_t s{};
+    std::lock_guard<std::mutex> g(mpiMutex());
+    if (comp_ != nullptr) spcclCompressorGetStats(comp_, &s);
+    return statsDict(s);
+  }
+  at::Tensor residual(int64_t count) {
+    at::Tensor r = at::zeros({count}, at::kFloat);
+    std::lock_guard<std::mutex> g(mpiMutex());
+    if (comp_ != nullptr) {
+      spcclResult_t rc = spcclCompressorGetResidual(comp_, r.data_ptr<float>(), static_cast<size_t>(count));
+      TORCH_CHECK(rc == spcclSuccess, "spccl: spcclCompressorGetResidual failed: ", spcclGetLastError(nullptr));
+    }
+    return r;
+  }
+
+ private:
+  c10::intrusive_ptr<SpcclBackend> backend_;
+  spcclCompressor_t comp_ = nullptr;
+  float density_;
+  int interval_;
+  int wire_;
+};
+
+// The selection of one alltoall_rows forward, kept for its backward.
+class Selection {
+ public:
+  ~Selection() {
+    std::lock_guard<std::mutex> g(mpiMutex());
+    if (sel_ != nullptr) spcclSelectionDestroy(sel_);
+  }
+  spcclSelection_t sel_ = nullptr;
+};
+
+}  // namespace spccl_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace spccl_torch;
+  py::module::import("torch.distributed");
+  py::class_<SpcclBackend, c10d::Backend, c10::intrusive_ptr<SpcclBackend>>(m, "SpcclBackend")
+      .def("comm_stats", [](SpcclBackend& b) {
+        spcclStats_t s{};
+        {
+          py::gil_scoped_release nogil;
+          std::lock_guard<std::mutex> g(mpiMutex());
+          if (b.spcclComm() != nullptr) spcclCommGetStats(b.spcclComm(), &s);
+        }
+        return statsDict(s);
+      })
+      .def("env_allreduce", &SpcclBackend::envAllreduce)
+      .def("env_alltoall", &SpcclBackend::envAlltoall);
+  m.def("create_backend", &createBackend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("shutdown_all", &shutdownAll, py::call_guard<py::gil_scoped_release>());
+  py::class_<Compressor, std::shared_ptr<Compressor>>(m, "Compressor")
+      .def(py::init<c10::intrusive_ptr<SpcclBackend>, float, int, int>())
+      .def("allreduce", &Compressor::allreduce, py::call_guard<py::gil_scoped_release>())
+      .def("stats", &Compressor::stats)
+      .def("residual", &Compressor::residual, py::call_guard<py::gil_scoped_release>());
+  py::class_<Selection, std::shared_ptr<Selection>>(m, "Selection").def(py::init<>());
+  m.def(
+      "alltoall_rows_forward",
+      [](c10::intrusive_ptr<SpcclBackend> b, at::Tensor in, int64_t rowsPerPeer, int64_t rowLen, float density,
+         std::shared_ptr<Selection> sel) {
+        at::Tensor out = at::empty_like(in);
+        auto w = b->alltoallRows(in, out, rowsPerPeer, rowLen, density, &sel->sel_);
+        w->wait();
+        return out;
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "alltoall_rows_backward",
+      [](c10::intrusive_ptr<SpcclBackend> b, at::Tensor grad, std::shared_ptr<Selection> sel) {
+        TORCH_CHECK(sel->sel_ != nullptr, "spccl alltoall_rows: backward without a forward selection");
+        at::Tensor out = at::empty_like(grad);
+        auto w = b->alltoallRowsBackward(grad, out, sel->sel_);
+        w->wait();
+        return out;
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.attr("SPCCL_FLOAT32") = static_cast<int>(spcclFloat32);
+  m.attr("SPCCL_FLOAT16") = static_cast<int>(spcclFloat16);
+  m.attr("SPCCL_BFLOAT16") = static_cast<int>(spcclBfloat16);
+  m.attr("SPCCL_FLOAT8E4M3") = static_cast<int>(spcclFloat8e4m3);
+}
