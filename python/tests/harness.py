@@ -1,0 +1,84 @@
+"""Shared by the tests: launched by mpirun, one process per rank.
+
+Every check runs on every rank; failures are agreed over a gloo group before
+anything is asserted, so a rank that fails alone never leaves the others
+waiting in a collective. The process exits 1 on every rank if any check failed
+on any rank.
+"""
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+RANK = int(os.environ["OMPI_COMM_WORLD_RANK"])
+WORLD = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+JOB = os.environ.get("OMPI_MCA_ess_base_jobid", os.environ.get("PMIX_NAMESPACE", "0"))
+
+
+def job_dir():
+    """A folder every rank of this mpirun job agrees on."""
+    d = os.path.join(tempfile.gettempdir(), f"spccl_torch_test_{JOB}")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def job_port():
+    """A TCP port for env:// rendezvous, different per mpirun job."""
+    return 20000 + int(JOB) % 20000
+
+
+def init_spccl_and_gloo(name):
+    """World group on spccl (file store) plus a separate gloo group for reference
+    results and for agreeing on pass/fail."""
+    d = job_dir()
+    dist.init_process_group("spccl", init_method=f"file://{d}/{name}_spccl", rank=RANK, world_size=WORLD)
+    gloo = dist.new_group(backend="gloo")
+    return gloo
+
+
+class Checks:
+    def __init__(self, gloo):
+        self.gloo = gloo
+        self.failed = []
+        self.passed = 0
+
+    def run(self, name, fn, *args):
+        ok = 1
+        try:
+            fn(*args)
+        except Exception:
+            ok = 0
+            sys.stderr.write(f"[rank {RANK}] FAIL {name}\n{traceback.format_exc()}\n")
+        flag = torch.tensor([ok], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.gloo)
+        if flag.item() == 1:
+            self.passed += 1
+        else:
+            self.failed.append(name)
+
+    def finish(self, label):
+        if RANK == 0:
+            print(f"{label}: {self.passed} passed, {len(self.failed)} failed on {WORLD} ranks"
+                  + (f": {', '.join(self.failed)}" if self.failed else ""), flush=True)
+        dist.destroy_process_group()
+        sys.exit(1 if self.failed else 0)
+
+
+def expect_error(fn, *needles):
+    """fn must raise a RuntimeError whose message holds every needle."""
+    try:
+        fn()
+    except RuntimeError as err:
+        msg = str(err)
+        for n in needles:
+            if n not in msg:
+                raise AssertionError(f"error message {msg!r} lacks {n!r}") from err
+        return msg
+    raise AssertionError("no error raised")
