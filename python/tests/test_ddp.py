@@ -1,0 +1,212 @@
+"""DDP through the spccl backend against DDP through gloo (exact), the DCT
+communication hook (trains close to dense with >= 50x fewer bytes, state_dict),
+the environment opt-in and the alltoall_rows autograd op. Run under mpirun."""
+import os
+
+import harness
+from harness import RANK, WORLD
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import spccl_torch
+from spccl_torch.hooks import DCTState, dct_hook
+
+gloo = harness.init_spccl_and_gloo("ddp")
+C = harness.Checks(gloo)
+torch.set_num_threads(1)
+
+
+def mlp(seed, width=256, d_in=64):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(d_in, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+
+
+def batches(steps, batch=64, d_in=64, seed=11):
+    """A planted teacher: targets from a fixed random MLP; each rank its own samples."""
+    teacher = mlp(1234, width=32, d_in=d_in)
+    g = torch.Generator().manual_seed(seed * 1000 + RANK)
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            x = torch.randn(batch, d_in, generator=g)
+            out.append((x, teacher(x)))
+    return out
+
+
+def train(model, data, lr=0.05):
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def eval_loss(model, data):
+    with torch.no_grad():
+        loss = sum(nn.functional.mse_loss(model(x), y) for x, y in data) / len(data)
+    t = loss.reshape(1).clone()
+    dist.all_reduce(t, group=gloo)
+    return t.item() / WORLD
+
+
+def t_ddp_exact():
+    data = batches(20)
+    a = DDP(mlp(5))  # the default group: spccl
+    b = DDP(mlp(5), process_group=gloo)
+    train(a, data)
+    train(b, data)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        # Same inputs, exact allreduce: equal up to the summation order.
+        assert torch.allclose(pa, pb, rtol=1e-5, atol=1e-6), (pa - pb).abs().max()
+    if RANK == 0:
+        print("DDP spccl vs gloo after 20 steps: max |diff| =",
+              max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters())), flush=True)
+
+
+C.run("DDP through spccl equals DDP through gloo", t_ddp_exact)
+
+STEPS = 300
+hook_state = {}
+
+
+def t_dct_hook():
+    data = batches(STEPS)
+    held_out = batches(8, seed=99)
+    dense = DDP(mlp(7), process_group=gloo)
+    dense_losses = train(dense, data)
+    dct = DDP(mlp(7))
+    state = DCTState(density=0.005, threshold_interval=100)
+    dct.register_comm_hook(state, dct_hook)
+    dct_losses = train(dct, data)
+    l_dense, l_dct = eval_loss(dense, held_out), eval_loss(dct, held_out)
+    l_start = eval_loss(mlp(7), held_out)
+    s = state.stats()
+    ratio = s["dense_bytes"] / max(1, s["bytes_sent"])
+    if RANK == 0:
+        print(f"dct_hook density 0.005, {STEPS} steps, {WORLD} ranks: held-out loss start {l_start:.4f}, "
+              f"dense {l_dense:.4f}, dct {l_dct:.4f}; bytes sent {s['bytes_sent']} vs dense {s['dense_bytes']} "
+              f"({ratio:.1f}x fewer); compressed calls {s['compressed_calls']}/{s['calls']}", flush=True)
+    assert s["compressed_calls"] > 0
+    assert ratio >= 50, ratio
+    assert l_dct < 0.2 * l_start, (l_dct, l_start)
+    assert l_dct <= 1.5 * l_dense + 0.01, (l_dct, l_dense)
+    hook_state["state"] = state
+    hook_state["model"] = dct
+
+
+C.run("dct_hook trains within tolerance of dense with >= 50x fewer bytes", t_dct_hook)
+
+
+def t_hook_state_dict():
+    state = hook_state["state"]
+    sd = state.state_dict()
+    assert sd["iter"] == STEPS and sd["density"] == 0.005 and sd["threshold_interval"] == 100
+    assert len(sd["residuals"]) >= 1
+    assert any(r.abs().sum().item() > 0 for r in sd["residuals"].values()), "error feedback left no residual"
+    path = os.path.join(harness.job_dir(), f"hook_{RANK}.pt")
+    torch.save(sd, path)
+    restored = DCTState()
+    restored.load_state_dict(torch.load(path))
+    sd2 = restored.state_dict()
+    assert sd2["iter"] == sd["iter"] and sd2["stats"] == sd["stats"]
+    for i, r in sd["residuals"].items():
+        assert torch.equal(sd2["residuals"][i], r)
+    # Training goes on from the checkpoint: the residual enters the next gradient.
+    model = hook_state["model"]
+    model.register_comm_hook  # the hook is bound once per DDP: use a fresh wrapper
+    again = DDP(mlp(7))
+    again.load_state_dict(model.state_dict())
+    again.register_comm_hook(restored, dct_hook)
+    train(again, batches(3, seed=5))
+    assert restored.iter == STEPS + 3
+    assert not restored._pending_residual
+
+
+C.run("dct_hook state_dict save and load", t_hook_state_dict)
+
+
+def t_env_allreduce():
+    os.environ["SPCCL_ALLREDUCE_DENSITY"] = "0.01"
+    try:
+        group = dist.new_group(backend="spccl")
+    finally:
+        del os.environ["SPCCL_ALLREDUCE_DENSITY"]
+    assert spccl_torch.backend_of(group).env_allreduce()
+    before = spccl_torch.get_stats(group)
+    g = torch.Generator().manual_seed(RANK)
+    x = torch.randn(1 << 17, generator=g)
+    want = x.clone()
+    dist.all_reduce(want, group=gloo)
+    got = x.clone()
+    dist.all_reduce(got, group=group)
+    s = spccl_torch.get_stats(group)
+    assert s["compressed_calls"] == before["compressed_calls"] + 1, s
+    assert s["bytes_sent"] - before["bytes_sent"] < (s["dense_bytes"] - before["dense_bytes"]) / 10, s
+    # Compressed: the largest entries of the sum are there, the rest is carried in the residual.
+    kept = got != 0
+    assert 0 < kept.sum().item() < x.numel() // 5
+    small = torch.ones(100)
+    dist.all_reduce(small, group=group)  # small buffers stay exact
+    assert torch.equal(small, torch.full((100,), float(WORLD)))
+    dist.destroy_process_group(group)
+
+
+C.run("env opt-in: SPCCL_ALLREDUCE_DENSITY compresses big float allreduces", t_env_allreduce)
+
+
+def t_env_alltoall():
+    os.environ["SPCCL_ALLTOALL_DENSITY"] = "0.25"
+    os.environ["SPCCL_ALLTOALL_ROW_LEN"] = "8"
+    try:
+        group = dist.new_group(backend="spccl")
+    finally:
+        del os.environ["SPCCL_ALLTOALL_DENSITY"]
+        del os.environ["SPCCL_ALLTOALL_ROW_LEN"]
+    g = torch.Generator().manual_seed(100 + RANK)
+    x = torch.randn(WORLD * 4, 8, generator=g)
+    got = torch.empty_like(x)
+    dist.all_to_all_single(got, x, group=group)
+    dense = torch.empty_like(x)
+    dist.all_to_all_single(dense, x, group=gloo)
+    nz = (got != 0).sum(dim=1)
+    assert torch.all(nz == 2), nz
+    # What arrives are each row's 2 largest entries, unchanged.
+    top = dense.abs().topk(2, dim=1).indices
+    assert torch.equal(got.gather(1, top), dense.gather(1, top))
+    assert spccl_torch.get_stats(group)["calls"] >= 1
+    dist.destroy_process_group(group)
+
+
+C.run("env opt-in: SPCCL_ALLTOALL_DENSITY/ROW_LEN compress all_to_all_single rows", t_env_alltoall)
+
+
+def t_alltoall_rows():
+    rows, L, density = 3, 10, 0.2  # keeps 2 of 10 per row
+    g = torch.Generator().manual_seed(200 + RANK)
+    x = torch.randn(WORLD * rows, L, generator=g, requires_grad=True)
+    y = spccl_torch.alltoall_rows(x, density)
+    dense = torch.empty(WORLD * rows, L)
+    dist.all_to_all_single(dense, x.detach(), group=gloo)
+    top = dense.abs().topk(2, dim=1).indices
+    mask = torch.zeros_like(dense, dtype=torch.bool).scatter_(1, top, True)
+    assert torch.equal(y.detach(), torch.where(mask, dense, torch.zeros_like(dense)))
+    w = torch.randn(WORLD * rows, L, generator=g)
+    (y * w).sum().backward()
+    # The gradient of exactly the kept entries goes back to their senders.
+    back = torch.empty_like(w)
+    dist.all_to_all_single(back, torch.where(mask, w, torch.zeros_like(w)), group=gloo)
+    assert torch.allclose(x.grad, back), (x.grad, back)
+    s = spccl_torch.get_stats()
+    assert s["calls"] >= 2 and s["bytes_sent"] < s["dense_bytes"], s
+
+
+C.run("alltoall_rows forward and autograd backward", t_alltoall_rows)
+
+C.finish("test_ddp")
