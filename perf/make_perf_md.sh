@@ -7,11 +7,11 @@
 #   perf/make_perf_md.sh [--build DIR] [--scale quick|normal|full] [--out FILE]
 #                        [--skip netem,grid,...]
 #
-# --scale sets the sizes and iteration counts: quick (a few minutes, to try the
-# script), normal (about 20 minutes on 2 cores, the default), full (the sizes of the
-# README's main job and 256 MiB grid points: an hour or more). --skip leaves out
-# sections by name: main, alltoall, allgather, kernels, grid, netem, dlrm. The netem
-# section needs root and iproute2 (perf/netem/README.md); without them it is skipped
+# --scale sets the sizes and iteration counts: quick (a minute, to try the script),
+# normal (10 to 20 minutes on 2 cores, the default), full (more sizes, 8 ranks and
+# 256 MiB grid points: an hour or more, and about 30 GB of memory). --skip leaves
+# out sections by name: main, alltoall, allgather, kernels, grid, netem, dlrm, model,
+# gpu. The netem section needs root and iproute2 (perf/netem/README.md); without them it is skipped
 # with a note. Needs a build with SPCCL_BUILD_PERF and SPCCL_BUILD_EXAMPLES (the
 # default); CUDA is not used.
 set -Eeuo pipefail
@@ -51,7 +51,7 @@ case "$scale" in
 esac
 
 for bin in perf/allreduce_perf perf/alltoall_perf perf/allgather_perf perf/host_kernel_bench \
-           mpi_examples/dlrm/dlrm; do
+           perf/model_projection mpi_examples/dlrm/dlrm; do
   [ -x "$build/$bin" ] || { echo "make_perf_md.sh: $build/$bin missing: build first" >&2; exit 2; }
 done
 
@@ -200,6 +200,18 @@ if ! skipped dlrm; then
       "side's: DP compression alone stays within 0.01 of dense (the \`dlrm_compare\` tests)," \
       "while keeping 4 of 64 values of each pooled embedding perturbs the model more" \
       "(docs/DLRM.md, the sweep over both densities)."
+fi
+
+if ! skipped model; then
+  section "A model, not a measurement: dense and compressed allreduce on a GPU cluster"
+  run_block all_rows "$B/perf/model_projection" "$build/perf/model_projection"
+  say "The library's own cost model (src/tuner.cc, docs/ALGORITHMS.md) evaluated for" \
+      "256 MiB of fp32 gradients per rank, with the selection and unpack rate of the H200" \
+      "table below and the message latency stated in its first line; nothing here ran on" \
+      "a cluster. It shows the shape the measurements above cannot: split's re-selection" \
+      "keeps a rank's bytes near k pairs as the rank count grows, where the allgather" \
+      "algorithm's grow with it, and the gain shrinks as links get faster, since the" \
+      "selection pass then costs a larger share of the call."
 fi
 
 if ! skipped gpu; then
