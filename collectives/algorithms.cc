@@ -1,7 +1,7 @@
 #include "collectives/algorithms.h"
 
 #include "include/spccl.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 
 namespace spccl {
 
@@ -23,30 +23,6 @@ const char* algorithmName(int id) {
   for (const AlgorithmInfo& a : kAlgorithms)
     if (a.id == id) return a.name;
   return "unknown";
-}
-
-size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets) {
-  offsets->resize(sizes.size());
-  size_t total = 0;
-  for (size_t r = 0; r < sizes.size(); ++r) {
-    (*offsets)[r] = total;
-    total += sizes[r];
-  }
-  return total;
-}
-
-size_t announcedSize(uint64_t announced, size_t most, int peer, const char* what, Status* local) {
-  if (announced <= most && announced % 8 == 0) return static_cast<size_t>(announced);
-  if (local->isOk())
-    *local = remoteError(formatString("%s: rank %d announced a %llu-byte stream, at most %zu fit", what, peer,
-                                      static_cast<unsigned long long>(announced), most));
-  return 0;
-}
-
-Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all) {
-  all->resize(t.size());
-  SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, all->data()));
-  return checkDescriptors(all->data(), t.size(), mine);
 }
 
 }  // namespace spccl

@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "kernels/core/elementwise.h"
-#include "src/codec.h"
-#include "src/status.h"
-#include "src/transport/transport.h"
+#include "codec/codec.h"
+#include "collectives/agreement.h"
+#include "kernels/core/status.h"
+#include "transport/transport.h"
 
 namespace spccl {
 
-struct Integrity;  // src/codec.h
+struct Integrity;  // codec/codec.h
 
 struct AlgorithmInfo {
   int id;  // SPCCL_ALGO_*
@@ -105,20 +106,6 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
 
-// Offsets of streams laid end to end in one buffer; returns the total bytes.
-size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets);
-
-// A stream size a peer announced. Plausible (<= most, a multiple of 8): used
-// as is. Otherwise this rank expects 0 bytes from that peer (MPI reports the
-// truncation) and *local records the error: the rank still takes part in
-// every remaining exchange of the call, so no honest rank is left waiting.
-size_t announcedSize(uint64_t announced, size_t most, int peer, const char* what, Status* local);
-
-struct CallDescriptor;
-// Allgathers the descriptors and checks them (codec.h checkDescriptors): the
-// verdict is the same on every rank, so a mismatched call fails everywhere
-// before any stream moves.
-Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all);
 Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx);
 
 }  // namespace spccl

@@ -14,18 +14,18 @@
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
 #include "kernels/host/host_kernels.h"
-#include "src/codec.h"
-#include "src/comm.h"
-#include "src/types.h"
+#include "codec/codec.h"
+#include "collectives/context.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 
-Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t n, spcclDataType_t type,
+Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t n, spcclDataType_t type,
                      float density, spcclStats_t* call) {
   Transport& t = *comm.transport;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const core::ValueType wire = ownValuesWireType(comm.params.valueType, type);
+  const core::ValueType wire = ownValuesWireType(comm.settings->valueType, type);
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm.seq++;
   const uint64_t k = allGatherTopKCount(density, n);
@@ -71,7 +71,7 @@ Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size
   // size: it travels in the descriptor.
   size_t pairsBytes = 0;
   const IndexEncoding encoding =
-      choosePairsEncoding(comm.params.indexEncoding, comm.positions.data(), nnz, 0, n, wire, &pairsBytes);
+      choosePairsEncoding(comm.settings->indexEncoding, comm.positions.data(), nnz, 0, n, wire, &pairsBytes);
   const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
   CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
                       static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,

@@ -4,6 +4,7 @@
 // kept extra NaN/Inf. The backward sends values only: both sides remember the
 // positions in the selection.
 #include <algorithm>
+#include <string>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -11,11 +12,10 @@
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
 #include "kernels/host/host_kernels.h"
-#include "src/codec.h"
-#include "src/comm.h"
-#include "src/log.h"
-#include "src/transport/timed_transport.h"
-#include "src/types.h"
+#include "codec/codec.h"
+#include "collectives/context.h"
+#include "transport/timed_transport.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 
@@ -205,12 +205,12 @@ namespace {
 
 // The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
 // row top-k pass's time added, or is nullptr.
-Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
-                 size_t rowLen, spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call,
+Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
+                 size_t rowLen, spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call,
                  double* selectionSeconds) {
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const core::ValueType wire = ownValuesWireType(comm.params.valueType, type);
+  const core::ValueType wire = ownValuesWireType(comm.settings->valueType, type);
   const uint32_t keep = core::rowKeep(rowLen, density);
   const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
@@ -322,7 +322,7 @@ Status forwardOn(Transport& t, spcclComm& comm, const void* sendbuff, void* recv
   return Status::ok();
 }
 
-Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& s,
+Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, void* gradRecv, RowsSelection& s,
                   spcclStats_t* call) {
   const RowsPositions& pos = *s.host;
   Workspace& ws = comm.workspace;
@@ -405,9 +405,9 @@ Status backwardOn(Transport& t, spcclComm& comm, const void* gradSend, void* gra
 
 }  // namespace
 
-Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
-                           spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call) {
-  if (!comm.params.profile)
+Status alltoAllRowsForward(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
+                           spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call) {
+  if (!comm.settings->profile)
     return forwardOn(*comm.transport, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call,
                      nullptr);
   RowsProfile& prof = comm.rowsProfile;
@@ -420,9 +420,9 @@ Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff
   return s;
 }
 
-Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
+Status alltoAllRowsBackward(CollectiveContext& comm, const void* gradSend, void* gradRecv, RowsSelection& sel,
                             spcclStats_t* call) {
-  if (!comm.params.profile) return backwardOn(*comm.transport, comm, gradSend, gradRecv, sel, call);
+  if (!comm.settings->profile) return backwardOn(*comm.transport, comm, gradSend, gradRecv, sel, call);
   RowsProfile& prof = comm.rowsProfile;
   TimedTransport timed(*comm.transport, &prof.backwardCommunication);
   const Stopwatch whole(true);
@@ -432,15 +432,14 @@ Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRec
   return s;
 }
 
-void reportRowsProfile(const spcclComm& comm) {
-  const RowsProfile& p = comm.rowsProfile;
-  if (p.forwardCalls + p.backwardCalls == 0) return;
+std::string describeRowsProfile(const RowsProfile& p) {
+  if (p.forwardCalls + p.backwardCalls == 0) return {};
   const auto share = [](double part, double whole) { return whole > 0 ? 100 * part / whole : 0.0; };
   const double nf = static_cast<double>(std::max<uint64_t>(p.forwardCalls, 1));
   const double nb = static_cast<double>(std::max<uint64_t>(p.backwardCalls, 1));
   const double fLocal = p.forward - p.forwardSelection - p.forwardCommunication;
   const double bLocal = p.backward - p.backwardCommunication;
-  logMessage(LogLevel::kInfo, comm.rank,
+  return formatString(
              "profile: alltoall rows, %llu forward calls, per call %.3f ms = selection %.3f ms (%.0f%%) + "
              "communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: gathering, "
              "encoding, decoding, zeroing and filling the output); %llu backward calls, per call %.3f ms = "

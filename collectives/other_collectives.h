@@ -8,22 +8,29 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "include/spccl.h"
 #include "kernels/core/elementwise.h"
-#include "src/status.h"
+#include "kernels/core/status.h"
 
-struct spcclComm;
-struct spcclSelection;
 
 namespace spccl {
 
 struct CallDescriptor;
+struct CollectiveContext;
+struct RowsProfile;
+struct RowsSelection;
 enum class Collective : uint8_t;
+
+// Row-sparse allreduce algorithms (SPCCL_ROWSPARSE_ALGO choice order).
+constexpr int kRowSparseAuto = 0;
+constexpr int kRowSparseAllgather = 1;
+constexpr int kRowSparsePartition = 2;
 
 // The call descriptor of an alltoall-rows call (forward or backward), one
 // definition for the host path and the NCCL path. `agreed` is what every
-// rank must also share (in streamBytes, src/codec.h): the forward's entries
+// rank must also share (in streamBytes, codec/codec.h): the forward's entries
 // kept per row, the backward's forward call (its sequence number).
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
                               core::ValueType wire, uint64_t agreed);
@@ -71,16 +78,16 @@ Status allGatherTopKThreshold(uint64_t n, uint64_t k, Kth&& kth, uint32_t* tauKe
 CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t rowLen, spcclDataType_t type);
 
 // sel may be nullptr (the selection is not kept).
-Status alltoAllRowsForward(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
-                           spcclDataType_t type, float density, spcclSelection* sel, spcclStats_t* call);
-Status alltoAllRowsBackward(spcclComm& comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
+Status alltoAllRowsForward(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
+                           spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call);
+Status alltoAllRowsBackward(CollectiveContext& comm, const void* gradSend, void* gradRecv, RowsSelection& sel,
                             spcclStats_t* call);
-// SPCCL_PROFILE: one INFO line with the mean split of the communicator's
-// alltoall-rows calls, if it made any (spcclCommDestroy calls it).
-void reportRowsProfile(const spcclComm& comm);
-Status allGatherTopK(spcclComm& comm, const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t type,
+// SPCCL_PROFILE: one line with the mean split of a communicator's
+// alltoall-rows calls; empty if it made none.
+std::string describeRowsProfile(const RowsProfile& p);
+Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t type,
                      float density, spcclStats_t* call);
-Status allReduceRowSparse(spcclComm& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
+Status allReduceRowSparse(CollectiveContext& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                           spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                           spcclStats_t* call);
 

@@ -16,10 +16,10 @@
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
 #include "kernels/host/host_kernels.h"
-#include "src/codec.h"
-#include "src/comm.h"
-#include "src/tuner.h"
-#include "src/types.h"
+#include "codec/codec.h"
+#include "collectives/context.h"
+#include "collectives/cost_model.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 
@@ -121,7 +121,7 @@ Status parseAll(const std::vector<unsigned char>& bytes, const std::vector<size_
 }
 
 template <typename Acc>
-Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
+Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                      spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                      spcclStats_t* call) {
   Transport& t = *comm.transport;
@@ -129,7 +129,7 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
   const int p = t.size(), me = t.rank();
   const uint32_t vb = sizeof(Acc);
   const uint64_t seq = comm.seq++;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowSparseDescriptor(comm.params.rowSparseAlgorithm, seq, rowLen, type),
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowSparseDescriptor(comm.settings->rowSparseAlgorithm, seq, rowLen, type),
                                     &comm.descriptors));
 
   Workspace::RowSparseLists<Acc>& lists = listsOf<Acc>(ws);
@@ -144,8 +144,8 @@ Status rowSparseImpl(spcclComm& comm, const int64_t* ids, const void* rows, size
 
   // Every input below is the same on every rank (the cost model is rank 0's,
   // resolved at creation), so every rank picks the same.
-  const int algo = comm.params.rowSparseAlgorithm != kRowSparseAuto
-                       ? comm.params.rowSparseAlgorithm
+  const int algo = comm.settings->rowSparseAlgorithm != kRowSparseAuto
+                       ? comm.settings->rowSparseAlgorithm
                        : chooseRowSparseAlgorithm(p, sumUnique, rowLen, vb, comm.rowSparseOverlap, comm.costModel);
   std::vector<IdRowsView>& views = ws.idRowsViews;
   if (algo == kRowSparseAllgather) {
@@ -252,7 +252,7 @@ CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t ro
                         rowLen, rowLen};
 }
 
-Status allReduceRowSparse(spcclComm& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
+Status allReduceRowSparse(CollectiveContext& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                           spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                           spcclStats_t* call) {
   if (type == spcclFloat64)

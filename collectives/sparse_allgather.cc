@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "collectives/algorithms.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 
 namespace spccl {
 

@@ -27,7 +27,7 @@
 #endif
 
 #include "collectives/algorithms.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 
 namespace spccl {
 

@@ -55,7 +55,7 @@
 //      while it is raised, every wrapper forwards straight to PMPI_*. This
 //      covers every MPI call spccl makes while serving an intercepted call,
 //      whatever the call and wherever in spccl it is made.
-//   2. The transport's data movement (src/transport/mpi_transport.cc) calls
+//   2. The transport's data movement (transport/mpi_transport.cc) calls
 //      PMPI_* directly, so spccl's own traffic is never intercepted even when
 //      the program also calls spccl itself (no depth raised): an exact path
 //      the user asked spccl for must not be compressed behind their back.

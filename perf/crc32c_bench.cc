@@ -1,4 +1,4 @@
-// Throughput of the two CRC32C paths behind SPCCL_CHECKSUM (src/codec.cc),
+// Throughput of the two CRC32C paths behind SPCCL_CHECKSUM (codec/codec.cc),
 // side by side in one run: slicing-by-8 tables and the SSE4.2 instruction.
 // A 1 MiB buffer (a large stream), best of 200 passes each, so a pass fits in
 // one scheduler time slice on a loaded machine.
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/codec.h"
+#include "codec/codec.h"
 
 int main() {
   std::vector<unsigned char> b(size_t{1} << 20);

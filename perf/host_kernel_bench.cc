@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "kernels/host/host_kernels.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "size_arg.h"
 
 namespace {

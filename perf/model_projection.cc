@@ -16,7 +16,7 @@
 
 #include "collectives/algorithms.h"
 #include "include/spccl.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "src/tuner.h"
 #include "size_arg.h"
 

@@ -16,10 +16,10 @@
 #include "kernels/host/host_kernels.h"
 #include "collectives/other_collectives.h"
 #include "src/comm.h"
-#include "src/device.h"
+#include "transport/device.h"
 #include "src/log.h"
-#include "src/transport/mpi_transport.h"
-#include "src/types.h"
+#include "transport/mpi_transport.h"
+#include "kernels/core/types.h"
 #if SPCCL_WITH_NCCL
 #include "include/spccl_nccl.h"
 #include "src/nccl/device_collectives.h"
@@ -504,7 +504,11 @@ spcclResult_t spcclCommDestroy(spcclComm_t comm) {
       registry().comms.erase(comm);
       for (auto& [key, c] : comm->implicitCompressors) registry().compressors.erase(c.get());
     }
-    if (comm->params.profile) reportRowsProfile(*comm);
+    if (comm->params.profile) {
+      const std::string rows = describeRowsProfile(comm->rowsProfile);
+      // Asked for by SPCCL_PROFILE: printed whatever SPCCL_DEBUG says.
+      if (!rows.empty()) logMessage(LogLevel::kInfo, comm->rank, "%s", rows.c_str());
+    }
     delete comm;  // explicit compressors stay valid to destroy; using them is spcclInvalidUsage
     return Status::ok();
   });

@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
+#include "collectives/context.h"
 #include "include/spccl.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "src/params.h"
-#include "src/status.h"
-#include "src/transport/transport.h"
+#include "kernels/core/status.h"
+#include "transport/transport.h"
 #include "src/tuner.h"
 
 struct spcclComm;
@@ -166,74 +167,25 @@ struct spcclCompressor {
   spccl::Status denseReduce(spccl::Transport& t, const void* sendbuff, float* out, bool sendResidual);
 };
 
-// Kept positions of one alltoall-rows forward, for its backward.
-namespace spccl {
-// A host rows forward's kept positions, row by row, block by block (peer j's
-// rows are j*rowsPerPeer ...): how many positions each row kept, and the
-// positions. The communicator pools them (spcclComm::freeRowsPositions).
-struct RowsPositions {
-  std::vector<uint32_t> sentCounts, sentPositions;
-  std::vector<uint32_t> recvCounts, recvPositions;
-};
-}  // namespace spccl
-
-struct spcclSelection {
+// A forward on an MPI communicator keeps its positions in the RowsSelection
+// (shared with the communicator's pool), one on an NCCL communicator on the
+// device.
+struct spcclSelection : spccl::RowsSelection {
   spcclComm* comm;
   uint64_t commId;
-  bool used = false;  // set once every rank agreed on its backward
-  uint64_t forwardSeq = 0;  // the forward's call sequence number: its backward names it
-  size_t rowsPerPeer = 0, rowLen = 0;
-  spcclDataType_t dataType = spcclFloat32;
-  spccl::core::ValueType wire = spccl::core::ValueType::kFloat32;
-  // A forward on an MPI communicator keeps its positions here (shared with
-  // the communicator's pool) ...
-  std::shared_ptr<spccl::RowsPositions> host;
-  // ... and one on an NCCL communicator keeps them on the device.
   std::shared_ptr<spccl::DeviceSelectionState> device;
 };
 
-namespace spccl {
-// SPCCL_PROFILE: the time split of a communicator's alltoall-rows calls (host
-// path), printed when the communicator is destroyed (reportRowsProfile).
-struct RowsProfile {
-  uint64_t forwardCalls = 0, backwardCalls = 0;
-  double forward = 0, forwardSelection = 0, forwardCommunication = 0;
-  double backward = 0, backwardCommunication = 0;
-};
-}  // namespace spccl
-
-struct spcclComm {
+// The collectives' context (collectives/context.h: transport, call sequence,
+// shared scratch) and what only the C API and the compressors use.
+struct spcclComm : spccl::CollectiveContext {
   uint64_t id;
-  std::unique_ptr<spccl::Transport> transport;
   spccl::Params params;
-  int rank = 0;
-  int ranks = 1;
-  uint64_t seq = 0;  // allreduce calls so far; stamped on every stream
   spcclStats_t stats{};
   std::map<std::tuple<void*, size_t, int>, std::unique_ptr<spcclCompressor>> implicitCompressors;
-  // Per-call scratch (grow only) of every collective on the communicator: the
-  // compressed allreduce of each compressor and the alltoall, allgather and
-  // row-sparse collectives. Calls on one communicator never overlap (one
-  // thread at a time, as for NCCL), so one set serves them all: a compressor
-  // keeps only what outlives its call (residual, tau, counters), and a
-  // program with many compressors holds the largest call's scratch once
-  // instead of every compressor's.
-  spccl::Workspace workspace;
-  std::vector<float> floats;
-  std::vector<uint32_t> positions;
-  std::vector<uint64_t> ranks64;
-  std::vector<spccl::CallDescriptor> descriptors;  // one per rank, this call
-  // Host rows forwards' positions: one no selection holds any more (use
-  // count 1, only this pool) serves the next forward, so a loop of forward,
-  // backward and spcclSelectionDestroy (or forwards that keep no selection)
-  // allocates nothing once warm. Grows to the most selections alive at once.
-  std::vector<std::shared_ptr<spccl::RowsPositions>> rowsPositionsPool;
-  std::shared_ptr<spccl::RowsPositions> freeRowsPositions() {
-    for (const auto& p : rowsPositionsPool)
-      if (p.use_count() == 1) return p;
-    rowsPositionsPool.push_back(std::make_shared<spccl::RowsPositions>());
-    return rowsPositionsPool.back();
-  }
+  spcclComm() { settings = &params; }
+  spcclComm(const spcclComm&) = delete;
+  spcclComm& operator=(const spcclComm&) = delete;
   std::vector<float> accumulator;        // a compressed allreduce's fp32 result for 16-bit user buffers
   std::vector<uint32_t> pairIndices;     // a compressed allreduce's selected pairs: indices
   std::vector<unsigned char> pairValues; // and wire-typed values
@@ -251,12 +203,8 @@ struct spcclComm {
     if (thresholdScratch.size() < n) thresholdScratch.resize(n);
     return thresholdScratch.data();
   }
-  spccl::RowsProfile rowsProfile;
-  double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
-  spccl::CostModel costModel;    // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   spccl::ModelSettings modelSettings;  // rank 0's SPCCL_INDEX_ENCODING etc. as auto's model reads them
   std::map<spccl::AutoShapeKey, spccl::AutoShape> autoShapes;  // SPCCL_ALGO=auto's state per call shape
-  spccl::Integrity integrity;    // SPCCL_CHECKSUM (and its test hook), from params at creation
   // Made by spcclCommInitNccl: device buffers, NCCL transport, CUDA kernels.
   bool onDevice = false;
   std::shared_ptr<spccl::DeviceCommState> device;

@@ -17,9 +17,9 @@
 #include "kernels/host/host_kernels.h"
 #include "src/comm.h"
 #include "src/log.h"
-#include "src/transport/timed_transport.h"
+#include "transport/timed_transport.h"
 #include "src/tuner.h"
-#include "src/types.h"
+#include "kernels/core/types.h"
 
 using namespace spccl;
 

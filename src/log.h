@@ -2,7 +2,7 @@
 // Never stdout: the library must not mix with the application's output.
 #pragma once
 
-#include "src/status.h"
+#include "kernels/core/status.h"
 
 namespace spccl {
 

@@ -8,14 +8,14 @@
 #include <cstring>
 #include <strings.h>
 
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "include/spccl.h"
 
 namespace spccl {
 
 namespace {
 
-// SPCCL_INDEX_ENCODING's choices, in kIndexEncoding* order (src/codec.h).
+// SPCCL_INDEX_ENCODING's choices, in kIndexEncoding* order (codec/codec.h).
 constexpr const char* kIndexEncodingNames[] = {"auto", "coo", "delta", "bitmap"};
 static_assert(kIndexEncodingAuto == 0 && kIndexEncodingCoo == 1 && kIndexEncodingDelta == 2 &&
                   kIndexEncodingBitmap == 3,

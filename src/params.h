@@ -3,7 +3,7 @@
 // it. describeParams (the SPCCL_DEBUG=INFO dump at communicator creation) is
 // written by hand; it spells choices from the table, and tests check that it
 // names every variable and every choice as the table does.
-// params.cc needs nothing but src/status.cc, so the interposers compile both
+// params.cc needs nothing but kernels/core/status.cc, so the interposers compile both
 // in (interpose/CMakeLists.txt) and read every SPCCL_* variable as the
 // library does.
 #pragma once
@@ -15,14 +15,17 @@
 #include <vector>
 
 #include "kernels/core/elementwise.h"
+#include "collectives/context.h"
+#include "collectives/other_collectives.h"
 #include "kernels/host/host_kernels.h"
 #include "src/log.h"
-#include "src/status.h"
+#include "kernels/core/status.h"
 
 namespace spccl {
 
 // Values resolved from the environment (defaults where unset).
-struct Params {
+// CollectiveSettings (collectives/context.h): the settings the collectives read.
+struct Params : CollectiveSettings {
   bool disable = false;
   LogLevel debug = LogLevel::kWarn;
   float allreduceDensity = 0.01f;
@@ -37,18 +40,14 @@ struct Params {
   int autoTrials = 0;       // SPCCL_AUTO_TRIALS: timed calls per candidate before auto settles; 0 model only
   double netGbps = 0;       // SPCCL_NET_GBPS; 0: not set
   double netLatencyUs = 0;  // SPCCL_NET_LATENCY_US; 0: not set
-  core::ValueType valueType = core::ValueType::kFloat32;
   uint64_t minCompressCount = 65536;
   unsigned intercept = 0;  // kIntercept* bits (SPCCL_INTERCEPT, read by the interposers)
   float alltoallDensity = 1.0f;
   uint64_t alltoallRowLen = 0;  // 0: unset
   float allgatherDensity = 1.0f;
-  int rowSparseAlgorithm = 0;  // kRowSparse*
   bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
   int deviceMode = 0;          // kDeviceMode*: compressed allreduce on device buffers
-  int indexEncoding = 0;       // codec.h kIndexEncoding*: how pairs streams write their indices
-  bool profile = false;        // SPCCL_PROFILE: time split of compressed allreduce calls, per compressor
   int hostSimd = 0;            // kHostSimd*: the host kernels' vector instructions
 };
 
@@ -67,10 +66,6 @@ Status resolveHostSimd(int setting, bool (*available)(host::HostSimd), host::Hos
 constexpr int kDeviceModeExact = 0;
 constexpr int kDeviceModeFixed = 1;
 
-// Row-sparse allreduce algorithms (SPCCL_ROWSPARSE_ALGO choice order).
-constexpr int kRowSparseAuto = 0;
-constexpr int kRowSparseAllgather = 1;
-constexpr int kRowSparsePartition = 2;
 
 // SPCCL_INTERCEPT: the collectives the interposers hand to spccl (libspccl_nccl.so: allreduce only).
 constexpr unsigned kInterceptAllreduce = 1;

@@ -19,153 +19,12 @@
 #include "collectives/algorithms.h"
 #include "include/spccl.h"
 #include "kernels/host/host_kernels.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "src/log.h"
 #include "src/params.h"
-#include "src/transport/transport.h"
+#include "transport/transport.h"
 
 namespace spccl {
-
-namespace {
-
-constexpr double kHeader = sizeof(StreamHeader);
-constexpr double kSizeWord = 8;  // one uint64 size per peer
-
-double log2Rounds(int p) { return p > 1 ? std::ceil(std::log2(static_cast<double>(p))) : 0; }
-
-// Expected pairs an owner sends for its range: when ranks select
-// independently a position survives the merge if any of the P ranks
-// selected it; re-selection caps that at keepPerRange. A measured value
-// (the previous split call's) is already after re-selection.
-// Compare-bound steps, in bytes-equivalent of the calibrated memory rates,
-// fitted to profiles on the development machine (docs/ALGORITHMS.md): each
-// selected entry's classification and packing in selectPack (a branch taken
-// at random, then scalar stores), and each merged entry of a re-selecting
-// split owner (key, nth_element, drop pass).
-constexpr double kPickBytes = 256;
-constexpr double kReselectBytes = 384;
-// Received pairs, per pair beyond its own bytes (codec.h reduceStreams and
-// storeStream, host_kernel_bench's unpack rows at densities 0.0001-0.05):
-// the blocked pass decodes and adds each in the first-level cache; below
-// one pair in kScatterBelow elements each lands on a line memset has left
-// in memory, a read-modify-write that waits on the miss.
-constexpr double kBlockedPairBytes = 40;
-constexpr double kScatteredPairBytes = 320;
-
-double mergedBeforeReselection(const CostInputs& in) {
-  const double n = static_cast<double>(in.count), p = in.ranks;
-  const double d = std::min(1.0, static_cast<double>(in.k) / std::max(1.0, n));
-  return n / p * (1.0 - std::pow(1.0 - d, p));
-}
-
-double mergedPerRange(const CostInputs& in) {
-  if (in.mergedPerRange >= 0) return in.mergedPerRange;
-  const double merged = mergedBeforeReselection(in);
-  return in.keepPerRange > 0 ? std::min(merged, in.keepPerRange) : merged;
-}
-
-double rounds(int algorithm, int p) {
-  if (p <= 1) return 0;
-  switch (algorithm) {
-    case SPCCL_ALGO_DENSE:
-      return 2.0 * (p - 1) + log2Rounds(p);  // ring allreduce + the call descriptor
-    case SPCCL_ALGO_ALLGATHER:
-      return (p - 1) + log2Rounds(p);
-    default:
-      return 2.0 * (p - 1) + 3 * log2Rounds(p);
-  }
-}
-
-}  // namespace
-
-double indexBytesPerPair(int indexEncoding, double len, double nnz) {
-  if (nnz <= 0) return 4.0;
-  const double coo = 4.0, bitmap = len / 8.0 / nnz;
-  double delta = 1.0;  // LEB128: 7 bits of the gap per byte
-  for (double gap = len / nnz; gap >= 128.0 && delta < 5.0; gap /= 128.0) delta += 1.0;
-  switch (indexEncoding) {
-    case kIndexEncodingCoo: return coo;
-    case kIndexEncodingDelta: return delta;
-    case kIndexEncodingBitmap: return bitmap;
-    default: return std::min({coo, delta, bitmap});
-  }
-}
-
-double selectPassBytes(double n, double elemBytes, double k) {
-  const double d = std::min(1.0, k / std::max(1.0, n));
-  return n * (elemBytes + 8.0) + 64.0 * (n / 16.0) * (1.0 - std::pow(1.0 - d, 16.0)) + kPickBytes * k;
-}
-
-double reduceBytes(double pairs, double span, double pairBytes) {
-  if (pairs * static_cast<double>(kScatterBelow) < span) return 2.0 * span + pairs * (pairBytes + kScatteredPairBytes);
-  return 4.0 * span + pairs * (pairBytes + kBlockedPairBytes);
-}
-
-CostTerms modelTerms(int algorithm, const CostInputs& in) {
-  CostTerms t;
-  const double p = in.ranks, k = static_cast<double>(in.k), n = static_cast<double>(in.count);
-  // A pair: its index in the stream's encoding plus the wire value. The
-  // allgather stream and the split pieces spread k pairs over the range they
-  // cover; the owners' merged ranges spread theirs over n / p.
-  const double pair = indexBytesPerPair(in.indexEncoding, n, k) + in.wireBytes;
-  const double mergedPair = indexBytesPerPair(in.indexEncoding, n / p, mergedPerRange(in)) + in.wireBytes;
-  t.rounds = rounds(algorithm, in.ranks);
-  // Local work. Dense, in steady state (a dense call after a dense call: the
-  // residual is already empty and the input goes out as it is): the
-  // reduce-scatter's additions, and for 16-bit inputs their conversion to
-  // fp32 (read e, write 4). The one pass of v = send + residual that a dense
-  // call right after a compressed one makes is not charged: auto weighs what
-  // an algorithm costs call after call. Sparse: the fused pass (selectPassBytes);
-  // every rank sums what it receives into its zeroed output (reduceBytes).
-  if (algorithm == SPCCL_ALGO_DENSE) {
-    t.unpackBytes = (in.elemBytes == 4 ? 0.0 : n * (in.elemBytes + 4.0)) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
-  } else {
-    t.selectBytes = selectPassBytes(n, in.elemBytes, k);
-    if (algorithm == SPCCL_ALGO_ALLGATHER) {
-      t.unpackBytes = reduceBytes(p * k, n, pair);
-    } else {
-      // Owners sum ~k pairs into their range, scan it for the nonzeros (4 n/P)
-      // and, re-selecting, sort out the merged entries beyond the budget (a
-      // 64-bit key each, nth_element, a pass in index order: kReselectBytes
-      // an entry); then every rank stores the P ranges, each as pairs or,
-      // where that is smaller, dense (memset, then a pass adding the values).
-      const double range = n / p, sent = mergedPerRange(in), merged = mergedBeforeReselection(in);
-      const double reselect = in.keepPerRange > 0 && merged > in.keepPerRange ? kReselectBytes * merged : 0.0;
-      t.unpackBytes = reduceBytes(k, range, pair) + 4.0 * range + reselect +
-                      p * std::min(reduceBytes(sent, range, mergedPair), range * (in.wireBytes + 10.0));
-    }
-  }
-  if (in.ranks <= 1) return t;
-  const double desc = (p - 1) * static_cast<double>(sizeof(CallDescriptor));
-  switch (algorithm) {
-    case SPCCL_ALGO_DENSE:
-      t.wireBytes = desc + 2.0 * (p - 1) / p * n * in.elemBytes;
-      break;
-    case SPCCL_ALGO_ALLGATHER:
-      t.wireBytes = desc + (p - 1) * (kHeader + k * pair);
-      break;
-    default: {
-      const double stage1 = (p - 1) / p * k * pair + (p - 1) * (kHeader + kSizeWord);
-      const double range = std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
-      t.wireBytes = desc + stage1 + (p - 1) * (kSizeWord + kHeader + range);
-    }
-  }
-  return t;
-}
-
-double modelBytes(int algorithm, const CostInputs& in) { return modelTerms(algorithm, in).wireBytes; }
-
-double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m) {
-  const CostTerms t = modelTerms(algorithm, in);
-  return t.rounds * m.alpha + t.wireBytes * m.beta + t.selectBytes * m.gammaSelect + t.unpackBytes * m.gammaUnpack;
-}
-
-int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
-  int best = SPCCL_ALGO_ALLGATHER;
-  for (int a : {SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE})
-    if (modelSeconds(a, in, m) < modelSeconds(best, in, m)) best = a;
-  return best;
-}
 
 std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m) {
   // chooseAlgorithm's tie order, then a stable sort by modelled time.
@@ -221,38 +80,6 @@ std::vector<float> trialMedians(const std::vector<float>& times, size_t candidat
   }
   return out;
 }
-
-std::string explainChoice(const CostInputs& in, const CostModel& m) {
-  std::string out = formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks,
-                                 static_cast<unsigned long long>(in.count), static_cast<unsigned long long>(in.k),
-                                 in.wireBytes);
-  for (int a : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
-    const CostTerms t = modelTerms(a, in);
-    out += formatString(" %s %.4g ms (latency %.3g + wire %.3g [%.4g MB] + select %.3g + unpack %.3g);",
-                        algorithmName(a), 1e3 * modelSeconds(a, in, m), 1e3 * t.rounds * m.alpha,
-                        1e3 * t.wireBytes * m.beta, t.wireBytes / 1e6, 1e3 * t.selectBytes * m.gammaSelect,
-                        1e3 * t.unpackBytes * m.gammaUnpack);
-  }
-  return out + " -> " + algorithmName(chooseAlgorithm(in, m));
-}
-
-std::string describeCostModel(const CostModel& m) {
-  auto rate = [](double secondsPerByte) { return secondsPerByte > 0 ? 1e-9 / secondsPerByte : 0.0; };
-  return formatString("latency %.3g us per round, wire %.4g GB/s (%.4g Gbit/s), selection %.4g GB/s, unpack %.4g GB/s "
-                      "(0 = not modelled)",
-                      m.alpha * 1e6, rate(m.beta), 8 * rate(m.beta), rate(m.gammaSelect), rate(m.gammaUnpack));
-}
-
-int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uint32_t valueBytes, double overlap,
-                             const CostModel& m) {
-  if (ranks <= 2) return kRowSparseAllgather;
-  const double p = ranks, u = static_cast<double>(sumUnique) / p;
-  const double row = 8.0 + static_cast<double>(rowLen) * valueBytes, ov = overlap > 0 ? overlap : 1.0;
-  const double allgather = (p - 1) * u * row * m.beta + (p - 1) * m.alpha;
-  const double partition = ((p - 1) / p * u + (p - 1) * u / ov) * row * m.beta + 2 * (p - 1) * m.alpha;
-  return partition < allgather ? kRowSparsePartition : kRowSparseAllgather;
-}
-
 // ---------------------------------------------------------------- parameter sources
 
 CostModel applyNetworkParams(CostModel m, double gbps, double latencyUs) {

@@ -1,6 +1,7 @@
 // Receive side and conversions: received streams into the fp32 accumulator
 // (one stream per launch, launched in rank order by the caller: the sum is
-// the host's, in the host's order), and user float buffers <-> fp32.
+// the host's, in the host's order), user float buffers <-> fp32, and the
+// average's division.
 // Plus the host-side helpers of the CUDA back end (errors, device queries).
 #include <cstdio>
 #include <string>
@@ -118,6 +119,12 @@ __global__ void __launch_bounds__(kThreads) store16Kernel(const float* src, uint
   for (uint64_t i = chunks * 8 + first; i < n; i += stride) dst[i] = toUser16<kHalf>(src[i]);
 }
 
+__global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
+    x[i] = x[i] / divisor;  // a division, as the host path does: not a multiply by 1/p
+}
+
 }  // namespace
 
 Status unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz,
@@ -178,6 +185,14 @@ Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst, 
     store16Kernel<true><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
   else
     store16Kernel<false><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (x == nullptr) return invalidArgument("divideFloats: null buffer");
+  divideKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(x, n, divisor);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -199,13 +199,14 @@ else
   say "build directly with nvcc ($jobs jobs)"
   : >"$logs/build.log"
   pids=()
-  for f in "$repo"/kernels/cuda/*.cu; do
+  for f in "$repo"/kernels/cuda/*.cu "$repo"/src/nccl/call_record.cu; do
     nvcc "${flags[@]}" -c "$f" -o "$bin/obj/$(basename "$f" .cu).o" >>"$logs/build.log" 2>&1 &
     pids+=($!)
   done
-  nvcc "${flags[@]}" -c "$repo/kernels/host/host_kernels.cc" -o "$bin/obj/host_kernels.o" \
-    >>"$logs/build.log" 2>&1 &
-  pids+=($!)
+  for f in "$repo"/kernels/host/*.cc "$repo"/kernels/core/status.cc; do
+    nvcc "${flags[@]}" -c "$f" -o "$bin/obj/host_$(basename "$f" .cc).o" >>"$logs/build.log" 2>&1 &
+    pids+=($!)
+  done
   nvcc "${flags[@]}" -c "$repo/perf/gpu/kernel_bench.cc" -o "$bin/kernel_bench.o" >>"$logs/build.log" 2>&1 &
   pids+=($!)
   nvcc "${flags[@]}" -c "$repo/perf/gpu/bench_fill.cu" -o "$bin/bench_fill.o" >>"$logs/build.log" 2>&1 &

@@ -30,13 +30,13 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "src/comm.h"
 #include "src/log.h"
 #include "src/nccl/device_state.h"
-#include "src/nccl/nccl_transport.h"
+#include "transport/nccl_transport.h"
 #include "src/tuner.h"
-#include "src/types.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 

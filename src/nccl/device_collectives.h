@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "include/spccl.h"
-#include "src/status.h"
+#include "kernels/core/status.h"
 
 struct spcclComm;
 struct spcclCompressor;

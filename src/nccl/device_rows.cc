@@ -15,10 +15,11 @@
 #include <cstring>
 #include <vector>
 
+#include "collectives/agreement.h"
 #include "collectives/other_collectives.h"
 #include "src/nccl/device_collectives.h"
 #include "src/nccl/device_state.h"
-#include "src/types.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 

@@ -15,7 +15,7 @@
 #include "collectives/other_collectives.h"
 #include "src/nccl/device_collectives.h"
 #include "src/nccl/device_state.h"
-#include "src/types.h"
+#include "kernels/core/types.h"
 
 namespace spccl::gpu {
 

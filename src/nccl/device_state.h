@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
-#include "src/codec.h"
+#include "src/nccl/call_record.h"
+#include "codec/codec.h"
 #include "src/comm.h"
-#include "src/nccl/nccl_transport.h"
-#include "src/status.h"
+#include "transport/nccl_transport.h"
+#include "kernels/core/status.h"
 
 namespace spccl {
 

@@ -16,7 +16,8 @@
 #include <memory>
 
 #include "kernels/core/elementwise.h"
-#include "src/codec.h"
+#include "codec/codec.h"
+#include "collectives/agreement.h"
 
 namespace spccl::fuzz {
 

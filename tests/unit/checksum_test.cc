@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "src/codec.h"
+#include "codec/codec.h"
 
 namespace spccl {
 namespace {

@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "collectives/agreement.h"
 #include "collectives/algorithms.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "tests/unit/unit_util.h"
 
 namespace spccl::test {

@@ -8,7 +8,7 @@
 #include <climits>
 #include <cstddef>
 
-#include "src/transport/mpi_transport.h"
+#include "transport/mpi_transport.h"
 
 namespace spccl {
 namespace {
@@ -48,7 +48,7 @@ TEST(MpiBlockUnit, BeyondEveryUnit) {
 }
 
 // The overlap rule both transports apply before a collective reads its send
-// buffer (src/transport/transport.h; the NCCL transport stages such send data
+// buffer (transport/transport.h; the NCCL transport stages such send data
 // through scratch, the MPI transport moves it into place).
 TEST(TransportSendNeedsMove, OnlyOverlapsOtherThanTheInPlaceForm) {
   char buf[64] = {};

@@ -1,9 +1,9 @@
-// settleNcclResult (src/nccl/nccl_settle.h): how spccl waits out
+// settleNcclResult (transport/nccl_settle.h): how spccl waits out
 // ncclInProgress on a non-blocking NCCL communicator. The query stands in for
 // ncclCommGetAsyncError, so no GPU is needed.
 #ifdef SPCCL_WITH_NCCL
 
-#include "src/nccl/nccl_settle.h"
+#include "transport/nccl_settle.h"
 
 #include <gtest/gtest.h>
 

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "include/spccl.h"
-#include "src/codec.h"
+#include "codec/codec.h"
 #include "src/params.h"
-#include "src/transport/transport.h"
+#include "transport/transport.h"
 #include "src/tuner.h"
 
 namespace spccl::test {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "src/transport/transport.h"
+#include "transport/transport.h"
 
 namespace spccl {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "kernels/core/elementwise.h"
-#include "src/status.h"
+#include "kernels/core/status.h"
 
 namespace spccl {
 
@@ -134,11 +134,6 @@ constexpr uint8_t kAutoLineUp = 0x40;
 constexpr uint8_t kAutoSettle = 0x41;
 constexpr uint64_t kNoTrialTime = ~uint64_t{0};
 
-// Checks every rank's descriptor against this rank's. The result is the same
-// on every rank (all see the same descriptors): a mismatch is
-// spcclInvalidUsage naming the first disagreeing rank and field.
-// For other collectives (op & kOtherCollective) nnz must match too.
-Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine);
 
 // What the receiver expects of a stream; anything else is rejected.
 struct StreamExpect {

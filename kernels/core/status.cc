@@ -1,7 +1,7 @@
 // formatString lives apart from the logging (src/log.cc, which needs MPI) so
 // that src/params.cc needs nothing else: the interposers compile the
 // parameter table in (interpose/CMakeLists.txt).
-#include "src/status.h"
+#include "kernels/core/status.h"
 
 #include <cstdarg>
 #include <cstdio>

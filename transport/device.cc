@@ -1,4 +1,4 @@
-#include "src/device.h"
+#include "transport/device.h"
 
 #include <dlfcn.h>
 #include <link.h>

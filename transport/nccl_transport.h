@@ -15,9 +15,9 @@
 #include <memory>
 #include <vector>
 
-#include "src/nccl/nccl_settle.h"
-#include "src/status.h"
-#include "src/transport/transport.h"
+#include "transport/nccl_settle.h"
+#include "kernels/core/status.h"
+#include "transport/transport.h"
 
 namespace spccl {
 
@@ -25,7 +25,7 @@ namespace spccl {
 Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char* file, int line);
 
 // Waits for the call's result on a non-blocking communicator
-// (settleNcclResult, src/nccl/nccl_settle.h).
+// (settleNcclResult, transport/nccl_settle.h).
 ncclResult_t settleNccl(ncclResult_t r, ncclComm_t comm);
 
 #define SPCCL_NCCL_CHECK(call, comm)                                                    \

@@ -1,4 +1,4 @@
-#include "src/transport/mpi_transport.h"
+#include "transport/mpi_transport.h"
 
 #include <algorithm>
 #include <climits>
@@ -7,8 +7,8 @@
 
 #include "kernels/core/elementwise.h"
 #include "kernels/host/host_kernels.h"
-#include "src/device.h"
-#include "src/types.h"
+#include "transport/device.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 

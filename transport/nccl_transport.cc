@@ -1,9 +1,9 @@
-#include "src/nccl/nccl_transport.h"
+#include "transport/nccl_transport.h"
 
 #include <cstdio>
 
 #include "kernels/cuda/cuda_kernels.h"
-#include "src/types.h"
+#include "kernels/core/types.h"
 
 namespace spccl {
 

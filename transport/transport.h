@@ -1,5 +1,5 @@
 // The byte-moving interface the collective algorithms are written against.
-// Implementations: MPI (host buffers, src/transport/mpi_transport.cc); the
+// Implementations: MPI (host buffers, transport/mpi_transport.cc); the
 // NCCL transport of the GPU path implements the same calls on device memory.
 //
 // All sizes are in bytes and must be multiples of 8 (streams are padded), so
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "include/spccl.h"
-#include "src/status.h"
+#include "kernels/core/status.h"
 
 namespace spccl {
 

@@ -4,7 +4,7 @@
 #include <cassert>
 #include <cstring>
 
-#include "src/codec.h"
+#include "codec/codec.h"
 
 namespace spccl {
 

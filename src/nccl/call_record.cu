@@ -1,10 +1,10 @@
-// Small device steps of the NCCL path's collectives (src/nccl): the call
-// record every rank publishes, the fixed-capacity verdict computed on the
-// device (no host round trip), and the average's division.
+// The call record's device steps (call_record.h): writing this rank's
+// header, and the fixed-capacity verdict over every rank's records.
 #include <cstring>
 
 #include "kernels/core/elementwise.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "src/nccl/call_record.h"
 
 namespace spccl::cuda {
 
@@ -61,12 +61,6 @@ __global__ void resolveFixedKernel(const CallRecord* records, int ranks, uint64_
   }
 }
 
-__global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
-    x[i] = x[i] / divisor;  // a division, as the host path does: not a multiply by 1/p
-}
-
 }  // namespace
 
 Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, const ThresholdOut* threshold,
@@ -81,14 +75,6 @@ Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, u
                           cudaStream_t stream) {
   if (records == nullptr || nnz == nullptr || ranks < 1) return invalidArgument("resolveFixedCounts: bad arguments");
   resolveFixedKernel<<<1, kThreads, 0, stream>>>(records, ranks, nnz, reported);
-  SPCCL_CUDA_CHECK_LAUNCH();
-  return Status::ok();
-}
-
-Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream) {
-  if (n == 0) return Status::ok();
-  if (x == nullptr) return invalidArgument("divideFloats: null buffer");
-  divideKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(x, n, divisor);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

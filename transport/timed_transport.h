@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "src/transport/transport.h"
+#include "transport/transport.h"
 
 namespace spccl {
 

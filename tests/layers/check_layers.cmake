@@ -1,0 +1,88 @@
+# The library's layers form a one-way chain, lowest first:
+#   include <- kernels/core <- kernels/{host,cuda} <- codec <- transport
+#           <- collectives <- src
+# A file may include its own layer and the layers below it, never one above
+# (kernels/host and kernels/cuda are two executors of one layer: neither
+# includes the other). python/ sits on the public headers alone.
+# Usage: cmake -DSOURCE_DIR=<tree> -P check_layers.cmake
+if(NOT SOURCE_DIR)
+  message(FATAL_ERROR "check_layers.cmake: pass -DSOURCE_DIR=<source tree>")
+endif()
+
+# layer name -> rank; siblings share a rank but not a name.
+set(layers include kernels/core kernels/host kernels/cuda codec transport collectives src)
+set(rank_include 0)
+set(rank_kernels/core 1)
+set(rank_kernels/host 2)
+set(rank_kernels/cuda 2)
+set(rank_codec 3)
+set(rank_transport 4)
+set(rank_collectives 5)
+set(rank_src 6)
+
+# The layer of a path relative to the tree ("" when it is in none).
+function(layer_of rel out)
+  foreach(l IN LISTS layers)
+    if(rel MATCHES "^${l}/")
+      set(${out} ${l} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out} "" PARENT_SCOPE)
+endfunction()
+
+set(globs "")
+foreach(l IN LISTS layers ITEMS python)
+  foreach(ext h cc cu cuh c cpp hpp)
+    list(APPEND globs "${SOURCE_DIR}/${l}/*.${ext}")
+  endforeach()
+endforeach()
+file(GLOB_RECURSE files ${globs})
+
+set(violations "")
+set(checked 0)
+foreach(f IN LISTS files)
+  file(RELATIVE_PATH rel "${SOURCE_DIR}" "${f}")
+  if(rel MATCHES "^python/")
+    set(from python)
+  else()
+    layer_of("${rel}" from)
+  endif()
+  get_filename_component(dir "${rel}" DIRECTORY)
+  file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  math(EXPR checked "${checked} + 1")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" inc "${line}")
+    # Quoted includes resolve against the including file's folder first, then the tree's root.
+    if(EXISTS "${SOURCE_DIR}/${dir}/${inc}")
+      file(RELATIVE_PATH target "${SOURCE_DIR}" "${SOURCE_DIR}/${dir}/${inc}")
+    else()
+      set(target "${inc}")
+    endif()
+    layer_of("${target}" to)
+    if(to STREQUAL "")
+      continue()  # a system or third-party header
+    endif()
+    if(from STREQUAL "python")
+      if(NOT to STREQUAL "include")
+        list(APPEND violations "${rel}: includes ${inc} (python/ may use only the public headers in include/)")
+      endif()
+      continue()
+    endif()
+    if(to STREQUAL from)
+      continue()
+    endif()
+    if(NOT ${rank_${to}} LESS ${rank_${from}})
+      list(APPEND violations "${rel}: includes ${inc} (layer ${from} may not depend on ${to})")
+    endif()
+  endforeach()
+endforeach()
+
+if(checked EQUAL 0)
+  message(FATAL_ERROR "check_layers.cmake: no sources found under ${SOURCE_DIR}")
+endif()
+if(violations)
+  list(JOIN violations "\n  " text)
+  message(FATAL_ERROR "includes against the layer chain (docs/ARCHITECTURE.md):\n  ${text}")
+endif()
+message(STATUS "OK: ${checked} files, every include runs down the layer chain")
