@@ -1,15 +1,18 @@
-// Allreduce algorithms over sparse contributions, each written once against
-// the Transport interface and the kernels. The table below is what SPCCL_ALGO
-// parsing, logging and docs read.
+// The compressed allreduce's algorithms, each written once against the
+// Transport interface and the kernels, and their table (allreduceAlgorithms),
+// which SPCCL_ALGO parsing, SPCCL_ALGO=auto (model and trials), the logs and
+// docs/ENV.md read.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/core/elementwise.h"
 #include "codec/codec.h"
+#include "collectives/cost_model.h"
 #include "collectives/agreement.h"
 #include "kernels/core/status.h"
 #include "transport/transport.h"
@@ -18,14 +21,40 @@ namespace spccl {
 
 struct Integrity;  // codec/codec.h
 
-struct AlgorithmInfo {
-  int id;  // SPCCL_ALGO_*
-  const char* name;
-  const char* description;
+// What a call asks of an algorithm before it is chosen.
+struct AllreduceRequest {
+  bool onDevice = false;  // device buffers (an NCCL communicator)
 };
 
-std::span<const AlgorithmInfo> algorithmTable();
-const char* algorithmName(int id);
+struct SparseContribution;
+struct ReduceContext;
+
+// One row per compressed-allreduce algorithm. Adding one is a row here, a
+// file with its run (and cost in cost_model.cc), and its SPCCL_ALGO_* id.
+struct AllreduceAlgorithm {
+  int id;  // SPCCL_ALGO_*: also its position in SPCCL_ALGO's choices
+  const char* name;
+  const char* description;
+  int tieOrder;  // auto's preference where modelled times tie (lower first)
+  // Runs on this rank's selected pairs (run); false: the exact allreduce of
+  // v = input + residual, which the compressor forms (its residual is its own).
+  bool sparse;
+  // This rank's stream size travels in its call descriptor: its index
+  // encoding, and so its size, only the sender knows before the exchange.
+  bool announcesStream;
+  bool (*supports)(const AllreduceRequest& request);
+  CostTerms (*cost)(const CostInputs& in);
+  Status (*run)(const SparseContribution& mine, ReduceContext* ctx);  // sparse algorithms
+};
+
+// In SPCCL_ALGO_* order, from SPCCL_ALGO_DENSE (SPCCL_ALGO_AUTO, a policy
+// over these, has no row).
+std::span<const AllreduceAlgorithm> allreduceAlgorithms();
+const AllreduceAlgorithm* findAllreduceAlgorithm(int id);  // nullptr for auto and unknown ids
+const char* algorithmName(int id);                        // "auto", a row's name, or "unknown"
+// SPCCL_ALGO's choices in id order: "auto|dense|allgather|split".
+std::string algorithmChoices();
+
 
 // Scratch reused across calls of one compressor: buffers only grow, so a
 // steady shape allocates nothing after its first calls.

@@ -48,18 +48,6 @@ double mergedPerRange(const CostInputs& in) {
   return in.keepPerRange > 0 ? std::min(merged, in.keepPerRange) : merged;
 }
 
-double rounds(int algorithm, int p) {
-  if (p <= 1) return 0;
-  switch (algorithm) {
-    case SPCCL_ALGO_DENSE:
-      return 2.0 * (p - 1) + log2Rounds(p);  // ring allreduce + the call descriptor
-    case SPCCL_ALGO_ALLGATHER:
-      return (p - 1) + log2Rounds(p);
-    default:
-      return 2.0 * (p - 1) + 3 * log2Rounds(p);
-  }
-}
-
 }  // namespace
 
 double log2Rounds(int p) { return p > 1 ? std::ceil(std::log2(static_cast<double>(p))) : 0; }
@@ -87,56 +75,74 @@ double reduceBytes(double pairs, double span, double pairBytes) {
   return 4.0 * span + pairs * (pairBytes + kBlockedPairBytes);
 }
 
-CostTerms modelTerms(int algorithm, const CostInputs& in) {
+namespace {
+
+// A pair: its index in the stream's encoding plus the wire value. The
+// allgather stream and the split pieces spread k pairs over the range they
+// cover; the owners' merged ranges spread theirs over n / p.
+double pairBytes(const CostInputs& in) {
+  return indexBytesPerPair(in.indexEncoding, static_cast<double>(in.count), static_cast<double>(in.k)) + in.wireBytes;
+}
+
+double descriptorBytes(const CostInputs& in) {
+  return (in.ranks - 1) * static_cast<double>(sizeof(CallDescriptor));
+}
+
+}  // namespace
+
+// Local work. Dense, in steady state (a dense call after a dense call: the
+// residual is already empty and the input goes out as it is): the
+// reduce-scatter's additions, and for 16-bit inputs their conversion to
+// fp32 (read e, write 4). The one pass of v = send + residual that a dense
+// call right after a compressed one makes is not charged: auto weighs what
+// an algorithm costs call after call. Sparse: the fused pass (selectPassBytes);
+// every rank sums what it receives into its zeroed output (reduceBytes).
+CostTerms costDense(const CostInputs& in) {
+  CostTerms t;
+  const double p = in.ranks, n = static_cast<double>(in.count);
+  t.rounds = in.ranks > 1 ? 2.0 * (p - 1) + log2Rounds(in.ranks) : 0;  // ring allreduce + the call descriptor
+  t.unpackBytes = (in.elemBytes == 4 ? 0.0 : n * (in.elemBytes + 4.0)) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
+  if (in.ranks > 1) t.wireBytes = descriptorBytes(in) + 2.0 * (p - 1) / p * n * in.elemBytes;
+  return t;
+}
+
+CostTerms costAllgather(const CostInputs& in) {
   CostTerms t;
   const double p = in.ranks, k = static_cast<double>(in.k), n = static_cast<double>(in.count);
-  // A pair: its index in the stream's encoding plus the wire value. The
-  // allgather stream and the split pieces spread k pairs over the range they
-  // cover; the owners' merged ranges spread theirs over n / p.
-  const double pair = indexBytesPerPair(in.indexEncoding, n, k) + in.wireBytes;
+  t.rounds = in.ranks > 1 ? (p - 1) + log2Rounds(in.ranks) : 0;
+  t.selectBytes = selectPassBytes(n, in.elemBytes, k);
+  t.unpackBytes = reduceBytes(p * k, n, pairBytes(in));
+  if (in.ranks > 1) t.wireBytes = descriptorBytes(in) + (p - 1) * (kHeader + k * pairBytes(in));
+  return t;
+}
+
+CostTerms costSplit(const CostInputs& in) {
+  CostTerms t;
+  const double p = in.ranks, k = static_cast<double>(in.k), n = static_cast<double>(in.count);
+  const double pair = pairBytes(in);
   const double mergedPair = indexBytesPerPair(in.indexEncoding, n / p, mergedPerRange(in)) + in.wireBytes;
-  t.rounds = rounds(algorithm, in.ranks);
-  // Local work. Dense, in steady state (a dense call after a dense call: the
-  // residual is already empty and the input goes out as it is): the
-  // reduce-scatter's additions, and for 16-bit inputs their conversion to
-  // fp32 (read e, write 4). The one pass of v = send + residual that a dense
-  // call right after a compressed one makes is not charged: auto weighs what
-  // an algorithm costs call after call. Sparse: the fused pass (selectPassBytes);
-  // every rank sums what it receives into its zeroed output (reduceBytes).
-  if (algorithm == SPCCL_ALGO_DENSE) {
-    t.unpackBytes = (in.elemBytes == 4 ? 0.0 : n * (in.elemBytes + 4.0)) + (in.ranks > 1 ? (p - 1) / p * n * 4.0 : 0);
-  } else {
-    t.selectBytes = selectPassBytes(n, in.elemBytes, k);
-    if (algorithm == SPCCL_ALGO_ALLGATHER) {
-      t.unpackBytes = reduceBytes(p * k, n, pair);
-    } else {
-      // Owners sum ~k pairs into their range, scan it for the nonzeros (4 n/P)
-      // and, re-selecting, sort out the merged entries beyond the budget (a
-      // 64-bit key each, nth_element, a pass in index order: kReselectBytes
-      // an entry); then every rank stores the P ranges, each as pairs or,
-      // where that is smaller, dense (memset, then a pass adding the values).
-      const double range = n / p, sent = mergedPerRange(in), merged = mergedBeforeReselection(in);
-      const double reselect = in.keepPerRange > 0 && merged > in.keepPerRange ? kReselectBytes * merged : 0.0;
-      t.unpackBytes = reduceBytes(k, range, pair) + 4.0 * range + reselect +
-                      p * std::min(reduceBytes(sent, range, mergedPair), range * (in.wireBytes + 10.0));
-    }
-  }
-  if (in.ranks <= 1) return t;
-  const double desc = (p - 1) * static_cast<double>(sizeof(CallDescriptor));
-  switch (algorithm) {
-    case SPCCL_ALGO_DENSE:
-      t.wireBytes = desc + 2.0 * (p - 1) / p * n * in.elemBytes;
-      break;
-    case SPCCL_ALGO_ALLGATHER:
-      t.wireBytes = desc + (p - 1) * (kHeader + k * pair);
-      break;
-    default: {
-      const double stage1 = (p - 1) / p * k * pair + (p - 1) * (kHeader + kSizeWord);
-      const double range = std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
-      t.wireBytes = desc + stage1 + (p - 1) * (kSizeWord + kHeader + range);
-    }
+  t.rounds = in.ranks > 1 ? 2.0 * (p - 1) + 3 * log2Rounds(in.ranks) : 0;
+  t.selectBytes = selectPassBytes(n, in.elemBytes, k);
+  // Owners sum ~k pairs into their range, scan it for the nonzeros (4 n/P)
+  // and, re-selecting, sort out the merged entries beyond the budget (a
+  // 64-bit key each, nth_element, a pass in index order: kReselectBytes
+  // an entry); then every rank stores the P ranges, each as pairs or,
+  // where that is smaller, dense (memset, then a pass adding the values).
+  const double range = n / p, sent = mergedPerRange(in), merged = mergedBeforeReselection(in);
+  const double reselect = in.keepPerRange > 0 && merged > in.keepPerRange ? kReselectBytes * merged : 0.0;
+  t.unpackBytes = reduceBytes(k, range, pair) + 4.0 * range + reselect +
+                  p * std::min(reduceBytes(sent, range, mergedPair), range * (in.wireBytes + 10.0));
+  if (in.ranks > 1) {
+    const double stage1 = (p - 1) / p * k * pair + (p - 1) * (kHeader + kSizeWord);
+    const double owned = std::min(mergedPerRange(in) * mergedPair, n / p * in.wireBytes);
+    t.wireBytes = descriptorBytes(in) + stage1 + (p - 1) * (kSizeWord + kHeader + owned);
   }
   return t;
+}
+
+CostTerms modelTerms(int algorithm, const CostInputs& in) {
+  const AllreduceAlgorithm* a = findAllreduceAlgorithm(algorithm);
+  return a != nullptr ? a->cost(in) : CostTerms{};
 }
 
 double modelBytes(int algorithm, const CostInputs& in) { return modelTerms(algorithm, in).wireBytes; }
@@ -147,18 +153,23 @@ double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m) {
 }
 
 int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
-  int best = SPCCL_ALGO_ALLGATHER;
-  for (int a : {SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE})
-    if (modelSeconds(a, in, m) < modelSeconds(best, in, m)) best = a;
-  return best;
+  const AllreduceAlgorithm* best = nullptr;
+  double bestSeconds = 0;
+  for (const AllreduceAlgorithm& a : allreduceAlgorithms()) {
+    const double seconds = modelSeconds(a.id, in, m);
+    if (best == nullptr || seconds < bestSeconds || (seconds == bestSeconds && a.tieOrder < best->tieOrder))
+      best = &a, bestSeconds = seconds;
+  }
+  return best->id;
 }
 
 std::string explainChoice(const CostInputs& in, const CostModel& m) {
   std::string out = formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks,
                                  static_cast<unsigned long long>(in.count), static_cast<unsigned long long>(in.k),
                                  in.wireBytes);
-  for (int a : {SPCCL_ALGO_DENSE, SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
-    const CostTerms t = modelTerms(a, in);
+  for (const AllreduceAlgorithm& row : allreduceAlgorithms()) {
+    const int a = row.id;
+    const CostTerms t = row.cost(in);
     out += formatString(" %s %.4g ms (latency %.3g + wire %.3g [%.4g MB] + select %.3g + unpack %.3g);",
                         algorithmName(a), 1e3 * modelSeconds(a, in, m), 1e3 * t.rounds * m.alpha,
                         1e3 * t.wireBytes * m.beta, t.wireBytes / 1e6, 1e3 * t.selectBytes * m.gammaSelect,

@@ -62,11 +62,17 @@ double selectPassBytes(double n, double elemBytes, double k);
 // elements, memset's streaming stores (2 span) and a cache miss a pair (320).
 double reduceBytes(double pairs, double span, double pairBytes);
 
+// Each allreduce algorithm's terms (its row of collectives/algorithms.h's table).
+CostTerms costDense(const CostInputs& in);
+CostTerms costAllgather(const CostInputs& in);
+CostTerms costSplit(const CostInputs& in);
+// The terms of algorithm `algorithm` (SPCCL_ALGO_*; none for another id).
 CostTerms modelTerms(int algorithm, const CostInputs& in);
 // Bytes one rank sends to others for one call (headers and size exchanges included).
 double modelBytes(int algorithm, const CostInputs& in);
 double modelSeconds(int algorithm, const CostInputs& in, const CostModel& m = {});
-// SPCCL_ALGO_DENSE, _ALLGATHER or _SPLIT. Ties go to allgather, then split.
+// The algorithm of least modelled time; ties go by the table's tieOrder
+// (allgather, then split, then dense).
 int chooseAlgorithm(const CostInputs& in, const CostModel& m = {});
 // One line for SPCCL_DEBUG=INFO: the inputs, each algorithm's modelled time
 // and its parts, and the pick.

@@ -369,6 +369,7 @@ spcclCompressor::~spcclCompressor() {
 
 Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
                                     int algorithm) {
+  const AllreduceAlgorithm& algo = *findAllreduceAlgorithm(algorithm);
   const int p = t.size();
   const uint64_t seq = comm->seq++;
   const core::ValueType wire = toValueType(config.wireValueType);
@@ -384,7 +385,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   uint64_t nnz = 0;
   const uint32_t storedTau = tauKey;  // what a refused call that re-estimated off the schedule goes back to
   bool offSchedule = false;
-  if (algorithm != SPCCL_ALGO_DENSE) {
+  if (algo.sparse) {
     const Stopwatch watch(comm->params.profile);
     SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &offSchedule));
     profile.selection += watch.seconds();
@@ -397,7 +398,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   mine.density = config.density;
   if (config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;
   IndexEncoding encoding = IndexEncoding::kCoo32;
-  if (algorithm == SPCCL_ALGO_ALLGATHER) {
+  if (algo.announcesStream) {
     size_t bytes = 0;
     encoding = choosePairsEncoding(comm->params.indexEncoding, comm->pairIndices.data(), nnz, 0, count, wire, &bytes);
     mine.streamBytes = bytes;
@@ -418,18 +419,18 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   if (autoShape) autoShape->firstCallDone = true;
   // The call is consistent on every rank: commit this call's residual. A
   // call rejected above leaves it as it was (and a stale tau, above).
-  if (algorithm != SPCCL_ALGO_DENSE && config.errorFeedback) {
+  if (algo.sparse && config.errorFeedback) {
     current = 1 - current;
     residualZero = false;
   }
 
   spcclStats_t call{};
   call.calls = 1;
-  call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;
+  call.compressedCalls = algo.sparse;
   call.denseBytes = denseBytesPerCall(p, count, dataType);
   call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor) + autoExchangeBytes;
   call.lastAlgorithm = algorithm;
-  if (algorithm == SPCCL_ALGO_DENSE) {
+  if (!algo.sparse) {
     // auto's dense trials hold the residual back (sending only the input is
     // as exact: nothing is lost, it waits): the sparse trials after them and
     // a sparse pick then run on the residual and tau of steady state instead
@@ -450,14 +451,14 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     ctx.indexEncoding = comm->params.indexEncoding;
     ctx.keepPerRange = splitKeepPerRange(p);
     std::vector<uint64_t>& streamBytes = workspace.counts;
-    if (algorithm == SPCCL_ALGO_ALLGATHER) {
+    if (algo.announcesStream) {
       streamBytes.resize(p);
       for (int r = 0; r < p; ++r) streamBytes[r] = descriptors[r].streamBytes;
       ctx.streamBytesPerRank = streamBytes.data();
       ctx.myEncoding = encoding;
     }
     const SparseContribution pairs{comm->pairIndices.data(), comm->pairValues.data(), nnz};
-    SPCCL_RETURN_IF_ERROR(algorithm == SPCCL_ALGO_SPLIT ? sparseSplit(pairs, &ctx) : sparseAllgather(pairs, &ctx));
+    SPCCL_RETURN_IF_ERROR(algo.run(pairs, &ctx));
     if (algorithm == SPCCL_ALGO_SPLIT && autoShape) autoShape->mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
     call.bytesSent += ctx.bytesSent;
     call.lastSelected = nnz;
@@ -558,7 +559,7 @@ Status checkConfig(const spcclCompressConfig_t& c) {
     return invalidArgument(formatString("config.thresholdInterval=%d must be >= 1", c.thresholdInterval));
   if (c.errorFeedback != 0 && c.errorFeedback != 1)
     return invalidArgument(formatString("config.errorFeedback=%d must be 0 or 1", c.errorFeedback));
-  if (c.algorithm < SPCCL_ALGO_AUTO || c.algorithm > SPCCL_ALGO_SPLIT)
+  if (c.algorithm != SPCCL_ALGO_AUTO && findAllreduceAlgorithm(c.algorithm) == nullptr)
     return invalidArgument(formatString("config.algorithm=%d is not an SPCCL_ALGO_* value", c.algorithm));
   if (!isWireValueType(c.wireValueType))
     return invalidArgument(formatString("config.wireValueType=%d must be spcclFloat32, spcclFloat16, spcclBfloat16 or "

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "collectives/algorithms.h"
@@ -27,16 +28,17 @@
 namespace spccl {
 
 std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m) {
-  // chooseAlgorithm's tie order, then a stable sort by modelled time.
-  std::vector<std::pair<double, int>> order;
-  for (int a : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_DENSE})
-    order.emplace_back(modelSeconds(a, in, m), a);
-  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  const double limit = kTrialPruneFactor * order.front().first;
+  // By modelled time, ties in chooseAlgorithm's order (the table's tieOrder).
+  std::vector<std::tuple<double, int, int>> order;  // seconds, tieOrder, id
+  for (const AllreduceAlgorithm& a : allreduceAlgorithms())
+    order.emplace_back(modelSeconds(a.id, in, m), a.tieOrder, a.id);
+  std::sort(order.begin(), order.end());
+  const double limit = kTrialPruneFactor * std::get<0>(order.front());
   std::vector<int> out;
-  for (const auto& [seconds, a] : order)
-    if (a == order.front().second || seconds <= limit) out.push_back(a);
-  std::stable_partition(out.begin(), out.end(), [](int a) { return a == SPCCL_ALGO_DENSE; });
+  for (const auto& [seconds, tie, a] : order)
+    if (a == std::get<2>(order.front()) || seconds <= limit) out.push_back(a);
+  // The exact algorithm first: a tie of measured times goes to it.
+  std::stable_partition(out.begin(), out.end(), [](int a) { return !findAllreduceAlgorithm(a)->sparse; });
   return out;
 }
 

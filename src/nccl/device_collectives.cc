@@ -511,9 +511,10 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
                   core::wireValueBytes(wire), -1};
     algorithm = chooseAlgorithm(in, comm.costModel);  // (4-byte indices on the device: the default)
   }
-  if (algorithm == SPCCL_ALGO_SPLIT) {  // not on the device yet: same result, allgather traffic
+  if (!findAllreduceAlgorithm(algorithm)->supports(AllreduceRequest{true})) {
+    // Not on the device yet: the same result, allgather's traffic.
     if (!s.warnedSplit)
-      SPCCL_INFO(comm.rank, "device buffers: the split algorithm runs as allgather (docs/GPU.md)");
+      SPCCL_INFO(comm.rank, "device buffers: the %s algorithm runs as allgather (docs/GPU.md)", algorithmName(algorithm));
     s.warnedSplit = true;
     algorithm = SPCCL_ALGO_ALLGATHER;
   }

@@ -309,24 +309,26 @@ TEST(Params, AlgoChoicesFollowAlgorithmTable) {
     if (std::string(s.name) == "SPCCL_ALGO") algo = &s;
   ASSERT_NE(algo, nullptr);
   ASSERT_EQ(algo->type, ParamType::kChoice);
-  // The choice index is the algorithm id, so the table's ids must be 0..n-1 and
-  // the names must appear in that order.
-  std::string names;
-  const auto table = algorithmTable();
-  for (size_t id = 0; id < table.size(); ++id) {
-    const AlgorithmInfo* info = nullptr;
-    for (const AlgorithmInfo& a : table)
-      if (a.id == static_cast<int>(id)) info = &a;
-    ASSERT_NE(info, nullptr) << "algorithm ids are not 0.." << table.size() - 1 << ": " << id << " is missing";
-    names += (id ? "|" : "") + std::string(info->name);
-    EXPECT_STREQ(algorithmName(static_cast<int>(id)), info->name);
-  }
-  EXPECT_EQ(std::string(algo->choices), names);
-  for (const AlgorithmInfo& a : table) {
+  // The choice index is the algorithm id: auto is 0, then the table's rows
+  // with ids 1..n in order.
+  const auto table = allreduceAlgorithms();
+  for (size_t i = 0; i < table.size(); ++i)
+    EXPECT_EQ(table[i].id, static_cast<int>(i) + 1) << table[i].name;
+  EXPECT_EQ(std::string(algo->choices), algorithmChoices());
+  EXPECT_EQ(algorithmChoices(), "auto|dense|allgather|split");
+  EXPECT_STREQ(algorithmName(SPCCL_ALGO_AUTO), "auto");
+  for (const AllreduceAlgorithm& a : table) {
+    EXPECT_STREQ(algorithmName(a.id), a.name);
+    EXPECT_EQ(findAllreduceAlgorithm(a.id), &a);
     Params p;
     ASSERT_TRUE(load({{"SPCCL_ALGO", a.name}}, &p).isOk()) << a.name;
     EXPECT_EQ(p.algorithm, a.id) << a.name;
+    // Every row can say what it costs; sparse rows run, dense is the compressor's.
+    EXPECT_EQ(a.run != nullptr, a.sparse) << a.name;
+    EXPECT_NE(a.cost, nullptr) << a.name;
+    EXPECT_TRUE(a.supports(AllreduceRequest{})) << a.name << ": every algorithm runs on host buffers";
   }
+  EXPECT_EQ(findAllreduceAlgorithm(SPCCL_ALGO_AUTO), nullptr);
 }
 
 // ---------------------------------------------------------------- docs/ENV.md
