@@ -216,7 +216,7 @@ struct spcclComm : spccl::CollectiveContext {
 namespace spccl {
 
 // spcclAllReduce warns when a communicator's implicit compressors reach this
-// many, and at each doubling after (src/api.cc).
+// many, and at each doubling after (src/api_checks.cc).
 constexpr size_t kImplicitCompressorsWarnAt = 64;
 
 // Validates a config and fills defaults from the communicator's params.

@@ -1,7 +1,7 @@
 // The collectives of a communicator made by spcclCommInitNccl: device
 // buffers, the caller's cudaStream_t, NCCL underneath, spccl's CUDA kernels
 // (kernels/cuda) for selection, packing and accumulation. Built only with
-// SPCCL_WITH_NCCL; src/api.cc validates arguments and dispatches here.
+// SPCCL_WITH_NCCL; src/api_*.cc validate arguments and dispatches here.
 #pragma once
 
 #include <cuda_runtime_api.h>
