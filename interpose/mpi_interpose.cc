@@ -425,8 +425,8 @@ struct Decoded {
   Decoded& operator=(const Decoded&) = delete;
   ~Decoded() {
     for (MPI_Datatype& t : types) {
-      int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
-      if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner) == MPI_SUCCESS && combiner != MPI_COMBINER_NAMED)
+      int ni = 0, na = 0, nd = 0, kind = MPI_COMBINER_NAMED;
+      if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &kind) == MPI_SUCCESS && kind != MPI_COMBINER_NAMED)
         PMPI_Type_free(&t);
     }
   }

@@ -770,10 +770,10 @@ void checkPass(const Context& ctx, Collective& collective, const PassCalls& call
   if (ctx.opts.density == 1.0f && collective.exactAtDensityOne(ctx)) {
     // An exact call: the compressed side must give the dense side's bits.
     const size_t es = typeSize(ctx.opts.datatype);
-    const auto* got = static_cast<const unsigned char*>(check.got);
-    const auto* want = static_cast<const unsigned char*>(check.want);
+    const auto* gotBytes = static_cast<const unsigned char*>(check.got);
+    const auto* wantBytes = static_cast<const unsigned char*>(check.want);
     uint64_t wrong = 0;
-    for (size_t i = 0; i < outCount; ++i) wrong += std::memcmp(got + i * es, want + i * es, es) != 0;
+    for (size_t i = 0; i < outCount; ++i) wrong += std::memcmp(gotBytes + i * es, wantBytes + i * es, es) != 0;
     MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, ctx.mpiComm);
     row.wrong = static_cast<int64_t>(wrong);
   }

@@ -39,17 +39,16 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   auto* hostTh = d.agHost.get<cuda::ThresholdOut>();
   uint32_t tauKey = 0;
   uint64_t tieBudget = 0;
-  SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(
-      n, k,
-      [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) -> Status {
-        SPCCL_RETURN_IF_ERROR(cuda::kthLargestMagnitude(send, type, nullptr, n, kk, th, d.agThresholdWorkspace.get(),
-                                                        d.agThresholdWorkspace.bytes(), stream));
-        SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostTh, th, sizeof *hostTh, cudaMemcpyDeviceToHost, stream));
-        SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-        *tau = hostTh->tauKey, *above = hostTh->above, *finite = hostTh->finite;
-        return Status::ok();
-      },
-      &tauKey, &tieBudget));
+  // Named, not inline in the macro: its own SPCCL_RETURN_IF_ERROR would shadow the macro's status.
+  const auto kth = [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) -> Status {
+    SPCCL_RETURN_IF_ERROR(cuda::kthLargestMagnitude(send, type, nullptr, n, kk, th, d.agThresholdWorkspace.get(),
+                                                    d.agThresholdWorkspace.bytes(), stream));
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostTh, th, sizeof *hostTh, cudaMemcpyDeviceToHost, stream));
+    SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    *tau = hostTh->tauKey, *above = hostTh->above, *finite = hostTh->finite;
+    return Status::ok();
+  };
+  SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(n, k, kth, &tauKey, &tieBudget));
 
   // Selection (no residual: nothing is reduced), grown once past the slack.
   const size_t selectBytes = cuda::selectPackWorkspaceBytes(n);

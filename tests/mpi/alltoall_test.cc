@@ -510,9 +510,9 @@ TEST_F(SelectionTest, BackwardOfAnotherForwardsSelectionFailsOnEveryRank) {
   // Neither refusal spent a selection: each backward runs once, with its own
   // forward's positions (the gradients' alltoall masked by what this rank sent).
   const auto bytesOf = [](const std::vector<float>& v) {
-    std::vector<unsigned char> b(v.size() * sizeof(float));
-    std::memcpy(b.data(), v.data(), b.size());
-    return b;
+    std::vector<unsigned char> out(v.size() * sizeof(float));
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
   };
   const std::vector<unsigned char> gradBytes = bytesOf(grad);
   for (const auto& [sel, tag] : {std::pair{a, uint64_t{371}}, std::pair{b, uint64_t{372}}}) {

@@ -70,7 +70,7 @@ TEST_P(Fp8ScaleTest, PersistentLargeValueArrivesEveryCall) {
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, Fp8ScaleTest,
                          testing::Values(SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_AUTO),
-                         [](const testing::TestParamInfo<int>& info) { return std::string(algorithmName(info.param)); });
+                         [](const testing::TestParamInfo<int>& c) { return std::string(algorithmName(c.param)); });
 
 }  // namespace
 }  // namespace spccl::test

@@ -181,8 +181,8 @@ INSTANTIATE_TEST_SUITE_P(
                     AllreduceCase{SPCCL_ALGO_DENSE, spcclFloat32}, AllreduceCase{SPCCL_ALGO_AUTO, spcclFloat32},
                     AllreduceCase{SPCCL_ALGO_ALLGATHER, spcclFloat16}, AllreduceCase{SPCCL_ALGO_SPLIT, spcclBfloat16},
                     AllreduceCase{SPCCL_ALGO_SPLIT, spcclFloat8e4m3}),
-    [](const testing::TestParamInfo<AllreduceCase>& info) {
-      return std::string(algorithmName(info.param.algorithm)) + "_" + typeName(info.param.wire);
+    [](const testing::TestParamInfo<AllreduceCase>& c) {
+      return std::string(algorithmName(c.param.algorithm)) + "_" + typeName(c.param.wire);
     });
 
 // fp16 buffers: widened into the communicator's scratch, not a new vector.
