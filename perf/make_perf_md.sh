@@ -181,8 +181,9 @@ if ! skipped netem; then
     done
     say "Each rank is its own network namespace behind a link shaped to the rate, Open MPI" \
         "over TCP, no shared memory. Here the wire is the bottleneck the method is for: the" \
-        "dense allreduce's time follows the link, about ten times longer at 1 Gbit/s than at" \
-        "10, while the compressed call's barely moves (its few bytes cross either link quickly" \
+        "dense allreduce's time follows the link (about three times longer at 1 Gbit/s than" \
+        "at 10 here, not ten: 2 cores cannot drive four 10 Gbit/s links, perf/netem/README.md)," \
+        "while the compressed call's moves far less (its few bytes cross either link quickly" \
         "and its passes run on the same 2 cores), so the speedup grows as the link slows. It" \
         "stays below the byte ratio because those passes, and 4 ranks sharing 2 cores, cost" \
         "time no link removes."
