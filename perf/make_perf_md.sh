@@ -206,7 +206,7 @@ fi
 if ! skipped model; then
   section "A model, not a measurement: dense and compressed allreduce on a GPU cluster"
   run_block all_rows "$B/perf/model_projection" "$build/perf/model_projection"
-  say "The library's own cost model (src/tuner.cc, docs/ALGORITHMS.md) evaluated for" \
+  say "The library's own cost model (collectives/cost_model.cc, docs/ALGORITHMS.md) evaluated for" \
       "256 MiB of fp32 gradients per rank, with the selection and unpack rate of the H200" \
       "table below and the message latency stated in its first line; nothing here ran on" \
       "a cluster. It shows the shape the measurements above cannot: split's re-selection" \

@@ -1,4 +1,4 @@
-// A model, not a measurement: the allreduce cost model of src/tuner.cc (the
+// A model, not a measurement: the allreduce cost model of collectives/cost_model.cc (the
 // code SPCCL_ALGO=auto runs) evaluated for a GPU cluster, printed as the
 // markdown table docs/PERF.md shows. Every number is modelSeconds() of the
 // library itself with the parameters given here; nothing is timed.
