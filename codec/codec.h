@@ -30,6 +30,10 @@ namespace spccl {
 constexpr uint32_t kStreamMagic = 0x4c435053u;  // "SPCL" little-endian
 // 2: fp8 value type with the scale exponent in the `status` byte.
 constexpr uint16_t kStreamVersion = 2;
+// Row streams of a value codec other than the wire type (SPCCL_ROWS_CODEC)
+// carry this version, so a reader that predates the codec refuses them, and
+// the default streams stay as they were.
+constexpr uint16_t kStreamVersionRowsCodec = 3;
 
 // kCoo32: global uint32 positions. kRowN: positions inside a row, N bits.
 // kDelta: varint gaps; kBitmap: a bit per position of the range (pairs only).
@@ -354,6 +358,56 @@ CallDescriptor exactAllReduceDescriptor(uint64_t seq, uint64_t count, int dataTy
 // coll: Collective::kAlltoAll or Collective::kAllGather.
 CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t count, int dataType);
 
+// ---- Row value codecs (SPCCL_ROWS_CODEC, choice order) ----
+// kRowsCodecWire: values in the wire type (SPCCL_VALUE_TYPE), as before.
+// kRowsCodecInt8: each row's kept values as int8 codes round(v / scale) with
+// scale = max finite |v| of the row's kept values / 127, one fp32 scale per
+// row. A finite value decodes to code * scale, within scale / 2 of the
+// original (plus the rounding of that product to fp32 and then to the
+// buffer type). NaN and +-Inf travel as code -128 and decode to NaN, so a
+// non-finite value still arrives as one (its sign and kind are lost).
+// Such streams have version kStreamVersionRowsCodec and valueType
+// kRowsInt8ValueType (not a core::ValueType); their layouts:
+//   kRows:   [header][counts: rows x uint32, if keepPerRow == 0]
+//            [positions: nnz x 1/2/4 bytes, padded to 4][scales: rows x fp32][codes: nnz x int8][pad to 8]
+//   kValues: [header][scales: rows x fp32][codes: nnz x int8][pad to 8]
+// (kValues rows: the rows of the selection; the receiver knows each row's count.)
+// Every scale must be finite and >= 0.
+constexpr int kRowsCodecWire = 0;
+constexpr int kRowsCodecInt8 = 1;
+constexpr uint8_t kRowsInt8ValueType = 0x81;
+constexpr int8_t kInt8NonFinite = -128;
+
+// The scale of one row's values: max finite |v| / 127 (0 for a row of
+// zeros or of non-finite values only).
+inline float int8RowScale(const float* values, uint64_t n) {
+  float m = 0.0f;
+  for (uint64_t e = 0; e < n; ++e) {
+    const float a = values[e] < 0 ? -values[e] : values[e];
+    if (a <= 3.4028235e38f && a > m) m = a;  // false for NaN and Inf
+  }
+  return m / 127.0f;
+}
+// The code of v at scale s. The quotient in double rounds to the nearest
+// code (an fp32 quotient could round a value just below a half-step up);
+// the clamp takes the fp32 rounding of the scale itself.
+inline int8_t int8Encode(float v, float scale) {
+  if (!(v - v == 0.0f)) return kInt8NonFinite;  // NaN or Inf
+  if (scale == 0.0f) return 0;
+  double q = static_cast<double>(v) / static_cast<double>(scale);
+  q = q < -127.0 ? -127.0 : q > 127.0 ? 127.0 : q;
+  return static_cast<int8_t>(q < 0 ? -static_cast<int>(-q + 0.5) : static_cast<int>(q + 0.5));
+}
+// The product is exact in double (8 by 24 bits), so the decode rounds once;
+// the row's largest value can round past fp32's range (127 * (3.4e38 / 127)),
+// hence the clamp.
+inline float int8Decode(int8_t code, float scale) {
+  if (code == kInt8NonFinite) return __builtin_nanf("");
+  const double d = static_cast<double>(code) * static_cast<double>(scale);
+  constexpr double kMax = 3.4028234663852886e38;
+  return static_cast<float>(d > kMax ? kMax : d < -kMax ? -kMax : d);
+}
+
 // Bytes of an index entry for rows of rowLen elements: 1 up to 256, 2 up to 65536, else 4.
 uint32_t rowIndexBytes(uint64_t rowLen);
 size_t rowsStreamBytes(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts, core::ValueType vt);
@@ -370,6 +424,14 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
                   core::ValueType vt, uint64_t seq);
 size_t encodeValues(void* dst, const void* values, core::ValueType valuesType, uint64_t nnz, uint64_t rows,
                     uint64_t rowLen, core::ValueType vt, uint64_t seq);
+// The int8 codec's streams (layouts above): values are fp32, counts[r] of
+// row r (kRows: as encodeRows, with counts always given).
+size_t rowsStreamBytesInt8(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts);
+size_t valuesStreamBytesInt8(uint64_t rows, uint64_t nnz);
+size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
+                      const uint32_t* positions, const float* values, uint64_t nnz, uint64_t seq);
+size_t encodeValuesInt8(void* dst, const float* values, const uint32_t* counts, uint64_t rows, uint64_t rowLen,
+                        uint64_t nnz, uint64_t seq);
 size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
                     uint32_t valueBytes, uint64_t seq);
 
@@ -382,6 +444,7 @@ struct RowsView {
   const void* values;
   core::ValueType valueType;
   int scaleExp = 0;  // fp8: the stream's validated scale exponent
+  const unsigned char* scales = nullptr;  // int8 codec: rows x fp32 (validated); values holds the int8 codes
   uint32_t countOf(uint64_t row) const;
   // Position j (indexBytes is 1, 2 or 4: rowIndexBytes). Inline: the decoder
   // and the validation call it once an entry, and an out-of-line memcpy of a
@@ -404,6 +467,18 @@ struct RowsView {
 // leaves it as it was.
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, uint64_t seq,
                  int peer, RowsView* out, std::vector<uint32_t>* positions = nullptr);
+// parseRows for a stream of codec `codec` (kRowsCodec*); kRowsCodecWire is parseRows.
+Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, int codec,
+                      uint64_t seq, int peer, RowsView* out, std::vector<uint32_t>* positions = nullptr);
+// An int8 values stream of `rows` rows and exactly nnz codes: *scales gets
+// the validated rows x fp32 scales, *codes the nnz int8 codes.
+Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq, int peer,
+                       const unsigned char** scales, const int8_t** codes);
+inline float loadScale(const unsigned char* scales, uint64_t row) {
+  float s;
+  std::memcpy(&s, scales + row * sizeof(float), sizeof s);
+  return s;
+}
 // Values stream with exactly `nnz` values of type vt; *scaleExp (if given)
 // receives an fp8 stream's validated scale exponent (else 0).
 Status parseValues(const void* data, size_t bytes, uint64_t nnz, core::ValueType vt, uint64_t seq, int peer,

@@ -23,7 +23,7 @@ RowsHeader makeRowsHeader(StreamKind kind, Collective coll, IndexEncoding enc, u
                           uint64_t rowLen, uint64_t keep, uint64_t nnz, uint64_t seq) {
   RowsHeader h{};
   h.magic = kStreamMagic;
-  h.version = kStreamVersion;
+  h.version = valueType == kRowsInt8ValueType ? kStreamVersionRowsCodec : kStreamVersion;
   h.indexEncoding = static_cast<uint8_t>(enc);
   h.valueType = valueType;
   h.kind = static_cast<uint8_t>(kind);
@@ -58,7 +58,9 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
     return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
   SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   std::memcpy(h, data, sizeof *h);
-  if (h->magic != kStreamMagic || h->version != kStreamVersion)
+  // A codec's value type comes only with its version, and only on rows and values streams.
+  const bool coded = h->valueType == kRowsInt8ValueType && (kind == StreamKind::kRows || kind == StreamKind::kValues);
+  if (h->magic != kStreamMagic || h->version != (coded ? kStreamVersionRowsCodec : kStreamVersion))
     return remoteError(formatString("stream from rank %d has bad magic or version", peer));
   if (h->seq != seq)
     return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
@@ -173,6 +175,33 @@ bool checkRowPositions(const RowsView& v, uint64_t rows, uint64_t rowLen, uint32
   return true;
 }
 
+// Per row r, its scale and counts[r] codes: scales (rows x fp32) then codes.
+void storeInt8Rows(unsigned char* scales, unsigned char* codes, const float* values, const uint32_t* counts,
+                   uint64_t rows) {
+  uint64_t e = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float scale = int8RowScale(values + e, counts[r]);
+    std::memcpy(scales + r * sizeof(float), &scale, sizeof scale);
+    for (uint32_t c = 0; c < counts[r]; ++c, ++e) {
+      const int8_t code = int8Encode(values[e], scale);
+      std::memcpy(codes + e, &code, 1);
+    }
+  }
+}
+
+// Every scale of a received int8 stream finite and >= 0 (a NaN or negative
+// scale would decode to values no honest sender makes).
+bool validScales(const unsigned char* scales, uint64_t rows, uint64_t* bad) {
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float s = loadScale(scales, r);
+    if (!(s >= 0.0f && s <= 3.4028235e38f)) {
+      *bad = r;
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int fp8ScaleForValues(const float* values, uint64_t nnz, ValueType vt) {
@@ -194,6 +223,15 @@ size_t rowsStreamBytes(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRow
 
 size_t valuesStreamBytes(uint64_t nnz, ValueType vt) {
   return alignStream(sizeof(RowsHeader) + nnz * core::wireValueBytes(vt));
+}
+
+size_t rowsStreamBytesInt8(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts) {
+  const size_t counts = perRowCounts ? rows * sizeof(uint32_t) : 0;
+  return alignStream(pad4(sizeof(RowsHeader) + counts + nnz * rowIndexBytes(rowLen)) + rows * sizeof(float) + nnz);
+}
+
+size_t valuesStreamBytesInt8(uint64_t rows, uint64_t nnz) {
+  return alignStream(sizeof(RowsHeader) + rows * sizeof(float) + nnz);
 }
 
 size_t idRowsStreamBytes(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes) {
@@ -231,6 +269,37 @@ size_t encodeValues(void* dst, const void* values, ValueType valuesType, uint64_
   return finish(p, sizeof h + nnz * core::wireValueBytes(vt));
 }
 
+size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
+                      const uint32_t* positions, const float* values, uint64_t nnz, uint64_t seq) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const uint32_t ib = rowIndexBytes(rowLen);
+  size_t off = sizeof(RowsHeader);
+  if (keepPerRow == 0 && rows > 0) {
+    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
+    off += rows * sizeof(uint32_t);
+  }
+  off += storePositions(p + off, positions, nnz, ib);
+  const size_t scalesAt = pad4(off);
+  std::memset(p + off, 0, scalesAt - off);
+  const size_t codesAt = scalesAt + rows * sizeof(float);
+  storeInt8Rows(p + scalesAt, p + codesAt, values, counts, rows);
+  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
+                                      kRowsInt8ValueType, rows, rowLen, keepPerRow, nnz, seq);
+  std::memcpy(p, &h, sizeof h);
+  return finish(p, codesAt + nnz);
+}
+
+size_t encodeValuesInt8(void* dst, const float* values, const uint32_t* counts, uint64_t rows, uint64_t rowLen,
+                        uint64_t nnz, uint64_t seq) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
+                                      kRowsInt8ValueType, rows, rowLen, 0, nnz, seq);
+  std::memcpy(p, &h, sizeof h);
+  const size_t codesAt = sizeof h + rows * sizeof(float);
+  storeInt8Rows(p + sizeof h, p + codesAt, values, counts, rows);
+  return finish(p, codesAt + nnz);
+}
+
 size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
                     uint32_t valueBytes, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
@@ -253,6 +322,13 @@ uint32_t RowsView::countOf(uint64_t row) const {
 
 Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, uint64_t seq,
                  int peer, RowsView* out, std::vector<uint32_t>* positions) {
+  return parseRowsCoded(data, bytes, rows, rowLen, vt, kRowsCodecWire, seq, peer, out, positions);
+}
+
+Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, int codec,
+                      uint64_t seq, int peer, RowsView* out, std::vector<uint32_t>* positions) {
+  const bool int8 = codec == kRowsCodecInt8;
+  const uint8_t expectedType = int8 ? kRowsInt8ValueType : static_cast<uint8_t>(vt);
   RowsHeader h;
   SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kRows, seq, peer, &h));
   if (h.rows != rows || h.rowLen != rowLen)
@@ -260,10 +336,11 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
                                      static_cast<unsigned long long>(h.rows), static_cast<unsigned long long>(h.rowLen),
                                      static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
   const uint32_t ib = rowIndexBytes(rowLen);
-  if (h.valueType != static_cast<uint8_t>(vt) || h.indexEncoding != static_cast<uint8_t>(encodingFor(ib)))
-    return invalidUsage(formatString("rank %d sent value type %u / index encoding %u, expected %u / %u", peer,
-                                     static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
-                                     static_cast<unsigned>(vt), static_cast<unsigned>(encodingFor(ib))));
+  if (h.valueType != expectedType || h.indexEncoding != static_cast<uint8_t>(encodingFor(ib)))
+    return invalidUsage(formatString("rank %d sent value type %u / index encoding %u, expected %u / %u (a different "
+                                     "SPCCL_VALUE_TYPE or SPCCL_ROWS_CODEC?)",
+                                     peer, static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
+                                     static_cast<unsigned>(expectedType), static_cast<unsigned>(encodingFor(ib))));
   int scaleExp = 0;
   SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &scaleExp));
   // Bound everything by the block size before any multiplication can overflow.
@@ -273,7 +350,9 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
                                     static_cast<unsigned long long>(h.keepPerRow), static_cast<unsigned long long>(rows),
                                     static_cast<unsigned long long>(rowLen)));
   const bool perRow = h.keepPerRow == 0;
-  if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes != rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt))
+  const size_t expectedBytes =
+      int8 ? rowsStreamBytesInt8(rows, rowLen, h.nnz, perRow) : rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt);
+  if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes != expectedBytes)
     return remoteError(formatString("rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
                                     static_cast<unsigned long long>(h.nnz)));
   const auto* base = static_cast<const unsigned char*>(data);
@@ -288,6 +367,15 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
   v.values = base + pad4(sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + h.nnz * ib);
   v.valueType = vt;
   v.scaleExp = scaleExp;
+  if (int8) {
+    v.scales = static_cast<const unsigned char*>(v.values);
+    v.values = v.scales + rows * sizeof(float);
+    uint64_t bad = 0;
+    if (!validScales(v.scales, rows, &bad))
+      return remoteError(formatString("int8 rows stream from rank %d: row %llu has scale %g (not finite and >= 0)",
+                                      peer, static_cast<unsigned long long>(bad),
+                                      static_cast<double>(loadScale(v.scales, bad))));
+  }
   // Counts first (they bound every position read), then the positions.
   uint64_t j = 0;
   for (uint64_t r = 0; r < rows; ++r) {
@@ -334,6 +422,31 @@ Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, u
   SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &s));
   if (scaleExp) *scaleExp = s;
   *values = static_cast<const unsigned char*>(data) + sizeof h;
+  return Status::ok();
+}
+
+Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq, int peer,
+                       const unsigned char** scales, const int8_t** codes) {
+  RowsHeader h;
+  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
+  if (h.nnz != nnz || h.rows != rows || h.valueType != kRowsInt8ValueType)
+    return invalidUsage(formatString("backward stream from rank %d has %llu values in %llu rows of type %u, this rank's "
+                                     "selection expects %llu in %llu rows of int8 codes (a different selection or "
+                                     "SPCCL_ROWS_CODEC?)",
+                                     peer, static_cast<unsigned long long>(h.nnz),
+                                     static_cast<unsigned long long>(h.rows), static_cast<unsigned>(h.valueType),
+                                     static_cast<unsigned long long>(nnz), static_cast<unsigned long long>(rows)));
+  if (bytes != valuesStreamBytesInt8(rows, nnz))
+    return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
+                                    valuesStreamBytesInt8(rows, nnz)));
+  const auto* s = static_cast<const unsigned char*>(data) + sizeof h;
+  uint64_t bad = 0;
+  if (!validScales(s, rows, &bad))
+    return remoteError(formatString("int8 backward stream from rank %d: row %llu has scale %g (not finite and >= 0)",
+                                    peer, static_cast<unsigned long long>(bad),
+                                    static_cast<double>(loadScale(s, bad))));
+  *scales = s;
+  *codes = reinterpret_cast<const int8_t*>(s + rows * sizeof(float));
   return Status::ok();
 }
 

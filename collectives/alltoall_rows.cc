@@ -2,7 +2,8 @@
 // magnitude travel as (row-local position, value) with positions in the
 // narrowest integer that fits rowLen, and no per-row counts unless some row
 // kept extra NaN/Inf. The backward sends values only: both sides remember the
-// positions in the selection.
+// positions in the selection. Values travel in the wire type, or (SPCCL_ROWS_CODEC=int8)
+// as int8 codes with one scale per row (codec.h), both ways.
 #include <algorithm>
 #include <string>
 #include <cstring>
@@ -186,6 +187,29 @@ void scatterKept(const void* values, core::ValueType wire, int scaleExp, spcclDa
   });
 }
 
+// scatterKept for the int8 codec: code * the row's scale, to the buffer
+// type (saturating, as unstage).
+template <typename Buf>
+void scatterKeptInt8(const void* codes, const unsigned char* scales, size_t rowLen, size_t rows,
+                     const uint32_t* counts, const uint32_t* positions, void* buf) {
+  using Raw = typename Buf::Raw;
+  const auto* c8 = static_cast<const int8_t*>(codes);
+  uint64_t e = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    char* row = static_cast<char*>(buf) + r * rowLen * sizeof(Raw);
+    std::memset(row, 0, rowLen * sizeof(Raw));
+    const float scale = loadScale(scales, r);
+    for (uint32_t c = 0; c < counts[r]; ++c, ++e) storeRaw(row, positions[e], Buf::wireFromFloat(int8Decode(c8[e], scale)));
+  }
+}
+
+void scatterKeptInt8(const void* codes, const unsigned char* scales, spcclDataType_t type, size_t rowLen, size_t rows,
+                     const uint32_t* counts, const uint32_t* positions, void* buf) {
+  withBufferFormat(type, [&](auto b) {
+    scatterKeptInt8<decltype(b)>(codes, scales, rowLen, rows, counts, positions, buf);
+  });
+}
+
 // Zeroes elements [at, at + elems) of a user buffer of esize-byte elements
 // (buf may be NULL when elems is 0).
 inline void zeroElements(void* buf, size_t at, size_t elems, size_t esize) {
@@ -203,6 +227,15 @@ CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer,
 
 namespace {
 
+// The call's descriptor; a codec other than the wire type names itself in
+// the value type, so ranks with different SPCCL_ROWS_CODEC fail the call.
+CallDescriptor rowsCallDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen,
+                                  spcclDataType_t type, core::ValueType wire, int codec, uint64_t agreed) {
+  CallDescriptor d = rowsDescriptor(coll, seq, rowsPerPeer, rowLen, type, wire, agreed);
+  if (codec == kRowsCodecInt8) d.valueType = kRowsInt8ValueType;
+  return d;
+}
+
 // The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
 // row top-k pass's time added, or is nullptr.
 Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
@@ -214,17 +247,19 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   const uint32_t keep = core::rowKeep(rowLen, density);
   const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
+  const int codec = comm.settings->rowsCodec;
+  const bool int8 = codec == kRowsCodecInt8;  // values staged as fp32, coded per row by encodeRowsInt8
 
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire,
-                                                     keep),
-                                    &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(
+      t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep),
+      &comm.descriptors));
 
   // Select every row, block by block; positions and counts go to the selection.
   const std::shared_ptr<RowsPositions> held = comm.freeRowsPositions();
   if (sel) sel->host = held;
   RowsPositions& s = *held;
   s.sentCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
-  const core::ValueType staged = stagedType(wire);
+  const core::ValueType staged = int8 ? core::ValueType::kFloat32 : stagedType(wire);
   std::vector<unsigned char>& values = ws.stageBytes;  // kept values, staged, in sentPositions order
   comm.ranks64.resize(rowLen);
   const Stopwatch selecting(selectionSeconds != nullptr);
@@ -249,7 +284,8 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
       fixed &= c == keep;
     }
     ws.cuts[j + 1] = ws.cuts[j] + nnz;
-    ws.sizes[j] = rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
+    ws.sizes[j] = int8 ? rowsStreamBytesInt8(rowsPerPeer, rowLen, nnz, !fixed)
+                       : rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
   }
   ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
   for (int j = 0; j < p; ++j) {
@@ -257,16 +293,22 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     const bool fixed = nnz == rowsPerPeer * keep &&
                        std::all_of(s.sentCounts.begin() + j * rowsPerPeer, s.sentCounts.begin() + (j + 1) * rowsPerPeer,
                                    [&](uint32_t c) { return c == keep; });
-    encodeRows(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
-               s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
-               values.data() + ws.cuts[j] * core::wireValueBytes(staged), staged, nnz, wire, seq);
+    if (int8)
+      encodeRowsInt8(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
+                     s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
+                     reinterpret_cast<const float*>(values.data()) + ws.cuts[j], nnz, seq);
+    else
+      encodeRows(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
+                 s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
+                 values.data() + ws.cuts[j] * core::wireValueBytes(staged), staged, nnz, wire, seq);
     sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
   }
   ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
   ws.recvCounts.resize(p);
   SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
   ws.recvSizes.resize(p);
-  const size_t largest = rowsStreamBytes(rowsPerPeer, rowLen, blockElems, true, wire);
+  const size_t largest = int8 ? rowsStreamBytesInt8(rowsPerPeer, rowLen, blockElems, true)
+                              : rowsStreamBytes(rowsPerPeer, rowLen, blockElems, true, wire);
   Status implausible;
   for (int j = 0; j < p; ++j)
     ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &implausible);
@@ -288,8 +330,8 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   for (int j = 0; j < p; ++j) {
     RowsView v;
     const size_t first = s.recvPositions.size();
-    const Status parsed = parseRows(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
-                                    wire, seq, j, &v, &s.recvPositions);
+    const Status parsed = parseRowsCoded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer,
+                                         rowLen, wire, codec, seq, j, &v, &s.recvPositions);
     if (!parsed.isOk()) return refuse(parsed);
     if (v.keepPerRow != 0 && v.keepPerRow != keep)
       return refuse(invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
@@ -303,13 +345,18 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
             formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, counts[r], keep)));
     }
     void* block = static_cast<char*>(recvbuff) + j * blockElems * esize;
-    scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
+    if (int8)
+      scatterKeptInt8(v.values, v.scales, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
+    else
+      scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first,
+                  block);
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
     sel->rowLen = rowLen;
     sel->dataType = type;
     sel->wire = wire;
+    sel->codec = codec;
     sel->forwardSeq = seq;
   }
   *call = spcclStats_t{};
@@ -330,9 +377,15 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
   const size_t rowsPerPeer = s.rowsPerPeer, rowLen = s.rowLen, esize = dataTypeSize(s.dataType);
   const size_t blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
+  // The backward codes the gradients of the sent entries with its forward's
+  // codec: int8 keeps each row's relative precision whatever the gradients'
+  // magnitude (one scale per row, as for the activations), and both sides
+  // already agreed on it. Nothing is fed back: the model-parallel exchange
+  // keeps no residual, as with the fp16/bf16/fp8 wire types.
+  const bool int8 = s.codec == kRowsCodecInt8;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t,
-                                    rowsDescriptor(Collective::kAlltoAllRowsBackward, seq, rowsPerPeer, rowLen,
-                                                   s.dataType, s.wire, s.forwardSeq),
+                                    rowsCallDescriptor(Collective::kAlltoAllRowsBackward, seq, rowsPerPeer, rowLen,
+                                                       s.dataType, s.wire, s.codec, s.forwardSeq),
                                     &comm.descriptors));
   // Every rank is in this backward of this selection's forward: the
   // selection is spent (a call refused above leaves it for a retry).
@@ -353,12 +406,12 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     }
     ws.cuts[j + 1] = ws.cuts[j] + in;
     ws.nnzPerRank[j + 1] = ws.nnzPerRank[j] + out;
-    ws.sizes[j] = valuesStreamBytes(in, s.wire);
-    ws.recvSizes[j] = valuesStreamBytes(out, s.wire);
+    ws.sizes[j] = int8 ? valuesStreamBytesInt8(rowsPerPeer, in) : valuesStreamBytes(in, s.wire);
+    ws.recvSizes[j] = int8 ? valuesStreamBytesInt8(rowsPerPeer, out) : valuesStreamBytes(out, s.wire);
   }
   ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
   // The gradient at those positions, staged for the wire, peer after peer.
-  const core::ValueType staged = stagedType(s.wire);
+  const core::ValueType staged = int8 ? core::ValueType::kFloat32 : stagedType(s.wire);
   const size_t stagedBytes = core::wireValueBytes(staged);
   std::vector<unsigned char>& values = ws.stageBytes;
   values.resize(ws.cuts[p] * stagedBytes);
@@ -370,8 +423,12 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     });
   });
   for (int j = 0; j < p; ++j) {
-    encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j] * stagedBytes, staged,
-                 ws.cuts[j + 1] - ws.cuts[j], rowsPerPeer, rowLen, s.wire, seq);
+    if (int8)
+      encodeValuesInt8(ws.sendBytes.data() + ws.offsets[j], reinterpret_cast<const float*>(values.data()) + ws.cuts[j],
+                       pos.recvCounts.data() + j * rowsPerPeer, rowsPerPeer, rowLen, ws.cuts[j + 1] - ws.cuts[j], seq);
+    else
+      encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j] * stagedBytes, staged,
+                   ws.cuts[j + 1] - ws.cuts[j], rowsPerPeer, rowLen, s.wire, seq);
     sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
   }
   ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
@@ -383,15 +440,24 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     const void* vals = nullptr;
     int scaleExp = 0;
     const uint64_t n = ws.nnzPerRank[j + 1] - ws.nnzPerRank[j];
+    const unsigned char* scales = nullptr;
+    const int8_t* codes = nullptr;
     const Status parsed =
-        parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j, &vals, &scaleExp);
+        int8 ? parseValuesInt8(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, n, seq, j,
+                               &scales, &codes)
+             : parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j, &vals,
+                           &scaleExp);
     if (!parsed.isOk()) {
       zeroElements(gradRecv, 0, static_cast<size_t>(p) * blockElems, esize);
       return parsed;
     }
     void* block = static_cast<char*>(gradRecv) + j * blockElems * esize;
-    scatterKept(vals, s.wire, scaleExp, s.dataType, rowLen, rowsPerPeer, pos.sentCounts.data() + j * rowsPerPeer,
-                pos.sentPositions.data() + ws.nnzPerRank[j], block);
+    if (int8)
+      scatterKeptInt8(codes, scales, s.dataType, rowLen, rowsPerPeer, pos.sentCounts.data() + j * rowsPerPeer,
+                      pos.sentPositions.data() + ws.nnzPerRank[j], block);
+    else
+      scatterKept(vals, s.wire, scaleExp, s.dataType, rowLen, rowsPerPeer, pos.sentCounts.data() + j * rowsPerPeer,
+                  pos.sentPositions.data() + ws.nnzPerRank[j], block);
   }
   *call = spcclStats_t{};
   call->calls = 1;

@@ -17,12 +17,13 @@ namespace spccl {
 
 // The environment settings the collectives read (src/params.h's Params
 // holds them, parsed from SPCCL_VALUE_TYPE, SPCCL_INDEX_ENCODING,
-// SPCCL_ROWSPARSE_ALGO and SPCCL_PROFILE).
+// SPCCL_ROWSPARSE_ALGO, SPCCL_PROFILE and SPCCL_ROWS_CODEC).
 struct CollectiveSettings {
   core::ValueType valueType = core::ValueType::kFloat32;
   int indexEncoding = 0;       // codec.h kIndexEncoding*: how pairs streams write their indices
   int rowSparseAlgorithm = 0;  // kRowSparse* (collectives/other_collectives.h)
   bool profile = false;        // time split of compressed calls, reported at destroy
+  int rowsCodec = 0;           // codec.h kRowsCodec*: how alltoall rows (both ways) write their values
 };
 
 // A host rows forward's kept positions, row by row, block by block (peer j's
@@ -40,6 +41,7 @@ struct RowsSelection {
   size_t rowsPerPeer = 0, rowLen = 0;
   spcclDataType_t dataType = spcclFloat32;
   core::ValueType wire = core::ValueType::kFloat32;
+  int codec = 0;  // kRowsCodec* of the forward; its backward uses the same
   std::shared_ptr<RowsPositions> host;  // a host forward's positions (shared with the pool)
 };
 

@@ -166,6 +166,8 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 // DCT-MP rows, on the device or the host.
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
+  if (comm->onDevice && comm->params.rowsCodec != kRowsCodecWire)
+    return invalidUsage("SPCCL_ROWS_CODEC=int8 is implemented on the host (MPI) path only; unset it for device buffers");
 #if SPCCL_WITH_NCCL
   if (comm->onDevice) {
     SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));

@@ -20,6 +20,7 @@ constexpr const char* kIndexEncodingNames[] = {"auto", "coo", "delta", "bitmap"}
 static_assert(kIndexEncodingAuto == 0 && kIndexEncodingCoo == 1 && kIndexEncodingDelta == 2 &&
                   kIndexEncodingBitmap == 3,
               "SPCCL_INDEX_ENCODING's choice order is kIndexEncoding*'s");
+static_assert(kRowsCodecWire == 0 && kRowsCodecInt8 == 1, "SPCCL_ROWS_CODEC's choice order is kRowsCodec*'s");
 
 // Choice order of SPCCL_VALUE_TYPE; SPCCL_ALGO's choice order is SPCCL_ALGO_*.
 constexpr core::ValueType kValueTypeChoices[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
@@ -97,6 +98,12 @@ constexpr ParamSpec kParamSpecs[] = {
      "power-of-two scale per stream (host path only: compressed allreduce, alltoall rows, sparsified allgather). "
      "fp32 sends fp16/bf16 buffers' alltoall rows and sparsified allgather values in their own type (as exact).",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
+    {"SPCCL_ROWS_CODEC", ParamType::kChoice, "wire", 0, 0, false, "wire|int8",
+     "Values of the alltoall rows (spcclAlltoAllRowsCompressed, its backward, the drop-in row alltoall): wire = "
+     "in SPCCL_VALUE_TYPE; int8 = int8 codes with one fp32 scale per row (the row's largest magnitude / 127), every finite value "
+     "within scale/2 of the original, NaN/Inf arriving as NaN; the backward codes the gradients the same way. "
+     "Host path only.",
+     [](Params* p, double v) { p->rowsCodec = static_cast<int>(v); }},
     {"SPCCL_INDEX_ENCODING", ParamType::kChoice, "auto", 0, 0, false, "auto|coo|delta|bitmap",
      "Indices of compressed streams: 32-bit (coo), varint gaps (delta), a bit per position (bitmap); auto = "
      "the smallest for each stream, from exact sizes.",
@@ -360,7 +367,8 @@ std::string describeParams(const Params& p) {
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
          formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
          " SPCCL_PROFILE=" + (p.profile ? "1" : "0") +
-         " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd);
+         " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd) +
+         " SPCCL_ROWS_CODEC=" + choiceName("SPCCL_ROWS_CODEC", p.rowsCodec);
 }
 
 std::string renderParamTable() {

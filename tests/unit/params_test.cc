@@ -143,6 +143,9 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "AVX512"}}).hostSimd, kHostSimdAvx512);
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "avx2"}}).hostSimd, kHostSimdAvx2);
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "baseline"}}).hostSimd, kHostSimdBaseline);
+  EXPECT_EQ(loadOk({}).rowsCodec, kRowsCodecWire);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWS_CODEC", "INT8"}}).rowsCodec, kRowsCodecInt8);
+  EXPECT_NE(describeParams(loadOk({{"SPCCL_ROWS_CODEC", "int8"}})).find("SPCCL_ROWS_CODEC=int8"), std::string::npos);
   EXPECT_NE(describeParams(loadOk({{"SPCCL_HOST_SIMD", "baseline"}})).find("SPCCL_HOST_SIMD=baseline"),
             std::string::npos);
 
@@ -265,6 +268,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
       {"SPCCL_INDEX_ENCODING", {"varint", "coo32", "2", "auto,delta", "rle"}},
       {"SPCCL_HOST_SIMD", {"avx", "sse2", "1", "avx512,baseline", "none"}},
+      {"SPCCL_ROWS_CODEC", {"int4", "fp8", "1", "wire,int8", "none"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {
