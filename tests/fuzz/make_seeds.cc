@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -381,6 +382,65 @@ void valuesSeeds(Writer& w) {
   }
 }
 
+// ---- the int8 row codec: parseRowsCoded and parseValuesInt8 ----
+void rowsInt8Seeds(Writer& w) {
+  Rng rng{8};
+  struct Case {
+    uint64_t rows, rowLen, keep;  // keep 0: per-row counts
+  };
+  const Case cases[] = {{0, 8, 2}, {1, 1, 1}, {3, 7, 0}, {8, 64, 4}, {4, 300, 0}, {2, 65537, 3}, {16, 64, 64}};
+  for (const Case& c : cases) {
+    const uint64_t seq = rng.below(1000);
+    std::vector<uint32_t> counts(c.rows), positions;
+    std::vector<float> values;
+    for (uint64_t r = 0; r < c.rows; ++r) {
+      counts[r] = static_cast<uint32_t>(c.keep ? c.keep : 1 + rng.below(c.rowLen < 5 ? c.rowLen : 5));
+      const std::vector<uint32_t> pick = rng.sortedPick(c.rowLen, counts[r]);
+      positions.insert(positions.end(), pick.begin(), pick.end());
+    }
+    for (size_t j = 0; j < positions.size(); ++j) values.push_back(rng.value());
+    const uint64_t nnz = positions.size();
+    const std::string shape = "-r" + std::to_string(c.rows) + "-len" + std::to_string(c.rowLen) +
+                              (c.keep ? "-keep" + std::to_string(c.keep) : "-counts");
+    std::vector<unsigned char> stream(rowsStreamBytesInt8(c.rows, c.rowLen, nnz, c.keep == 0));
+    encodeRowsInt8(stream.data(), c.rows, c.rowLen, c.keep, counts.data(), positions.data(), values.data(), nnz, seq);
+    uint8_t prefix[RowsPrefix::kBytes];
+    writeRowsPrefix(prefix, c.rows, c.rowLen, ValueType::kFloat32, seq);
+    const Bytes b = join(prefix, sizeof prefix, stream);
+    const std::string name = "rows-int8" + shape;
+    const RowsPrefix x = readRowsPrefix(b.data());
+    RowsView view;
+    mustAccept(parseRowsCoded(streamOf(b, sizeof prefix), stream.size(), x.rows, x.rowLen, ValueType::kFloat32,
+                              kRowsCodecInt8, x.seq, 1, &view),
+               name);
+    w.put("rows_int8_stream", name, b);
+    // The backward's values stream of the same rows: bit 7 of byte 1, nnz in bytes 6-7.
+    std::vector<unsigned char> vs(valuesStreamBytesInt8(c.rows, nnz));
+    encodeValuesInt8(vs.data(), values.data(), counts.data(), c.rows, c.rowLen, nnz, seq);
+    uint8_t vprefix[RowsPrefix::kBytes];
+    std::memcpy(vprefix, prefix, sizeof vprefix);
+    vprefix[1] |= 0x80;
+    storeLE<uint16_t>(vprefix + 6, static_cast<uint16_t>(nnz));
+    const Bytes vb = join(vprefix, sizeof vprefix, vs);
+    const unsigned char* scales = nullptr;
+    const int8_t* codes = nullptr;
+    mustAccept(parseValuesInt8(streamOf(vb, sizeof vprefix), vs.size(), x.rows, nnz, x.seq, 1, &scales, &codes),
+               "values-int8" + shape);
+    w.put("rows_int8_stream", "values-int8" + shape, vb);
+    if (nnz == 0) continue;
+    w.put("rows_int8_stream", name + "-truncated", truncated(b, 8));
+    w.put("rows_int8_stream", name + "-nnz-plus-1", patched<uint64_t>(b, sizeof prefix, kNnzAt, nnz + 1));
+    w.put("rows_int8_stream", name + "-wire-version", patched<uint16_t>(b, sizeof prefix, offsetof(RowsHeader, version), kStreamVersion));
+    // Row 0's scale made negative (a NaN, an Inf and a negative scale are refused alike).
+    const size_t scalesAt = (sizeof(RowsHeader) + (c.keep ? 0 : c.rows * sizeof(uint32_t)) +
+                             nnz * rowIndexBytes(c.rowLen) + 3) & ~size_t{3};
+    w.put("rows_int8_stream", name + "-negative-scale", patched<float>(b, sizeof prefix, scalesAt, -1.0f));
+    w.put("rows_int8_stream", "values-int8" + shape + "-truncated", truncated(vb, 8));
+    w.put("rows_int8_stream", "values-int8" + shape + "-nan-scale",
+          patched<float>(vb, sizeof vprefix, sizeof(RowsHeader), std::numeric_limits<float>::quiet_NaN()));
+  }
+}
+
 // ---- parseIdRows ----
 void idRowsSeeds(Writer& w) {
   Rng rng{7};
@@ -442,6 +502,7 @@ int main(int argc, char** argv) {
   spccl::fuzz::rowsSeeds(w);
   spccl::fuzz::valuesSeeds(w);
   spccl::fuzz::idRowsSeeds(w);
+  spccl::fuzz::rowsInt8Seeds(w);
   std::printf("%d seed files under %s\n", w.files(), argv[1]);
   return 0;
 }
