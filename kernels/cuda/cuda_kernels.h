@@ -88,7 +88,7 @@ struct SelectArgs {
   void* values;          // capacity slots of the wire type
   SelectCounts* result;  // written when the pass is complete
   // Experimental, off everywhere in the library until a device run shows it
-  // bit-exact and faster (perf/gpu/NOTES.md, item 1): residual stores of
+  // bit-exact and faster (perf/gpu/README.md lists the check): residual stores of
   // candidate-free rounds issued before the tile's look-back. tests/gpu checks
   // both kernels against the host; kernel_bench times both in one run.
   bool storeEarly = false;
@@ -152,7 +152,7 @@ Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst, 
 // rows hold fewer than `keep` NaN/Inf each. One block per row.
 // kRadix: an 8-bit radix select over the 64-bit ranks (the measured kernel).
 // kFloorFirst (experimental, off everywhere in the library until a device run
-// shows it bit-exact and faster: perf/gpu/NOTES.md item 3): the host's floor
+// shows it bit-exact and faster: perf/gpu/README.md lists the check): the host's floor
 // under the kept keys first, the few keys reaching it ranked pairwise in
 // shared memory, the radix select only for rows where that does not apply.
 // tests/gpu checks both against the host; kernel_bench times both.

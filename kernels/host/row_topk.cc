@@ -276,8 +276,8 @@ uint32_t keepByHistogram(KeyAt keyAt, uint32_t floor, uint32_t m, uint32_t keep,
 // only prunes: the kept set is the rule's either way. Candidates and their
 // keys are compacted with vpcompressd; up to 16 of them are ranked in one
 // vector. Larger keeps go to rowTopK8 (AVX2) even here: on this project's
-// AMD EPYC (Zen 4) it was faster for them (docs/PERF.md), vpcompressd being
-// the likely cost there.
+// AMD EPYC (Zen 4) it was faster for them (`host_kernel_bench --row-keep N`
+// times both), vpcompressd being the likely cost there.
 #define SPCCL_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt")))
 
 bool avx512RowShape(uint32_t rowLen, uint32_t keep) { return keep >= 1 && keep <= 8 && rowLen % 16 == 0; }
