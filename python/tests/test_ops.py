@@ -310,6 +310,28 @@ def t_send_recv_mismatch():
 C.run("send/recv dtype mismatch is the receiver's error", t_send_recv_mismatch)
 
 
+def t_batch_isend_irecv():
+    right, left = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    a = torch.full((3,), float(RANK))
+    b = torch.empty(3)
+    for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, a, right), dist.P2POp(dist.irecv, b, left)]):
+        req.wait()
+    assert b.tolist() == [float(left)] * 3
+
+
+def t_object_collectives():
+    objs = [{"a": 1, "b": [1, 2, 3]}] if RANK == 0 else [None]
+    dist.broadcast_object_list(objs, src=0)
+    assert objs == [{"a": 1, "b": [1, 2, 3]}]
+    out = [None] * WORLD
+    dist.all_gather_object(out, {"r": RANK, "pad": "x" * RANK * 10})  # uneven pickles
+    assert [o["r"] for o in out] == list(range(WORLD))
+
+
+C.run("batch_isend_irecv", t_batch_isend_irecv)
+C.run("broadcast_object_list and all_gather_object", t_object_collectives)
+
+
 def t_subgroups():
     members = list(range(0, WORLD, 2))  # every rank must call new_group
     sub = dist.new_group(members, backend="spccl")
