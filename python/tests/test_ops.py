@@ -26,6 +26,8 @@ def data(dtype, n, rank, seed=0):
 
 def gather_all(x):
     """Every rank's x, through gloo (reference for ops gloo does not have)."""
+    if x.dtype == torch.int16:  # gloo has no int16 (spccl has)
+        return [o.to(torch.int16) for o in gather_all(x.to(torch.int32))]
     out = [torch.empty_like(x) for _ in range(WORLD)]
     dist.all_gather(out, x, group=gloo)
     return out
@@ -61,7 +63,7 @@ def same(a, b):
 
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
 
 
 def t_all_reduce(dtype, op):
