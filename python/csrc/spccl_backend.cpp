@@ -820,10 +820,12 @@ class SpcclBackend : public c10d::Backend {
 
   // ---- spccl's own calls, run on the worker like any collective --------
 
-  c10::intrusive_ptr<Work> compressedAllreduce(spcclCompressor_t* comp, at::Tensor t, float density,
-                                               int interval, int wire, bool avg) {
+  // `owner` keeps the object that holds *comp alive until the call has run.
+  c10::intrusive_ptr<Work> compressedAllreduce(std::shared_ptr<void> owner, spcclCompressor_t* comp, at::Tensor t,
+                                               float density, int interval, int wire, bool avg) {
     std::vector<at::Tensor> outs{t};
-    return enqueue(OpType::ALLREDUCE, outs, "spccl:dct_allreduce", [this, comp, t, density, interval, wire, avg] {
+    return enqueue(OpType::ALLREDUCE, outs, "spccl:dct_allreduce",
+                   [this, owner, comp, t, density, interval, wire, avg] {
       Desc d(size_);
       d[fKind] = kCompressedAllreduce;
       d[fErr] = checkTensor(t);
@@ -1284,7 +1286,7 @@ py::dict statsDict(const spcclStats_t& s) {
 }
 
 // An explicit compressor of one buffer (the DDP hook keeps one per bucket).
-class Compressor {
+class Compressor : public std::enable_shared_from_this<Compressor> {
  public:
   Compressor(c10::intrusive_ptr<SpcclBackend> backend, float density, int interval, int wire)
       : backend_(std::move(backend)), density_(density), interval_(interval), wire_(wire) {}
@@ -1294,7 +1296,7 @@ class Compressor {
   }
   // The work finishes with `t` reduced in place (sum, or average when avg).
   c10::intrusive_ptr<Work> allreduce(at::Tensor t, bool avg) {
-    return backend_->compressedAllreduce(&comp_, t, density_, interval_, wire_, avg);
+    return backend_->compressedAllreduce(shared_from_this(), &comp_, t, density_, interval_, wire_, avg);
   }
   py::dict stats() {
     spcclStats_t s{};
