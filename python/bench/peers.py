@@ -1,7 +1,6 @@
 """spccl's DCT hook next to torch's own DDP communication hooks, in one run.
 
 Launch: mpirun -np N python python/bench/peers.py [--steps 300] [--width 512]
-(PowerSGD needs numpy in the environment: pip install numpy)
 
 The same model, data and optimizer under DDP with: gloo dense (torch's allreduce_hook), torch's
 fp16_compress_hook and bf16_compress_hook, PowerSGD at rank 1 and 4 (all over a gloo
