@@ -184,7 +184,6 @@ Status parseV(const std::vector<unsigned char>& b, size_t bytes, uint64_t nnz) {
 
 TEST(RowsCodecInt8Reject, EveryTruncationAndExtension) {
   const Streams s = validStreams();
-  const uint64_t fixedNnz = 24;
   ASSERT_TRUE(parseR(s.rowsPerRow, s.rowsPerRow.size()).isOk());
   ASSERT_TRUE(parseR(s.rowsFixed, s.rowsFixed.size()).isOk());
   ASSERT_TRUE(parseV(s.values, s.values.size(), s.r.nnz).isOk());
@@ -204,7 +203,6 @@ TEST(RowsCodecInt8Reject, EveryTruncationAndExtension) {
   longer.resize(longer.size() + 8);
   EXPECT_FALSE(parseR(longer, longer.size()).isOk());
   EXPECT_FALSE(parseV(s.values, s.values.size(), s.r.nnz - 1).isOk());
-  (void)fixedNnz;
 }
 
 TEST(RowsCodecInt8Reject, VersionTypeAndCodecMustAgree) {
