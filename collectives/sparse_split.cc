@@ -292,7 +292,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     Status st = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
     if (st.isOk() && view.kind == StreamKind::kError)
       st = Status(view.peerStatus, formatString("split: owner rank %d rejected its input (%s)", r,
-                                                spcclGetErrorString(view.peerStatus)));
+                                                resultString(view.peerStatus)));
     if (!st.isOk()) {
       if (remote.isOk()) remote = st;
       std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);

@@ -32,26 +32,7 @@ spcclResult_t spcclGetVersion(int* version) {
   return spcclSuccess;
 }
 
-const char* spcclGetErrorString(spcclResult_t result) {
-  switch (result) {
-    case spcclSuccess:
-      return "no error";
-    case spcclUnhandledCudaError:
-      return "unhandled cuda error";
-    case spcclSystemError:
-      return "unhandled system error (MPI, network or memory)";
-    case spcclInternalError:
-      return "internal error - please report this issue to the spccl developers";
-    case spcclInvalidArgument:
-      return "invalid argument";
-    case spcclInvalidUsage:
-      return "invalid usage";
-    case spcclRemoteError:
-      return "remote process exited or there was a network error, or a peer's stream was malformed";
-    default:
-      return "unknown result code";
-  }
-}
+const char* spcclGetErrorString(spcclResult_t result) { return resultString(result); }
 
 const char* spcclGetLastError(spcclComm_t) { return lastError(); }
 

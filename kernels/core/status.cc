@@ -22,4 +22,25 @@ std::string formatString(const char* fmt, ...) {
   return out;
 }
 
+const char* resultString(spcclResult_t result) {
+  switch (result) {
+    case spcclSuccess:
+      return "no error";
+    case spcclUnhandledCudaError:
+      return "unhandled cuda error";
+    case spcclSystemError:
+      return "unhandled system error (MPI, network or memory)";
+    case spcclInternalError:
+      return "internal error - please report this issue to the spccl developers";
+    case spcclInvalidArgument:
+      return "invalid argument";
+    case spcclInvalidUsage:
+      return "invalid usage";
+    case spcclRemoteError:
+      return "remote process exited or there was a network error, or a peer's stream was malformed";
+    default:
+      return "unknown result code";
+  }
+}
+
 }  // namespace spccl

@@ -44,6 +44,10 @@ inline Status systemError(std::string m) { return {spcclSystemError, std::move(m
 // Turns an MPI error code into a Status naming the call and file:line.
 Status mpiFailure(int err, const char* call, const char* file, int line);
 
+// spcclGetErrorString's text for a result code (every layer names a peer's
+// or its own code with it).
+const char* resultString(spcclResult_t result);
+
 }  // namespace spccl
 
 #define SPCCL_RETURN_IF_ERROR(expr)         \
