@@ -53,8 +53,8 @@ size_t compactStreamBytes(uint64_t nnz, size_t indexBytes, ValueType vt) {
 
 }  // namespace
 
-size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
-                         uint64_t rangeEnd, ValueType vt) {
+size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                         ValueType vt) {
   switch (e) {
     case IndexEncoding::kDelta:
       return compactStreamBytes(nnz, deltaIndexBytes(indices, nnz, rangeBegin), vt);
@@ -200,8 +200,8 @@ size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code) {
 
 Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int peer, StreamView* out) {
   if (bytes < sizeof(StreamHeader) || data == nullptr)
-    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its %zu-byte header", peer,
-                                    bytes, sizeof(StreamHeader)));
+    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its %zu-byte header", peer, bytes,
+                                    sizeof(StreamHeader)));
   SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   StreamHeader h;
   std::memcpy(&h, data, sizeof h);
@@ -229,10 +229,10 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
     return remoteError(formatString("fp8 stream from rank %d has scale exponent %d outside [%d, %d]", peer, scaleExp,
                                     core::kFp8MinScaleExp, core::kFp8MaxScaleExp));
   if (h.seq != e.seq)
-    return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
-                                     "sequences differ",
-                                     peer, static_cast<unsigned long long>(h.seq),
-                                     static_cast<unsigned long long>(e.seq)));
+    return invalidUsage(
+        formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
+                     "sequences differ",
+                     peer, static_cast<unsigned long long>(h.seq), static_cast<unsigned long long>(e.seq)));
   if (h.denseCount != e.denseCount)
     return invalidUsage(formatString("rank %d called with count %llu, this rank with count %llu", peer,
                                      static_cast<unsigned long long>(h.denseCount),
@@ -244,11 +244,10 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
     return invalidUsage(formatString("rank %d sent wire value type %u, this rank expects %u", peer,
                                      static_cast<unsigned>(h.valueType), static_cast<unsigned>(e.valueType)));
   if (h.rangeBegin != e.rangeBegin || h.rangeEnd != e.rangeEnd)
-    return remoteError(formatString("stream from rank %d covers [%llu, %llu), expected [%llu, %llu)", peer,
-                                    static_cast<unsigned long long>(h.rangeBegin),
-                                    static_cast<unsigned long long>(h.rangeEnd),
-                                    static_cast<unsigned long long>(e.rangeBegin),
-                                    static_cast<unsigned long long>(e.rangeEnd)));
+    return remoteError(
+        formatString("stream from rank %d covers [%llu, %llu), expected [%llu, %llu)", peer,
+                     static_cast<unsigned long long>(h.rangeBegin), static_cast<unsigned long long>(h.rangeEnd),
+                     static_cast<unsigned long long>(e.rangeBegin), static_cast<unsigned long long>(e.rangeEnd)));
   const uint64_t len = e.rangeEnd - e.rangeBegin;
   const auto* base = static_cast<const unsigned char*>(data);
   out->valueType = e.valueType;
@@ -284,11 +283,11 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
                                     static_cast<unsigned long long>(h.nnz), bytes,
                                     static_cast<unsigned long long>(len)));
   auto badIndex = [&](uint64_t i, uint64_t j) {
-    return remoteError(formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
-                                    "or not increasing",
-                                    peer, static_cast<unsigned long long>(i), static_cast<unsigned long long>(j),
-                                    static_cast<unsigned long long>(e.rangeBegin),
-                                    static_cast<unsigned long long>(e.rangeEnd)));
+    return remoteError(
+        formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
+                     "or not increasing",
+                     peer, static_cast<unsigned long long>(i), static_cast<unsigned long long>(j),
+                     static_cast<unsigned long long>(e.rangeBegin), static_cast<unsigned long long>(e.rangeEnd)));
   };
   auto badLayout = [&](const char* what) {
     return remoteError(formatString("stream from rank %d: %s (%llu pairs, %zu bytes, range of %llu)", peer, what,
@@ -351,13 +350,25 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
 }
 
 CallDescriptor exactAllReduceDescriptor(uint64_t seq, uint64_t count, int dataType, int op) {
-  return CallDescriptor{kStreamMagic, SPCCL_ALGO_DENSE, kExactValueType, static_cast<uint8_t>(dataType),
-                        static_cast<uint8_t>(op), seq, count, 0};
+  return CallDescriptor{kStreamMagic,
+                        SPCCL_ALGO_DENSE,
+                        kExactValueType,
+                        static_cast<uint8_t>(dataType),
+                        static_cast<uint8_t>(op),
+                        seq,
+                        count,
+                        0};
 }
 
 CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t count, int dataType) {
-  return CallDescriptor{kStreamMagic, SPCCL_ALGO_DENSE, kExactValueType, static_cast<uint8_t>(dataType),
-                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)), seq, count, 0};
+  return CallDescriptor{kStreamMagic,
+                        SPCCL_ALGO_DENSE,
+                        kExactValueType,
+                        static_cast<uint8_t>(dataType),
+                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)),
+                        seq,
+                        count,
+                        0};
 }
 
 namespace {
@@ -368,18 +379,20 @@ template <core::ValueType kVt>
 void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float* acc, uint64_t accBase) {
   const void* values = v.values;
   const int scaleExp = v.scaleExp;
-  cursor.until(end, [=](uint64_t index, uint64_t j) {
-    acc[index - accBase] += core::loadWireValue(values, j, kVt, scaleExp);
-  });
+  cursor.until(
+      end, [=](uint64_t index, uint64_t j) { acc[index - accBase] += core::loadWireValue(values, j, kVt, scaleExp); });
 }
 
 void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float* acc, uint64_t accBase) {
   switch (v.valueType) {
-    case core::ValueType::kFloat16: return addPairsBelow<core::ValueType::kFloat16>(cursor, v, end, acc, accBase);
-    case core::ValueType::kBfloat16: return addPairsBelow<core::ValueType::kBfloat16>(cursor, v, end, acc, accBase);
+    case core::ValueType::kFloat16:
+      return addPairsBelow<core::ValueType::kFloat16>(cursor, v, end, acc, accBase);
+    case core::ValueType::kBfloat16:
+      return addPairsBelow<core::ValueType::kBfloat16>(cursor, v, end, acc, accBase);
     case core::ValueType::kFloat8e4m3:
       return addPairsBelow<core::ValueType::kFloat8e4m3>(cursor, v, end, acc, accBase);
-    default: return addPairsBelow<core::ValueType::kFloat32>(cursor, v, end, acc, accBase);
+    default:
+      return addPairsBelow<core::ValueType::kFloat32>(cursor, v, end, acc, accBase);
   }
 }
 
@@ -554,10 +567,11 @@ Status verifyStream(const void* data, size_t bytes, int peer) {
   std::memcpy(&carried, p + kCrcOffset, sizeof carried);
   const uint32_t computed = streamCrc(p, bytes);
   if (computed != carried)
-    return remoteError(formatString("stream from rank %d failed its CRC32C check (SPCCL_CHECKSUM=1): %zu bytes "
-                                    "hash to 0x%08x, the stream carries 0x%08x; it was corrupted in transit or "
-                                    "in memory",
-                                    peer, bytes, computed, carried));
+    return remoteError(
+        formatString("stream from rank %d failed its CRC32C check (SPCCL_CHECKSUM=1): %zu bytes "
+                     "hash to 0x%08x, the stream carries 0x%08x; it was corrupted in transit or "
+                     "in memory",
+                     peer, bytes, computed, carried));
   return Status::ok();
 }
 

@@ -81,8 +81,8 @@ constexpr size_t alignStream(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 size_t pairsStreamBytes(uint64_t nnz, core::ValueType vt);
 // Exact bytes of a pairs stream of these sorted indices in [rangeBegin,
 // rangeEnd) with encoding e (kCoo32, kDelta or kBitmap).
-size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
-                         uint64_t rangeEnd, core::ValueType vt);
+size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                         core::ValueType vt);
 // The encoding the setting (kIndexEncoding*) gives these pairs, and its
 // exact stream size in *bytes; auto takes the smallest (ties: coo, delta,
 // bitmap, in that order).
@@ -104,9 +104,9 @@ struct CallDescriptor {
   uint8_t dataType;   // user spcclDataType_t
   uint8_t op;         // allreduce: spcclRedOp_t; other collectives: kOtherCollective | Collective
   uint64_t seq;
-  uint64_t count;  // allreduce: elements; others: their size (e.g. rows per peer x rowLen)
-  uint64_t nnz;    // allreduce: this rank's selected entries (may differ); others: a shape
-                   // parameter every rank must agree on (e.g. rowLen)
+  uint64_t count;            // allreduce: elements; others: their size (e.g. rows per peer x rowLen)
+  uint64_t nnz;              // allreduce: this rank's selected entries (may differ); others: a shape
+                             // parameter every rank must agree on (e.g. rowLen)
   uint64_t streamBytes = 0;  // allreduce (allgather algorithm) and sparsified allgather: the size of
                              // this rank's stream, whose encoding only the sender knows (may differ);
                              // rows forward: entries kept per row, rows backward: the sequence number of
@@ -137,7 +137,6 @@ static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes"
 constexpr uint8_t kAutoLineUp = 0x40;
 constexpr uint8_t kAutoSettle = 0x41;
 constexpr uint64_t kNoTrialTime = ~uint64_t{0};
-
 
 // What the receiver expects of a stream; anything else is rejected.
 struct StreamExpect {
@@ -180,12 +179,12 @@ size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code);
 struct StreamView {
   StreamKind kind;
   uint64_t nnz;
-  IndexEncoding encoding;          // kPairs
-  const uint32_t* indices;         // kPairs in kCoo32 (nullptr otherwise)
+  IndexEncoding encoding;           // kPairs
+  const uint32_t* indices;          // kPairs in kCoo32 (nullptr otherwise)
   const unsigned char* indexBytes;  // kPairs in kDelta or kBitmap: the validated index section
-  const void* values;       // kPairs and kDense
+  const void* values;               // kPairs and kDense
   core::ValueType valueType;
-  int scaleExp;             // fp8: the validated scale exponent; else 0
+  int scaleExp;  // fp8: the validated scale exponent; else 0
   uint64_t rangeBegin, rangeEnd;
   spcclResult_t peerStatus;  // kError
 };
@@ -443,7 +442,7 @@ struct RowsView {
   uint32_t indexBytes;
   const void* values;
   core::ValueType valueType;
-  int scaleExp = 0;  // fp8: the stream's validated scale exponent
+  int scaleExp = 0;                       // fp8: the stream's validated scale exponent
   const unsigned char* scales = nullptr;  // int8 codec: rows x fp32 (validated); values holds the int8 codes
   uint32_t countOf(uint64_t row) const;
   // Position j (indexBytes is 1, 2 or 4: rowIndexBytes). Inline: the decoder

@@ -63,23 +63,22 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
   if (h->magic != kStreamMagic || h->version != (coded ? kStreamVersionRowsCodec : kStreamVersion))
     return remoteError(formatString("stream from rank %d has bad magic or version", peer));
   if (h->seq != seq)
-    return invalidUsage(formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
-                                     "sequences differ",
-                                     peer, static_cast<unsigned long long>(h->seq),
-                                     static_cast<unsigned long long>(seq)));
+    return invalidUsage(
+        formatString("rank %d is at collective call #%llu, this rank at #%llu: the ranks' call "
+                     "sequences differ",
+                     peer, static_cast<unsigned long long>(h->seq), static_cast<unsigned long long>(seq)));
   // fp8 rows/values streams carry their scale exponent in the status byte
   // (checked by rowsScale); elsewhere non-zero is the row-sparse partition's
   // flagged stage-3 stream.
   const bool scaled = h->valueType == static_cast<uint8_t>(ValueType::kFloat8e4m3) &&
                       (kind == StreamKind::kRows || kind == StreamKind::kValues);
   if (h->status != 0 && !scaled)
-    return remoteError(formatString("rank %d reports that it rejected its input (spcclResult_t %u); see its log",
-                                    peer, static_cast<unsigned>(h->status)));
+    return remoteError(formatString("rank %d reports that it rejected its input (spcclResult_t %u); see its log", peer,
+                                    static_cast<unsigned>(h->status)));
   const bool sealed = (h->flags & kChecksumFlag) != 0;  // reserved1 holds the (verified) CRC
-  if (h->kind != static_cast<uint8_t>(kind) || (h->flags & ~kChecksumFlag) != 0 ||
-      (!sealed && h->reserved1 != 0))
-    return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)",
-                                    peer, static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
+  if (h->kind != static_cast<uint8_t>(kind) || (h->flags & ~kChecksumFlag) != 0 || (!sealed && h->reserved1 != 0))
+    return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)", peer,
+                                    static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
   return Status::ok();
 }
 
@@ -252,15 +251,15 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
   const size_t valuesAt = pad4(off);
   std::memset(p + off, 0, valuesAt - off);
   const int scaleExp = storeValues(p + valuesAt, values, valuesType, nnz, vt);
-  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
-                                static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
+  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib), static_cast<uint8_t>(vt),
+                                rows, rowLen, keepPerRow, nnz, seq);
   setScale(&h, scaleExp);
   std::memcpy(p, &h, sizeof h);
   return finish(p, valuesAt + nnz * core::wireValueBytes(vt));
 }
 
-size_t encodeValues(void* dst, const void* values, ValueType valuesType, uint64_t nnz, uint64_t rows,
-                    uint64_t rowLen, ValueType vt, uint64_t seq) {
+size_t encodeValues(void* dst, const void* values, ValueType valuesType, uint64_t nnz, uint64_t rows, uint64_t rowLen,
+                    ValueType vt, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
                                 static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
@@ -283,8 +282,8 @@ size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPe
   std::memset(p + off, 0, scalesAt - off);
   const size_t codesAt = scalesAt + rows * sizeof(float);
   storeInt8Rows(p + scalesAt, p + codesAt, values, counts, rows);
-  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
-                                      kRowsInt8ValueType, rows, rowLen, keepPerRow, nnz, seq);
+  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib), kRowsInt8ValueType,
+                                      rows, rowLen, keepPerRow, nnz, seq);
   std::memcpy(p, &h, sizeof h);
   return finish(p, codesAt + nnz);
 }
@@ -320,8 +319,8 @@ uint32_t RowsView::countOf(uint64_t row) const {
   return counts ? loadU32(counts + row * sizeof(uint32_t)) : static_cast<uint32_t>(keepPerRow);
 }
 
-Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, uint64_t seq,
-                 int peer, RowsView* out, std::vector<uint32_t>* positions) {
+Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, uint64_t seq, int peer,
+                 RowsView* out, std::vector<uint32_t>* positions) {
   return parseRowsCoded(data, bytes, rows, rowLen, vt, kRowsCodecWire, seq, peer, out, positions);
 }
 
@@ -337,18 +336,19 @@ Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t ro
                                      static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
   const uint32_t ib = rowIndexBytes(rowLen);
   if (h.valueType != expectedType || h.indexEncoding != static_cast<uint8_t>(encodingFor(ib)))
-    return invalidUsage(formatString("rank %d sent value type %u / index encoding %u, expected %u / %u (a different "
-                                     "SPCCL_VALUE_TYPE or SPCCL_ROWS_CODEC?)",
-                                     peer, static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
-                                     static_cast<unsigned>(expectedType), static_cast<unsigned>(encodingFor(ib))));
+    return invalidUsage(
+        formatString("rank %d sent value type %u / index encoding %u, expected %u / %u (a different "
+                     "SPCCL_VALUE_TYPE or SPCCL_ROWS_CODEC?)",
+                     peer, static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
+                     static_cast<unsigned>(expectedType), static_cast<unsigned>(encodingFor(ib))));
   int scaleExp = 0;
   SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &scaleExp));
   // Bound everything by the block size before any multiplication can overflow.
   if (h.keepPerRow > rowLen || rows > bytes || h.nnz > rows * rowLen)
     return remoteError(formatString("rows stream from rank %d claims %llu entries (%llu per row) in %llu rows of %llu",
                                     peer, static_cast<unsigned long long>(h.nnz),
-                                    static_cast<unsigned long long>(h.keepPerRow), static_cast<unsigned long long>(rows),
-                                    static_cast<unsigned long long>(rowLen)));
+                                    static_cast<unsigned long long>(h.keepPerRow),
+                                    static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
   const bool perRow = h.keepPerRow == 0;
   const size_t expectedBytes =
       int8 ? rowsStreamBytesInt8(rows, rowLen, h.nnz, perRow) : rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt);
@@ -398,9 +398,10 @@ Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t ro
                             : checkRowPositions<uint32_t>(v, rows, rowLen, kept, &badRow, &badPos);
   if (!ok) {
     if (positions) positions->resize(positions->size() - h.nnz);  // a refused stream appends nothing
-    return remoteError(formatString("rows stream from rank %d: row %llu position %u is out of range or not "
-                                    "increasing",
-                                    peer, static_cast<unsigned long long>(badRow), badPos));
+    return remoteError(
+        formatString("rows stream from rank %d: row %llu position %u is out of range or not "
+                     "increasing",
+                     peer, static_cast<unsigned long long>(badRow), badPos));
   }
   *out = v;
   return Status::ok();
@@ -411,10 +412,11 @@ Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, u
   RowsHeader h;
   SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
   if (h.nnz != nnz || h.valueType != static_cast<uint8_t>(vt))
-    return invalidUsage(formatString("backward stream from rank %d has %llu values of type %u, this rank's selection "
-                                     "expects %llu of type %u (a different selection?)",
-                                     peer, static_cast<unsigned long long>(h.nnz), static_cast<unsigned>(h.valueType),
-                                     static_cast<unsigned long long>(nnz), static_cast<unsigned>(vt)));
+    return invalidUsage(
+        formatString("backward stream from rank %d has %llu values of type %u, this rank's selection "
+                     "expects %llu of type %u (a different selection?)",
+                     peer, static_cast<unsigned long long>(h.nnz), static_cast<unsigned>(h.valueType),
+                     static_cast<unsigned long long>(nnz), static_cast<unsigned>(vt)));
   if (bytes != valuesStreamBytes(nnz, vt))
     return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
                                     valuesStreamBytes(nnz, vt)));
@@ -430,12 +432,13 @@ Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t n
   RowsHeader h;
   SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
   if (h.nnz != nnz || h.rows != rows || h.valueType != kRowsInt8ValueType)
-    return invalidUsage(formatString("backward stream from rank %d has %llu values in %llu rows of type %u, this rank's "
-                                     "selection expects %llu in %llu rows of int8 codes (a different selection or "
-                                     "SPCCL_ROWS_CODEC?)",
-                                     peer, static_cast<unsigned long long>(h.nnz),
-                                     static_cast<unsigned long long>(h.rows), static_cast<unsigned>(h.valueType),
-                                     static_cast<unsigned long long>(nnz), static_cast<unsigned long long>(rows)));
+    return invalidUsage(
+        formatString("backward stream from rank %d has %llu values in %llu rows of type %u, this rank's "
+                     "selection expects %llu in %llu rows of int8 codes (a different selection or "
+                     "SPCCL_ROWS_CODEC?)",
+                     peer, static_cast<unsigned long long>(h.nnz), static_cast<unsigned long long>(h.rows),
+                     static_cast<unsigned>(h.valueType), static_cast<unsigned long long>(nnz),
+                     static_cast<unsigned long long>(rows)));
   if (bytes != valuesStreamBytesInt8(rows, nnz))
     return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
                                     valuesStreamBytesInt8(rows, nnz)));

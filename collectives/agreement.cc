@@ -15,11 +15,16 @@ std::string describeCall(const CallDescriptor& d) {
   if (d.op & kOtherCollective) {
     const bool exact = d.valueType == kExactValueType;
     switch (static_cast<Collective>(d.op & ~kOtherCollective)) {
-      case Collective::kAlltoAllRows: return "a compressed alltoall (rows forward)";
-      case Collective::kAlltoAllRowsBackward: return "an alltoall rows backward";
-      case Collective::kAllGather: return exact ? "an exact allgather" : "a sparsified allgather";
-      case Collective::kRowSparse: return "a row-sparse allreduce";
-      case Collective::kAlltoAll: return "an exact alltoall";
+      case Collective::kAlltoAllRows:
+        return "a compressed alltoall (rows forward)";
+      case Collective::kAlltoAllRowsBackward:
+        return "an alltoall rows backward";
+      case Collective::kAllGather:
+        return exact ? "an exact allgather" : "a sparsified allgather";
+      case Collective::kRowSparse:
+        return "a row-sparse allreduce";
+      case Collective::kAlltoAll:
+        return "an exact alltoall";
     }
     return formatString("collective %u", static_cast<unsigned>(d.op & ~kOtherCollective));
   }
@@ -36,17 +41,17 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
   const CallDescriptor& ref = all[0];
   // Row collectives carry a shape in nnz (all equal); allreduce and the
   // sparsified allgather carry each rank's selected count (<= count).
-  const bool nnzIsShape = (ref.op & kOtherCollective) && (ref.op & ~kOtherCollective) !=
-                                                             static_cast<uint8_t>(Collective::kAllGather);
+  const bool nnzIsShape =
+      (ref.op & kOtherCollective) && (ref.op & ~kOtherCollective) != static_cast<uint8_t>(Collective::kAllGather);
   // An auto compressor's line-up and settling exchange carry the trial's index there (all equal).
-  const bool autoMarker = !(ref.op & kOtherCollective) && (ref.algorithm == kAutoLineUp || ref.algorithm == kAutoSettle);
+  const bool autoMarker =
+      !(ref.op & kOtherCollective) && (ref.algorithm == kAutoLineUp || ref.algorithm == kAutoSettle);
   // Rows calls carry in streamBytes what every rank must share: the
   // forward's entries kept per row, the backward's forward call.
   const uint8_t collective = ref.op & static_cast<uint8_t>(~kOtherCollective);
   const char* const agreedStreamBytes =
-      !(ref.op & kOtherCollective) ? nullptr
-      : collective == static_cast<uint8_t>(Collective::kAlltoAllRows)
-          ? "entries kept per row (another density?)"
+      !(ref.op & kOtherCollective)                                    ? nullptr
+      : collective == static_cast<uint8_t>(Collective::kAlltoAllRows) ? "entries kept per row (another density?)"
       : collective == static_cast<uint8_t>(Collective::kAlltoAllRowsBackward)
           ? "forward call (sequence number) of its selection (another forward's selection?)"
           : nullptr;
@@ -65,30 +70,32 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     else if (d.op != ref.op) field = "op", got = d.op, want = ref.op;
     else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
     else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
-    else if (d.flags != ref.flags) field = "auto flag (SPCCL_ALGO=auto against a fixed algorithm)", got = d.flags,
-                                   want = ref.flags;
+    else if (d.flags != ref.flags)
+      field = "auto flag (SPCCL_ALGO=auto against a fixed algorithm)", got = d.flags, want = ref.flags;
     else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
     else if (autoMarker && d.nnz != ref.nnz) field = "auto trial call", got = d.nnz, want = ref.nnz;
     else if (agreedStreamBytes && d.streamBytes != ref.streamBytes)
       field = agreedStreamBytes, got = d.streamBytes, want = ref.streamBytes;
     else if (!nnzIsShape && !autoMarker && d.nnz > d.count) field = "selected count", got = d.nnz, want = d.count;
     else if (std::memcmp(&d.density, &ref.density, sizeof d.density) != 0)
-      return invalidUsage(formatString("mismatched collective call across ranks: rank %d has density %g, rank 0 "
-                                       "has %g (this rank: count %llu)",
-                                       r, static_cast<double>(d.density), static_cast<double>(ref.density),
-                                       static_cast<unsigned long long>(mine.count)));
+      return invalidUsage(
+          formatString("mismatched collective call across ranks: rank %d has density %g, rank 0 "
+                       "has %g (this rank: count %llu)",
+                       r, static_cast<double>(d.density), static_cast<double>(ref.density),
+                       static_cast<unsigned long long>(mine.count)));
     if (field) {
       // Where the magic matches, say what each call is: a count or seq
       // mismatch may be the same call, an op or algorithm one another call.
       std::string calls;
       if (d.magic == kStreamMagic) {
         const std::string theirs = describeCall(d), rank0s = describeCall(ref);
-        if (theirs != rank0s) calls = formatString("; rank %d is in %s, rank 0 in %s", r, theirs.c_str(), rank0s.c_str());
+        if (theirs != rank0s)
+          calls = formatString("; rank %d is in %s, rank 0 in %s", r, theirs.c_str(), rank0s.c_str());
       }
-      return invalidUsage(formatString("mismatched collective call across ranks: rank %d has %s %llu, rank 0 "
-                                       "has %llu (this rank: count %llu)%s",
-                                       r, field, got, want, static_cast<unsigned long long>(mine.count),
-                                       calls.c_str()));
+      return invalidUsage(
+          formatString("mismatched collective call across ranks: rank %d has %s %llu, rank 0 "
+                       "has %llu (this rank: count %llu)%s",
+                       r, field, got, want, static_cast<unsigned long long>(mine.count), calls.c_str()));
     }
   }
   return Status::ok();

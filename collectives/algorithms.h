@@ -51,10 +51,9 @@ struct AllreduceAlgorithm {
 // over these, has no row).
 std::span<const AllreduceAlgorithm> allreduceAlgorithms();
 const AllreduceAlgorithm* findAllreduceAlgorithm(int id);  // nullptr for auto and unknown ids
-const char* algorithmName(int id);                        // "auto", a row's name, or "unknown"
+const char* algorithmName(int id);                         // "auto", a row's name, or "unknown"
 // SPCCL_ALGO's choices in id order: "auto|dense|allgather|split".
 std::string algorithmChoices();
-
 
 // Scratch reused across calls of one compressor: buffers only grow, so a
 // steady shape allocates nothing after its first calls.
@@ -109,10 +108,10 @@ struct ReduceContext {
   float* out;                  // count fp32, receives the sum over ranks in rank order
   float* residual;             // owner-stage rounding error goes here; nullptr = dropped
   Workspace* ws;
-  uint64_t bytesSent = 0;      // out: bytes put on the wire to other ranks
-  uint64_t mergedNnz = 0;      // out (split): pairs the owners sent, all ranges
-  uint64_t keepPerRange = 0;   // split: owners re-select to this many finite pairs (0: keep all; needs residual)
-  uint64_t reselectDropped = 0;  // out (split): reduced entries this owner kept back in its residual
+  uint64_t bytesSent = 0;          // out: bytes put on the wire to other ranks
+  uint64_t mergedNnz = 0;          // out (split): pairs the owners sent, all ranges
+  uint64_t keepPerRange = 0;       // split: owners re-select to this many finite pairs (0: keep all; needs residual)
+  uint64_t reselectDropped = 0;    // out (split): reduced entries this owner kept back in its residual
   Integrity* integrity = nullptr;  // seals every stream sent (SPCCL_CHECKSUM); nullptr = none
   int indexEncoding = 0;           // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*)
   // allgather: every rank's stream size and this rank's encoding, decided

@@ -37,8 +37,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(
       n, k,
       [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) {
-        const host::ThresholdResult th =
-            host::kthLargestMagnitude(sendbuff, type, nullptr, n, kk, &ws.rangeIndices);
+        const host::ThresholdResult th = host::kthLargestMagnitude(sendbuff, type, nullptr, n, kk, &ws.rangeIndices);
         *tau = th.tauKey, *above = th.above, *finite = th.finite;
         return Status::ok();
       },
@@ -47,8 +46,17 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   uint64_t nnz = 0;
   for (;;) {
     ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(staged));
-    const host::SelectArgs a{sendbuff, type, nullptr, nullptr, n, tauKey, tieBudget,
-                             comm.positions.size(), staged, comm.positions.data(), ws.stageBytes.data()};
+    const host::SelectArgs a{sendbuff,
+                             type,
+                             nullptr,
+                             nullptr,
+                             n,
+                             tauKey,
+                             tieBudget,
+                             comm.positions.size(),
+                             staged,
+                             comm.positions.data(),
+                             ws.stageBytes.data()};
     const host::SelectResult r = host::selectPack(a);
     if (r.selected <= comm.positions.size()) {
       nnz = r.selected;
@@ -73,9 +81,14 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   const IndexEncoding encoding =
       choosePairsEncoding(comm.settings->indexEncoding, comm.positions.data(), nnz, 0, n, wire, &pairsBytes);
   const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
-  CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
-                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
-                      n, nnz};
+  CallDescriptor mine{kStreamMagic,
+                      0,
+                      static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(type),
+                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)),
+                      seq,
+                      n,
+                      nnz};
   mine.streamBytes = sendDense ? denseStreamBytes(n, wire) : pairsBytes;
   mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &comm.descriptors));

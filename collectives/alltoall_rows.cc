@@ -111,8 +111,7 @@ void storeRaw(void* base, size_t i, T v) {
 // n kept values of one row, at positions, staged into out in order.
 template <typename Buf, typename Staged>
 void gatherRow(const void* row, const uint32_t* positions, uint32_t n, void* out) {
-  for (uint32_t e = 0; e < n; ++e)
-    storeRaw(out, e, stage<Buf, Staged>(loadRaw<typename Buf::Raw>(row, positions[e])));
+  for (uint32_t e = 0; e < n; ++e) storeRaw(out, e, stage<Buf, Staged>(loadRaw<typename Buf::Raw>(row, positions[e])));
 }
 
 // The forward's selection: every row of sel->sentCounts.size() rows of
@@ -190,8 +189,8 @@ void scatterKept(const void* values, core::ValueType wire, int scaleExp, spcclDa
 // scatterKept for the int8 codec: code * the row's scale, to the buffer
 // type (saturating, as unstage).
 template <typename Buf>
-void scatterKeptInt8(const void* codes, const unsigned char* scales, size_t rowLen, size_t rows,
-                     const uint32_t* counts, const uint32_t* positions, void* buf) {
+void scatterKeptInt8(const void* codes, const unsigned char* scales, size_t rowLen, size_t rows, const uint32_t* counts,
+                     const uint32_t* positions, void* buf) {
   using Raw = typename Buf::Raw;
   const auto* c8 = static_cast<const int8_t*>(codes);
   uint64_t e = 0;
@@ -199,15 +198,15 @@ void scatterKeptInt8(const void* codes, const unsigned char* scales, size_t rowL
     char* row = static_cast<char*>(buf) + r * rowLen * sizeof(Raw);
     std::memset(row, 0, rowLen * sizeof(Raw));
     const float scale = loadScale(scales, r);
-    for (uint32_t c = 0; c < counts[r]; ++c, ++e) storeRaw(row, positions[e], Buf::wireFromFloat(int8Decode(c8[e], scale)));
+    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
+      storeRaw(row, positions[e], Buf::wireFromFloat(int8Decode(c8[e], scale)));
   }
 }
 
 void scatterKeptInt8(const void* codes, const unsigned char* scales, spcclDataType_t type, size_t rowLen, size_t rows,
                      const uint32_t* counts, const uint32_t* positions, void* buf) {
-  withBufferFormat(type, [&](auto b) {
-    scatterKeptInt8<decltype(b)>(codes, scales, rowLen, rows, counts, positions, buf);
-  });
+  withBufferFormat(type,
+                   [&](auto b) { scatterKeptInt8<decltype(b)>(codes, scales, rowLen, rows, counts, positions, buf); });
 }
 
 // Zeroes elements [at, at + elems) of a user buffer of esize-byte elements
@@ -218,11 +217,17 @@ inline void zeroElements(void* buf, size_t at, size_t elems, size_t esize) {
 
 }  // namespace
 
-CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen,
-                              spcclDataType_t type, core::ValueType wire, uint64_t agreed) {
-  return CallDescriptor{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
-                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)), seq,
-                        static_cast<uint64_t>(rowsPerPeer) * rowLen, rowLen, agreed};
+CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
+                              core::ValueType wire, uint64_t agreed) {
+  return CallDescriptor{kStreamMagic,
+                        0,
+                        static_cast<uint8_t>(wire),
+                        static_cast<uint8_t>(type),
+                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(coll)),
+                        seq,
+                        static_cast<uint64_t>(rowsPerPeer) * rowLen,
+                        rowLen,
+                        agreed};
 }
 
 namespace {
@@ -250,9 +255,9 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   const int codec = comm.settings->rowsCodec;
   const bool int8 = codec == kRowsCodecInt8;  // values staged as fp32, coded per row by encodeRowsInt8
 
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(
-      t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep),
-      &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(
+      agreeOnCall(t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep),
+                  &comm.descriptors));
 
   // Select every row, block by block; positions and counts go to the selection.
   const std::shared_ptr<RowsPositions> held = comm.freeRowsPositions();
@@ -330,13 +335,14 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   for (int j = 0; j < p; ++j) {
     RowsView v;
     const size_t first = s.recvPositions.size();
-    const Status parsed = parseRowsCoded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer,
-                                         rowLen, wire, codec, seq, j, &v, &s.recvPositions);
+    const Status parsed = parseRowsCoded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
+                                         wire, codec, seq, j, &v, &s.recvPositions);
     if (!parsed.isOk()) return refuse(parsed);
     if (v.keepPerRow != 0 && v.keepPerRow != keep)
-      return refuse(invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
-                                              "(different densities?)",
-                                              j, static_cast<unsigned long long>(v.keepPerRow), keep)));
+      return refuse(
+          invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
+                                    "(different densities?)",
+                                    j, static_cast<unsigned long long>(v.keepPerRow), keep)));
     uint32_t* counts = s.recvCounts.data() + j * rowsPerPeer;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
       counts[r] = v.countOf(r);
@@ -348,8 +354,7 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     if (int8)
       scatterKeptInt8(v.values, v.scales, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
     else
-      scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first,
-                  block);
+      scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
@@ -396,8 +401,8 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
   // known from the selection, so no size exchange.
   ws.sizes.resize(p);
   ws.recvSizes.resize(p);
-  ws.cuts.assign(p + 1, 0);         // prefix of received positions per peer
-  ws.nnzPerRank.assign(p + 1, 0);   // prefix of sent positions per peer
+  ws.cuts.assign(p + 1, 0);        // prefix of received positions per peer
+  ws.nnzPerRank.assign(p + 1, 0);  // prefix of sent positions per peer
   for (int j = 0; j < p; ++j) {
     uint64_t in = 0, out = 0;
     for (size_t r = 0; r < rowsPerPeer; ++r) {
@@ -442,11 +447,10 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     const uint64_t n = ws.nnzPerRank[j + 1] - ws.nnzPerRank[j];
     const unsigned char* scales = nullptr;
     const int8_t* codes = nullptr;
-    const Status parsed =
-        int8 ? parseValuesInt8(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, n, seq, j,
-                               &scales, &codes)
-             : parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq, j, &vals,
-                           &scaleExp);
+    const Status parsed = int8 ? parseValuesInt8(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer,
+                                                 n, seq, j, &scales, &codes)
+                               : parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq,
+                                             j, &vals, &scaleExp);
     if (!parsed.isOk()) {
       zeroElements(gradRecv, 0, static_cast<size_t>(p) * blockElems, esize);
       return parsed;
@@ -471,16 +475,15 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
 
 }  // namespace
 
-Status alltoAllRowsForward(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
-                           spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call) {
+Status alltoAllRowsForward(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
+                           size_t rowLen, spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call) {
   if (!comm.settings->profile)
-    return forwardOn(*comm.transport, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call,
-                     nullptr);
+    return forwardOn(*comm.transport, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call, nullptr);
   RowsProfile& prof = comm.rowsProfile;
   TimedTransport timed(*comm.transport, &prof.forwardCommunication);
   const Stopwatch whole(true);
-  const Status s = forwardOn(timed, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call,
-                             &prof.forwardSelection);
+  const Status s =
+      forwardOn(timed, comm, sendbuff, recvbuff, rowsPerPeer, rowLen, type, density, sel, call, &prof.forwardSelection);
   prof.forward += whole.seconds();
   ++prof.forwardCalls;
   return s;
@@ -506,16 +509,15 @@ std::string describeRowsProfile(const RowsProfile& p) {
   const double fLocal = p.forward - p.forwardSelection - p.forwardCommunication;
   const double bLocal = p.backward - p.backwardCommunication;
   return formatString(
-             "profile: alltoall rows, %llu forward calls, per call %.3f ms = selection %.3f ms (%.0f%%) + "
-             "communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: gathering, "
-             "encoding, decoding, zeroing and filling the output); %llu backward calls, per call %.3f ms = "
-             "communication %.3f ms (%.0f%%) + local %.3f ms (%.0f%%)",
-             static_cast<unsigned long long>(p.forwardCalls), 1e3 * p.forward / nf, 1e3 * p.forwardSelection / nf,
-             share(p.forwardSelection, p.forward), 1e3 * p.forwardCommunication / nf,
-             share(p.forwardCommunication, p.forward), 1e3 * fLocal / nf, share(fLocal, p.forward),
-             static_cast<unsigned long long>(p.backwardCalls), 1e3 * p.backward / nb,
-             1e3 * p.backwardCommunication / nb, share(p.backwardCommunication, p.backward), 1e3 * bLocal / nb,
-             share(bLocal, p.backward));
+      "profile: alltoall rows, %llu forward calls, per call %.3f ms = selection %.3f ms (%.0f%%) + "
+      "communication %.3f ms (%.0f%%: wire and waiting for other ranks) + local %.3f ms (%.0f%%: gathering, "
+      "encoding, decoding, zeroing and filling the output); %llu backward calls, per call %.3f ms = "
+      "communication %.3f ms (%.0f%%) + local %.3f ms (%.0f%%)",
+      static_cast<unsigned long long>(p.forwardCalls), 1e3 * p.forward / nf, 1e3 * p.forwardSelection / nf,
+      share(p.forwardSelection, p.forward), 1e3 * p.forwardCommunication / nf, share(p.forwardCommunication, p.forward),
+      1e3 * fLocal / nf, share(fLocal, p.forward), static_cast<unsigned long long>(p.backwardCalls),
+      1e3 * p.backward / nb, 1e3 * p.backwardCommunication / nb, share(p.backwardCommunication, p.backward),
+      1e3 * bLocal / nb, share(bLocal, p.backward));
 }
 
 }  // namespace spccl

@@ -41,7 +41,7 @@ struct RowsSelection {
   size_t rowsPerPeer = 0, rowLen = 0;
   spcclDataType_t dataType = spcclFloat32;
   core::ValueType wire = core::ValueType::kFloat32;
-  int codec = 0;  // kRowsCodec* of the forward; its backward uses the same
+  int codec = 0;                        // kRowsCodec* of the forward; its backward uses the same
   std::shared_ptr<RowsPositions> host;  // a host forward's positions (shared with the pool)
 };
 
@@ -70,7 +70,7 @@ struct CollectiveContext {
   std::vector<uint64_t> ranks64;
   std::vector<CallDescriptor> descriptors;  // one per rank, this call
   Integrity integrity;                      // SPCCL_CHECKSUM (and its test hook)
-  CostModel costModel;  // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
+  CostModel costModel;                      // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   RowsProfile rowsProfile;
   double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
   // Host rows forwards' positions: one no selection holds any more (use

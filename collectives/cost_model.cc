@@ -58,10 +58,14 @@ double indexBytesPerPair(int indexEncoding, double len, double nnz) {
   double delta = 1.0;  // LEB128: 7 bits of the gap per byte
   for (double gap = len / nnz; gap >= 128.0 && delta < 5.0; gap /= 128.0) delta += 1.0;
   switch (indexEncoding) {
-    case kIndexEncodingCoo: return coo;
-    case kIndexEncodingDelta: return delta;
-    case kIndexEncodingBitmap: return bitmap;
-    default: return std::min({coo, delta, bitmap});
+    case kIndexEncodingCoo:
+      return coo;
+    case kIndexEncodingDelta:
+      return delta;
+    case kIndexEncodingBitmap:
+      return bitmap;
+    default:
+      return std::min({coo, delta, bitmap});
   }
 }
 
@@ -84,9 +88,7 @@ double pairBytes(const CostInputs& in) {
   return indexBytesPerPair(in.indexEncoding, static_cast<double>(in.count), static_cast<double>(in.k)) + in.wireBytes;
 }
 
-double descriptorBytes(const CostInputs& in) {
-  return (in.ranks - 1) * static_cast<double>(sizeof(CallDescriptor));
-}
+double descriptorBytes(const CostInputs& in) { return (in.ranks - 1) * static_cast<double>(sizeof(CallDescriptor)); }
 
 }  // namespace
 
@@ -164,25 +166,26 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
 }
 
 std::string explainChoice(const CostInputs& in, const CostModel& m) {
-  std::string out = formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks,
-                                 static_cast<unsigned long long>(in.count), static_cast<unsigned long long>(in.k),
-                                 in.wireBytes);
+  std::string out =
+      formatString("auto: P=%d n=%llu k=%llu wire %uB:", in.ranks, static_cast<unsigned long long>(in.count),
+                   static_cast<unsigned long long>(in.k), in.wireBytes);
   for (const AllreduceAlgorithm& row : allreduceAlgorithms()) {
     const int a = row.id;
     const CostTerms t = row.cost(in);
-    out += formatString(" %s %.4g ms (latency %.3g + wire %.3g [%.4g MB] + select %.3g + unpack %.3g);",
-                        algorithmName(a), 1e3 * modelSeconds(a, in, m), 1e3 * t.rounds * m.alpha,
-                        1e3 * t.wireBytes * m.beta, t.wireBytes / 1e6, 1e3 * t.selectBytes * m.gammaSelect,
-                        1e3 * t.unpackBytes * m.gammaUnpack);
+    out +=
+        formatString(" %s %.4g ms (latency %.3g + wire %.3g [%.4g MB] + select %.3g + unpack %.3g);", algorithmName(a),
+                     1e3 * modelSeconds(a, in, m), 1e3 * t.rounds * m.alpha, 1e3 * t.wireBytes * m.beta,
+                     t.wireBytes / 1e6, 1e3 * t.selectBytes * m.gammaSelect, 1e3 * t.unpackBytes * m.gammaUnpack);
   }
   return out + " -> " + algorithmName(chooseAlgorithm(in, m));
 }
 
 std::string describeCostModel(const CostModel& m) {
   auto rate = [](double secondsPerByte) { return secondsPerByte > 0 ? 1e-9 / secondsPerByte : 0.0; };
-  return formatString("latency %.3g us per round, wire %.4g GB/s (%.4g Gbit/s), selection %.4g GB/s, unpack %.4g GB/s "
-                      "(0 = not modelled)",
-                      m.alpha * 1e6, rate(m.beta), 8 * rate(m.beta), rate(m.gammaSelect), rate(m.gammaUnpack));
+  return formatString(
+      "latency %.3g us per round, wire %.4g GB/s (%.4g Gbit/s), selection %.4g GB/s, unpack %.4g GB/s "
+      "(0 = not modelled)",
+      m.alpha * 1e6, rate(m.beta), 8 * rate(m.beta), rate(m.gammaSelect), rate(m.gammaUnpack));
 }
 
 int chooseRowSparseAlgorithm(int ranks, uint64_t sumUnique, uint64_t rowLen, uint32_t valueBytes, double overlap,

@@ -18,10 +18,10 @@ double log2Rounds(int p);
 
 struct CostInputs {
   int ranks;
-  uint64_t count;      // elements
-  uint64_t k;          // expected selected entries per rank
-  uint32_t elemBytes;  // user element size (dense path)
-  uint32_t wireBytes;  // wire value size
+  uint64_t count;              // elements
+  uint64_t k;                  // expected selected entries per rank
+  uint32_t elemBytes;          // user element size (dense path)
+  uint32_t wireBytes;          // wire value size
   double mergedPerRange = -1;  // measured pairs per owner range after merge; < 0: unknown
   int indexEncoding = 1;       // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*); 1 = coo, 32-bit indices
   double keepPerRange = 0;     // split's re-selection budget per owner range; 0: owners send all they merged
@@ -35,10 +35,10 @@ double indexBytesPerPair(int indexEncoding, double len, double nnz);
 // The model's parameters. The defaults (used unless SPCCL_CALIBRATE or
 // SPCCL_NET_* say otherwise) compare wire costs only: local work is free.
 struct CostModel {
-  double alpha = 20e-6;       // seconds per message round
-  double beta = 1.0 / 5e9;    // seconds per byte one rank sends
-  double gammaSelect = 0;     // seconds per byte of the fused selection pass (n (e + 8) bytes)
-  double gammaUnpack = 0;     // seconds per byte of local accumulation (zeroing, unpacking, dense adds)
+  double alpha = 20e-6;     // seconds per message round
+  double beta = 1.0 / 5e9;  // seconds per byte one rank sends
+  double gammaSelect = 0;   // seconds per byte of the fused selection pass (n (e + 8) bytes)
+  double gammaUnpack = 0;   // seconds per byte of local accumulation (zeroing, unpacking, dense adds)
 };
 
 // What one algorithm costs one rank, in the model's units.

@@ -14,7 +14,6 @@
 #include "kernels/core/elementwise.h"
 #include "kernels/core/status.h"
 
-
 namespace spccl {
 
 struct CallDescriptor;
@@ -78,15 +77,15 @@ Status allGatherTopKThreshold(uint64_t n, uint64_t k, Kth&& kth, uint32_t* tauKe
 CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t rowLen, spcclDataType_t type);
 
 // sel may be nullptr (the selection is not kept).
-Status alltoAllRowsForward(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
-                           spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call);
+Status alltoAllRowsForward(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
+                           size_t rowLen, spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call);
 Status alltoAllRowsBackward(CollectiveContext& comm, const void* gradSend, void* gradRecv, RowsSelection& sel,
                             spcclStats_t* call);
 // SPCCL_PROFILE: one line with the mean split of a communicator's
 // alltoall-rows calls; empty if it made none.
 std::string describeRowsProfile(const RowsProfile& p);
-Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t type,
-                     float density, spcclStats_t* call);
+Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t sendcount,
+                     spcclDataType_t type, float density, spcclStats_t* call);
 Status allReduceRowSparse(CollectiveContext& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                           spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                           spcclStats_t* call);

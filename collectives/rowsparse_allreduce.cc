@@ -41,10 +41,8 @@ using IdRows = Workspace::IdRows<Acc>;
 
 template <typename Acc>
 Workspace::RowSparseLists<Acc>& listsOf(Workspace& ws) {
-  if constexpr (sizeof(Acc) == 8)
-    return ws.rowSparse64;
-  else
-    return ws.rowSparse32;
+  if constexpr (sizeof(Acc) == 8) return ws.rowSparse64;
+  else return ws.rowSparse32;
 }
 
 template <typename Acc>
@@ -82,8 +80,7 @@ void mergeLocal(const int64_t* ids, const void* rows, size_t nrows, size_t rowLe
 
 // Merges P sorted streams, summing equal ids in rank order into `out`.
 template <typename Acc>
-void mergeStreams(const std::vector<IdRowsView>& views, size_t rowLen, std::vector<uint64_t>& head,
-                  IdRows<Acc>* out) {
+void mergeStreams(const std::vector<IdRowsView>& views, size_t rowLen, std::vector<uint64_t>& head, IdRows<Acc>* out) {
   const size_t p = views.size();
   head.assign(p, 0);
   out->clear();
@@ -115,8 +112,8 @@ Status parseAll(const std::vector<unsigned char>& bytes, const std::vector<size_
                 std::vector<IdRowsView>* views) {
   views->resize(sizes.size());
   for (size_t r = 0; r < sizes.size(); ++r)
-    SPCCL_RETURN_IF_ERROR(parseIdRows(bytes.data() + offsets[r], sizes[r], rowLen, vb, seq, static_cast<int>(r),
-                                      &(*views)[r]));
+    SPCCL_RETURN_IF_ERROR(
+        parseIdRows(bytes.data() + offsets[r], sizes[r], rowLen, vb, seq, static_cast<int>(r), &(*views)[r]));
   return Status::ok();
 }
 
@@ -129,8 +126,8 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
   const int p = t.size(), me = t.rank();
   const uint32_t vb = sizeof(Acc);
   const uint64_t seq = comm.seq++;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, rowSparseDescriptor(comm.settings->rowSparseAlgorithm, seq, rowLen, type),
-                                    &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(
+      agreeOnCall(t, rowSparseDescriptor(comm.settings->rowSparseAlgorithm, seq, rowLen, type), &comm.descriptors));
 
   Workspace::RowSparseLists<Acc>& lists = listsOf<Acc>(ws);
   IdRows<Acc>& mine = lists.mine;
@@ -174,8 +171,8 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
     for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(parts[r].ids.size(), rowLen, vb);
     ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
     for (int r = 0; r < p; ++r) {
-      encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(),
-                   parts[r].ids.size(), rowLen, vb, seq);
+      encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(), parts[r].ids.size(),
+                   rowLen, vb, seq);
       sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
     }
     ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
@@ -207,11 +204,11 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
     sealStream(&comm.integrity, ws.stageBytes.data(), ownedBytes);  // after the status byte
     SPCCL_RETURN_IF_ERROR(t.allGather(&ownedBytes, sizeof ownedBytes, ws.recvCounts.data()));
     for (int r = 0; r < p; ++r)
-      ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r,
-                                      "row-sparse stage 3", &local);
+      ws.recvSizes[r] =
+          announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r, "row-sparse stage 3", &local);
     ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-    const Status gathered = t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(),
-                                         ws.recvOffsets.data());
+    const Status gathered =
+        t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(), ws.recvOffsets.data());
     if (local.isOk()) local = gathered;
     bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
     SPCCL_RETURN_IF_ERROR(local);
@@ -245,11 +242,14 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
 
 CallDescriptor rowSparseDescriptor(int algorithmSetting, uint64_t seq, size_t rowLen, spcclDataType_t type) {
   // Rows travel as their accumulation type: fp64 for fp64 input, else fp32.
-  return CallDescriptor{kStreamMagic, static_cast<uint8_t>(algorithmSetting),
+  return CallDescriptor{kStreamMagic,
+                        static_cast<uint8_t>(algorithmSetting),
                         static_cast<uint8_t>(type == spcclFloat64 ? spcclFloat64 : spcclFloat32),
                         static_cast<uint8_t>(type),
-                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse)), seq,
-                        rowLen, rowLen};
+                        static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse)),
+                        seq,
+                        rowLen,
+                        rowLen};
 }
 
 Status allReduceRowSparse(CollectiveContext& comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,

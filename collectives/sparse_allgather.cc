@@ -19,17 +19,17 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
   // fails every rank here, before anything moves.
   Status implausible;
   for (int r = 0; r < p; ++r) {
-    ws.sizes[r] = ctx->streamBytesPerRank
-                      ? announcedSize(ctx->streamBytesPerRank[r],
-                                      maxPairsStreamBytes(ctx->nnzPerRank[r], ctx->count, ctx->wire), r,
-                                      "allgather", &implausible)
-                      : pairsStreamBytes(ctx->nnzPerRank[r], ctx->wire);
+    ws.sizes[r] =
+        ctx->streamBytesPerRank
+            ? announcedSize(ctx->streamBytesPerRank[r], maxPairsStreamBytes(ctx->nnzPerRank[r], ctx->count, ctx->wire),
+                            r, "allgather", &implausible)
+            : pairsStreamBytes(ctx->nnzPerRank[r], ctx->wire);
     ws.offsets[r] = total;
     total += ws.sizes[r];
   }
   SPCCL_RETURN_IF_ERROR(implausible);
-  StreamInfo info{ctx->count, 0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
-                  ctx->wire, StreamKind::kPairs};
+  StreamInfo info{ctx->count,        0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
+                  StreamKind::kPairs};
   info.encoding = ctx->streamBytesPerRank ? ctx->myEncoding : IndexEncoding::kCoo32;
   info.scaleExp = ctx->scaleExp;
   ws.sendBytes.resize(ws.sizes[me]);
@@ -37,14 +37,14 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
     return internalError("allgather: the encoded stream differs from its announced size");
   sealStream(ctx->integrity, ws.sendBytes.data(), ws.sizes[me]);
   ws.recvBytes.resize(total);
-  SPCCL_RETURN_IF_ERROR(t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(),
-                                     ws.offsets.data()));
+  SPCCL_RETURN_IF_ERROR(
+      t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
 
   // Every stream covers the whole buffer: all are parsed, then summed in
   // rank order a cache-sized block of the output at a time.
-  const StreamExpect expect{ctx->count, 0, ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
-                            false};
+  const StreamExpect expect{ctx->count, 0,    ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
+                            ctx->wire,  false};
   ws.views.resize(p);
   for (int r = 0; r < p; ++r) {
     const Status st = parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &ws.views[r]);

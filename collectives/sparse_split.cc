@@ -205,9 +205,10 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   uint64_t* starts = ws.cuts.data();  // rank r's piece is pairs [starts[r], starts[r+1])
   size_t total = 0;
   for (int r = 0; r <= p; ++r)
-    starts[r] = r == p ? mine.nnz
-                       : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) -
-                                               mine.indices);
+    starts[r] =
+        r == p
+            ? mine.nnz
+            : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) - mine.indices);
   std::vector<IndexEncoding>& encodings = ws.encodings;
   encodings.resize(p);
   for (int r = 0; r < p; ++r) {
@@ -219,8 +220,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   ws.sendBytes.resize(total);
   const uint32_t valueBytes = core::wireValueBytes(ctx->wire);
   for (int r = 0; r < p; ++r) {
-    StreamInfo info{n, begin(r), begin(r + 1), starts[r + 1] - starts[r], ctx->seq, algo, ctx->wire,
-                    StreamKind::kPairs};
+    StreamInfo info{n,        begin(r), begin(r + 1), starts[r + 1] - starts[r],
+                    ctx->seq, algo,     ctx->wire,    StreamKind::kPairs};
     info.encoding = encodings[r];
     info.scaleExp = ctx->scaleExp;
     encodePairs(ws.sendBytes.data() + ws.offsets[r], info, mine.indices + starts[r],
@@ -259,8 +260,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
   size_t myBytes;
   if (local.isOk()) {
-    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding,
-                               ctx->keepPerRange, &ctx->reselectDropped, ctx->wireBound);
+    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding, ctx->keepPerRange,
+                               &ctx->reselectDropped, ctx->wireBound);
   } else {
     ws.stageBytes.resize(kErrorStreamBytes);
     myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());
@@ -276,8 +277,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     total += ws.recvSizes[r];
   }
   ws.recvBytes.resize(total);
-  const Status gathered = t.allGatherV(ws.stageBytes.data(), myBytes, ws.recvBytes.data(), ws.recvSizes.data(),
-                                       ws.recvOffsets.data());
+  const Status gathered =
+      t.allGatherV(ws.stageBytes.data(), myBytes, ws.recvBytes.data(), ws.recvSizes.data(), ws.recvOffsets.data());
   if (local.isOk()) local = gathered;
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + myBytes);
 
@@ -291,8 +292,8 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true, true};
     Status st = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
     if (st.isOk() && view.kind == StreamKind::kError)
-      st = Status(view.peerStatus, formatString("split: owner rank %d rejected its input (%s)", r,
-                                                resultString(view.peerStatus)));
+      st = Status(view.peerStatus,
+                  formatString("split: owner rank %d rejected its input (%s)", r, resultString(view.peerStatus)));
     if (!st.isOk()) {
       if (remote.isOk()) remote = st;
       std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);

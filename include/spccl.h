@@ -202,9 +202,8 @@ SPCCL_API spcclResult_t spcclCommGetStats(const spcclComm_t comm, spcclStats_t* 
  * compressors and each doubling). Everything else is exact. In place when
  * sendbuff == recvbuff.
  */
-SPCCL_API spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                       spcclDataType_t datatype, spcclRedOp_t op,
-                                       spcclComm_t comm, void* stream);
+SPCCL_API spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t datatype,
+                                       spcclRedOp_t op, spcclComm_t comm, void* stream);
 
 /*
  * Fills *config with SPCCL_* env defaults (size and version included). Used
@@ -230,18 +229,13 @@ SPCCL_API spcclResult_t spcclCompressConfigInitVersion(spcclCompressConfig_t* co
  * compressed call on; the scratch of a call is the communicator's, shared by
  * all its compressors and grown to the largest call (docs/ALGORITHMS.md).
  */
-SPCCL_API spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count,
-                                              spcclDataType_t datatype,
-                                              const spcclCompressConfig_t* config,
-                                              spcclCompressor_t* out);
-SPCCL_API spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff,
-                                                 spcclRedOp_t op, spcclCompressor_t compressor,
-                                                 void* stream);
-SPCCL_API spcclResult_t spcclCompressorGetStats(const spcclCompressor_t compressor,
-                                                spcclStats_t* stats);
+SPCCL_API spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataType_t datatype,
+                                              const spcclCompressConfig_t* config, spcclCompressor_t* out);
+SPCCL_API spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spcclRedOp_t op,
+                                                 spcclCompressor_t compressor, void* stream);
+SPCCL_API spcclResult_t spcclCompressorGetStats(const spcclCompressor_t compressor, spcclStats_t* stats);
 /* Error-feedback residual (count fp32 values) copied out, for inspection and checkpoints. */
-SPCCL_API spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t compressor,
-                                                   float* residual, size_t count);
+SPCCL_API spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t compressor, float* residual, size_t count);
 SPCCL_API spcclResult_t spcclCompressorDestroy(spcclCompressor_t compressor);
 
 /*
@@ -251,8 +245,8 @@ SPCCL_API spcclResult_t spcclCompressorDestroy(spcclCompressor_t compressor);
  * (L dividing count), fp32/fp16/bf16 blocks are compressed row by row as in
  * spcclAlltoAllRowsCompressed (the selection is not kept).
  */
-SPCCL_API spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                                      spcclDataType_t datatype, spcclComm_t comm, void* stream);
+SPCCL_API spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t datatype,
+                                      spcclComm_t comm, void* stream);
 
 /*
  * Drop-in allgather, NCCL's semantics (in place when
@@ -262,8 +256,8 @@ SPCCL_API spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size
  * decimal it was written as: docs/ALGORITHMS.md) before gathering; the output
  * holds zeros elsewhere. No error feedback: an allgather is not a reduction.
  */
-SPCCL_API spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                       spcclDataType_t datatype, spcclComm_t comm, void* stream);
+SPCCL_API spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t datatype,
+                                       spcclComm_t comm, void* stream);
 
 /*
  * DCT-MP forward: sendbuff holds P blocks of rowsPerPeer rows of rowLen
@@ -275,11 +269,9 @@ SPCCL_API spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, siz
  * kept positions of every sent and received row for
  * spcclAlltoAllRowsBackward. fp32, fp16 and bf16 only.
  */
-SPCCL_API spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff,
-                                                    size_t rowsPerPeer, size_t rowLen,
-                                                    spcclDataType_t datatype, float density,
-                                                    spcclSelection_t* selection,
-                                                    spcclComm_t comm, void* stream);
+SPCCL_API spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
+                                                    size_t rowLen, spcclDataType_t datatype, float density,
+                                                    spcclSelection_t* selection, spcclComm_t comm, void* stream);
 
 /*
  * DCT-MP backward: gradSendbuff has the shape of the forward's recvbuff,
@@ -304,11 +296,9 @@ SPCCL_API spcclResult_t spcclSelectionDestroy(spcclSelection_t selection);
  * SPCCL_ROWSPARSE_ALGO picks allgather, partition (ids hashed to owners,
  * owners sum, owners' results allgathered) or auto.
  */
-SPCCL_API spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, size_t nrows,
-                                                size_t rowLen, spcclDataType_t datatype,
-                                                int64_t* outRowIds, void* outRows,
-                                                size_t outCapacity, size_t* outNrows,
-                                                spcclComm_t comm, void* stream);
+SPCCL_API spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, size_t nrows, size_t rowLen,
+                                                spcclDataType_t datatype, int64_t* outRowIds, void* outRows,
+                                                size_t outCapacity, size_t* outNrows, spcclComm_t comm, void* stream);
 
 #ifdef __cplusplus
 }

@@ -116,13 +116,13 @@ struct State {
   unsigned mask = 0;   // kCollBit of the intercepted collectives (agreed by all ranks)
   unsigned long long minCount = 65536;
   spccl::LogLevel level = spccl::LogLevel::kWarn;  // this rank's SPCCL_DEBUG: gates logLine
-  bool report = false;  // SPCCL_DEBUG=INFO or TRACE on rank 0: report at MPI_Finalize
+  bool report = false;                             // SPCCL_DEBUG=INFO or TRACE on rank 0: report at MPI_Finalize
   bool trace = false;
   int rank = -1;
   int keyval = MPI_KEYVAL_INVALID;
   MPI_Comm self = MPI_COMM_NULL;  // stageFloats' copies: MPI_COMM_SELF duplicated at MPI_Init (no attributes yet)
-  std::vector<Entry*> live;     // attribute set on entry->user
-  std::vector<Entry*> pending;  // attribute deleted by MPI; spccl comm still to destroy
+  std::vector<Entry*> live;       // attribute set on entry->user
+  std::vector<Entry*> pending;    // attribute deleted by MPI; spccl comm still to destroy
   unsigned long long counters[kNumColls][kNumCounters] = {};
 };
 
@@ -250,7 +250,7 @@ void setUp(int provided) {
   v[kValid] = valid ? ~1ull : ~0ull;  // max: ~min(valid)
   v[kAsked] = asked ? 1 : 0;
   v[kMultiple] = provided == MPI_THREAD_MULTIPLE ? 1 : 0;
-  v[kReport] = s.rank == 0 && s.level >= kInfo ? 1 : 0;  // only rank 0 prints the report
+  v[kReport] = s.rank == 0 && s.level >= kInfo ? 1 : 0;                                // only rank 0 prints the report
   v[kInvalidRank] = valid ? 0 : ULLONG_MAX - static_cast<unsigned long long>(s.rank);  // max: the lowest such rank
   for (int i = 0; i < kNumAgreed; ++i) {
     v[kFlags + 2 * i] = agreed[i].value;
@@ -266,11 +266,12 @@ void setUp(int provided) {
     // Every rank passes through; say so wherever SPCCL_INTERCEPT was set, the
     // invalid rank with its reason, rank 0 in any case.
     if (anyAsked) {
-      if (!valid)
-        logLine(kWarn, "invalid SPCCL_* environment, every call passes through: %s", env.message().c_str());
+      if (!valid) logLine(kWarn, "invalid SPCCL_* environment, every call passes through: %s", env.message().c_str());
       else if (s.rank == 0)
-        logLine(kWarn, "invalid SPCCL_* environment on rank %llu (its WARN line names the value), every call "
-                "passes through", ULLONG_MAX - v[kInvalidRank]);
+        logLine(kWarn,
+                "invalid SPCCL_* environment on rank %llu (its WARN line names the value), every call "
+                "passes through",
+                ULLONG_MAX - v[kInvalidRank]);
     }
   } else {
     const unsigned anyIntercept = static_cast<unsigned>(v[kFlags]);  // the collectives some rank asked for
@@ -284,7 +285,8 @@ void setUp(int provided) {
       mask = params.disable ? 0 : params.intercept;
       if (mask != 0 && v[kMultiple] != 0) {
         if (s.rank == 0)
-          logLine(kWarn, "MPI_THREAD_MULTIPLE: spccl communicators are not for concurrent use, every call passes "
+          logLine(kWarn,
+                  "MPI_THREAD_MULTIPLE: spccl communicators are not for concurrent use, every call passes "
                   "through");
         mask = 0;
       }
@@ -299,10 +301,10 @@ void setUp(int provided) {
   s.minCount = params.minCompressCount;
   s.ready = true;
   if (s.rank == 0) {
-    if (mask == 0)
-      logLine(kInfo, "libspccl_mpi.so loaded, interception off: every call passes through to MPI");
+    if (mask == 0) logLine(kInfo, "libspccl_mpi.so loaded, interception off: every call passes through to MPI");
     else
-      logLine(kInfo, "libspccl_mpi.so loaded: SPCCL_INTERCEPT=%s, MPI_FLOAT (+ MPI_SUM for allreduce) send buffers "
+      logLine(kInfo,
+              "libspccl_mpi.so loaded: SPCCL_INTERCEPT=%s, MPI_FLOAT (+ MPI_SUM for allreduce) send buffers "
               "of at least %llu elements go to spccl",
               maskNames(mask).c_str(), s.minCount);
   }
@@ -644,7 +646,7 @@ __attribute__((visibility("default"))) int MPI_Finalize(void) {
 }
 
 __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
-                                                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+                                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   if (!intercepts(kAllreduce)) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   drainPending();
   tally(kAllreduce, kCalls, 1);
@@ -663,8 +665,8 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
 }
 
 __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                                                         void* recvbuf, int recvcount, MPI_Datatype recvtype,
-                                                         MPI_Comm comm) {
+                                                        void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                                        MPI_Comm comm) {
   if (!intercepts(kAlltoall)) return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   drainPending();
   tally(kAlltoall, kCalls, 1);
@@ -673,8 +675,7 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int
   PMPI_Comm_size(comm, &size);  // an invalid comm fails here and again, properly reported, in PMPI below
   // Floats per peer, from the type signatures (the same on every rank).
   const long long n = floatCount(recvcount, recvtype);
-  const bool eligible = n > 0 && n <= INT_MAX &&
-                        (inPlace || floatCount(sendcount, sendtype) == n) &&
+  const bool eligible = n > 0 && n <= INT_MAX && (inPlace || floatCount(sendcount, sendtype) == n) &&
                         static_cast<unsigned long long>(n) * static_cast<unsigned long long>(size) >= state().minCount;
   spcclComm_t sc = eligible ? commFor(comm) : nullptr;
   if (sc == nullptr) return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
@@ -700,17 +701,15 @@ __attribute__((visibility("default"))) int MPI_Alltoall(const void* sendbuf, int
 }
 
 __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                                                          void* recvbuf, int recvcount, MPI_Datatype recvtype,
-                                                          MPI_Comm comm) {
-  if (!intercepts(kAllgather))
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+                                                         void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                                         MPI_Comm comm) {
+  if (!intercepts(kAllgather)) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   drainPending();
   tally(kAllgather, kCalls, 1);
   const bool inPlace = sendbuf == MPI_IN_PLACE;
   // Floats per rank, from the type signatures (the same on every rank).
   const long long n = floatCount(recvcount, recvtype);
-  const bool eligible = n > 0 && n <= INT_MAX &&
-                        (inPlace || floatCount(sendcount, sendtype) == n) &&
+  const bool eligible = n > 0 && n <= INT_MAX && (inPlace || floatCount(sendcount, sendtype) == n) &&
                         static_cast<unsigned long long>(n) >= state().minCount;
   spcclComm_t sc = eligible ? commFor(comm) : nullptr;
   if (sc == nullptr) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);

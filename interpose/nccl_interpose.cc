@@ -61,8 +61,9 @@ const Settings& settings() {
       r.allreduce = (p.intercept & spccl::kInterceptAllreduce) != 0;
       r.fixedMode = p.deviceMode == spccl::kDeviceModeFixed;
     } else if (intercept != nullptr && intercept[0] != '\0') {
-      std::fprintf(stderr, "SPCCL WARN libspccl_nccl.so: invalid SPCCL_* environment, every call goes to NCCL "
-                           "unchanged: %s\n",
+      std::fprintf(stderr,
+                   "SPCCL WARN libspccl_nccl.so: invalid SPCCL_* environment, every call goes to NCCL "
+                   "unchanged: %s\n",
                    env.message().c_str());
     }
     r.info = spccl::interpose::debugLevel(env, p) >= spccl::LogLevel::kInfo;
@@ -94,8 +95,9 @@ spcclComm_t spcclFor(ncclComm_t nccl) {
   Wrapped& w = wrapped()[nccl];
   if (w.comm == nullptr && !w.failed) {
     if (spcclCommInitNccl(&w.comm, nccl) != spcclSuccess) {
-      std::fprintf(stderr, "SPCCL WARN libspccl_nccl.so: spcclCommInitNccl failed (%s); passing this "
-                           "communicator's calls to NCCL unchanged\n",
+      std::fprintf(stderr,
+                   "SPCCL WARN libspccl_nccl.so: spcclCommInitNccl failed (%s); passing this "
+                   "communicator's calls to NCCL unchanged\n",
                    spcclGetLastError(nullptr));
       w.failed = true;
       w.comm = nullptr;
@@ -124,8 +126,7 @@ void release(ncclComm_t nccl) {
     int ranks = 0;
     spcclCommCount(comm, &ranks);
     char bytes[160];
-    if (ranks <= 1)
-      std::snprintf(bytes, sizeof bytes, "one rank: nothing crosses the wire");
+    if (ranks <= 1) std::snprintf(bytes, sizeof bytes, "one rank: nothing crosses the wire");
     else
       std::snprintf(bytes, sizeof bytes, "bytes sent %llu of %llu dense (%.1fx fewer)",
                     static_cast<unsigned long long>(st.bytesSent), static_cast<unsigned long long>(st.denseBytes),
@@ -173,8 +174,8 @@ SPCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, si
                                                   static_cast<spcclRedOp_t>(op), sc, stream));
 }
 
-SPCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+SPCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                        ncclComm_t comm, cudaStream_t stream) {
   return pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 

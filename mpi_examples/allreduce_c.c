@@ -23,14 +23,14 @@
 static int rank = 0;
 
 /* Every spccl call returns a code; the detail is in spcclGetLastError. */
-#define SPCCL_CHECK(comm, call)                                                          \
-  do {                                                                                   \
-    spcclResult_t r_ = (call);                                                           \
-    if (r_ != spcclSuccess) {                                                            \
-      fprintf(stderr, "rank %d: %s failed at %s:%d: %s: %s\n", rank, #call, __FILE__,    \
-              __LINE__, spcclGetErrorString(r_), spcclGetLastError(comm));               \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                      \
-    }                                                                                    \
+#define SPCCL_CHECK(comm, call)                                                                 \
+  do {                                                                                          \
+    spcclResult_t r_ = (call);                                                                  \
+    if (r_ != spcclSuccess) {                                                                   \
+      fprintf(stderr, "rank %d: %s failed at %s:%d: %s: %s\n", rank, #call, __FILE__, __LINE__, \
+              spcclGetErrorString(r_), spcclGetLastError(comm));                                \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                             \
+    }                                                                                           \
   } while (0)
 
 /* A stand-in for one step's gradient: deterministic, different on every rank,
@@ -40,7 +40,7 @@ static void fillGradient(float* grad, size_t count, int step) {
   size_t i;
   for (i = 0; i < count; ++i) {
     float u;
-    state = state * 1664525u + 1013904223u; /* LCG */
+    state = state * 1664525u + 1013904223u;       /* LCG */
     u = (float)(state >> 8) / 16777216.0f - 0.5f; /* [-0.5, 0.5) */
     grad[i] = (state & 0x3ffu) == 0 ? 100.0f * u : 1e-3f * u;
   }
@@ -60,15 +60,13 @@ static int sameOnAllRanks(const float* buf, size_t count) {
 
 static void printStats(const char* what, const spcclStats_t* s) {
   if (rank != 0) return;
-  printf("%s: %llu call(s), %llu compressed, sent %llu B vs dense %llu B per rank",
-         what, (unsigned long long)s->calls, (unsigned long long)s->compressedCalls,
-         (unsigned long long)s->bytesSent, (unsigned long long)s->denseBytes);
+  printf("%s: %llu call(s), %llu compressed, sent %llu B vs dense %llu B per rank", what, (unsigned long long)s->calls,
+         (unsigned long long)s->compressedCalls, (unsigned long long)s->bytesSent, (unsigned long long)s->denseBytes);
   if (s->bytesSent > 0)
-    printf(" = %.1fx less (bytesSent/denseBytes = %.4f)",
-           (double)s->denseBytes / (double)s->bytesSent,
+    printf(" = %.1fx less (bytesSent/denseBytes = %.4f)", (double)s->denseBytes / (double)s->bytesSent,
            (double)s->bytesSent / (double)s->denseBytes);
-  printf("\n  last call: algorithm %d, threshold %g, %llu entries selected on rank 0\n",
-         s->lastAlgorithm, (double)s->lastThreshold, (unsigned long long)s->lastSelected);
+  printf("\n  last call: algorithm %d, threshold %g, %llu entries selected on rank 0\n", s->lastAlgorithm,
+         (double)s->lastThreshold, (unsigned long long)s->lastSelected);
 }
 
 int main(int argc, char** argv) {
@@ -88,8 +86,8 @@ int main(int argc, char** argv) {
   SPCCL_CHECK(comm, spcclCommUserRank(comm, &rank));
   SPCCL_CHECK(comm, spcclCommCount(comm, &nranks));
   if (rank == 0)
-    printf("spccl %d.%d.%d on %d ranks, %zu floats per allreduce\n", version / 10000,
-           (version / 100) % 100, version % 100, nranks, count);
+    printf("spccl %d.%d.%d on %d ranks, %zu floats per allreduce\n", version / 10000, (version / 100) % 100,
+           version % 100, nranks, count);
 
   grad = (float*)malloc(count * sizeof(float));
   out = (float*)malloc(count * sizeof(float));

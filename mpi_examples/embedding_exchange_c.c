@@ -23,14 +23,14 @@
 
 static int rank = 0;
 
-#define SPCCL_CHECK(comm, call)                                                          \
-  do {                                                                                   \
-    spcclResult_t r_ = (call);                                                           \
-    if (r_ != spcclSuccess) {                                                            \
-      fprintf(stderr, "rank %d: %s failed at %s:%d: %s: %s\n", rank, #call, __FILE__,    \
-              __LINE__, spcclGetErrorString(r_), spcclGetLastError(comm));               \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                      \
-    }                                                                                    \
+#define SPCCL_CHECK(comm, call)                                                                 \
+  do {                                                                                          \
+    spcclResult_t r_ = (call);                                                                  \
+    if (r_ != spcclSuccess) {                                                                   \
+      fprintf(stderr, "rank %d: %s failed at %s:%d: %s: %s\n", rank, #call, __FILE__, __LINE__, \
+              spcclGetErrorString(r_), spcclGetLastError(comm));                                \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                             \
+    }                                                                                           \
   } while (0)
 
 static float uniform(uint32_t* state) {
@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   state = 12345u + (uint32_t)rank;
   for (i = 0; i < n; ++i) act[i] = uniform(&state);
   SPCCL_CHECK(comm, spcclCommGetStats(comm, &before));
-  SPCCL_CHECK(comm, spcclAlltoAllRowsCompressed(act, recv, kRowsPerPeer, kRowLen, spcclFloat, density,
-                                                &selection, comm, NULL));
+  SPCCL_CHECK(
+      comm, spcclAlltoAllRowsCompressed(act, recv, kRowsPerPeer, kRowLen, spcclFloat, density, &selection, comm, NULL));
   SPCCL_CHECK(comm, spcclCommGetStats(comm, &after));
   if (rank == 0 && after.bytesSent > before.bytesSent)
     printf("alltoall rows: %d rows of %d per peer, density %.4f: sent %llu B vs dense %llu B per rank (%.1fx less)\n",
@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
       if (rowKept != 4) ++failures;
       kept += rowKept;
     }
-    if (rank == 0) printf("backward: %zu gradient entries returned, mask*grad check %s\n", kept, failures ? "FAILED" : "OK");
+    if (rank == 0)
+      printf("backward: %zu gradient entries returned, mask*grad check %s\n", kept, failures ? "FAILED" : "OK");
   }
 
   /* 2. Row-sparse allreduce: 100 touches of 20 rows on every rank. */
@@ -126,8 +127,9 @@ int main(int argc, char** argv) {
       double total = 0;
       for (i = 0; i < outN * kLen; ++i) total += outRows[i];
       if (outN != 20 || fabs(total - 20.0 * kLen * 5.0 * ranks) > 1e-3) ++failures;
-      if (rank == 0) printf("row-sparse allreduce: %d touches per rank -> %zu unique rows, sum check %s\n", kTouches,
-                            outN, failures ? "FAILED" : "OK");
+      if (rank == 0)
+        printf("row-sparse allreduce: %d touches per rank -> %zu unique rows, sum check %s\n", kTouches, outN,
+               failures ? "FAILED" : "OK");
     }
     free(outIds);
     free(outRows);

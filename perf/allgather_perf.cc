@@ -19,7 +19,8 @@ class AllGather final : public Collective {
 
   std::string describe(const Options& opts) const override {
     return "compressed: spcclAllGather (drop-in, SPCCL_ALLGATHER_DENSITY: each rank's top-k)\n"
-           "dense: " + denseCallName(opts, "MPI_Allgather", "ncclAllGather") +
+           "dense: " +
+           denseCallName(opts, "MPI_Allgather", "ncclAllGather") +
            "; size: gathered bytes per rank (ranks x send size)";
   }
 
@@ -31,15 +32,12 @@ class AllGather final : public Collective {
 
   BufferCounts bufferCounts(const Options& /*opts*/, size_t count, int nRanks) const override {
     const size_t sendCount = count / static_cast<size_t>(nRanks);
-    return {sendCount * static_cast<size_t>(nRanks), sendCount,
-            sendCount * static_cast<size_t>(nRanks)};
+    return {sendCount * static_cast<size_t>(nRanks), sendCount, sendCount * static_cast<size_t>(nRanks)};
   }
   double busBwFactor(int nRanks) const override { return (nRanks - 1.0) / nRanks; }
   bool outputReplicated() const override { return true; }
 
-  void prepare(const Context& ctx, size_t count) override {
-    sendCount_ = count / static_cast<size_t>(ctx.nRanks);
-  }
+  void prepare(const Context& ctx, size_t count) override { sendCount_ = count / static_cast<size_t>(ctx.nRanks); }
 
   void runCompressed(const Context& ctx, const void* send, void* recv) override {
     SPCCL_PERF_CHECK(spcclAllGather(send, recv, sendCount_, ctx.opts.datatype, ctx.comm, ctx.stream));
@@ -55,8 +53,8 @@ class AllGather final : public Collective {
   bool outputOk(const Context& ctx, const CheckInput& check) const override {
     const size_t keep = check.compressed ? keptPerRow(ctx.opts.density, sendCount_) : sendCount_;
     const spcclDataType_t wire = check.compressed ? ctx.wireValueType : ctx.opts.datatype;
-    return isTopkMasked(check.got, check.want, check.want, static_cast<size_t>(ctx.nRanks),
-                        sendCount_, keep, ctx.opts.datatype, wire);
+    return isTopkMasked(check.got, check.want, check.want, static_cast<size_t>(ctx.nRanks), sendCount_, keep,
+                        ctx.opts.datatype, wire);
   }
 
   void release() override {}

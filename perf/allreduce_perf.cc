@@ -48,8 +48,7 @@ class AllReduce final : public Collective {
     config.density = ctx.opts.density;
     config.algorithm = ctx.opts.algorithm;
     if (ctx.opts.wireValueType) config.wireValueType = *ctx.opts.wireValueType;
-    SPCCL_PERF_CHECK(
-        spcclCompressorCreate(ctx.comm, count, ctx.opts.datatype, &config, &compressor_));
+    SPCCL_PERF_CHECK(spcclCompressorCreate(ctx.comm, count, ctx.opts.datatype, &config, &compressor_));
     count_ = count;
   }
 

@@ -19,14 +19,13 @@ class AlltoAll final : public Collective {
 
   std::string describe(const Options& opts) const override {
     const size_t indexBits = opts.rowLen <= 256 ? 8 : opts.rowLen <= 65536 ? 16 : 32;
-    return "fwd: spcclAlltoAllRowsCompressed, top-" +
-           std::to_string(keptPerRow(opts.density, opts.rowLen)) + " of " +
+    return "fwd: spcclAlltoAllRowsCompressed, top-" + std::to_string(keptPerRow(opts.density, opts.rowLen)) + " of " +
            std::to_string(opts.rowLen) + " per row (" + std::to_string(indexBits) +
            "-bit indices), selection kept\n"
            "bwd: spcclAlltoAllRowsBackward of a gradient through that selection (its forward "
            "runs untimed)\n"
-           "dense: " + denseCallName(opts, "MPI_Alltoall", "ncclAlltoAll") +
-           " of the same buffers; size: send bytes per rank";
+           "dense: " +
+           denseCallName(opts, "MPI_Alltoall", "ncclAlltoAll") + " of the same buffers; size: send bytes per rank";
   }
 
   Environment environment(const Options& opts) const override { return wireEnvironment(opts); }
@@ -54,9 +53,8 @@ class AlltoAll final : public Collective {
   // the forwards run back to back, so each destroys the last one's here.
   void runCompressed(const Context& ctx, const void* send, void* recv) override {
     release();
-    SPCCL_PERF_CHECK(spcclAlltoAllRowsCompressed(send, recv, rowsPerPeer_, ctx.opts.rowLen,
-                                                 ctx.opts.datatype, ctx.opts.density,
-                                                 &selection_, ctx.comm, ctx.stream));
+    SPCCL_PERF_CHECK(spcclAlltoAllRowsCompressed(send, recv, rowsPerPeer_, ctx.opts.rowLen, ctx.opts.datatype,
+                                                 ctx.opts.density, &selection_, ctx.comm, ctx.stream));
   }
 
   void runDense(const Context& ctx, const void* send, void* recv) override {
@@ -67,9 +65,7 @@ class AlltoAll final : public Collective {
     SPCCL_PERF_CHECK(spcclAlltoAllRowsBackward(grad, gradOut, selection_, ctx.stream));
   }
 
-  void runDenseBackward(const Context& ctx, const void* grad, void* gradOut) override {
-    runDense(ctx, grad, gradOut);
-  }
+  void runDenseBackward(const Context& ctx, const void* grad, void* gradOut) override { runDense(ctx, grad, gradOut); }
 
   // Density 1 keeps every entry, but the values still travel in the wire
   // type: bit-exact only where that type holds the input's values.
@@ -91,8 +87,7 @@ class AlltoAll final : public Collective {
     const size_t keep = check.compressed ? keptPerRow(opts.density, opts.rowLen) : opts.rowLen;
     const spcclDataType_t wire = check.compressed ? ctx.wireValueType : opts.datatype;
     const void* maskSource = check.pass == Pass::kForward ? check.want : check.input;
-    return isTopkMasked(check.got, check.want, maskSource, rows, opts.rowLen, keep, opts.datatype,
-                        wire);
+    return isTopkMasked(check.got, check.want, maskSource, rows, opts.rowLen, keep, opts.datatype, wire);
   }
 
   void release() override {

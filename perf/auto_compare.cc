@@ -157,8 +157,7 @@ int run(int argc, char** argv) {
   const auto call = [&](Contender& c) {
     if (c.compressor)
       SPCCL_PERF_CHECK(spcclAllReduceCompressed(send.data(), recv.data(), spcclSum, c.compressor, nullptr));
-    else
-      MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   };
 
   const size_t n = all.size();
@@ -196,14 +195,17 @@ int run(int argc, char** argv) {
     if (!json) std::fprintf(stderr, "auto_compare: cannot write %s\n", args.json.c_str());
   }
   if (rank == 0) {
-    std::printf("# auto_compare: %d ranks, %zu bytes per rank, density %g, %d warm-up + %d timed iterations, "
-                "contenders interleaved\n#%10s %12s %14s %10s %12s\n",
-                ranks, args.bytes, static_cast<double>(args.density), args.warmup, args.iters, "contender",
-                "median (us)", "bytes/call", "algorithm", "tau updates");
+    std::printf(
+        "# auto_compare: %d ranks, %zu bytes per rank, density %g, %d warm-up + %d timed iterations, "
+        "contenders interleaved\n#%10s %12s %14s %10s %12s\n",
+        ranks, args.bytes, static_cast<double>(args.density), args.warmup, args.iters, "contender", "median (us)",
+        "bytes/call", "algorithm", "tau updates");
   }
-  if (json) std::fprintf(json, "{\"ranks\": %d, \"bytes\": %zu, \"density\": %g, \"iters\": %d, \"warmup\": %d,\n"
-                               " \"contenders\": [", ranks, args.bytes, static_cast<double>(args.density), args.iters,
-                               args.warmup);
+  if (json)
+    std::fprintf(json,
+                 "{\"ranks\": %d, \"bytes\": %zu, \"density\": %g, \"iters\": %d, \"warmup\": %d,\n"
+                 " \"contenders\": [",
+                 ranks, args.bytes, static_cast<double>(args.density), args.iters, args.warmup);
   for (size_t i = 0; i < n; ++i) {
     Contender& c = all[i];
     double bytesPerCall = static_cast<double>(args.bytes) * 2.0 * (ranks - 1) / ranks;  // MPI: a ring's bytes

@@ -203,8 +203,7 @@ class MpiTransport final : public Transport {
 
   // Counts are bounded by INT_MAX where the flags are parsed. MPI has no average: sum, then divide by
   // the ranks, as spccl defines avg on host buffers (so -D 1 rows match it bit for bit).
-  void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype,
-                 spcclRedOp_t op) const override {
+  void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype, spcclRedOp_t op) const override {
     MPI_Allreduce(send, recv, static_cast<int>(count), reduction_.type(), reduction_.sum(), mpiComm_);
     if (op == spcclAvg) divideBuffer(recv, count, datatype, static_cast<float>(nRanks_));
   }
@@ -333,8 +332,7 @@ template <class T, size_t N>
 T parseNamed(char flag, const char* arg, const Named<T> (&table)[N]) {
   for (const auto& entry : table)
     if (entry.name == arg) return entry.value;
-  throw UsageError(strPrintf("-%c: unknown value '%s' (expected %s)", flag, arg,
-                             joinNames(table).c_str()));
+  throw UsageError(strPrintf("-%c: unknown value '%s' (expected %s)", flag, arg, joinNames(table).c_str()));
 }
 
 size_t parseSize(char flag, const char* arg) {
@@ -349,8 +347,7 @@ long parseInteger(char flag, const char* arg, long min, long max) {
   char* end = nullptr;
   const long value = std::strtol(arg, &end, 10);
   if (end == arg || *end != '\0' || errno == ERANGE || value < min || value > max)
-    throw UsageError(
-        strPrintf("-%c: expected an integer in [%ld, %ld], got '%s'", flag, min, max, arg));
+    throw UsageError(strPrintf("-%c: expected an integer in [%ld, %ld], got '%s'", flag, min, max, arg));
   return value;
 }
 
@@ -382,14 +379,12 @@ void printUsage(const char* program, const Collective& collective) {
       "  -S, --vary <0|1>          re-draw input signs before each iteration, untimed (default 1)\n"
       "  -d, --datatype <type>     %s (default float)\n",
       program, joinNames(kBackends).c_str(), kNcclBuilt ? "" : " (not in this build)", joinNames(kDataTypes).c_str());
-  if (flags & kFlagOp)
-    std::printf("  -o, --op <op>             %s (default sum)\n", joinNames(kOps).c_str());
+  if (flags & kFlagOp) std::printf("  -o, --op <op>             %s (default sum)\n", joinNames(kOps).c_str());
   const double density = collective.defaultDensity();
   if (const char* variable = collective.densityVariable())
     std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default: %s, else %g)\n", variable,
                 density);
-  else
-    std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default %g)\n", density);
+  else std::printf("  -D, --density <x>         fraction of entries kept, (0, 1] (default %g)\n", density);
   if (flags & kFlagRowLen)
     std::printf("  -R, --rowlen <n>          elements per row (default %zu)\n", Options{}.rowLen);
   if (flags & kFlagAlgo)
@@ -405,27 +400,26 @@ void printUsage(const char* program, const Collective& collective) {
 }
 
 Options parseOptions(int argc, char** argv, const Collective& collective) {
-  static const option kLongOptions[] = {
-      {"backend", required_argument, nullptr, 'B'},
-      {"minbytes", required_argument, nullptr, 'b'},
-      {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepfactor", required_argument, nullptr, 'f'},
-      {"stepbytes", required_argument, nullptr, 'i'},
-      {"blocking", required_argument, nullptr, 'z'},
-      {"iters", required_argument, nullptr, 'n'},
-      {"warmup_iters", required_argument, nullptr, 'w'},
-      {"check", required_argument, nullptr, 'c'},
-      {"vary", required_argument, nullptr, 'S'},
-      {"datatype", required_argument, nullptr, 'd'},
-      {"op", required_argument, nullptr, 'o'},
-      {"density", required_argument, nullptr, 'D'},
-      {"algo", required_argument, nullptr, 'a'},
-      {"rowlen", required_argument, nullptr, 'R'},
-      {"wire", required_argument, nullptr, 'V'},
-      {"encoding", required_argument, nullptr, 'E'},
-      {"json", required_argument, nullptr, 'J'},
-      {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
+  static const option kLongOptions[] = {{"backend", required_argument, nullptr, 'B'},
+                                        {"minbytes", required_argument, nullptr, 'b'},
+                                        {"maxbytes", required_argument, nullptr, 'e'},
+                                        {"stepfactor", required_argument, nullptr, 'f'},
+                                        {"stepbytes", required_argument, nullptr, 'i'},
+                                        {"blocking", required_argument, nullptr, 'z'},
+                                        {"iters", required_argument, nullptr, 'n'},
+                                        {"warmup_iters", required_argument, nullptr, 'w'},
+                                        {"check", required_argument, nullptr, 'c'},
+                                        {"vary", required_argument, nullptr, 'S'},
+                                        {"datatype", required_argument, nullptr, 'd'},
+                                        {"op", required_argument, nullptr, 'o'},
+                                        {"density", required_argument, nullptr, 'D'},
+                                        {"algo", required_argument, nullptr, 'a'},
+                                        {"rowlen", required_argument, nullptr, 'R'},
+                                        {"wire", required_argument, nullptr, 'V'},
+                                        {"encoding", required_argument, nullptr, 'E'},
+                                        {"json", required_argument, nullptr, 'J'},
+                                        {"help", no_argument, nullptr, 'h'},
+                                        {nullptr, 0, nullptr, 0}};
   Options opts;
   opts.density = collective.defaultDensity();
   opterr = 0;  // every rank parses; only rank 0 reports
@@ -441,9 +435,15 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
     if ((needs & ~collective.flags()) != 0)
       throw UsageError(strPrintf("-%c: not used by %s_perf", flag, collective.name()));
     switch (c) {
-      case 'B': opts.backend = parseNamed(flag, optarg, kBackends); break;
-      case 'b': opts.minBytes = parseSize(flag, optarg); break;
-      case 'e': opts.maxBytes = parseSize(flag, optarg); break;
+      case 'B':
+        opts.backend = parseNamed(flag, optarg, kBackends);
+        break;
+      case 'b':
+        opts.minBytes = parseSize(flag, optarg);
+        break;
+      case 'e':
+        opts.maxBytes = parseSize(flag, optarg);
+        break;
       case 'f':
         opts.stepFactor = static_cast<size_t>(parseInteger(flag, optarg, 2, 1L << 20));
         factorGiven = true;
@@ -452,13 +452,27 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
         opts.stepBytes = parseSize(flag, optarg);
         if (opts.stepBytes == 0) throw UsageError("-i: the increment must be at least 1 byte");
         break;
-      case 'z': opts.blocking = parseInteger(flag, optarg, 0, 1) != 0; break;
-      case 'n': opts.iters = static_cast<int>(parseInteger(flag, optarg, 1, INT_MAX)); break;
-      case 'w': opts.warmupIters = static_cast<int>(parseInteger(flag, optarg, 0, INT_MAX)); break;
-      case 'c': opts.check = parseInteger(flag, optarg, 0, 1) != 0; break;
-      case 'S': opts.varyInput = parseInteger(flag, optarg, 0, 1) != 0; break;
-      case 'd': opts.datatype = parseNamed(flag, optarg, kDataTypes); break;
-      case 'o': opts.op = parseNamed(flag, optarg, kOps); break;
+      case 'z':
+        opts.blocking = parseInteger(flag, optarg, 0, 1) != 0;
+        break;
+      case 'n':
+        opts.iters = static_cast<int>(parseInteger(flag, optarg, 1, INT_MAX));
+        break;
+      case 'w':
+        opts.warmupIters = static_cast<int>(parseInteger(flag, optarg, 0, INT_MAX));
+        break;
+      case 'c':
+        opts.check = parseInteger(flag, optarg, 0, 1) != 0;
+        break;
+      case 'S':
+        opts.varyInput = parseInteger(flag, optarg, 0, 1) != 0;
+        break;
+      case 'd':
+        opts.datatype = parseNamed(flag, optarg, kDataTypes);
+        break;
+      case 'o':
+        opts.op = parseNamed(flag, optarg, kOps);
+        break;
       case 'D':
         opts.density = parseDensity(flag, optarg);
         opts.densityGiven = true;
@@ -467,12 +481,23 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
         opts.algorithm = parseNamed(flag, optarg, kAlgorithms);
         opts.algoGiven = true;
         break;
-      case 'R': opts.rowLen = static_cast<size_t>(parseInteger(flag, optarg, 1, INT_MAX)); break;
-      case 'V': opts.wireValueType = parseNamed(flag, optarg, kWireTypes); break;
-      case 'E': opts.indexEncoding = nameOf(kIndexEncodings, parseNamed(flag, optarg, kIndexEncodings)); break;
-      case 'J': opts.jsonPath = optarg; break;
-      case 'h': opts.help = true; break;
-      case ':': throw UsageError(strPrintf("%s: missing value", argv[optind - 1]));
+      case 'R':
+        opts.rowLen = static_cast<size_t>(parseInteger(flag, optarg, 1, INT_MAX));
+        break;
+      case 'V':
+        opts.wireValueType = parseNamed(flag, optarg, kWireTypes);
+        break;
+      case 'E':
+        opts.indexEncoding = nameOf(kIndexEncodings, parseNamed(flag, optarg, kIndexEncodings));
+        break;
+      case 'J':
+        opts.jsonPath = optarg;
+        break;
+      case 'h':
+        opts.help = true;
+        break;
+      case ':':
+        throw UsageError(strPrintf("%s: missing value", argv[optind - 1]));
       default:
         throw UsageError(optopt ? strPrintf("unknown flag '-%c'", optopt)
                                 : strPrintf("unknown flag '%s'", argv[optind - 1]));
@@ -585,12 +610,12 @@ struct Row {
   double busBw = 0;  // GB/s
   double bytesSentPerCall = 0;
   double compressionRatio = kNaN;
-  double relErr = kNaN;  // NaN when not checked
+  double relErr = kNaN;           // NaN when not checked
   uint64_t thresholdUpdates = 0;  // exact tau estimations during the timed calls (this rank)
   // #wrong (-D 1 only, as nccl-tests counts them): output elements, over all
   // ranks, whose bits differ from the dense call's; -1 when not counted.
   int64_t wrong = -1;
-  bool ok = true;        // every check passed on every rank (when checked)
+  bool ok = true;  // every check passed on every rank (when checked)
 };
 
 // Calls `before` (untimed) ahead of each call.
@@ -670,8 +695,7 @@ uint64_t hashBytes(const void* data, size_t size) {  // FNV-1a
 }
 
 // ||got - want||_2 / ||want||_2 over the receive buffers of all ranks.
-double relativeError(const void* got, const void* want, size_t count, spcclDataType_t datatype,
-                     MPI_Comm comm) {
+double relativeError(const void* got, const void* want, size_t count, spcclDataType_t datatype, MPI_Comm comm) {
   double sums[2] = {0.0, 0.0};  // squared error, squared reference
   visitType(datatype, [&](auto v) {
     using T = decltype(v);
@@ -706,8 +730,7 @@ struct PassCalls {
   bool setupEveryCall = false;
 };
 
-Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count,
-             const PassCalls& calls) {
+Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count, const PassCalls& calls) {
   const Options& opts = ctx.opts;
   Row row;
   row.count = count;
@@ -753,12 +776,10 @@ Row timePass(const Context& ctx, Collective& collective, Pass pass, size_t count
 // own check on every rank, for a replicated output the same bits everywhere,
 // and the calls' input (`input`, `inCount` elements) the same as its host copy.
 void checkPass(const Context& ctx, Collective& collective, const PassCalls& calls, const Mirror& got,
-               const Mirror& want, const Mirror& input, size_t inCount, CheckInput& check, size_t outCount,
-               Row& row) {
+               const Mirror& want, const Mirror& input, size_t inCount, CheckInput& check, size_t outCount, Row& row) {
   const spcclStats_t before = collective.stats(ctx);
   calls.compressed();
-  if (check.pass == Pass::kForward)
-    check.compressed = collective.stats(ctx).compressedCalls > before.compressedCalls;
+  if (check.pass == Pass::kForward) check.compressed = collective.stats(ctx).compressedCalls > before.compressedCalls;
   calls.dense();
   ctx.dense.synchronize();
   const size_t outBytes = outCount * typeSize(ctx.opts.datatype);
@@ -778,17 +799,14 @@ void checkPass(const Context& ctx, Collective& collective, const PassCalls& call
     row.wrong = static_cast<int64_t>(wrong);
   }
   const bool outputOk = onAllRanks(collective.outputOk(ctx, check), ctx.mpiComm);
-  const bool replicasMatch =
-      !collective.outputReplicated() ||
-      sameOnAllRanks(hashBytes(check.got, outCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
-  const bool inputOk =
-      onAllRanks(inputCurrent(ctx.dense, input, inCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
+  const bool replicasMatch = !collective.outputReplicated() ||
+                             sameOnAllRanks(hashBytes(check.got, outCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
+  const bool inputOk = onAllRanks(inputCurrent(ctx.dense, input, inCount * typeSize(ctx.opts.datatype)), ctx.mpiComm);
   row.ok = outputOk && replicasMatch && inputOk && std::isfinite(row.relErr) && row.wrong <= 0;
 }
 
 // One row per pass for this size; none when the size rounds down to nothing.
-std::vector<Row> measureSize(const Context& ctx, Collective& collective, const Buffers& buffers,
-                             size_t bytes) {
+std::vector<Row> measureSize(const Context& ctx, Collective& collective, const Buffers& buffers, size_t bytes) {
   const Options& opts = ctx.opts;
   const BufferCounts counts = collective.bufferCounts(opts, bytes / typeSize(opts.datatype), ctx.nRanks);
   if (counts.count == 0) return {};
@@ -796,27 +814,26 @@ std::vector<Row> measureSize(const Context& ctx, Collective& collective, const B
   uint64_t step = 0;
   const auto nextStep = [&] {
     if (opts.varyInput) {
-      flipSigns(buffers.send.host, counts.send, opts.datatype,
-                static_cast<uint64_t>(ctx.rank) * 1000003u + step);
+      flipSigns(buffers.send.host, counts.send, opts.datatype, static_cast<uint64_t>(ctx.rank) * 1000003u + step);
       upload(ctx.dense, buffers.send, counts.send * typeSize(opts.datatype));
     }
     ++step;
   };
   const auto forward = [&] { collective.runCompressed(ctx, buffers.send.data, buffers.compressed.data); };
-  const PassCalls forwardCalls{
-      [&] {
-        nextStep();
-        collective.discardCallState();
-      },
-      forward, nextStep, [&] { collective.runDense(ctx, buffers.send.data, buffers.dense.data); }};
+  const PassCalls forwardCalls{[&] {
+                                 nextStep();
+                                 collective.discardCallState();
+                               },
+                               forward, nextStep,
+                               [&] { collective.runDense(ctx, buffers.send.data, buffers.dense.data); }};
   const PassCalls backwardCalls{
       [&] {
         nextStep();
         collective.discardCallState();
         forward();
       },
-      [&] { collective.runCompressedBackward(ctx, buffers.grad.data, buffers.gradCompressed.data); },
-      nextStep, [&] { collective.runDenseBackward(ctx, buffers.grad.data, buffers.gradDense.data); }, true};
+      [&] { collective.runCompressedBackward(ctx, buffers.grad.data, buffers.gradCompressed.data); }, nextStep,
+      [&] { collective.runDenseBackward(ctx, buffers.grad.data, buffers.gradDense.data); }, true};
   const bool backward = collective.hasBackward();
 
   collective.prepare(ctx, counts.count);
@@ -838,8 +855,8 @@ std::vector<Row> measureSize(const Context& ctx, Collective& collective, const B
               counts.recv, rows[0]);
     if (backward) {
       check = {Pass::kBackward, nullptr, nullptr, buffers.send.host, check.compressed};
-      checkPass(ctx, collective, backwardCalls, buffers.gradCompressed, buffers.gradDense, buffers.grad,
-                counts.recv, check, counts.send, rows[1]);
+      checkPass(ctx, collective, backwardCalls, buffers.gradCompressed, buffers.gradDense, buffers.grad, counts.recv,
+                check, counts.send, rows[1]);
     }
   }
   return rows;
@@ -856,8 +873,8 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
   const unsigned flags = collective.flags();
   int version = 0;
   SPCCL_PERF_CHECK(spcclGetVersion(&version));
-  std::printf("# spccl %s_perf, spccl %d.%d.%d\n", collective.name(), version / 10000,
-              version / 100 % 100, version % 100);
+  std::printf("# spccl %s_perf, spccl %d.%d.%d\n", collective.name(), version / 10000, version / 100 % 100,
+              version % 100);
   std::printf("# ranks: %d  datatype: %s", ctx.nRanks, nameOf(kDataTypes, opts.datatype).data());
   if (flags & kFlagOp) std::printf("  op: %s", nameOf(kOps, opts.op).data());
   const auto from = [](const std::string& variable) { return variable.empty() ? "" : " (" + variable + ")"; };
@@ -879,8 +896,7 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
               opts.blocking ? 1 : 0);
   for (const auto& [name, value] : env)
     std::printf("# set by this binary before %s: %s=%s\n",
-                opts.backend == Backend::kNccl ? "spcclCommInitNccl" : "spcclCommInitMPI", name.c_str(),
-                value.c_str());
+                opts.backend == Backend::kNccl ? "spcclCommInitNccl" : "spcclCommInitMPI", name.c_str(), value.c_str());
   const std::string description = collective.describe(opts);
   for (size_t begin = 0; begin <= description.size();) {
     const size_t end = std::min(description.find('\n', begin), description.size());
@@ -888,7 +904,7 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
     begin = end + 1;
   }
   std::printf("# input: per-rank Gaussian, %s\n",
-              !opts.varyInput  ? "identical every call (-S 0)"
+              !opts.varyInput ? "identical every call (-S 0)"
               : opts.blocking ? "signs re-drawn before every iteration (untimed)"
                               : "signs re-drawn before every warm-up call and each batch of timed calls (-z 0)");
   std::printf("# time: %s%s\n",
@@ -898,18 +914,17 @@ void printHeader(const Context& ctx, const Collective& collective, const Environ
                   ? "; backward rows per call as with -z 1 (each backward needs a forward of its own)"
                   : "");
   std::printf("#\n");
-  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s %7s\n", "size", "count", "algo",
-              "time", "dense", "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err", "tau", "#wrong");
-  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s %7s\n", "(B)", "(elements)", "", "(us)",
-              "(us)", "", "(GB/s)", "(GB/s)", "(B/rank)", "", "", "(upd)", "(-D 1)");
+  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s %7s\n", "size", "count", "algo", "time", "dense",
+              "speedup", "algbw", "busbw", "sent/call", "ratio", "rel_err", "tau", "#wrong");
+  std::printf("# %11s %11s %9s %10s %10s %8s %8s %8s %12s %8s %9s %5s %7s\n", "(B)", "(elements)", "", "(us)", "(us)",
+              "", "(GB/s)", "(GB/s)", "(B/rank)", "", "", "(upd)", "(-D 1)");
 }
 
 void printRow(const Row& row) {
-  std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s %5llu %7s%s\n", row.bytes,
-              row.count, row.algo.c_str(), row.compressedUs, row.denseUs,
-              row.speedup, row.algBw, row.busBw, row.bytesSentPerCall,
-              formatOrNa("%.1f", row.compressionRatio).c_str(),
-              formatOrNa("%.3e", row.relErr).c_str(), static_cast<unsigned long long>(row.thresholdUpdates),
+  std::printf("  %11zu %11zu %9s %10.1f %10.1f %8.2f %8.3f %8.3f %12.0f %8s %9s %5llu %7s%s\n", row.bytes, row.count,
+              row.algo.c_str(), row.compressedUs, row.denseUs, row.speedup, row.algBw, row.busBw, row.bytesSentPerCall,
+              formatOrNa("%.1f", row.compressionRatio).c_str(), formatOrNa("%.3e", row.relErr).c_str(),
+              static_cast<unsigned long long>(row.thresholdUpdates),
               row.wrong < 0 ? "N/A" : strPrintf("%lld", static_cast<long long>(row.wrong)).c_str(),
               row.ok ? "" : "  FAILED");
   std::fflush(stdout);
@@ -945,22 +960,18 @@ std::string jsonNumber(double value) {
 // A float flag's value as given (0.01, not 0.0099999997764825821).
 std::string jsonNumber(float value) { return std::isfinite(value) ? floatText(value) : "null"; }
 
-void writeJson(std::FILE* file, const Context& ctx, const Collective& collective,
-               const std::vector<Row>& rows) {
+void writeJson(std::FILE* file, const Context& ctx, const Collective& collective, const std::vector<Row>& rows) {
   const Options& opts = ctx.opts;
   const unsigned flags = collective.flags();
-  std::fprintf(file,
-               "{\n  \"collective\": \"%s\",\n  \"backend\": \"%s\",\n  \"ranks\": %d,\n  \"datatype\": \"%s\",\n",
-               collective.name(), nameOf(kBackends, opts.backend).data(), ctx.nRanks,
-               nameOf(kDataTypes, opts.datatype).data());
+  std::fprintf(
+      file, "{\n  \"collective\": \"%s\",\n  \"backend\": \"%s\",\n  \"ranks\": %d,\n  \"datatype\": \"%s\",\n",
+      collective.name(), nameOf(kBackends, opts.backend).data(), ctx.nRanks, nameOf(kDataTypes, opts.datatype).data());
   if (flags & kFlagOp) std::fprintf(file, "  \"op\": \"%s\",\n", nameOf(kOps, opts.op).data());
   std::fprintf(file, "  \"density\": %s,\n", jsonNumber(opts.density).c_str());
   if (flags & kFlagRowLen) std::fprintf(file, "  \"row_len\": %zu,\n", opts.rowLen);
-  if (flags & kFlagAlgo)
-    std::fprintf(file, "  \"algo\": \"%s\",\n", allreduceAlgorithmName(opts.algorithm).data());
+  if (flags & kFlagAlgo) std::fprintf(file, "  \"algo\": \"%s\",\n", allreduceAlgorithmName(opts.algorithm).data());
   std::fprintf(file, "  \"wire\": \"%s\",\n", wireTypeName(ctx.wireValueType).data());
-  if (flags & kFlagEncoding)
-    std::fprintf(file, "  \"index_encoding\": \"%s\",\n", effectiveIndexEncoding().data());
+  if (flags & kFlagEncoding) std::fprintf(file, "  \"index_encoding\": \"%s\",\n", effectiveIndexEncoding().data());
   std::fprintf(file, "  \"iters\": %d,\n  \"warmup_iters\": %d,\n  \"blocking\": %d,\n  \"rows\": [", opts.iters,
                opts.warmupIters, opts.blocking ? 1 : 0);
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -970,9 +981,8 @@ void writeJson(std::FILE* file, const Context& ctx, const Collective& collective
                  "\"dense_time_us\": %s, \"speedup\": %s, \"algbw\": %s, \"busbw\": %s, "
                  "\"bytes_sent_per_call\": %s, \"compression_ratio\": %s, \"rel_err\": %s, "
                  "\"threshold_updates\": %llu, \"wrong\": %s, \"ok\": %s}",
-                 i ? "," : "", row.bytes, row.count, row.algo.c_str(),
-                 jsonNumber(row.compressedUs).c_str(), jsonNumber(row.denseUs).c_str(),
-                 jsonNumber(row.speedup).c_str(), jsonNumber(row.algBw).c_str(),
+                 i ? "," : "", row.bytes, row.count, row.algo.c_str(), jsonNumber(row.compressedUs).c_str(),
+                 jsonNumber(row.denseUs).c_str(), jsonNumber(row.speedup).c_str(), jsonNumber(row.algBw).c_str(),
                  jsonNumber(row.busBw).c_str(), jsonNumber(row.bytesSentPerCall).c_str(),
                  jsonNumber(row.compressionRatio).c_str(), jsonNumber(row.relErr).c_str(),
                  static_cast<unsigned long long>(row.thresholdUpdates),
@@ -1018,10 +1028,8 @@ void reportReasons(MPI_Comm comm, const std::string& why, const char* program, c
     if (lengths[r] == 0) continue;
     std::string reason = all.substr(offsets[r], lengths[r]);
     auto same = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == reason; });
-    if (same == distinct.end())
-      distinct.push_back({std::move(reason), {r}});
-    else
-      same->second.push_back(r);
+    if (same == distinct.end()) distinct.push_back({std::move(reason), {r}});
+    else same->second.push_back(r);
   }
   for (const auto& [reason, ranks] : distinct)
     std::fprintf(stderr, "%s: %s: %s: %s\n", program, rankList(ranks).c_str(), what, reason.c_str());
@@ -1102,8 +1110,7 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   try {
     opts = parseOptions(argc, argv, collective);
     sizes = rowSizes(opts);
-    const BufferCounts largest =
-        collective.bufferCounts(opts, sizes.back() / typeSize(opts.datatype), nRanks);
+    const BufferCounts largest = collective.bufferCounts(opts, sizes.back() / typeSize(opts.datatype), nRanks);
     if (opts.backend != Backend::kNccl && std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
       throw UsageError(strPrintf("-e %zu: more elements than an MPI count holds", opts.maxBytes));
     if (opts.backend == Backend::kNccl && effectiveWire(opts) == spcclFloat8e4m3)
@@ -1153,8 +1160,8 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
       return 2;
     }
   }
-  const Context ctx{opts, transport->comm(), MPI_COMM_WORLD, rank, nRanks, *transport, transport->stream(),
-                    effectiveWire(opts)};
+  const Context ctx{opts,   transport->comm(), MPI_COMM_WORLD,      rank,
+                    nRanks, *transport,        transport->stream(), effectiveWire(opts)};
 
   // Sized for the largest row; smaller rows use the front of each buffer.
   const size_t elementSize = typeSize(opts.datatype);
@@ -1195,8 +1202,7 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
   int failures = 0;
   for (size_t bytes : sizes) {
     const std::vector<Row> sizeRows = measureSize(ctx, collective, buffers, bytes);
-    if (sizeRows.empty() && root)
-      std::printf("# %11zu B: smaller than one unit of this collective, skipped\n", bytes);
+    if (sizeRows.empty() && root) std::printf("# %11zu B: smaller than one unit of this collective, skipped\n", bytes);
     for (const Row& row : sizeRows) {
       rows.push_back(row);
       failures += row.ok ? 0 : 1;
@@ -1246,14 +1252,11 @@ void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step)
       state ^= state >> 7;
       state ^= state << 17;
       const size_t n = std::min<size_t>(64, count - i);
-      for (size_t j = 0; j < n; ++j)
-        values[i + j] ^= static_cast<decltype(signBit)>(((state >> j) & 1u) * signBit);
+      for (size_t j = 0; j < n; ++j) values[i + j] ^= static_cast<decltype(signBit)>(((state >> j) & 1u) * signBit);
     }
   };
-  if (typeSize(datatype) == 4)
-    flip(static_cast<uint32_t*>(buf), uint32_t{0x80000000u});
-  else
-    flip(static_cast<uint16_t*>(buf), uint16_t{0x8000u});
+  if (typeSize(datatype) == 4) flip(static_cast<uint32_t*>(buf), uint32_t{0x80000000u});
+  else flip(static_cast<uint16_t*>(buf), uint16_t{0x8000u});
 }
 
 // ---- Collective defaults and helpers for descriptors -------------------------
@@ -1305,8 +1308,8 @@ size_t keptPerRow(float density, size_t n) {
   return std::clamp<size_t>(static_cast<size_t>(keep), 1, n);
 }
 
-bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows,
-                  size_t rowLen, size_t keep, spcclDataType_t datatype, spcclDataType_t wire) {
+bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows, size_t rowLen, size_t keep,
+                  spcclDataType_t datatype, spcclDataType_t wire) {
   return visitType(datatype, [&](auto v) {
     using T = decltype(v);
     const T* g = static_cast<const T*>(got);
@@ -1361,8 +1364,8 @@ bool isTopkMasked(const void* got, const void* want, const void* maskSource, siz
 void failSpccl(spcclResult_t result, const char* call, const char* file, int line) {
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "rank %d: %s:%d: %s failed: %s: %s\n", rank, file, line, call,
-               spcclGetErrorString(result), spcclGetLastError(nullptr));
+  std::fprintf(stderr, "rank %d: %s:%d: %s failed: %s: %s\n", rank, file, line, call, spcclGetErrorString(result),
+               spcclGetLastError(nullptr));
   std::fflush(stdout);  // keep what rank 0 printed before the failure
   std::fflush(stderr);
   if (!openJsonTemporary.empty()) std::remove(openJsonTemporary.c_str());  // -J's file stays as it was

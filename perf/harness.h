@@ -212,8 +212,8 @@ size_t keptPerRow(float density, size_t n);
 // `rowLen` elements, the `keep` entries of largest magnitude in the same row
 // of `maskSource` (ties: lower index first) hold want's value as the wire
 // type rounds it, and every other entry is zero.
-bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows,
-                  size_t rowLen, size_t keep, spcclDataType_t datatype, spcclDataType_t wire);
+bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows, size_t rowLen, size_t keep,
+                  spcclDataType_t datatype, spcclDataType_t wire);
 
 // The benchmarks' input: N(0, 1) values, deterministic per seed (seed = rank).
 void fillGaussian(void* buf, size_t count, spcclDataType_t datatype, uint64_t seed);
@@ -225,11 +225,10 @@ void flipSigns(void* buf, size_t count, spcclDataType_t datatype, uint64_t step)
 // Prints the failed call with spcclGetLastError() and aborts every rank.
 [[noreturn]] void failSpccl(spcclResult_t result, const char* call, const char* file, int line);
 
-#define SPCCL_PERF_CHECK(call)                                                  \
-  do {                                                                          \
-    const spcclResult_t spcclPerfResult_ = (call);                              \
-    if (spcclPerfResult_ != spcclSuccess)                                       \
-      ::spccl::perf::failSpccl(spcclPerfResult_, #call, __FILE__, __LINE__);    \
+#define SPCCL_PERF_CHECK(call)                                                                                   \
+  do {                                                                                                           \
+    const spcclResult_t spcclPerfResult_ = (call);                                                               \
+    if (spcclPerfResult_ != spcclSuccess) ::spccl::perf::failSpccl(spcclPerfResult_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // buf[i] /= divisor for a float, half or bfloat16 buffer (dense average).

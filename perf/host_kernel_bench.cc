@@ -69,9 +69,9 @@ int main(int argc, char** argv) {
       density = std::strtod(argv[++i], nullptr);
     } else if ((a == "--row-len" || a == "--row-keep") && i + 1 < argc) {
       (a == "--row-len" ? rowLen : rowKeep) = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-    } else if (a == "--row-type" && i + 1 < argc && (std::string(argv[i + 1]) == "fp32" ||
-                                                     std::string(argv[i + 1]) == "fp16" ||
-                                                     std::string(argv[i + 1]) == "bf16")) {
+    } else if (a == "--row-type" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "fp32" || std::string(argv[i + 1]) == "fp16" ||
+                std::string(argv[i + 1]) == "bf16")) {
       rowType = argv[++i];
     } else {
       std::fprintf(stderr,
@@ -98,8 +98,16 @@ int main(int argc, char** argv) {
 
   spccl::host::ThresholdResult thr =
       spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
-  spccl::host::SelectArgs a{send.data(), spcclFloat32, residualIn.data(), residualOut.data(), n, thr.tauKey,
-                            ~uint64_t{0}, indices.size(), spccl::core::ValueType::kFloat32, indices.data(),
+  spccl::host::SelectArgs a{send.data(),
+                            spcclFloat32,
+                            residualIn.data(),
+                            residualOut.data(),
+                            n,
+                            thr.tauKey,
+                            ~uint64_t{0},
+                            indices.size(),
+                            spccl::core::ValueType::kFloat32,
+                            indices.data(),
                             values.data()};
   spccl::host::SelectResult sel = spccl::host::selectPack(a);  // warm-up: page faults out of the way
   std::memcpy(copy.data(), send.data(), n * sizeof(float));
@@ -108,7 +116,9 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> positions(rowLen);
   std::vector<uint64_t> rowScratch(rowLen);
   // The rows in --row-type: the same values, rounded for fp16/bf16.
-  const spcclDataType_t rowDataType = rowType == "fp16" ? spcclFloat16 : rowType == "bf16" ? spcclBfloat16 : spcclFloat32;
+  const spcclDataType_t rowDataType = rowType == "fp16"   ? spcclFloat16
+                                      : rowType == "bf16" ? spcclBfloat16
+                                                          : spcclFloat32;
   const size_t rowElemBytes = rowDataType == spcclFloat32 ? 4 : 2;
   std::vector<uint16_t> halves(rowDataType == spcclFloat32 ? 0 : n);
   if (!halves.empty()) spccl::host::storeFloats(send.data(), n, rowDataType, halves.data());
@@ -122,7 +132,8 @@ int main(int argc, char** argv) {
   const HostSimd widest = spccl::host::hostSimd();
   std::vector<HostSimd> narrower;
   for (HostSimd simd : {HostSimd::kAvx2, HostSimd::kBaseline})
-    if (simd != widest && spccl::host::hostSimdAvailable(simd) && (simd == HostSimd::kBaseline || widest == HostSimd::kAvx512))
+    if (simd != widest && spccl::host::hostSimdAvailable(simd) &&
+        (simd == HostSimd::kBaseline || widest == HostSimd::kAvx512))
       narrower.push_back(simd);
   uint64_t kept = 0;
   const auto rowTopKWith = [&](HostSimd simd, bool hash) {
@@ -130,8 +141,8 @@ int main(int argc, char** argv) {
     kept = 0;
     uint64_t h = 1469598103934665603ull;
     for (size_t r = 0; r < rows; ++r) {
-      const uint32_t c = spccl::host::selectRowTopK(rowData + r * rowLen * rowElemBytes, rowDataType, rowLen,
-                                                    rowKeep, positions.data(), rowScratch.data());
+      const uint32_t c = spccl::host::selectRowTopK(rowData + r * rowLen * rowElemBytes, rowDataType, rowLen, rowKeep,
+                                                    positions.data(), rowScratch.data());
       kept += c;
       if (hash)
         for (uint32_t j = 0; j < c; ++j) h = (h ^ (r * rowLen + positions[j])) * 1099511628211ull;
@@ -156,8 +167,8 @@ int main(int argc, char** argv) {
     }
     std::vector<float> val(at.size());
     for (float& v : val) v = g(gen);
-    spccl::StreamInfo info{n, 0, n, at.size(), 1, SPCCL_ALGO_ALLGATHER, spccl::core::ValueType::kFloat32,
-                           spccl::StreamKind::kPairs};
+    spccl::StreamInfo info{
+        n, 0, n, at.size(), 1, SPCCL_ALGO_ALLGATHER, spccl::core::ValueType::kFloat32, spccl::StreamKind::kPairs};
     info.encoding = spccl::IndexEncoding::kDelta;
     streams[r].resize(spccl::encodedPairsBytes(info.encoding, at.data(), at.size(), 0, n, info.valueType));
     spccl::encodePairs(streams[r].data(), info, at.data(), val.data());
@@ -181,9 +192,8 @@ int main(int argc, char** argv) {
   for (int it = 0; it < iters; ++it) {
     tCopies.push_back(seconds([&] { std::memcpy(copy.data(), send.data(), n * sizeof(float)); }));
     tSelects.push_back(seconds([&] { sel = spccl::host::selectPack(a); }));
-    tThresholds.push_back(seconds([&] {
-      thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
-    }));
+    tThresholds.push_back(seconds(
+        [&] { thr = spccl::host::kthLargestMagnitude(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch); }));
     tRadix.push_back(seconds([&] {
       radix = spccl::host::kthLargestMagnitudeRadix(send.data(), spcclFloat32, residualIn.data(), n, k, &scratch);
     }));
@@ -217,8 +227,8 @@ int main(int argc, char** argv) {
   for (size_t l = 0; l < narrower.size(); ++l)
     row(narrower[l] == HostSimd::kAvx2 ? "rowTopKAvx2" : "rowTopKBase", median(tRowsNarrower[l]),
         static_cast<double>(rowElemBytes) * rowElems);
-  std::printf("# rowTopK: %zu rows of %u %s, keep %u, host SIMD %s: %.2f ns an element", rows, rowLen,
-              rowType.c_str(), rowKeep, spccl::host::hostSimdName(widest), 1e9 * tRow / rowElems);
+  std::printf("# rowTopK: %zu rows of %u %s, keep %u, host SIMD %s: %.2f ns an element", rows, rowLen, rowType.c_str(),
+              rowKeep, spccl::host::hostSimdName(widest), 1e9 * tRow / rowElems);
   for (size_t l = 0; l < narrower.size(); ++l)
     std::printf(" (%s %.2f)", spccl::host::hostSimdName(narrower[l]), 1e9 * median(tRowsNarrower[l]) / rowElems);
   std::printf(", %llu kept\n", static_cast<unsigned long long>(kept));

@@ -29,7 +29,7 @@ struct Options {
   // the same run; docs/PERF.md, "CUDA kernels on an H200").
   double selectTBps = 1.68;
   bool selectGiven = false;
-  double latencyUs = 5.0;   // assumed latency per message round
+  double latencyUs = 5.0;               // assumed latency per message round
   uint64_t count = uint64_t{64} << 20;  // fp32 gradient elements (256 MiB)
   std::vector<double> densities = {0.01, 0.001};
   std::vector<double> linksGbps = {100, 200, 400};
@@ -81,34 +81,46 @@ int main(int argc, char** argv) {
         o.selectTBps = std::atof(optarg);
         o.selectGiven = true;
         break;
-      case 'l': o.latencyUs = std::atof(optarg); break;
+      case 'l':
+        o.latencyUs = std::atof(optarg);
+        break;
       case 'n': {  // 0 (refused below) when it is not a count
         size_t count = 0;
         o.count = spccl::perf::parseSizeArg(optarg, &count) ? count : 0;
         break;
       }
-      case 'd': o.densities = parseList(optarg); break;
-      case 'g': o.linksGbps = parseList(optarg); break;
+      case 'd':
+        o.densities = parseList(optarg);
+        break;
+      case 'g':
+        o.linksGbps = parseList(optarg);
+        break;
       case 'p': {
         o.ranks.clear();
         for (double v : parseList(optarg)) o.ranks.push_back(static_cast<int>(v));
         break;
       }
-      case 'w': o.wireBytes = static_cast<unsigned>(std::atoi(optarg)); break;
-      default: usage(argv[0]); return c == 'h' ? 0 : 2;
+      case 'w':
+        o.wireBytes = static_cast<unsigned>(std::atoi(optarg));
+        break;
+      default:
+        usage(argv[0]);
+        return c == 'h' ? 0 : 2;
     }
   }
   if (o.selectTBps <= 0 || o.latencyUs < 0 || o.count == 0 || (o.wireBytes != 2 && o.wireBytes != 4)) {
     usage(argv[0]);
     return 2;
   }
-  std::printf("Model inputs: %llu fp32 elements (%.0f MiB) per rank, %s wire values, selection and unpack at "
-              "%.2f TB/s (%s), %.1f us per message round (assumed), one link of the given rate per rank.\n\n",
-              static_cast<unsigned long long>(o.count), static_cast<double>(o.count) * 4 / (1 << 20),
-              o.wireBytes == 2 ? "fp16" : "fp32", o.selectTBps,
-              o.selectGiven ? "given" : "selectPack measured on an H200", o.latencyUs);
-  std::printf("| density | ranks | link (Gbit/s) | dense (ms) | allgather (ms) | split (ms) | auto picks | "
-              "dense / auto | wire MB per rank: dense / auto | split without re-selection (ms) |\n");
+  std::printf(
+      "Model inputs: %llu fp32 elements (%.0f MiB) per rank, %s wire values, selection and unpack at "
+      "%.2f TB/s (%s), %.1f us per message round (assumed), one link of the given rate per rank.\n\n",
+      static_cast<unsigned long long>(o.count), static_cast<double>(o.count) * 4 / (1 << 20),
+      o.wireBytes == 2 ? "fp16" : "fp32", o.selectTBps, o.selectGiven ? "given" : "selectPack measured on an H200",
+      o.latencyUs);
+  std::printf(
+      "| density | ranks | link (Gbit/s) | dense (ms) | allgather (ms) | split (ms) | auto picks | "
+      "dense / auto | wire MB per rank: dense / auto | split without re-selection (ms) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (double d : o.densities) {
     for (int p : o.ranks) {

@@ -30,18 +30,16 @@ namespace {
   std::exit(1);  // MPI_Abort does not return
 }
 
-#define SPCCL_PERF_CUDA(call)                                                              \
-  do {                                                                                     \
-    const cudaError_t spcclPerfCuda_ = (call);                                             \
-    if (spcclPerfCuda_ != cudaSuccess)                                                     \
-      failDevice(#call, cudaGetErrorString(spcclPerfCuda_), __FILE__, __LINE__);           \
+#define SPCCL_PERF_CUDA(call)                                                                                     \
+  do {                                                                                                            \
+    const cudaError_t spcclPerfCuda_ = (call);                                                                    \
+    if (spcclPerfCuda_ != cudaSuccess) failDevice(#call, cudaGetErrorString(spcclPerfCuda_), __FILE__, __LINE__); \
   } while (0)
 
-#define SPCCL_PERF_NCCL(call)                                                              \
-  do {                                                                                     \
-    const ncclResult_t spcclPerfNccl_ = (call);                                            \
-    if (spcclPerfNccl_ != ncclSuccess)                                                     \
-      failDevice(#call, ncclGetErrorString(spcclPerfNccl_), __FILE__, __LINE__);           \
+#define SPCCL_PERF_NCCL(call)                                                                                     \
+  do {                                                                                                            \
+    const ncclResult_t spcclPerfNccl_ = (call);                                                                   \
+    if (spcclPerfNccl_ != ncclSuccess) failDevice(#call, ncclGetErrorString(spcclPerfNccl_), __FILE__, __LINE__); \
   } while (0)
 
 struct DeviceMemoryExhausted : std::bad_alloc {
@@ -99,10 +97,9 @@ class NcclTransport final : public Transport {
   spcclComm_t comm() const override { return comm_; }
   void* stream() const override { return stream_; }
 
-  void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype,
-                 spcclRedOp_t op) const override {
-    SPCCL_PERF_NCCL(ncclAllReduce(send, recv, count, ncclTypeOf(datatype), op == spcclAvg ? ncclAvg : ncclSum,
-                                  nccl_, stream_));
+  void allReduce(const void* send, void* recv, size_t count, spcclDataType_t datatype, spcclRedOp_t op) const override {
+    SPCCL_PERF_NCCL(
+        ncclAllReduce(send, recv, count, ncclTypeOf(datatype), op == spcclAvg ? ncclAvg : ncclSum, nccl_, stream_));
   }
   void allToAll(const void* send, void* recv, size_t countPerPeer, spcclDataType_t datatype) const override {
     SPCCL_PERF_NCCL(ncclAlltoAll(send, recv, countPerPeer, ncclTypeOf(datatype), nccl_, stream_));

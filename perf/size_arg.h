@@ -21,10 +21,17 @@ inline bool parseSizeArg(const char* arg, size_t* out) {
   if (errno == ERANGE) return false;
   unsigned shift = 0;
   switch (std::tolower(static_cast<unsigned char>(*end))) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    default: break;
+    case 'k':
+      shift = 10;
+      break;
+    case 'm':
+      shift = 20;
+      break;
+    case 'g':
+      shift = 30;
+      break;
+    default:
+      break;
   }
   if (shift != 0) ++end;
   if (*end != '\0' || value > (SIZE_MAX >> shift)) return false;

@@ -102,12 +102,13 @@ struct Soak {
 
   bool ok(spcclResult_t r, const char* what) {
     if (r == spcclSuccess) return true;
-    if (errors++ == 0)
-      firstError = std::string(what) + ": " + spcclGetErrorString(r) + ": " + spcclGetLastError(comm);
+    if (errors++ == 0) firstError = std::string(what) + ": " + spcclGetErrorString(r) + ": " + spcclGetLastError(comm);
     return false;
   }
 
-  void createSlot(Slot& s) { ok(spcclCompressorCreate(comm, s.count, spcclFloat32, &s.config, &s.compressor), "create"); }
+  void createSlot(Slot& s) {
+    ok(spcclCompressorCreate(comm, s.count, spcclFloat32, &s.config, &s.compressor), "create");
+  }
 
   bool init() {
     if (!ok(spcclCommInitMPI(&comm, MPI_COMM_WORLD), "spcclCommInitMPI")) return false;
@@ -173,10 +174,11 @@ struct Soak {
         rowsHash ^= fnv1a(gradOut.data(), gradOut.size() * sizeof(float));
       }
     } else if (kind == 15) {
-      for (size_t i = 0; i < kSparseRows; ++i) ids[i] = static_cast<int64_t>((r + i * 13 + static_cast<uint64_t>(gRank) * 7) % 2000);
+      for (size_t i = 0; i < kSparseRows; ++i)
+        ids[i] = static_cast<int64_t>((r + i * 13 + static_cast<uint64_t>(gRank) * 7) % 2000);
       size_t outN = 0;
-      if (ok(spcclAllReduceRowSparse(ids.data(), rowsIn.data(), kSparseRows, kSparseRowLen, spcclFloat32,
-                                     outIds.data(), gathered.data(), outIds.size(), &outN, comm, nullptr),
+      if (ok(spcclAllReduceRowSparse(ids.data(), rowsIn.data(), kSparseRows, kSparseRowLen, spcclFloat32, outIds.data(),
+                                     gathered.data(), outIds.size(), &outN, comm, nullptr),
              "spcclAllReduceRowSparse"))
         lastHash = fnv1a(gathered.data(), outN * kSparseRowLen * sizeof(float));
     } else if (kind == 16) {
@@ -246,8 +248,9 @@ int main(int argc, char** argv) {
   Soak s;
   if (!parse(argc, argv, &s.opts)) {
     if (gRank == 0)
-      std::fprintf(stderr, "usage: soak [--calls N] [--warmup N] [--progress N] [--check N] [--max-growth PCT] "
-                           "[--seed S] [--deliberate-leak BYTES]\n");
+      std::fprintf(stderr,
+                   "usage: soak [--calls N] [--warmup N] [--progress N] [--check N] [--max-growth PCT] "
+                   "[--seed S] [--deliberate-leak BYTES]\n");
     MPI_Finalize();
     return 2;
   }
@@ -270,10 +273,11 @@ int main(int argc, char** argv) {
   uint64_t lo, hi;
   minMax(rssStart, &lo, &hi);
   if (gRank == 0)
-    std::printf("# soak: %d ranks, %llu calls after a warm-up of %llu, seed %llu; RSS after warm-up %.2f-%.2f MiB "
-                "(min-max over ranks)\n",
-                gRanks, static_cast<unsigned long long>(o.calls), static_cast<unsigned long long>(s.calls),
-                static_cast<unsigned long long>(o.seed), lo / 1048576.0, hi / 1048576.0);
+    std::printf(
+        "# soak: %d ranks, %llu calls after a warm-up of %llu, seed %llu; RSS after warm-up %.2f-%.2f MiB "
+        "(min-max over ranks)\n",
+        gRanks, static_cast<unsigned long long>(o.calls), static_cast<unsigned long long>(s.calls),
+        static_cast<unsigned long long>(o.seed), lo / 1048576.0, hi / 1048576.0);
   uint64_t disagreements = 0;
   const auto t1 = Clock::now();
   for (uint64_t i = 1; i <= o.calls && good; ++i) {
@@ -290,11 +294,12 @@ int main(int argc, char** argv) {
       minMax(residentBytes(), &rLo, &rHi);
       const double secs = std::chrono::duration<double>(Clock::now() - t1).count();
       if (gRank == 0)
-        std::printf("calls %8llu/%llu  %7.1f s  %7.0f calls/s  RSS %.2f-%.2f MiB  errors %llu  rank disagreements "
-                    "%llu\n",
-                    static_cast<unsigned long long>(i), static_cast<unsigned long long>(o.calls), secs, i / secs,
-                    rLo / 1048576.0, rHi / 1048576.0, static_cast<unsigned long long>(errHi),
-                    static_cast<unsigned long long>(disagreements));
+        std::printf(
+            "calls %8llu/%llu  %7.1f s  %7.0f calls/s  RSS %.2f-%.2f MiB  errors %llu  rank disagreements "
+            "%llu\n",
+            static_cast<unsigned long long>(i), static_cast<unsigned long long>(o.calls), secs, i / secs,
+            rLo / 1048576.0, rHi / 1048576.0, static_cast<unsigned long long>(errHi),
+            static_cast<unsigned long long>(disagreements));
       std::fflush(stdout);
       if (errHi > 0) good = false;  // every rank stops at the same call
     }
@@ -320,15 +325,16 @@ int main(int argc, char** argv) {
   minMax(rssEnd, &lo, &hi);
   const bool pass = good && totalErrors == 0 && disagreements == 0 && worst <= o.maxGrowthPct;
   if (gRank == 0) {
-    std::printf("# soak: %llu calls (%llu in the warm-up and cycle ends), %llu collectives on the communicator "
-                "(%llu compressed), %.1f s\n",
-                static_cast<unsigned long long>(s.calls), static_cast<unsigned long long>(s.calls - o.calls),
-                static_cast<unsigned long long>(st.calls), static_cast<unsigned long long>(st.compressedCalls), secs);
-    std::printf("# soak: RSS at end %.2f-%.2f MiB, largest growth over ranks %+.3f%% (bound %.2f%%; before "
-                "malloc_trim %+.3f%%), errors %llu, rank disagreements %llu: %s\n",
-                lo / 1048576.0, hi / 1048576.0, worst, o.maxGrowthPct, rawGrowth,
-                static_cast<unsigned long long>(totalErrors),
-                static_cast<unsigned long long>(disagreements), pass ? "PASS" : "FAIL");
+    std::printf(
+        "# soak: %llu calls (%llu in the warm-up and cycle ends), %llu collectives on the communicator "
+        "(%llu compressed), %.1f s\n",
+        static_cast<unsigned long long>(s.calls), static_cast<unsigned long long>(s.calls - o.calls),
+        static_cast<unsigned long long>(st.calls), static_cast<unsigned long long>(st.compressedCalls), secs);
+    std::printf(
+        "# soak: RSS at end %.2f-%.2f MiB, largest growth over ranks %+.3f%% (bound %.2f%%; before "
+        "malloc_trim %+.3f%%), errors %llu, rank disagreements %llu: %s\n",
+        lo / 1048576.0, hi / 1048576.0, worst, o.maxGrowthPct, rawGrowth, static_cast<unsigned long long>(totalErrors),
+        static_cast<unsigned long long>(disagreements), pass ? "PASS" : "FAIL");
   }
   s.destroy();
   MPI_Finalize();

@@ -18,10 +18,8 @@ bool commAlive(const spcclComm* c) {
 spcclResult_t finish(const Status& st, int rank) {
   if (!st.isOk()) {
     setLastError(st);
-    if (st.expected())
-      SPCCL_INFO(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
-    else
-      SPCCL_WARN(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
+    if (st.expected()) SPCCL_INFO(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
+    else SPCCL_WARN(rank, "%s: %s", spcclGetErrorString(st.code()), st.message().c_str());
   }
   return st.code();
 }
@@ -61,8 +59,8 @@ Status checkCompressor(const spcclCompressor* c) {
                                        static_cast<const void*>(c)));
     auto it = registry().comms.find(c->comm);
     if (it == registry().comms.end() || it->second != c->commId)
-      return invalidUsage(formatString("compressor=%p: its communicator has been destroyed",
-                                       static_cast<const void*>(c)));
+      return invalidUsage(
+          formatString("compressor=%p: its communicator has been destroyed", static_cast<const void*>(c)));
   }
   return Status::ok();
 }
@@ -74,9 +72,10 @@ Status checkMpiLive(const spcclComm& comm) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized)
-    return invalidUsage(formatString("comm=%p: MPI has been finalized; collectives need MPI (destroy spccl objects "
-                                     "before MPI_Finalize, or at least make no calls after it)",
-                                     static_cast<const void*>(&comm)));
+    return invalidUsage(
+        formatString("comm=%p: MPI has been finalized; collectives need MPI (destroy spccl objects "
+                     "before MPI_Finalize, or at least make no calls after it)",
+                     static_cast<const void*>(&comm)));
   return Status::ok();
 }
 
@@ -90,19 +89,22 @@ Status checkBuffers(const void* sendbuff, const void* recvbuff, size_t count, si
   if (count > SIZE_MAX / (elemSize ? elemSize : 1) / 2)
     return invalidArgument(formatString("%s=%zu x %zu-byte elements overflows size_t", countName, count, elemSize));
   if (stream != nullptr)
-    return invalidArgument(formatString("stream=%p must be NULL on an MPI communicator (host buffers); device "
-                                        "buffers need a communicator from spcclCommInitNccl",
-                                        stream));
+    return invalidArgument(
+        formatString("stream=%p must be NULL on an MPI communicator (host buffers); device "
+                     "buffers need a communicator from spcclCommInitNccl",
+                     stream));
   return Status::ok();
 }
 
 Status checkDataType(int datatype) {
   if (datatype == spcclFloat8e4m3)
-    return invalidArgument(formatString("datatype=%d (spcclFloat8e4m3) is a wire value type only "
-                                        "(spcclCompressConfig_t.wireValueType, SPCCL_VALUE_TYPE=fp8), not a buffer "
-                                        "type: pass fp32, fp16 or bf16 buffers",
-                                        datatype));
-  if (!isValidDataType(datatype)) return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
+    return invalidArgument(
+        formatString("datatype=%d (spcclFloat8e4m3) is a wire value type only "
+                     "(spcclCompressConfig_t.wireValueType, SPCCL_VALUE_TYPE=fp8), not a buffer "
+                     "type: pass fp32, fp16 or bf16 buffers",
+                     datatype));
+  if (!isValidDataType(datatype))
+    return invalidArgument(formatString("datatype=%d is not an spcclDataType_t", datatype));
   return Status::ok();
 }
 
@@ -167,7 +169,8 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
   if (comm->onDevice && comm->params.rowsCodec != kRowsCodecWire)
-    return invalidUsage("SPCCL_ROWS_CODEC=int8 is implemented on the host (MPI) path only; unset it for device buffers");
+    return invalidUsage(
+        "SPCCL_ROWS_CODEC=int8 is implemented on the host (MPI) path only; unset it for device buffers");
 #if SPCCL_WITH_NCCL
   if (comm->onDevice) {
     SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
@@ -243,8 +246,8 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
 // select count and index with 32 bits (spcclCompressorCreate refuses such a
 // count), so the drop-in's larger buffers go to the exact path.
 bool takesExactPath(const spcclComm& comm, size_t count, spcclDataType_t type, spcclRedOp_t op, float density) {
-  return comm.params.disable || !isCompressibleType(type) || (op != spcclSum && op != spcclAvg) ||
-         density >= 1.0f || count == 0 || count > UINT32_MAX;
+  return comm.params.disable || !isCompressibleType(type) || (op != spcclSum && op != spcclAvg) || density >= 1.0f ||
+         count == 0 || count > UINT32_MAX;
 }
 
 // The drop-in keeps one compressor, with its residual, per (recvbuff, count,
@@ -287,8 +290,8 @@ Status spcclComm::exactAllReduce(const void* sendbuff, void* recvbuff, size_t co
 namespace spccl {
 
 const char* dataTypeName(int t) {
-  static const char* kNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
-                                 "float64", "bfloat16", "float8e4m3"};
+  static const char* kNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",     "uint64",
+                                 "float16", "float32", "float64", "bfloat16", "float8e4m3"};
   static_assert(sizeof kNames / sizeof kNames[0] == spcclNumTypes, "a name per spcclDataType_t");
   return isKnownDataType(t) ? kNames[t] : "invalid";
 }

@@ -11,7 +11,7 @@ extern "C" {
 
 spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t datatype,
                              spcclRedOp_t op, spcclComm_t comm, void* stream) {
-  return guarded([&]() -> Status {
+  return guarded(comm && commAlive(comm) ? comm->rank : -1, [&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, op));
@@ -33,12 +33,12 @@ spcclResult_t spcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
       warnIfImplicitCompressorsPileUp(*comm);
     }
     return runCompressed(it->second.get(), sendbuff, recvbuff, op, stream);
-  }, comm && commAlive(comm) ? comm->rank : -1);
+  });
 }
 
 spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, spcclDataType_t datatype,
                             spcclComm_t comm, void* stream) {
-  return guarded([&]() -> Status {
+  return guarded(comm && commAlive(comm) ? comm->rank : -1, [&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
@@ -59,8 +59,10 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
 #endif
     if (rows) {  // (in place too: every row is selected and gathered before any is written)
       spcclStats_t call{};
-      return counted(comm, runRowsForward(comm, sendbuff, recvbuff, count / rowLen, rowLen, datatype,
-                                          p.alltoallDensity, nullptr, stream, &call), call);
+      return counted(comm,
+                     runRowsForward(comm, sendbuff, recvbuff, count / rowLen, rowLen, datatype, p.alltoallDensity,
+                                    nullptr, stream, &call),
+                     call);
     }
     SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, true, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
     SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm->transport,
@@ -69,12 +71,12 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
     const size_t block = count * dataTypeSize(datatype);
     return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
                      count ? comm->transport->allToAll(sendbuff, block, recvbuff) : Status::ok());
-  }, comm && commAlive(comm) ? comm->rank : -1);
+  });
 }
 
 spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, spcclDataType_t datatype,
                              spcclComm_t comm, void* stream) {
-  return guarded([&]() -> Status {
+  return guarded(comm && commAlive(comm) ? comm->rank : -1, [&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(datatype, spcclSum));
@@ -91,8 +93,10 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
       if (sendcount > UINT32_MAX)
         return invalidArgument(formatString("sendcount=%zu exceeds the 32-bit index encoding", sendcount));
       spcclStats_t call{};
-      return counted(comm, gpu::allGatherTopK(comm, sendbuff, recvbuff, sendcount, datatype, p.allgatherDensity,
-                                              static_cast<cudaStream_t>(stream), &call), call);
+      return counted(comm,
+                     gpu::allGatherTopK(comm, sendbuff, recvbuff, sendcount, datatype, p.allgatherDensity,
+                                        static_cast<cudaStream_t>(stream), &call),
+                     call);
     }
     if (comm->onDevice) {
       ++comm->seq;
@@ -109,26 +113,26 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
       return counted(comm, allGatherTopK(*comm, sendbuff, recvbuff, sendcount, datatype, p.allgatherDensity, &call),
                      call);
     }
-    SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm->transport,
-                                      exactCollectiveDescriptor(Collective::kAllGather, comm->seq++, sendcount, datatype),
-                                      &comm->descriptors));
+    SPCCL_RETURN_IF_ERROR(agreeOnCall(
+        *comm->transport, exactCollectiveDescriptor(Collective::kAllGather, comm->seq++, sendcount, datatype),
+        &comm->descriptors));
     const size_t block = sendcount * dataTypeSize(datatype);
     return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
                      sendcount ? comm->transport->allGather(sendbuff, block, recvbuff) : Status::ok());
-  }, comm && commAlive(comm) ? comm->rank : -1);
+  });
 }
 
 spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                                           spcclDataType_t datatype, float density, spcclSelection_t* selection,
                                           spcclComm_t comm, void* stream) {
-  return guarded([&]() -> Status {
+  return guarded(comm && commAlive(comm) ? comm->rank : -1, [&]() -> Status {
     if (selection) *selection = nullptr;
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (!isSupportedRowType(datatype))
-      return invalidArgument(formatString("datatype=%s: row compression takes float32, float16 or bfloat16",
-                                          dataTypeName(datatype)));
+      return invalidArgument(
+          formatString("datatype=%s: row compression takes float32, float16 or bfloat16", dataTypeName(datatype)));
     if (rowLen == 0) return invalidArgument("rowLen=0: rows must have at least one element");
     if (rowLen > UINT32_MAX) return invalidArgument(formatString("rowLen=%zu exceeds 2^32-1", rowLen));
     if (!(density > 0.0f && density <= 1.0f))
@@ -146,21 +150,23 @@ spcclResult_t spcclAlltoAllRowsCompressed(const void* sendbuff, void* recvbuff, 
       sel->commId = comm->id;
     }
     spcclStats_t call{};
-    SPCCL_RETURN_IF_ERROR(counted(comm, runRowsForward(comm, sendbuff, recvbuff, rowsPerPeer, rowLen, datatype,
-                                                       density, sel.get(), stream, &call), call));
+    SPCCL_RETURN_IF_ERROR(counted(
+        comm,
+        runRowsForward(comm, sendbuff, recvbuff, rowsPerPeer, rowLen, datatype, density, sel.get(), stream, &call),
+        call));
     if (selection) {
       std::lock_guard<std::mutex> lock(registry().mu);
       registry().selections[sel.get()] = true;
       *selection = sel.release();
     }
     return Status::ok();
-  }, comm && commAlive(comm) ? comm->rank : -1);
+  });
 }
 
 spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecvbuff, spcclSelection_t selection,
                                         void* stream) {
   int rank = -1;
-  return guarded([&]() -> Status {
+  return guarded(rank, [&]() -> Status {
     if (selection == nullptr) return invalidArgument("selection is NULL");
     {
       std::lock_guard<std::mutex> lock(registry().mu);
@@ -169,8 +175,8 @@ spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecv
                                          static_cast<const void*>(selection)));
       auto it = registry().comms.find(selection->comm);
       if (it == registry().comms.end() || it->second != selection->commId)
-        return invalidUsage(formatString("selection=%p: its communicator has been destroyed",
-                                         static_cast<const void*>(selection)));
+        return invalidUsage(
+            formatString("selection=%p: its communicator has been destroyed", static_cast<const void*>(selection)));
     }
     rank = selection->comm->rank;
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*selection->comm));
@@ -185,7 +191,7 @@ spcclResult_t spcclAlltoAllRowsBackward(const void* gradSendbuff, void* gradRecv
       return invalidArgument("gradSendbuff == gradRecvbuff: the rows backward is not in place");
     spcclStats_t call{};  // the backward marks the selection used once every rank agreed on the call
     return counted(selection->comm, runRowsBackward(selection, gradSendbuff, gradRecvbuff, stream, &call), call);
-  }, rank);
+  });
 }
 
 spcclResult_t spcclSelectionDestroy(spcclSelection_t selection) {
@@ -205,15 +211,15 @@ spcclResult_t spcclSelectionDestroy(spcclSelection_t selection) {
 spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, size_t nrows, size_t rowLen,
                                       spcclDataType_t datatype, int64_t* outRowIds, void* outRows, size_t outCapacity,
                                       size_t* outNrows, spcclComm_t comm, void* stream) {
-  return guarded([&]() -> Status {
+  return guarded(comm && commAlive(comm) ? comm->rank : -1, [&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkComm(comm));
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*comm));
     if (outNrows == nullptr) return invalidArgument("outNrows is NULL");
     *outNrows = 0;
     SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (!isCompressibleType(datatype) && datatype != spcclFloat64)
-      return invalidArgument(formatString("datatype=%s: rows must be float32, float64, float16 or bfloat16",
-                                          dataTypeName(datatype)));
+      return invalidArgument(
+          formatString("datatype=%s: rows must be float32, float64, float16 or bfloat16", dataTypeName(datatype)));
     if (rowLen == 0) return invalidArgument("rowLen=0: rows must have at least one element");
     SPCCL_RETURN_IF_ERROR(checkSizes(nrows, rowLen, 8, "nrows * rowLen"));
     SPCCL_RETURN_IF_ERROR(checkSizes(outCapacity, rowLen, 8, "outCapacity * rowLen"));
@@ -228,18 +234,21 @@ spcclResult_t spcclAllReduceRowSparse(const int64_t* rowIds, const void* rows, s
     if (comm->onDevice) {
       SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(
           comm, {{"rowIds", rowIds}, {"rows", rows}, {"outRowIds", outRowIds}, {"outRows", outRows}}));
-      return counted(comm, gpu::rowSparse(comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows, outCapacity,
-                                          outNrows, static_cast<cudaStream_t>(stream), &call), call);
+      return counted(comm,
+                     gpu::rowSparse(comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows, outCapacity,
+                                    outNrows, static_cast<cudaStream_t>(stream), &call),
+                     call);
     }
 #endif
     if (stream != nullptr)
       return invalidArgument(formatString("stream=%p must be NULL on an MPI communicator (host buffers)", stream));
-    SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, false,
-                                          {{"rowIds", rowIds}, {"rows", rows}, {"outRowIds", outRowIds},
-                                           {"outRows", outRows}}));
-    return counted(comm, allReduceRowSparse(*comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows,
-                                            outCapacity, outNrows, &call), call);
-  }, comm && commAlive(comm) ? comm->rank : -1);
+    SPCCL_RETURN_IF_ERROR(checkHostMemory(
+        *comm, false, {{"rowIds", rowIds}, {"rows", rows}, {"outRowIds", outRowIds}, {"outRows", outRows}}));
+    return counted(comm,
+                   allReduceRowSparse(*comm, rowIds, rows, nrows, rowLen, datatype, outRowIds, outRows, outCapacity,
+                                      outNrows, &call),
+                   call);
+  });
 }
 
 // The name in parentheses: spccl.h also defines spcclCompressConfigInit as a

@@ -18,12 +18,13 @@ spcclResult_t spcclCompressConfigInitVersion(spcclCompressConfig_t* config, size
     if (config == nullptr) return invalidArgument("config is NULL");
     const size_t known = configLayoutBytes(version);
     if (known == 0)
-      return invalidArgument(formatString("config version %u is newer than this library's (%d): the program was "
-                                          "built against a later spccl.h",
-                                          version, SPCCL_COMPRESS_CONFIG_VERSION));
+      return invalidArgument(
+          formatString("config version %u is newer than this library's (%d): the program was "
+                       "built against a later spccl.h",
+                       version, SPCCL_COMPRESS_CONFIG_VERSION));
     if (size < known)
-      return invalidArgument(formatString("config size %zu is smaller than version %u's %zu bytes", size, version,
-                                          known));
+      return invalidArgument(
+          formatString("config size %zu is smaller than version %u's %zu bytes", size, version, known));
     Params p;
     SPCCL_RETURN_IF_ERROR(loadParamsFromEnv(&p));
     spcclCompressConfig_t full = configFromParams(p);
@@ -44,13 +45,15 @@ spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataTyp
     SPCCL_RETURN_IF_ERROR(checkDataType(datatype));
     if (count > SIZE_MAX / 16) return invalidArgument(formatString("count=%zu is too large", count));
     if (count > UINT32_MAX)
-      return invalidArgument(formatString("count=%zu exceeds the 32-bit index encoding (at most %u)", count, UINT32_MAX));
+      return invalidArgument(
+          formatString("count=%zu exceeds the 32-bit index encoding (at most %u)", count, UINT32_MAX));
     spcclCompressConfig_t cfg;
     SPCCL_RETURN_IF_ERROR(readConfig(config, comm->params, &cfg));
     SPCCL_RETURN_IF_ERROR(checkConfig(cfg));
     if (comm->onDevice && cfg.wireValueType == spcclFloat8e4m3)
-      return invalidUsage("config.wireValueType=spcclFloat8e4m3: the fp8 wire type is implemented on the host (MPI) "
-                          "path only; a compressor of an NCCL communicator carries fp32, fp16 or bf16 (docs/GPU.md)");
+      return invalidUsage(
+          "config.wireValueType=spcclFloat8e4m3: the fp8 wire type is implemented on the host (MPI) "
+          "path only; a compressor of an NCCL communicator carries fp32, fp16 or bf16 (docs/GPU.md)");
     std::unique_ptr<spcclCompressor> c;
     SPCCL_RETURN_IF_ERROR(makeCompressor(comm, count, datatype, cfg, false, &c));
     registerCompressor(c.get());
@@ -59,9 +62,9 @@ spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataTyp
   });
 }
 
-spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spcclRedOp_t op,
-                                       spcclCompressor_t c, void* stream) {
-  return guarded([&]() -> Status {
+spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spcclRedOp_t op, spcclCompressor_t c,
+                                       void* stream) {
+  return guarded(c && checkCompressor(c).isOk() ? c->comm->rank : -1, [&]() -> Status {
     SPCCL_RETURN_IF_ERROR(checkCompressor(c));
     SPCCL_RETURN_IF_ERROR(checkMpiLive(*c->comm));
     SPCCL_RETURN_IF_ERROR(checkTypeAndOp(c->dataType, op));
@@ -76,7 +79,7 @@ spcclResult_t spcclAllReduceCompressed(const void* sendbuff, void* recvbuff, spc
       return Status::ok();
     }
     return runCompressed(c, sendbuff, recvbuff, op, stream);
-  }, c && checkCompressor(c).isOk() ? c->comm->rank : -1);
+  });
 }
 
 spcclResult_t spcclCompressorGetStats(const spcclCompressor_t c, spcclStats_t* stats) {
@@ -93,7 +96,8 @@ spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* resid
     SPCCL_RETURN_IF_ERROR(checkCompressor(c));
     if (count != c->count)
       return invalidArgument(formatString("count=%zu differs from the compressor's count %zu", count, c->count));
-    if (residual == nullptr && count > 0) return invalidArgument(formatString("residual is NULL with count=%zu", count));
+    if (residual == nullptr && count > 0)
+      return invalidArgument(formatString("residual is NULL with count=%zu", count));
 #if SPCCL_WITH_NCCL
     if (c->comm->onDevice) return gpu::copyResidual(c, residual);
 #endif
@@ -115,8 +119,8 @@ spcclResult_t spcclCompressorDestroy(spcclCompressor_t c) {
         return invalidUsage(formatString("compressor=%p is not a live compressor (destroyed twice, or never created)",
                                          static_cast<const void*>(c)));
       if (c->implicit)
-        return invalidUsage(formatString("compressor=%p is implicit: it belongs to its communicator",
-                                         static_cast<const void*>(c)));
+        return invalidUsage(
+            formatString("compressor=%p is implicit: it belongs to its communicator", static_cast<const void*>(c)));
       registry().compressors.erase(c);
     }
     delete c;

@@ -36,10 +36,8 @@ const char* spcclGetErrorString(spcclResult_t result) { return resultString(resu
 
 const char* spcclGetLastError(spcclComm_t) { return lastError(); }
 
-
-
 spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
-  return guarded([&]() -> Status {
+  return guarded(worldRank(), [&]() -> Status {
     if (comm == nullptr) return invalidArgument("comm (output pointer) is NULL");
     *comm = nullptr;
     int initialized = 0;
@@ -54,8 +52,9 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     int inter = 0;
     SPCCL_MPI_CHECK(MPI_Comm_test_inter(mpiComm, &inter));
     if (inter)
-      return invalidArgument("mpiComm is an intercommunicator: pass an intracommunicator (MPI_Intercomm_merge "
-                             "makes one of its two groups)");
+      return invalidArgument(
+          "mpiComm is an intercommunicator: pass an intracommunicator (MPI_Intercomm_merge "
+          "makes one of its two groups)");
     Params params;
     Status envStatus = loadParamsFromEnv(&params);
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
@@ -79,8 +78,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     c->params = params;
     std::string modelOrigin;  // collective: SPCCL_CALIBRATE / SPCCL_NET_* / SPCCL_AUTO_TRIALS (src/tuner.h)
     SPCCL_RETURN_IF_ERROR(
-        resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin, &c->params.autoTrials,
-                         &c->modelSettings));
+        resolveCostModel(*c->transport, params, &c->costModel, &modelOrigin, &c->params.autoTrials, &c->modelSettings));
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};
     {
       std::lock_guard<std::mutex> lock(registry().mu);
@@ -93,7 +91,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     SPCCL_INFO(c->rank, "params: %s", describeParams(params).c_str());
     *comm = c.release();
     return Status::ok();
-  }, worldRank());
+  });
 }
 
 #if SPCCL_WITH_NCCL
@@ -107,8 +105,9 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
     if (envStatus.isOk()) envStatus = applyHostSimd(params);
     if (envStatus.isOk() && params.valueType == core::ValueType::kFloat8e4m3)
-      envStatus = invalidArgument("SPCCL_VALUE_TYPE=fp8: the fp8 wire type is implemented on the host (MPI) path "
-                                  "only; NCCL communicators carry fp32, fp16 or bf16 (docs/GPU.md)");
+      envStatus = invalidArgument(
+          "SPCCL_VALUE_TYPE=fp8: the fp8 wire type is implemented on the host (MPI) path "
+          "only; NCCL communicators carry fp32, fp16 or bf16 (docs/GPU.md)");
     auto c = std::make_unique<spcclComm>();
     c->params = params;
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};

@@ -98,16 +98,22 @@ void warnIfImplicitCompressorsPileUp(const spcclComm& comm);
 
 // rank is read after f has run: a call that learns its communicator inside f
 // (spcclAlltoAllRowsBackward, from its selection) passes the variable it sets.
+// The lambda comes last, so its body keeps the statement's indentation.
 template <typename F>
-spcclResult_t guarded(F&& f, const int& rank = -1) {
+spcclResult_t guarded(const int& rank, F&& f) {
   try {
-    const Status st = f();  // before rank is read (argument order is unspecified)
+    const Status st = f();  // before rank is read
     return finish(st, rank);
   } catch (const std::bad_alloc&) {
     return finish(systemError("out of host memory"), rank);
   } catch (const std::exception& e) {
     return finish(internalError(std::string("unexpected exception: ") + e.what()), rank);
   }
+}
+// A call with no communicator to name in its log lines.
+template <typename F>
+spcclResult_t guarded(F&& f) {
+  return guarded(-1, std::forward<F>(f));
 }
 
 // SPCCL_* variables in the environment that the parameter table does not know.

@@ -51,13 +51,13 @@ namespace spccl {
 // communicator's life. An exchange that fails (a mismatched call on another
 // rank) advances nothing, nor does a first call that did not get past its own.
 struct AutoShape {
-  bool firstCallDone = false;   // the model's call (with trials)
-  size_t trialsRun = 0;         // trial calls past their line-up (the same count on every rank)
-  std::vector<int> candidates;  // trialCandidates() at the first trial
-  std::vector<float> slowest;   // trial call i's slowest rank's seconds (infinite if it failed on any rank)
+  bool firstCallDone = false;           // the model's call (with trials)
+  size_t trialsRun = 0;                 // trial calls past their line-up (the same count on every rank)
+  std::vector<int> candidates;          // trialCandidates() at the first trial
+  std::vector<float> slowest;           // trial call i's slowest rank's seconds (infinite if it failed on any rank)
   uint64_t lastTrialNs = kNoTrialTime;  // this rank's time of trial call trialsRun - 1, not yet sent
-  int settled = -1;             // SPCCL_ALGO_*, once settled
-  double mergedPerRange = -1;   // measured by the shape's last split call (same on every rank)
+  int settled = -1;                     // SPCCL_ALGO_*, once settled
+  double mergedPerRange = -1;           // measured by the shape's last split call (same on every rank)
 };
 // count, datatype, density (bits), wire value type
 using AutoShapeKey = std::tuple<size_t, int, uint32_t, int>;
@@ -85,7 +85,7 @@ struct spcclCompressor {
   // (A stored tau that starves a selection, with thresholdMinFraction > 0, is
   // re-estimated in its own call: starved().)
   bool estimateNext = false;
-  bool residualZero = true;      // host: nothing committed to the residual since a dense call last sent it
+  bool residualZero = true;  // host: nothing committed to the residual since a dense call last sent it
 
   // This call's selected pairs live in the communicator's pair buffers
   // (spcclComm::pairsFor); pairSlots is how many of them this compressor's
@@ -93,7 +93,7 @@ struct spcclCompressor {
   // a call with more NaN/Inf than slots. Its own, not the shared buffers'
   // size, so that a compressor selects alike with or without larger neighbours.
   uint64_t pairSlots = 0;
-  int scaleExp = 0;                     // fp8 wire: the scale exponent this call's values were stored with
+  int scaleExp = 0;  // fp8 wire: the scale exponent this call's values were stored with
   spcclStats_t stats{};
   // Compressors of NCCL communicators keep their residual and scratch here
   // (device memory) instead of in the host vectors above.
@@ -113,9 +113,9 @@ struct spcclCompressor {
   // shape (the communicator's autoShapes; set at its first auto call), and
   // this call's trial timing.
   spccl::AutoShape* autoShape = nullptr;
-  bool trialTiming = false;      // this call is a trial: select() times what steady state would not pay
+  bool trialTiming = false;        // this call is a trial: select() times what steady state would not pay
   uint64_t autoExchangeBytes = 0;  // this call's line-up or settling exchange, sent before its own descriptor
-  double untimedSeconds = 0;     // that much of this call: tau re-estimation beyond one pass, first allocation
+  double untimedSeconds = 0;       // that much of this call: tau re-estimation beyond one pass, first allocation
 
   ~spcclCompressor();
   spccl::Status allReduce(const void* sendbuff, void* recvbuff, spcclRedOp_t op);
@@ -160,8 +160,7 @@ struct spcclCompressor {
   // candidates when this call is a timed trial, else -1.
   spccl::Status autoPick(spccl::AutoShape& shape, int ranks, spcclRedOp_t op, int* algorithm, int* trial);
   spccl::AutoShape& shapeState();
-  spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
-                            int algorithm);
+  spccl::Status allReduceOn(spccl::Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op, int algorithm);
   // Exact allreduce of send + residual (the residual emptied), or of send alone with the residual and tau
   // left as they are when !sendResidual.
   spccl::Status denseReduce(spccl::Transport& t, const void* sendbuff, float* out, bool sendResidual);
@@ -186,9 +185,9 @@ struct spcclComm : spccl::CollectiveContext {
   spcclComm() { settings = &params; }
   spcclComm(const spcclComm&) = delete;
   spcclComm& operator=(const spcclComm&) = delete;
-  std::vector<float> accumulator;        // a compressed allreduce's fp32 result for 16-bit user buffers
-  std::vector<uint32_t> pairIndices;     // a compressed allreduce's selected pairs: indices
-  std::vector<unsigned char> pairValues; // and wire-typed values
+  std::vector<float> accumulator;         // a compressed allreduce's fp32 result for 16-bit user buffers
+  std::vector<uint32_t> pairIndices;      // a compressed allreduce's selected pairs: indices
+  std::vector<unsigned char> pairValues;  // and wire-typed values
   // The pair buffers with room for at least `slots` pairs of `valueBytes` bytes.
   void pairsFor(uint64_t slots, uint32_t valueBytes) {
     if (pairIndices.size() < slots) pairIndices.resize(slots);

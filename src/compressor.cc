@@ -56,9 +56,9 @@ bool spcclCompressor::scheduledEstimate(uint64_t call, uint64_t interval, bool w
 }
 
 bool spcclCompressor::takeEstimateDue() {
-  const bool due = scheduledEstimate(callIndex, static_cast<uint64_t>(config.thresholdInterval),
-                                     config.thresholdWarmup != 0) ||
-                   estimateNext;
+  const bool due =
+      scheduledEstimate(callIndex, static_cast<uint64_t>(config.thresholdInterval), config.thresholdWarmup != 0) ||
+      estimateNext;
   estimateNext = false;
   return due;
 }
@@ -73,8 +73,8 @@ bool spcclCompressor::starved(bool estimated, uint32_t usedTauKey, uint64_t fini
   return !estimated && usedTauKey != 0 && finiteSelected < below;
 }
 
-void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k,
-                                        uint64_t capacity, uint64_t* tieBudget) {
+void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
+                                        uint64_t* tieBudget) {
   const Stopwatch watch(comm->params.profile);
   const host::ThresholdResult t =
       host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, &comm->thresholdScratch);
@@ -124,8 +124,17 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSch
     estimated = true;
   }
   for (;;) {
-    host::SelectArgs a{sendbuff, dataType, residualIn, residualOut, count, tauKey, tieBudget,
-                       pairSlots, wire, comm->pairIndices.data(), comm->pairValues.data()};
+    host::SelectArgs a{sendbuff,
+                       dataType,
+                       residualIn,
+                       residualOut,
+                       count,
+                       tauKey,
+                       tieBudget,
+                       pairSlots,
+                       wire,
+                       comm->pairIndices.data(),
+                       comm->pairValues.data()};
     if (wire == core::ValueType::kFloat8e4m3) {
       // tau's binade -> e4m3's smallest normal binade: every selected |v| >= tau
       // is a normal code; tau == 0 (fewer non-zeros than k) has no binade, so
@@ -231,8 +240,8 @@ AutoShape& spcclCompressor::shapeState() {
   if (autoShape == nullptr) {
     uint32_t density = 0;
     std::memcpy(&density, &config.density, sizeof density);
-    autoShape =
-        &comm->autoShapes[AutoShapeKey{count, static_cast<int>(dataType), density, static_cast<int>(config.wireValueType)}];
+    autoShape = &comm->autoShapes[AutoShapeKey{count, static_cast<int>(dataType), density,
+                                               static_cast<int>(config.wireValueType)}];
   }
   return *autoShape;
 }
@@ -244,8 +253,14 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
     return Status::ok();
   }
   const core::ValueType wire = toValueType(config.wireValueType);
-  CostInputs in{ranks, count, selectCount(), static_cast<uint32_t>(dataTypeSize(dataType)), core::wireValueBytes(wire),
-                a.mergedPerRange, comm->modelSettings.indexEncoding, static_cast<double>(modelKeepPerRange(ranks))};
+  CostInputs in{ranks,
+                count,
+                selectCount(),
+                static_cast<uint32_t>(dataTypeSize(dataType)),
+                core::wireValueBytes(wire),
+                a.mergedPerRange,
+                comm->modelSettings.indexEncoding,
+                static_cast<double>(modelKeepPerRange(ranks))};
   const int trials = comm->params.autoTrials;
   if (trials <= 0 || !a.firstCallDone) {  // the model's pick (with trials: the shape's first call's)
     *algorithm = chooseAlgorithm(in, comm->costModel);
@@ -257,7 +272,8 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   if (a.candidates.empty()) {
     a.candidates = trialCandidates(in, comm->costModel);
     a.slowest.assign(a.candidates.size() * perCandidate, std::numeric_limits<float>::infinity());
-    SPCCL_INFO(comm->rank, "auto: timing %zu candidate(s) on %d counted call(s) each (%zu calls each with the "
+    SPCCL_INFO(comm->rank,
+               "auto: timing %zu candidate(s) on %d counted call(s) each (%zu calls each with the "
                "uncounted warm-up and lead-in calls, in blocks of consecutive calls) before settling; %s",
                a.candidates.size(), a.candidates.size() > 1 ? trials : 0, perCandidate,
                explainChoice(in, comm->costModel).c_str());
@@ -273,8 +289,14 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   // runs from a common start) and gathers the times (a call's time is its
   // slowest rank's, as perf/allreduce_perf measures it).
   const bool settle = a.trialsRun == a.slowest.size();
-  CallDescriptor mine{kStreamMagic, settle ? kAutoSettle : kAutoLineUp, static_cast<uint8_t>(wire),
-                      static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), comm->seq, count, a.trialsRun};
+  CallDescriptor mine{kStreamMagic,
+                      settle ? kAutoSettle : kAutoLineUp,
+                      static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(dataType),
+                      static_cast<uint8_t>(op),
+                      comm->seq,
+                      count,
+                      a.trialsRun};
   mine.streamBytes = a.lastTrialNs;
   mine.density = config.density;
   mine.flags = kCallAuto;
@@ -292,7 +314,8 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   if (a.trialsRun > 0) {
     uint64_t slowestNs = 0;
     for (const CallDescriptor& d : all) slowestNs = std::max(slowestNs, d.streamBytes);
-    if (slowestNs != kNoTrialTime) a.slowest[a.trialsRun - 1] = static_cast<float>(1e-9 * static_cast<double>(slowestNs));
+    if (slowestNs != kNoTrialTime)
+      a.slowest[a.trialsRun - 1] = static_cast<float>(1e-9 * static_cast<double>(slowestNs));
   }
   a.lastTrialNs = kNoTrialTime;
   if (!settle) {
@@ -344,7 +367,8 @@ Status spcclCompressor::allReduce(const void* sendbuff, void* recvbuff, spcclRed
   // (a failed call's as kNoTrialTime: that trial counts as infinitely slow).
   const double counted = std::max(0.0, seconds - untimedSeconds);
   shape->lastTrialNs = s.isOk() ? static_cast<uint64_t>(std::llround(1e9 * counted)) : kNoTrialTime;
-  SPCCL_TRACE(comm->rank, "auto: trial call %zu: %s %.4g ms (%.4g ms of it re-estimating tau or allocating, not "
+  SPCCL_TRACE(comm->rank,
+              "auto: trial call %zu: %s %.4g ms (%.4g ms of it re-estimating tau or allocating, not "
               "counted)",
               shape->trialsRun - 1, algorithmName(algorithm), 1e3 * seconds, 1e3 * untimedSeconds);
   return s;
@@ -391,8 +415,14 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     profile.selection += watch.seconds();
   }
 
-  CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
-                      static_cast<uint8_t>(dataType), static_cast<uint8_t>(op), seq, count, nnz};
+  CallDescriptor mine{kStreamMagic,
+                      static_cast<uint8_t>(algorithm),
+                      static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(dataType),
+                      static_cast<uint8_t>(op),
+                      seq,
+                      count,
+                      nnz};
   // allgather: this rank's stream size in its index encoding goes out with
   // the descriptor (split exchanges its sizes itself).
   mine.density = config.density;
@@ -443,8 +473,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     std::vector<uint64_t>& nnzPerRank = workspace.nnzPerRank;
     nnzPerRank.resize(p);
     for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
-    ReduceContext ctx{&t, seq, count, wire, algorithm, nnzPerRank.data(), out,
-                      config.errorFeedback ? residual[current].data() : nullptr, &workspace};
+    ReduceContext ctx{&t,        seq,
+                      count,     wire,
+                      algorithm, nnzPerRank.data(),
+                      out,       config.errorFeedback ? residual[current].data() : nullptr,
+                      &workspace};
     ctx.scaleExp = scaleExp;
     ctx.wireBound = dataType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
     ctx.integrity = &comm->integrity;
@@ -519,9 +552,9 @@ spcclCompressConfig_t configFromParams(const Params& p) {
 
 size_t configLayoutBytes(unsigned int version) {
   static_assert(SPCCL_COMPRESS_CONFIG_VERSION == 4, "a new layout version needs its size here");
-  if (version == 1) return offsetof(spcclCompressConfig_t, splitReselect);  // fields up to capacityFactor
+  if (version == 1) return offsetof(spcclCompressConfig_t, splitReselect);         // fields up to capacityFactor
   if (version == 2) return offsetof(spcclCompressConfig_t, thresholdMinFraction);  // up to splitReselect
-  if (version == 3) return offsetof(spcclCompressConfig_t, thresholdWarmup);  // up to thresholdMinFraction
+  if (version == 3) return offsetof(spcclCompressConfig_t, thresholdWarmup);       // up to thresholdMinFraction
   if (version == SPCCL_COMPRESS_CONFIG_VERSION) return sizeof(spcclCompressConfig_t);
   return 0;
 }
@@ -534,13 +567,13 @@ Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompr
   size_t size;
   unsigned int version;
   std::memcpy(&size, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, size), sizeof size);
-  std::memcpy(&version, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, version),
-              sizeof version);
+  std::memcpy(&version, reinterpret_cast<const char*>(user) + offsetof(spcclCompressConfig_t, version), sizeof version);
   const size_t known = configLayoutBytes(version);
   if (known == 0 || size < known)
-    return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
-                                        "spcclCompressConfigInit() (expected size %zu, version %d)",
-                                        size, version, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION));
+    return invalidArgument(
+        formatString("config.size=%zu / config.version=%u: initialise the config with "
+                     "spcclCompressConfigInit() (expected size %zu, version %d)",
+                     size, version, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION));
   std::memcpy(out, user, known);  // versions 1 to 3: later fields keep their env defaults
   out->size = sizeof *out;
   out->version = SPCCL_COMPRESS_CONFIG_VERSION;
@@ -549,10 +582,10 @@ Status readConfig(const spcclCompressConfig_t* user, const Params& p, spcclCompr
 
 Status checkConfig(const spcclCompressConfig_t& c) {
   if (c.size < sizeof(spcclCompressConfig_t) || c.version != SPCCL_COMPRESS_CONFIG_VERSION)
-    return invalidArgument(formatString("config.size=%zu / config.version=%u: initialise the config with "
-                                        "spcclCompressConfigInit() (expected size %zu, version %d)",
-                                        c.size, c.version, sizeof(spcclCompressConfig_t),
-                                        SPCCL_COMPRESS_CONFIG_VERSION));
+    return invalidArgument(
+        formatString("config.size=%zu / config.version=%u: initialise the config with "
+                     "spcclCompressConfigInit() (expected size %zu, version %d)",
+                     c.size, c.version, sizeof(spcclCompressConfig_t), SPCCL_COMPRESS_CONFIG_VERSION));
   if (!(c.density > 0.0f && c.density <= 1.0f))
     return invalidArgument(formatString("config.density=%g must be in (0, 1]", static_cast<double>(c.density)));
   if (c.thresholdInterval < 1)
@@ -562,15 +595,16 @@ Status checkConfig(const spcclCompressConfig_t& c) {
   if (c.algorithm != SPCCL_ALGO_AUTO && findAllreduceAlgorithm(c.algorithm) == nullptr)
     return invalidArgument(formatString("config.algorithm=%d is not an SPCCL_ALGO_* value", c.algorithm));
   if (!isWireValueType(c.wireValueType))
-    return invalidArgument(formatString("config.wireValueType=%d must be spcclFloat32, spcclFloat16, spcclBfloat16 or "
-                                        "spcclFloat8e4m3",
-                                        static_cast<int>(c.wireValueType)));
+    return invalidArgument(
+        formatString("config.wireValueType=%d must be spcclFloat32, spcclFloat16, spcclBfloat16 or "
+                     "spcclFloat8e4m3",
+                     static_cast<int>(c.wireValueType)));
   if (!(c.capacityFactor >= 1.0f && c.capacityFactor <= 1e6f))
-    return invalidArgument(formatString("config.capacityFactor=%g must be in [1, 1e6]",
-                                        static_cast<double>(c.capacityFactor)));
+    return invalidArgument(
+        formatString("config.capacityFactor=%g must be in [1, 1e6]", static_cast<double>(c.capacityFactor)));
   if (!(c.splitReselect >= 0.0f && c.splitReselect <= 1e6f))
-    return invalidArgument(formatString("config.splitReselect=%g must be in [0, 1e6] (0 = off)",
-                                        static_cast<double>(c.splitReselect)));
+    return invalidArgument(
+        formatString("config.splitReselect=%g must be in [0, 1e6] (0 = off)", static_cast<double>(c.splitReselect)));
   if (!(c.thresholdMinFraction >= 0.0f && c.thresholdMinFraction <= 1.0f))
     return invalidArgument(formatString("config.thresholdMinFraction=%g must be in [0, 1] (0 = off)",
                                         static_cast<double>(c.thresholdMinFraction)));

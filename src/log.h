@@ -18,10 +18,10 @@ const char* lastError();
 
 }  // namespace spccl
 
-#define SPCCL_LOG(level, rank, ...)                                  \
-  do {                                                               \
+#define SPCCL_LOG(level, rank, ...)                                       \
+  do {                                                                    \
     if (static_cast<int>(::spccl::logLevel()) >= static_cast<int>(level)) \
-      ::spccl::logMessage(level, rank, __VA_ARGS__);                 \
+      ::spccl::logMessage(level, rank, __VA_ARGS__);                      \
   } while (0)
 #define SPCCL_WARN(rank, ...) SPCCL_LOG(::spccl::LogLevel::kWarn, rank, __VA_ARGS__)
 #define SPCCL_INFO(rank, ...) SPCCL_LOG(::spccl::LogLevel::kInfo, rank, __VA_ARGS__)

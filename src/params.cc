@@ -100,7 +100,8 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
     {"SPCCL_ROWS_CODEC", ParamType::kChoice, "wire", 0, 0, false, "wire|int8",
      "Values of the alltoall rows (spcclAlltoAllRowsCompressed, its backward, the drop-in row alltoall): wire = "
-     "in SPCCL_VALUE_TYPE; int8 = int8 codes with one fp32 scale per row (the row's largest magnitude / 127), every finite value "
+     "in SPCCL_VALUE_TYPE; int8 = int8 codes with one fp32 scale per row (the row's largest magnitude / 127), every "
+     "finite value "
      "within scale/2 of the original, NaN/Inf arriving as NaN; the backward codes the gradients the same way. "
      "Host path only.",
      [](Params* p, double v) { p->rowsCodec = static_cast<int>(v); }},
@@ -219,8 +220,8 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
   if (spec.type == ParamType::kChoice) {
     const int idx = choiceIndex(spec.choices, text);
     if (idx < 0)
-      return invalidArgument(formatString("%s %s='%s' is invalid: expected one of %s", where, spec.name,
-                                          text, spec.choices));
+      return invalidArgument(
+          formatString("%s %s='%s' is invalid: expected one of %s", where, spec.name, text, spec.choices));
     *number = idx;
     return Status::ok();
   }
@@ -228,8 +229,7 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
   char* end = nullptr;
   const double v = std::strtod(text, &end);
   // No blanks around a number (strtod skips leading ones), as around a choice.
-  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v) ||
-      std::isspace(static_cast<unsigned char>(*text)))
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v) || std::isspace(static_cast<unsigned char>(*text)))
     return invalidArgument(formatString("%s %s='%s' is not a number", where, spec.name, text));
   if ((spec.type == ParamType::kInt || spec.type == ParamType::kBool) && v != std::floor(v))
     return invalidArgument(formatString("%s %s='%s' must be an integer", where, spec.name, text));
@@ -245,8 +245,8 @@ Status parseValue(const ParamSpec& spec, const char* text, bool fromEnv, double*
   // rounds to the bound as a float (1e-50 -> 0) is out of range too.
   if (spec.type == ParamType::kFloat && spec.minExclusive &&
       !(static_cast<float>(v) > static_cast<float>(spec.minValue)))
-    return invalidArgument(formatString("%s %s='%s' is out of range (%g, %g]: it is %g as a float", where,
-                                        spec.name, text, spec.minValue, spec.maxValue,
+    return invalidArgument(formatString("%s %s='%s' is out of range (%g, %g]: it is %g as a float", where, spec.name,
+                                        text, spec.minValue, spec.maxValue,
                                         static_cast<double>(static_cast<float>(v))));
   *number = v;
   return Status::ok();
@@ -289,8 +289,8 @@ size_t editDistance(const std::string& a, const std::string& b) {
 
 // Read by this repository's tests, benchmarks and scripts, not by the library.
 bool isToolVariable(const std::string& name) {
-  static const char* const kTools[] = {"SPCCL_BENCH_SIZES",    "SPCCL_EDGE_TIMEOUT",     "SPCCL_NETEM_HOSTMAP",
-                                       "SPCCL_PROPERTY_SEED",  "SPCCL_PROPERTY_CONFIGS", "SPCCL_GPU_TEST_TRACE",
+  static const char* const kTools[] = {"SPCCL_BENCH_SIZES",        "SPCCL_EDGE_TIMEOUT",     "SPCCL_NETEM_HOSTMAP",
+                                       "SPCCL_PROPERTY_SEED",      "SPCCL_PROPERTY_CONFIGS", "SPCCL_GPU_TEST_TRACE",
                                        "SPCCL_DEVICE_CHECK_DIRECT"};
   if (name.rfind("SPCCL_TEST_", 0) == 0) return true;
   // Package conventions (CMake's <Pkg>_ROOT, install prefixes), not settings.
@@ -347,27 +347,27 @@ const char* valueTypeName(core::ValueType t) {
 
 std::string describeParams(const Params& p) {
   return formatString(
-      "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
-      "SPCCL_THRESHOLD_MIN_FRACTION=%g SPCCL_THRESHOLD_WARMUP=%d SPCCL_CAPACITY_FACTOR=%g SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_AUTO_TRIALS=%d "
-      "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
-      "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
-      "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
-      p.disable ? 1 : 0, choiceName("SPCCL_DEBUG", static_cast<int>(p.debug)).c_str(), static_cast<double>(p.allreduceDensity),
-      p.thresholdInterval, static_cast<double>(p.thresholdMinFraction), p.thresholdWarmup ? 1 : 0,
-      static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
-      choiceName("SPCCL_ALGO", p.algorithm).c_str(), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs,
-      valueTypeName(p.valueType),
-      static_cast<unsigned long long>(p.minCompressCount), static_cast<double>(p.alltoallDensity),
-      static_cast<unsigned long long>(p.alltoallRowLen), static_cast<double>(p.allgatherDensity),
-      choiceName("SPCCL_ROWSPARSE_ALGO", p.rowSparseAlgorithm).c_str()) +
+             "SPCCL_DISABLE=%d SPCCL_DEBUG=%s SPCCL_ALLREDUCE_DENSITY=%g SPCCL_THRESHOLD_INTERVAL=%d "
+             "SPCCL_THRESHOLD_MIN_FRACTION=%g SPCCL_THRESHOLD_WARMUP=%d SPCCL_CAPACITY_FACTOR=%g "
+             "SPCCL_ERROR_FEEDBACK=%d SPCCL_ALGO=%s SPCCL_CALIBRATE=%d SPCCL_AUTO_TRIALS=%d "
+             "SPCCL_NET_GBPS=%g SPCCL_NET_LATENCY_US=%g SPCCL_VALUE_TYPE=%s "
+             "SPCCL_MIN_COMPRESS_COUNT=%llu SPCCL_ALLTOALL_DENSITY=%g SPCCL_ALLTOALL_ROW_LEN=%llu "
+             "SPCCL_ALLGATHER_DENSITY=%g SPCCL_ROWSPARSE_ALGO=%s",
+             p.disable ? 1 : 0, choiceName("SPCCL_DEBUG", static_cast<int>(p.debug)).c_str(),
+             static_cast<double>(p.allreduceDensity), p.thresholdInterval, static_cast<double>(p.thresholdMinFraction),
+             p.thresholdWarmup ? 1 : 0, static_cast<double>(p.capacityFactor), p.errorFeedback ? 1 : 0,
+             choiceName("SPCCL_ALGO", p.algorithm).c_str(), p.calibrate, p.autoTrials, p.netGbps, p.netLatencyUs,
+             valueTypeName(p.valueType), static_cast<unsigned long long>(p.minCompressCount),
+             static_cast<double>(p.alltoallDensity), static_cast<unsigned long long>(p.alltoallRowLen),
+             static_cast<double>(p.allgatherDensity),
+             choiceName("SPCCL_ROWSPARSE_ALGO", p.rowSparseAlgorithm).c_str()) +
          " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
          " SPCCL_DEVICE_MODE=" + choiceName("SPCCL_DEVICE_MODE", p.deviceMode) +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
          formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
-         " SPCCL_PROFILE=" + (p.profile ? "1" : "0") +
-         " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd) +
+         " SPCCL_PROFILE=" + (p.profile ? "1" : "0") + " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd) +
          " SPCCL_ROWS_CODEC=" + choiceName("SPCCL_ROWS_CODEC", p.rowsCodec);
 }
 
@@ -397,8 +397,8 @@ std::string renderParamTable() {
         if (s.type == ParamType::kList) allowed = "comma-separated: " + allowed;
         break;
     }
-    out += formatString("| `%s` | %s | `%s` | %s | %s |\n", s.name, type.c_str(), s.defaultValue,
-                        allowed.c_str(), s.help);
+    out +=
+        formatString("| `%s` | %s | `%s` | %s | %s |\n", s.name, type.c_str(), s.defaultValue, allowed.c_str(), s.help);
   }
   return out;
 }

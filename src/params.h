@@ -35,7 +35,7 @@ struct Params : CollectiveSettings {
   float capacityFactor = 2.0f;
   float splitReselect = 1.0f;  // SPCCL_SPLIT_RESELECT: owner budget in units of k/P; 0 = off
   bool errorFeedback = true;
-  int algorithm = 0;  // SPCCL_ALGO_*
+  int algorithm = 0;        // SPCCL_ALGO_*
   int calibrate = 0;        // SPCCL_CALIBRATE: 0 off, 1 measure or reuse the cache, 2 always measure
   int autoTrials = 0;       // SPCCL_AUTO_TRIALS: timed calls per candidate before auto settles; 0 model only
   double netGbps = 0;       // SPCCL_NET_GBPS; 0: not set
@@ -47,8 +47,8 @@ struct Params : CollectiveSettings {
   float allgatherDensity = 1.0f;
   bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
-  int deviceMode = 0;          // kDeviceMode*: compressed allreduce on device buffers
-  int hostSimd = 0;            // kHostSimd*: the host kernels' vector instructions
+  int deviceMode = 0;               // kDeviceMode*: compressed allreduce on device buffers
+  int hostSimd = 0;                 // kHostSimd*: the host kernels' vector instructions
 };
 
 // SPCCL_HOST_SIMD (choice order).
@@ -66,7 +66,6 @@ Status resolveHostSimd(int setting, bool (*available)(host::HostSimd), host::Hos
 constexpr int kDeviceModeExact = 0;
 constexpr int kDeviceModeFixed = 1;
 
-
 // SPCCL_INTERCEPT: the collectives the interposers hand to spccl (libspccl_nccl.so: allreduce only).
 constexpr unsigned kInterceptAllreduce = 1;
 constexpr unsigned kInterceptAlltoall = 2;
@@ -79,7 +78,7 @@ struct ParamSpec {
   const char* name;
   ParamType type;
   const char* defaultValue;
-  double minValue;      // kInt/kFloat: inclusive bounds
+  double minValue;  // kInt/kFloat: inclusive bounds
   double maxValue;
   bool minExclusive;    // kFloat: (min, max] instead of [min, max]
   const char* choices;  // kChoice, kList: '|'-separated, case-insensitive

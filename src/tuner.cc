@@ -119,7 +119,7 @@ std::string calibrationCachePath(const std::string& dir, const std::string& key,
 
 namespace {
 constexpr const char* kCacheMagic = "spccl-cost-model";
-constexpr int kCacheVersion = 2;  // 2: unpack_s_per_byte of reduceStreams (blocked), not of memset and scatter
+constexpr int kCacheVersion = 2;        // 2: unpack_s_per_byte of reduceStreams (blocked), not of memset and scatter
 constexpr off_t kCacheMaxBytes = 4096;  // the file spccl writes is about 200 bytes
 
 bool validModel(const CostModel& m) {
@@ -136,7 +136,7 @@ bool makeDirs(const std::string& dir) {
     const std::string prefix = dir.substr(0, pos);
     if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
   }
-  struct stat st{};
+  struct stat st {};
   return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 }  // namespace
@@ -148,7 +148,7 @@ bool readCalibrationCache(const std::string& path, const std::string& key, int r
   // read whole into memory. O_NONBLOCK keeps the open itself from waiting.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
-  struct stat st{};
+  struct stat st {};
   std::string text;
   const bool readable = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kCacheMaxBytes;
   if (readable) {
@@ -208,9 +208,7 @@ bool writeCalibrationCache(const std::string& path, const std::string& key, int 
   {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) return false;
-    f << kCacheMagic << ' ' << kCacheVersion << '\n'
-      << "key " << key << '\n'
-      << "ranks " << ranks << '\n';
+    f << kCacheMagic << ' ' << kCacheVersion << '\n' << "key " << key << '\n' << "ranks " << ranks << '\n';
     f << formatString("alpha_s %.17g\nbeta_s_per_byte %.17g\nselect_s_per_byte %.17g\nunpack_s_per_byte %.17g\n",
                       m.alpha, m.beta, m.gammaSelect, m.gammaUnpack);
     f.flush();
@@ -237,9 +235,7 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // tried first; on the shared 2-core development machine they moved by 10x
 // between runs with the load, and the wire and local parameters moved
 // independently of each other, flipping auto's choice at random.
-double fastest(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
-}
+double fastest(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
 
 // Fastest of `reps` allgathers of `bytes` per rank (after one warm-up), each
 // started right after a small allgather so the ranks start together.
@@ -278,8 +274,16 @@ void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
     send[i] = (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
     resIn[i] = 0.1f * (uniform() - 0.5f);
   }
-  host::SelectArgs a{send.data(), spcclFloat32, resIn.data(), resOut.data(), n, core::magnitudeKey(2.5f),
-                     std::numeric_limits<uint64_t>::max(), capacity, core::ValueType::kFloat32, indices.data(),
+  host::SelectArgs a{send.data(),
+                     spcclFloat32,
+                     resIn.data(),
+                     resOut.data(),
+                     n,
+                     core::magnitudeKey(2.5f),
+                     std::numeric_limits<uint64_t>::max(),
+                     capacity,
+                     core::ValueType::kFloat32,
+                     indices.data(),
                      values.data()};
   std::vector<double> selectTimes, unpackTimes;
   std::vector<unsigned char> stream;
@@ -359,9 +363,13 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
   // local to each rank (and differ without a warning); only the model takes
   // rank 0's.
   constexpr size_t kWarned = 4;
-  const double mine[7] = {static_cast<double>(p.calibrate), p.netGbps, p.netLatencyUs,
-                          static_cast<double>(p.autoTrials), static_cast<double>(p.indexEncoding),
-                          p.errorFeedback ? 1.0 : 0.0, static_cast<double>(p.splitReselect)};
+  const double mine[7] = {static_cast<double>(p.calibrate),
+                          p.netGbps,
+                          p.netLatencyUs,
+                          static_cast<double>(p.autoTrials),
+                          static_cast<double>(p.indexEncoding),
+                          p.errorFeedback ? 1.0 : 0.0,
+                          static_cast<double>(p.splitReselect)};
   std::vector<double> all(7 * static_cast<size_t>(ranks));
   SPCCL_RETURN_IF_ERROR(t.allGather(mine, sizeof mine, all.data()));
   const int calibrate = static_cast<int>(all[0]);
@@ -402,10 +410,8 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
       SPCCL_RETURN_IF_ERROR(measureCostModel(t, &m));
       from = formatString("calibrated at creation in %.2f s", since(t0));
       if (rank == 0) {
-        if (writeCalibrationCache(path, key, ranks, m))
-          from += ", cached in " + path;
-        else
-          SPCCL_INFO(rank, "could not write the calibration cache '%s' (not an error)", path.c_str());
+        if (writeCalibrationCache(path, key, ranks, m)) from += ", cached in " + path;
+        else SPCCL_INFO(rank, "could not write the calibration cache '%s' (not an error)", path.c_str());
       }
     }
   }
@@ -417,8 +423,8 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
 
 Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin, int* autoTrials,
                         ModelSettings* settings) {
-  return resolveCostModel(t, p, [](const char* name) -> const char* { return std::getenv(name); }, out, origin,
-                          autoTrials, settings);
+  return resolveCostModel(
+      t, p, [](const char* name) -> const char* { return std::getenv(name); }, out, origin, autoTrials, settings);
 }
 
 }  // namespace spccl

@@ -94,9 +94,9 @@ Status measureCostModel(Transport& t, CostModel* out);
 // re-selection budget): a rank's own values could make it pick another
 // algorithm than the others, and every auto call would be refused.
 struct ModelSettings {
-  int indexEncoding = 0;      // SPCCL_INDEX_ENCODING
-  bool errorFeedback = true;  // SPCCL_ERROR_FEEDBACK (re-selection needs it)
-  float splitReselect = 1.0f; // SPCCL_SPLIT_RESELECT
+  int indexEncoding = 0;       // SPCCL_INDEX_ENCODING
+  bool errorFeedback = true;   // SPCCL_ERROR_FEEDBACK (re-selection needs it)
+  float splitReselect = 1.0f;  // SPCCL_SPLIT_RESELECT
 };
 
 // Communicator creation: rank 0's SPCCL_CALIBRATE / SPCCL_NET_* /
@@ -111,7 +111,7 @@ Status resolveCostModel(Transport& t, const Params& p, const std::function<const
                         CostModel* out, std::string* origin, int* autoTrials = nullptr,
                         ModelSettings* settings = nullptr);
 // The same, reading XDG_CACHE_HOME and HOME from the process environment.
-Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin,
-                        int* autoTrials = nullptr, ModelSettings* settings = nullptr);
+Status resolveCostModel(Transport& t, const Params& p, CostModel* out, std::string* origin, int* autoTrials = nullptr,
+                        ModelSettings* settings = nullptr);
 
 }  // namespace spccl

@@ -20,8 +20,8 @@ namespace {
 // libcuda (RTLD_NOLOAD): no link dependency on CUDA, no driver start-up in a
 // process that never used CUDA.
 using PointerGetAttribute = int (*)(void* data, int attribute, uintptr_t ptr);
-constexpr int kAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED (a boolean)
+constexpr int kAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeIsManaged = 8;     // CU_POINTER_ATTRIBUTE_IS_MANAGED (a boolean)
 constexpr unsigned kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
 PointerGetAttribute driverQuery() {

@@ -42,7 +42,8 @@ void halfReduce(void* in, void* inout, int* len, MPI_Datatype*) {
 
 using HalfFn = void (*)(void*, void*, int*, MPI_Datatype*);
 constexpr HalfFn kHalfFns[2][4] = {
-    {halfReduce<false, spcclSum>, halfReduce<false, spcclProd>, halfReduce<false, spcclMax>, halfReduce<false, spcclMin>},
+    {halfReduce<false, spcclSum>, halfReduce<false, spcclProd>, halfReduce<false, spcclMax>,
+     halfReduce<false, spcclMin>},
     {halfReduce<true, spcclSum>, halfReduce<true, spcclProd>, halfReduce<true, spcclMax>, halfReduce<true, spcclMin>},
 };
 
@@ -219,9 +220,11 @@ Status MpiTransport::toWords(const size_t* bytes, const size_t* offsets, std::ve
                              std::vector<int>* displs) const {
   for (int r = 0; r < size_; ++r) {
     if (bytes[r] % 8 != 0 || offsets[r] % 8 != 0)
-      return internalError(formatString("transport: block of %zu bytes at %zu is not 8-byte aligned", bytes[r], offsets[r]));
+      return internalError(
+          formatString("transport: block of %zu bytes at %zu is not 8-byte aligned", bytes[r], offsets[r]));
     if (bytes[r] / 8 > static_cast<size_t>(INT_MAX) || offsets[r] / 8 > static_cast<size_t>(INT_MAX))
-      return invalidUsage(formatString("transport: a %zu-byte exchange exceeds MPI's int count limit (16 GiB)", bytes[r]));
+      return invalidUsage(
+          formatString("transport: a %zu-byte exchange exceeds MPI's int count limit (16 GiB)", bytes[r]));
     (*counts)[r] = static_cast<int>(bytes[r] / 8);
     (*displs)[r] = static_cast<int>(offsets[r] / 8);
   }
@@ -277,7 +280,7 @@ Status MpiTransport::allToAllV(const void* send, const size_t* sendBytes, const 
   SPCCL_RETURN_IF_ERROR(toWords(sendBytes, sendOffsets, &counts_, &displs_));
   SPCCL_RETURN_IF_ERROR(toWords(recvBytes, recvOffsets, &rcounts_, &rdispls_));
   SPCCL_MPI_CHECK(PMPI_Alltoallv(send, counts_.data(), displs_.data(), word_, recv, rcounts_.data(), rdispls_.data(),
-                                word_, comm_));
+                                 word_, comm_));
   return Status::ok();
 }
 

@@ -10,12 +10,23 @@ namespace spccl {
 Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char* file, int line) {
   spcclResult_t code = spcclInternalError;
   switch (r) {
-    case ncclUnhandledCudaError: code = spcclUnhandledCudaError; break;
-    case ncclSystemError: code = spcclSystemError; break;
-    case ncclInvalidArgument: code = spcclInvalidArgument; break;
-    case ncclInvalidUsage: code = spcclInvalidUsage; break;
-    case ncclRemoteError: code = spcclRemoteError; break;
-    default: break;
+    case ncclUnhandledCudaError:
+      code = spcclUnhandledCudaError;
+      break;
+    case ncclSystemError:
+      code = spcclSystemError;
+      break;
+    case ncclInvalidArgument:
+      code = spcclInvalidArgument;
+      break;
+    case ncclInvalidUsage:
+      code = spcclInvalidUsage;
+      break;
+    case ncclRemoteError:
+      code = spcclRemoteError;
+      break;
+    default:
+      break;
   }
   const char* detail = comm != nullptr ? pncclGetLastError(comm) : nullptr;
   return Status(code, formatString("NCCL call %s failed at %s:%d: %s%s%s", call, file, line, pncclGetErrorString(r),
@@ -126,7 +137,7 @@ Status NcclTransport::allReduceDense(const void* sendbuff, void* recvbuff, size_
   if (sendNeedsMove(sendbuff, bytes, recvbuff, recvbuff, bytes)) SPCCL_RETURN_IF_ERROR(stageSend(&sendbuff, bytes));
   // spcclDataType_t and spcclRedOp_t carry NCCL's values (include/spccl.h).
   SPCCL_NCCL_CHECK(pncclAllReduce(sendbuff, recvbuff, count, static_cast<ncclDataType_t>(type),
-                                 static_cast<ncclRedOp_t>(op), comm_, stream_),
+                                  static_cast<ncclRedOp_t>(op), comm_, stream_),
                    comm_);
   return Status::ok();
 }
@@ -164,8 +175,8 @@ Status NcclTransport::allToAll(const void* send, size_t bytes, void* recv) {
   if (sendNeedsMove(send, total, nullptr, recv, total)) SPCCL_RETURN_IF_ERROR(stageSend(&send, total));
   const unsigned char* in = static_cast<const unsigned char*>(send);
   if (bytes > 0)
-    SPCCL_CUDA_CHECK(cudaMemcpyAsync(out + rank_ * bytes, in + rank_ * bytes, bytes, cudaMemcpyDeviceToDevice,
-                                     stream_));
+    SPCCL_CUDA_CHECK(
+        cudaMemcpyAsync(out + rank_ * bytes, in + rank_ * bytes, bytes, cudaMemcpyDeviceToDevice, stream_));
   NcclGroup group(comm_);
   SPCCL_RETURN_IF_ERROR(group.start());
   for (int q = 0; q < size_ && bytes > 0; ++q) {

@@ -28,20 +28,19 @@ Status ncclFailure(ncclResult_t r, const char* call, ncclComm_t comm, const char
 // (settleNcclResult, transport/nccl_settle.h).
 ncclResult_t settleNccl(ncclResult_t r, ncclComm_t comm);
 
-#define SPCCL_NCCL_CHECK(call, comm)                                                    \
-  do {                                                                                \
-    ncclResult_t _spccl_nres = ::spccl::settleNccl((call), (comm));                   \
-    if (_spccl_nres != ncclSuccess)                                                   \
-      return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__);    \
+#define SPCCL_NCCL_CHECK(call, comm)                                                                             \
+  do {                                                                                                           \
+    ncclResult_t _spccl_nres = ::spccl::settleNccl((call), (comm));                                              \
+    if (_spccl_nres != ncclSuccess) return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__); \
   } while (0)
 
 // A call between ncclGroupStart and ncclGroupEnd: NCCL only records it, and
 // the group's end is what settles (NcclGroup::end).
-#define SPCCL_NCCL_CHECK_IN_GROUP(call, comm)                                           \
-  do {                                                                                \
-    ncclResult_t _spccl_nres = (call);                                                \
-    if (_spccl_nres != ncclSuccess && _spccl_nres != ncclInProgress)                  \
-      return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__);    \
+#define SPCCL_NCCL_CHECK_IN_GROUP(call, comm)                                      \
+  do {                                                                             \
+    ncclResult_t _spccl_nres = (call);                                             \
+    if (_spccl_nres != ncclSuccess && _spccl_nres != ncclInProgress)               \
+      return ::spccl::ncclFailure(_spccl_nres, #call, (comm), __FILE__, __LINE__); \
   } while (0)
 
 // An NCCL group that always ends: a call inside it that fails returns
@@ -114,7 +113,7 @@ class NcclTransport final : public Transport {
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
   cudaStream_t stream_ = nullptr;
-  bool capturing_ = false;  // stream_ is capturing a graph (asked in beginCall)
+  bool capturing_ = false;             // stream_ is capturing a graph (asked in beginCall)
   cudaEvent_t lastCallEnd_ = nullptr;  // recorded at the end of the last call not in a capture
   bool lastCallRecorded_ = false;
   void* scratch_ = nullptr;  // a copy of send data that overlaps the receive buffer (stageSend)

@@ -109,7 +109,7 @@ SPCCL_HOST_DEVICE uint16_t floatToHalfBits(float f) {
   if (absx >= 0x477ff000u) {  // rounds to >= 65520: overflow
     return static_cast<uint16_t>(sign | 0x7c00u);
   }
-  if (absx < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+  if (absx < 0x38800000u) {                                      // below the smallest normal half: subnormal or zero
     if (absx < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to 0
     const uint32_t exp = absx >> 23;
     const uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
@@ -153,9 +153,7 @@ SPCCL_HOST_DEVICE uint16_t floatToBfloat16Bits(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + lsb) >> 16);
 }
 
-SPCCL_HOST_DEVICE float bfloat16BitsToFloat(uint16_t b) {
-  return bitsFloat(static_cast<uint32_t>(b) << 16);
-}
+SPCCL_HOST_DEVICE float bfloat16BitsToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
 
 // Wire encodings saturate: a finite v beyond the wire type's range is sent as
 // its largest finite value (the rest stays in the residual) instead of Inf,
@@ -249,13 +247,13 @@ SPCCL_HOST_DEVICE uint8_t floatToE4m3(float v, int scaleExp) {
   if (q > 8) return static_cast<uint8_t>(sign | kE4m3MaxBits);
   // Normal codes keep 3 mantissa bits (drop 20); below 2^-6 the quantum is 2^-9.
   const int shift = q >= -6 ? 20 : 14 - q;
-  if (shift > 25) return 0u;  // below half the smallest subnormal: rounds to 0
+  if (shift > 25) return 0u;      // below half the smallest subnormal: rounds to 0
   uint32_t code = mant >> shift;  // normal: 8..15 (implicit bit), subnormal: 0..7
   if (q >= -6) code = (static_cast<uint32_t>(q + 7) << 3) + (code - 8u);
   const uint32_t rem = mant & ((1u << shift) - 1u);
   const uint32_t half = 1u << (shift - 1);
   if (rem > half || (rem == half && (code & 1u))) ++code;  // a carry moves to the next binade
-  if (code > kE4m3MaxBits) code = kE4m3MaxBits;             // rounds above 448: saturate
+  if (code > kE4m3MaxBits) code = kE4m3MaxBits;            // rounds above 448: saturate
   if (code == 0u) return 0u;
   return static_cast<uint8_t>(sign | code);
 }

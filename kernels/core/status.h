@@ -50,17 +50,16 @@ const char* resultString(spcclResult_t result);
 
 }  // namespace spccl
 
-#define SPCCL_RETURN_IF_ERROR(expr)         \
-  do {                                      \
-    ::spccl::Status _spccl_st = (expr);     \
+#define SPCCL_RETURN_IF_ERROR(expr)          \
+  do {                                       \
+    ::spccl::Status _spccl_st = (expr);      \
     if (!_spccl_st.isOk()) return _spccl_st; \
   } while (0)
 
 // Every MPI call in the library goes through this: MPI_ERRORS_RETURN is set
 // on spccl's communicators, so failures come back here as codes.
-#define SPCCL_MPI_CHECK(call)                                                 \
-  do {                                                                        \
-    int _spccl_err = (call);                                                  \
-    if (_spccl_err != MPI_SUCCESS)                                            \
-      return ::spccl::mpiFailure(_spccl_err, #call, __FILE__, __LINE__);      \
+#define SPCCL_MPI_CHECK(call)                                                                         \
+  do {                                                                                                \
+    int _spccl_err = (call);                                                                          \
+    if (_spccl_err != MPI_SUCCESS) return ::spccl::mpiFailure(_spccl_err, #call, __FILE__, __LINE__); \
   } while (0)

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
   for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; j < count; j += stride) {
     const uint32_t i = indices[j];
     const uint32_t prev = j > 0 ? indices[j - 1] : 0u;
-    if (i == kPadIndex) continue;                // unused slot: checked from the next one's side
+    if (i == kPadIndex) continue;                     // unused slot: checked from the next one's side
     if (j > 0 && (prev == kPadIndex || prev >= i)) {  // a real pair after a pad, or not increasing
       wrong = true;
       continue;
@@ -80,8 +80,7 @@ __global__ void __launch_bounds__(kThreads) denseKernel(const void* values, uint
 }
 
 template <class In>
-__global__ void __launch_bounds__(kThreads)
-    loadKernel(const typename In::Raw* src, uint64_t n, float* dst, bool vec) {
+__global__ void __launch_bounds__(kThreads) loadKernel(const typename In::Raw* src, uint64_t n, float* dst, bool vec) {
   constexpr int kVec = In::kVec;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -128,11 +127,12 @@ __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, f
 }  // namespace
 
 Status unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz,
-                        const uint64_t* nnzDevice, float* acc, uint64_t accBase, uint64_t accLen,
-                        uint32_t* badStream, cudaStream_t stream) {
+                        const uint64_t* nnzDevice, float* acc, uint64_t accBase, uint64_t accLen, uint32_t* badStream,
+                        cudaStream_t stream) {
   if (!detail::isWireType(vt)) return invalidArgument("unpackAccumulate: wire type must be fp32/fp16/bf16");
   if (nnz == 0) return Status::ok();
-  if (indices == nullptr || values == nullptr || acc == nullptr) return invalidArgument("unpackAccumulate: null buffer");
+  if (indices == nullptr || values == nullptr || acc == nullptr)
+    return invalidArgument("unpackAccumulate: null buffer");
   const unsigned grid = detail::gridFor(nnz, kThreads * 4u, 8);
   detail::withWire(vt, [&](auto wire) {
     unpackKernel<decltype(wire)::value>
@@ -148,9 +148,8 @@ Status denseAccumulate(const void* values, core::ValueType vt, uint64_t len, flo
   if (values == nullptr || dst == nullptr) return invalidArgument("denseAccumulate: null buffer");
   const unsigned grid = detail::gridFor(len, kThreads * 16u, 8);
   const bool vec = detail::aligned16(dst);
-  detail::withWire(vt, [&](auto wire) {
-    denseKernel<decltype(wire)::value><<<grid, kThreads, 0, stream>>>(values, len, dst, vec);
-  });
+  detail::withWire(
+      vt, [&](auto wire) { denseKernel<decltype(wire)::value><<<grid, kThreads, 0, stream>>>(values, len, dst, vec); });
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -181,10 +180,8 @@ Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst, 
   const unsigned grid = detail::gridFor(n, kThreads * 16u, 8);
   const bool vec = detail::aligned16(src) && detail::aligned16(dst);
   auto* d = static_cast<uint16_t*>(dst);
-  if (type == spcclFloat16)
-    store16Kernel<true><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
-  else
-    store16Kernel<false><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
+  if (type == spcclFloat16) store16Kernel<true><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
+  else store16Kernel<false><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

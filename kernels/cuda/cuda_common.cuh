@@ -71,10 +71,8 @@ __device__ __forceinline__ void storeF32(float* p, const float (&v)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN / 4; ++i) {
     const float4 f = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-    if (kStream)
-      __stcs(reinterpret_cast<float4*>(p) + i, f);
-    else
-      reinterpret_cast<float4*>(p)[i] = f;
+    if (kStream) __stcs(reinterpret_cast<float4*>(p) + i, f);
+    else reinterpret_cast<float4*>(p)[i] = f;
   }
 }
 

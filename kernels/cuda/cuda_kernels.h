@@ -35,11 +35,10 @@ Status cudaFailure(cudaError_t err, const char* call, const char* file, int line
 }  // namespace spccl::cuda
 
 // Every CUDA runtime call in the library goes through this.
-#define SPCCL_CUDA_CHECK(call)                                                   \
-  do {                                                                           \
-    cudaError_t _spccl_cerr = (call);                                            \
-    if (_spccl_cerr != cudaSuccess)                                              \
-      return ::spccl::cuda::cudaFailure(_spccl_cerr, #call, __FILE__, __LINE__); \
+#define SPCCL_CUDA_CHECK(call)                                                                                 \
+  do {                                                                                                         \
+    cudaError_t _spccl_cerr = (call);                                                                          \
+    if (_spccl_cerr != cudaSuccess) return ::spccl::cuda::cudaFailure(_spccl_cerr, #call, __FILE__, __LINE__); \
   } while (0)
 
 namespace spccl::cuda {
@@ -131,8 +130,8 @@ constexpr uint32_t kPadIndex = 0xffffffffu;
 // not strictly increasing, or a real pair after a pad sets *badStream
 // (optional, device) to 1 and the bad pair is not applied.
 Status unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz,
-                        const uint64_t* nnzDevice, float* acc, uint64_t accBase, uint64_t accLen,
-                        uint32_t* badStream, cudaStream_t stream);
+                        const uint64_t* nnzDevice, float* acc, uint64_t accBase, uint64_t accLen, uint32_t* badStream,
+                        cudaStream_t stream);
 // dst[i] += values[i] for len wire values.
 Status denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, cudaStream_t stream);
 

@@ -69,8 +69,8 @@ size_t encodeTempBytes(uint64_t n) {
 
 size_t offsetsTempBytes(uint64_t n) {
   size_t bytes = 0;
-  cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
-                                 static_cast<uint32_t*>(nullptr), ::cuda::std::plus<>{}, uint32_t{0}, n + 1);
+  cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+                                 ::cuda::std::plus<>{}, uint32_t{0}, n + 1);
   return bytes;
 }
 
@@ -133,8 +133,8 @@ Status sortIdsStable(const int64_t* ids, uint64_t n, int64_t* sortedIds, uint32_
   iotaKernel<<<detail::gridFor(n, kThreads * 8u, 8), kThreads, 0, stream>>>(iota, n);
   SPCCL_CUDA_CHECK_LAUNCH();
   size_t tempBytes = l.total - l.temp;
-  SPCCL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + l.temp, tempBytes, ids, sortedIds, iota, order, n, 0, 64,
-                                                   stream));
+  SPCCL_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(ws + l.temp, tempBytes, ids, sortedIds, iota, order, n, 0, 64, stream));
   return Status::ok();
 }
 
@@ -210,8 +210,8 @@ Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type,
   auto* order = reinterpret_cast<uint32_t*>(ws + l.order);
   auto* offsets = reinterpret_cast<uint32_t*>(ws + l.offsets);
   SPCCL_RETURN_IF_ERROR(sortIdsStable(ids, n, sortedIds, order, ws + l.sort, l.unique - l.sort, stream));
-  SPCCL_RETURN_IF_ERROR(uniqueIdSegments(sortedIds, n, outIds, offsets, outCount, ws + l.unique, l.total - l.unique,
-                                         stream));
+  SPCCL_RETURN_IF_ERROR(
+      uniqueIdSegments(sortedIds, n, outIds, offsets, outCount, ws + l.unique, l.total - l.unique, stream));
   return segmentedRowSum(rows, type, rowLen, order, offsets, outCount, n, outRows, stream);
 }
 

@@ -89,7 +89,7 @@ __device__ __forceinline__ void rowTopKBody(const typename In::Raw* rows, uint64
     bool found = n >= rowLen;
     if constexpr (kFloor) {
       if (!found && keysInShared && n == keep) {  // n == keep: at most keep NaN/Inf
-        unsigned floorKey = 0xffffffffu;  // min's identity for threads without a block
+        unsigned floorKey = 0xffffffffu;          // min's identity for threads without a block
         if (keep < static_cast<uint32_t>(kThreads)) {
           // Fewer blocks than threads: kThreads / keep threads share a block
           // (keep 1 on a row of 8192 would otherwise be one thread reading
@@ -185,8 +185,7 @@ __device__ __forceinline__ void rowTopKBody(const typename In::Raw* rows, uint64
       const uint32_t i0 = start + threadIdx.x * kOutPer;
       unsigned kept = 0;
 #pragma unroll
-      for (int j = 0; j < kOutPer; ++j)
-        kept += i0 + j < rowLen && core::rowRank(keyAt(i0 + j), i0 + j) >= threshold;
+      for (int j = 0; j < kOutPer; ++j) kept += i0 + j < rowLen && core::rowRank(keyAt(i0 + j), i0 + j) >= threshold;
       unsigned before, chunk;
       Scan(temp.scan).ExclusiveSum(kept, before, chunk);
       unsigned pos = carry + before;
@@ -311,8 +310,8 @@ __global__ void lastOffsetKernel(const uint32_t* counts, uint64_t nRows, uint64_
 
 size_t scanTempBytes(uint64_t nRows) {
   size_t bytes = 0;
-  cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
-                                 static_cast<uint64_t*>(nullptr), ::cuda::std::plus<>{}, uint64_t{0}, nRows);
+  cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+                                 ::cuda::std::plus<>{}, uint64_t{0}, nRows);
   return bytes;
 }
 
@@ -334,17 +333,17 @@ Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, ui
     const unsigned grid = small ? detail::gridFor(nRows, 1, 32) : detail::gridFor(nRows, 1, 8);
     if (method == RowTopKMethod::kFloorFirst) {
       if (small)
-        rowTopKFloorKernel<In, 64><<<grid, 64, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts,
-                                                              keysInShared);
+        rowTopKFloorKernel<In, 64>
+            <<<grid, 64, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts, keysInShared);
       else
-        rowTopKFloorKernel<In, 256><<<grid, 256, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride,
-                                                                counts, keysInShared);
+        rowTopKFloorKernel<In, 256>
+            <<<grid, 256, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts, keysInShared);
     } else if (small) {
-      rowTopKKernel<In, 64><<<grid, 64, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts,
-                                                       keysInShared);
+      rowTopKKernel<In, 64>
+          <<<grid, 64, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts, keysInShared);
     } else {
-      rowTopKKernel<In, 256><<<grid, 256, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts,
-                                                         keysInShared);
+      rowTopKKernel<In, 256>
+          <<<grid, 256, smem, stream>>>(r, nRows, rowLen, keep, positions, posStride, counts, keysInShared);
     }
   });
   SPCCL_CUDA_CHECK_LAUNCH();
@@ -391,8 +390,8 @@ Status gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, u
   detail::withLoader(type, [&](auto in) {
     using In = decltype(in);
     detail::withWire(wire, [&](auto w) {
-      gatherKernel<In, decltype(w)::value><<<grid, kWarps * 32, 0, stream>>>(
-          static_cast<const typename In::Raw*>(rows), nRows, rowLen, positions, offsets, values);
+      gatherKernel<In, decltype(w)::value><<<grid, kWarps * 32, 0, stream>>>(static_cast<const typename In::Raw*>(rows),
+                                                                             nRows, rowLen, positions, offsets, values);
     });
   });
   SPCCL_CUDA_CHECK_LAUNCH();

@@ -8,9 +8,9 @@
 
 namespace spccl::cuda {
 
-constexpr size_t kSelectStateBytes = 64;      // the pass state (generation, tile and done counters)
-constexpr size_t kSelectTileFlagBytes = 8;    // a tile's ready flag: 4 x generation + state
-constexpr size_t kSelectTileCountsBytes = 24; // a tile's counts (above, ties, NaN/Inf), aggregate or inclusive
+constexpr size_t kSelectStateBytes = 64;       // the pass state (generation, tile and done counters)
+constexpr size_t kSelectTileFlagBytes = 8;     // a tile's ready flag: 4 x generation + state
+constexpr size_t kSelectTileCountsBytes = 24;  // a tile's counts (above, ties, NaN/Inf), aggregate or inclusive
 
 struct SelectPackLayout {
   uint64_t tiles;  // how many tiles it holds
@@ -38,8 +38,8 @@ inline SelectPackLayout selectPackLayoutForTiles(uint64_t tiles) {
 // wrong count.
 inline SelectPackLayout selectPackLayoutForBytes(size_t bytes) {
   const size_t perTile = kSelectTileFlagBytes + 2 * kSelectTileCountsBytes;
-  const size_t fixed = selectPackAlign(kSelectStateBytes) + 3 * 256;  // each region pads under 256 bytes
-  uint64_t tiles = bytes > fixed ? (bytes - fixed) / perTile : 0;     // fits: a lower bound
+  const size_t fixed = selectPackAlign(kSelectStateBytes) + 3 * 256;   // each region pads under 256 bytes
+  uint64_t tiles = bytes > fixed ? (bytes - fixed) / perTile : 0;      // fits: a lower bound
   while (selectPackLayoutForTiles(tiles + 1).total <= bytes) ++tiles;  // at most 3 x 256 / perTile steps
   return selectPackLayoutForTiles(tiles);
 }

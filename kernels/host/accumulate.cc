@@ -2,7 +2,6 @@
 // pairs streams are decoded by codec/codec.h's reduceStreams).
 #include "kernels/host/host_kernels.h"
 
-
 #include "kernels/host/host_common.h"
 
 namespace spccl::host {

@@ -16,17 +16,17 @@ namespace spccl::host {
 // append selected (index, wire value) pairs in index order, write the new
 // residual (v outside the selection, wire rounding error inside it).
 struct SelectArgs {
-  const void* send;        // n elements of inType (fp32, fp16 or bf16)
+  const void* send;  // n elements of inType (fp32, fp16 or bf16)
   spcclDataType_t inType;
   const float* residualIn;  // n fp32, or nullptr (treated as zeros)
   float* residualOut;       // n fp32, or nullptr (error feedback off); may equal residualIn
   size_t n;
-  uint32_t tauKey;          // core::magnitudeKey(tau)
-  uint64_t tieBudget;       // |v| == tau entries sent at most this many, lowest indices first
-  uint64_t capacity;        // pairs that fit in indices/values; counting goes on past it
+  uint32_t tauKey;     // core::magnitudeKey(tau)
+  uint64_t tieBudget;  // |v| == tau entries sent at most this many, lowest indices first
+  uint64_t capacity;   // pairs that fit in indices/values; counting goes on past it
   core::ValueType wireType;
   uint32_t* indices;
-  void* values;             // capacity slots of the wire type
+  void* values;  // capacity slots of the wire type
   // Selected entries past the capacity are counted either way. false: the
   // residual is written as if they were sent (the caller must redo the pass
   // with more room, as the compressor does); true: they keep all of v in the
@@ -63,9 +63,9 @@ ReselectResult reselectCandidates(const SelectArgs& args, uint64_t nnz, uint64_t
                                   uint32_t* scratch);
 
 struct ThresholdResult {
-  uint32_t tauKey;     // magnitude key of the k-th largest finite |v| (0 if fewer than k finite)
-  uint64_t above;      // finite entries with |v| > tau
-  uint64_t finite;     // finite entries
+  uint32_t tauKey;  // magnitude key of the k-th largest finite |v| (0 if fewer than k finite)
+  uint64_t above;   // finite entries with |v| > tau
+  uint64_t finite;  // finite entries
 };
 
 // Exact k-th largest |v| over finite entries, v = send + residual. From 2^16
@@ -98,8 +98,8 @@ enum class HostSimd { kBaseline, kAvx2, kAvx512 };
 bool hostSimdAvailable(HostSimd simd);  // this build and this CPU can run it
 // The widest level `available` grants (tests pass a CPU of their own making).
 HostSimd widestHostSimd(bool (*available)(HostSimd) = hostSimdAvailable);
-HostSimd hostSimd();                    // in use: the widest available unless pinned
-bool setHostSimd(HostSimd simd);        // false, and nothing changes, where not available
+HostSimd hostSimd();                      // in use: the widest available unless pinned
+bool setHostSimd(HostSimd simd);          // false, and nothing changes, where not available
 const char* hostSimdName(HostSimd simd);  // "baseline", "avx2", "avx512"
 
 // DCT-MP per-row selection: the positions of the `keep` entries of largest

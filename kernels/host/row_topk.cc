@@ -61,11 +61,10 @@ uint32_t rowKeysAndFloor(const Load& load, uint32_t rowLen, uint32_t keep, uint3
     // floor), the minimum over blocks with an integer compare.
     const auto keys4 = [&](size_t i) {
       if constexpr (std::is_same_v<Load, LoadF32>) {
-        return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(load.p + i)),
-                             _mm_set1_epi32(0x7fffffff));
+        return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(load.p + i)), _mm_set1_epi32(0x7fffffff));
       } else {
-        const __m128i h = _mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(load.p + i)),
-                                             _mm_setzero_si128());
+        const __m128i h =
+            _mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(load.p + i)), _mm_setzero_si128());
         const __m128i magnitude = _mm_and_si128(h, _mm_set1_epi32(0x7fff));
         return std::is_same_v<Load, LoadBf16> ? _mm_slli_epi32(magnitude, 16) : _mm_slli_epi32(magnitude, 13);
       }
@@ -231,7 +230,7 @@ uint32_t keepByHistogram(KeyAt keyAt, uint32_t floor, uint32_t m, uint32_t keep,
   for (uint32_t j = 0; j < m; ++j) ++hist[binOf(j)];
   uint32_t higher = 0, cutBin = 255;
   while (higher + hist[cutBin] < keep) higher += hist[cutBin--];  // m >= keep: stops at a bin
-  const uint32_t need = keep - higher, inCut = hist[cutBin];  // the cut bin's `need` best are kept
+  const uint32_t need = keep - higher, inCut = hist[cutBin];      // the cut bin's `need` best are kept
   uint32_t n = 0;
   // The compactions below write positions[n], n <= j, after reading
   // candidate j (keyAt(j) may read positions[j]).
@@ -287,9 +286,9 @@ SPCCL_AVX512_TARGET inline __m512i rowKeys16(const Load& load, size_t i) {
   if constexpr (std::is_same_v<Load, LoadF32>) {
     return _mm512_and_si512(_mm512_loadu_si512(load.p + i), _mm512_set1_epi32(0x7fffffff));
   } else {
-    const __m512i h = _mm512_and_si512(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(load.p + i))),
-        _mm512_set1_epi32(0x7fff));
+    const __m512i h =
+        _mm512_and_si512(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(load.p + i))),
+                         _mm512_set1_epi32(0x7fff));
     return std::is_same_v<Load, LoadBf16> ? _mm512_slli_epi32(h, 16) : _mm512_slli_epi32(h, 13);
   }
 }
@@ -309,7 +308,8 @@ SPCCL_AVX512_TARGET uint32_t keepByCount16(int32_t* keys, uint32_t m, uint32_t k
   _mm512_storeu_si512(keys + m, _mm512_set1_epi32(-1));
   if (m <= 16) {
     const __m512i k = _mm512_loadu_si512(keys);
-    const __mmask16 counted = _mm512_cmple_epi32_mask(atLeastCounts16(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
+    const __mmask16 counted =
+        _mm512_cmple_epi32_mask(atLeastCounts16(k, keys), _mm512_set1_epi32(static_cast<int>(keep)));
     const __mmask16 kept = counted & static_cast<__mmask16>((1u << m) - 1);
     if (static_cast<uint32_t>(__builtin_popcount(kept)) == keep) {
       const __m512i p = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << m) - 1), positions);
@@ -413,9 +413,9 @@ SPCCL_AVX2_TARGET inline __m256i rowKeys8(const Load& load, size_t i) {
     return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(load.p + i)),
                             _mm256_set1_epi32(0x7fffffff));
   } else {
-    const __m256i h = _mm256_and_si256(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(load.p + i))),
-        _mm256_set1_epi32(0x7fff));
+    const __m256i h =
+        _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(load.p + i))),
+                         _mm256_set1_epi32(0x7fff));
     return std::is_same_v<Load, LoadBf16> ? _mm256_slli_epi32(h, 16) : _mm256_slli_epi32(h, 13);
   }
 }
@@ -429,7 +429,8 @@ SPCCL_AVX2_TARGET inline void atLeastCounts8(const __m256i* lanes, const int32_t
   for (uint32_t v = 0; v < kVectors; ++v) counts[v] = _mm256_set1_epi32(static_cast<int>(kN));
   for (uint32_t j = 0; j < kN; ++j) {
     const __m256i value = _mm256_set1_epi32(values[j]);
-    for (uint32_t v = 0; v < kVectors; ++v) counts[v] = _mm256_add_epi32(counts[v], _mm256_cmpgt_epi32(lanes[v], value));
+    for (uint32_t v = 0; v < kVectors; ++v)
+      counts[v] = _mm256_add_epi32(counts[v], _mm256_cmpgt_epi32(lanes[v], value));
   }
 }
 
@@ -533,7 +534,7 @@ SPCCL_AVX2_TARGET uint32_t rowTopK8(const Load& load, uint32_t rowLen, uint32_t 
   if (ranked) {
     alignas(32) int32_t lanes[32];
     for (uint32_t g = 0; g < runs; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 8 * g), maxima[g]);
-    floor = runs == 1 ? keepthLargest8<8>(maxima, lanes, keep)
+    floor = runs == 1   ? keepthLargest8<8>(maxima, lanes, keep)
             : runs == 2 ? keepthLargest8<16>(maxima, lanes, keep)
                         : keepthLargest8<32>(maxima, lanes, keep);
   } else {
@@ -548,7 +549,8 @@ SPCCL_AVX2_TARGET uint32_t rowTopK8(const Load& load, uint32_t rowLen, uint32_t 
   for (uint32_t v = 0; v < vectors; ++v) {
     const __m256i k = rowKeys8(load, size_t{v} * 8);
     const int bits = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k, below)));
-    const __m256i order = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLaneOrder8.lanes[bits])));
+    const __m256i order =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLaneOrder8.lanes[bits])));
     // m <= 8 v: the stores end inside positions[0, rowLen) and candidateKeys.
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(positions + m), _mm256_permutevar8x32_epi32(index, order));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(candidateKeys + m), _mm256_permutevar8x32_epi32(k, order));
@@ -620,8 +622,8 @@ uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, u
     }
 #endif
     uint32_t nonFinite = 0;
-    const uint32_t floor = withLoader(
-        row, type, [&](auto load) { return rowKeysAndFloor(load, rowLen, keep, keys, &nonFinite); });
+    const uint32_t floor =
+        withLoader(row, type, [&](auto load) { return rowKeysAndFloor(load, rowLen, keep, keys, &nonFinite); });
     if (nonFinite <= keep) {  // else more NaN/Inf than `keep`: all of them stay, the general path below
       const uint32_t m = rowCandidates(keys, rowLen, floor, positions);
       if (m == keep) return m;

@@ -180,7 +180,8 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
 SelectResult selectPack(const SelectArgs& a) {
   return withLoader(a.send, a.inType, [&](auto load) {
     return withWire(a.wireType, [&](auto wire) {
-      if (a.residualIn && a.residualOut) return selectPackImpl<decltype(load), decltype(wire), true, true>(a, load, wire);
+      if (a.residualIn && a.residualOut)
+        return selectPackImpl<decltype(load), decltype(wire), true, true>(a, load, wire);
       if (a.residualOut) return selectPackImpl<decltype(load), decltype(wire), false, true>(a, load, wire);
       if (a.residualIn) return selectPackImpl<decltype(load), decltype(wire), true, false>(a, load, wire);
       return selectPackImpl<decltype(load), decltype(wire), false, false>(a, load, wire);
@@ -188,8 +189,7 @@ SelectResult selectPack(const SelectArgs& a) {
   });
 }
 
-ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k, uint64_t capacity,
-                                  uint32_t* scratch) {
+ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k, uint64_t capacity, uint32_t* scratch) {
   return withLoader(a.send, a.inType, [&](auto load) {
     auto vAt = [&](uint32_t i) { return vOf(load, a.residualIn, i); };
     uint64_t m = 0;

@@ -60,8 +60,8 @@ ThresholdResult kthLargestMagnitudeRadix(const void* send, spcclDataType_t inTyp
   const uint64_t rank = k - higher;  // 1-based rank of tau inside bucket b
   std::nth_element(scratch, scratch + (rank - 1), scratch + m, std::greater<uint32_t>());
   r.tauKey = scratch[rank - 1];
-  r.above = higher + static_cast<uint64_t>(std::count_if(scratch, scratch + (rank - 1),
-                                                         [&](uint32_t key) { return key > r.tauKey; }));
+  r.above = higher + static_cast<uint64_t>(
+                         std::count_if(scratch, scratch + (rank - 1), [&](uint32_t key) { return key > r.tauKey; }));
   return r;
 }
 
@@ -173,9 +173,8 @@ bool sampledSelect(const void* send, spcclDataType_t inType, const float* residu
   // largest of these is the k-th largest of all.
   std::nth_element(scratch, scratch + (k - 1), scratch + m, std::greater<uint32_t>());
   r.tauKey = scratch[k - 1];
-  r.above = static_cast<uint64_t>(std::count_if(scratch, scratch + (k - 1), [&](uint32_t key) {
-    return key > r.tauKey;
-  }));
+  r.above =
+      static_cast<uint64_t>(std::count_if(scratch, scratch + (k - 1), [&](uint32_t key) { return key > r.tauKey; }));
   *out = r;
   return true;
 }
@@ -185,8 +184,7 @@ bool sampledSelect(const void* send, spcclDataType_t inType, const float* residu
 ThresholdResult kthLargestMagnitude(const void* send, spcclDataType_t inType, const float* residual, size_t n,
                                     uint64_t k, std::vector<uint32_t>* scratchVector) {
   ThresholdResult r;
-  if (thresholdSampleCount(n) > 0 && k > 0 && sampledSelect(send, inType, residual, n, k, scratchVector, &r))
-    return r;
+  if (thresholdSampleCount(n) > 0 && k > 0 && sampledSelect(send, inType, residual, n, k, scratchVector, &r)) return r;
   return kthLargestMagnitudeRadix(send, inType, residual, n, k, scratchVector);
 }
 

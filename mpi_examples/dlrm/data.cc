@@ -97,9 +97,9 @@ void SyntheticSource::sample(uint64_t index, Batch* out, int slot, float* teache
     for (int b = 0; b < out->bag; ++b) {
       const int64_t rank = zipfRank(rng.uniform(), size, config_.zipf);
       // Hot ids scattered over the table, not all at its start.
-      const int64_t id = static_cast<int64_t>(splitmix(static_cast<uint64_t>(rank) ^ (static_cast<uint64_t>(t) << 48) ^
-                                                       config_.seed) %
-                                              static_cast<uint64_t>(size));
+      const int64_t id =
+          static_cast<int64_t>(splitmix(static_cast<uint64_t>(rank) ^ (static_cast<uint64_t>(t) << 48) ^ config_.seed) %
+                               static_cast<uint64_t>(size));
       out->ids[(static_cast<size_t>(slot) * tables + t) * out->bag + b] = static_cast<int32_t>(id);
       for (int d = 0; d < kTeacherDim; ++d) h[d] += hiddenValue(config_.seed, t, id, d) / static_cast<float>(out->bag);
     }

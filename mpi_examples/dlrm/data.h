@@ -11,8 +11,8 @@
 
 namespace dlrm {
 
-constexpr int kDenseFeatures = 13;       // Criteo's integer columns
-constexpr int kCriteoCategorical = 26;   // Criteo's categorical columns
+constexpr int kDenseFeatures = 13;      // Criteo's integer columns
+constexpr int kCriteoCategorical = 26;  // Criteo's categorical columns
 
 // n samples: dense[n x 13] (already log(1 + max(x, 0))), ids[n x tables x bag],
 // labels[n] (0 or 1).
@@ -52,9 +52,9 @@ class Source {
 struct SyntheticConfig {
   uint64_t seed = 1;
   std::vector<int64_t> tableSizes;
-  int bag = 1;           // ids per table per sample (sum pooling)
-  double zipf = 1.05;    // exponent of the id distribution
-  double noise = 0.5;    // std-dev of the Gaussian noise on the teacher's logit
+  int bag = 1;         // ids per table per sample (sum pooling)
+  double zipf = 1.05;  // exponent of the id distribution
+  double noise = 0.5;  // std-dev of the Gaussian noise on the teacher's logit
   uint64_t evalSamples = 32768;
 };
 
@@ -84,11 +84,11 @@ class SyntheticSource : public Source {
 struct CriteoCounts {
   uint64_t lines = 0;
   uint64_t parsed = 0;
-  uint64_t truncated = 0;     // fewer than 40 tab-separated fields (empty lines included)
-  uint64_t extraFields = 0;   // more than 40
-  uint64_t badLabel = 0;      // label not 0 or 1
-  uint64_t badInteger = 0;    // an integer column that is not an integer
-  uint64_t badCategorical = 0;// a categorical column that is not hexadecimal
+  uint64_t truncated = 0;       // fewer than 40 tab-separated fields (empty lines included)
+  uint64_t extraFields = 0;     // more than 40
+  uint64_t badLabel = 0;        // label not 0 or 1
+  uint64_t badInteger = 0;      // an integer column that is not an integer
+  uint64_t badCategorical = 0;  // a categorical column that is not hexadecimal
   uint64_t malformed() const { return truncated + extraFields + badLabel + badInteger + badCategorical; }
   std::string summary() const;
 };
@@ -101,8 +101,8 @@ struct CriteoCounts {
 class CriteoSource : public Source {
  public:
   // Returns false (with *error set) only when the file cannot be opened.
-  bool load(const std::string& path, const std::vector<int64_t>& tableSizes, uint64_t maxRows,
-            double evalFraction, std::string* error);
+  bool load(const std::string& path, const std::vector<int64_t>& tableSizes, uint64_t maxRows, double evalFraction,
+            std::string* error);
   const CriteoCounts& counts() const { return counts_; }
   uint64_t trainSize() const { return trainRows_; }
   void train(uint64_t first, int n, Batch* out) const override;

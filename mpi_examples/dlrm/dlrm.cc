@@ -223,9 +223,11 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     } else if (a == "--eval-fraction") {
       if (!num(a, v, 0, 0.9, &o->evalFraction)) return false;
     } else if (a == "--sweep-dp") {
-      if (!parseFloats(v, &o->sweepDp)) return *error = "--sweep-dp " + v + ": densities in (0, 1], comma-separated", false;
+      if (!parseFloats(v, &o->sweepDp))
+        return *error = "--sweep-dp " + v + ": densities in (0, 1], comma-separated", false;
     } else if (a == "--sweep-mp") {
-      if (!parseFloats(v, &o->sweepMp)) return *error = "--sweep-mp " + v + ": densities in (0, 1], comma-separated", false;
+      if (!parseFloats(v, &o->sweepMp))
+        return *error = "--sweep-mp " + v + ": densities in (0, 1], comma-separated", false;
     } else if (a == "--csv") o->csv = v;
     else if (a == "--png") o->png = v;
     else if (a == "--min-auc") {
@@ -270,14 +272,13 @@ std::string human(double bytes) {
 }
 
 void printResult(const std::string& label, const RunResult& r) {
-  std::printf("[%s] held-out: AUC %.5f  logloss %.5f  accuracy %.5f  (positives %.3f", label.c_str(), r.auc,
-              r.logloss, r.accuracy, r.positiveRate);
+  std::printf("[%s] held-out: AUC %.5f  logloss %.5f  accuracy %.5f  (positives %.3f", label.c_str(), r.auc, r.logloss,
+              r.accuracy, r.positiveRate);
   if (r.teacherAuc >= 0) std::printf(", teacher's AUC ceiling %.5f", r.teacherAuc);
   std::printf(")\n[%s] bytes/step/rank: DP %s (dense %s, %.1fx less)  MP %s (dense %s, %.1fx less)  step %.1f ms\n",
               label.c_str(), human(r.bytes.dp).c_str(), human(r.bytes.dpDense).c_str(),
               r.bytes.dp > 0 ? r.bytes.dpDense / r.bytes.dp : 0.0, human(r.bytes.mp).c_str(),
-              human(r.bytes.mpDense).c_str(), r.bytes.mp > 0 ? r.bytes.mpDense / r.bytes.mp : 0.0,
-              r.stepSeconds * 1e3);
+              human(r.bytes.mpDense).c_str(), r.bytes.mp > 0 ? r.bytes.mpDense / r.bytes.mp : 0.0, r.stepSeconds * 1e3);
   if (r.bytes.mpiDp >= 0)
     std::printf("[%s] Open MPI coll monitoring, bytes/step/rank: DP %s  MP %s\n", label.c_str(),
                 human(r.bytes.mpiDp).c_str(), human(r.bytes.mpiMp).c_str());
@@ -316,22 +317,30 @@ int runCompare(const Options& o, const dlrm::Source& src, Env& env) {
   if (!c.ok) return 1;
   int status = 0;
   if (env.rank == 0) {
-    std::printf("\n%d ranks, global batch %d, %d steps, %zu tables (dim %d), DP density %g, MP density %g, tau every %d calls\n",
-                env.ranks, o.config.batch, o.config.steps, o.config.tableSizes.size(), o.config.dim,
-                static_cast<double>(o.config.dpDensity), static_cast<double>(o.config.mpDensity), o.config.tauInterval);
+    std::printf(
+        "\n%d ranks, global batch %d, %d steps, %zu tables (dim %d), DP density %g, MP density %g, tau every %d "
+        "calls\n",
+        env.ranks, o.config.batch, o.config.steps, o.config.tableSizes.size(), o.config.dim,
+        static_cast<double>(o.config.dpDensity), static_cast<double>(o.config.mpDensity), o.config.tauInterval);
     std::printf("| %-28s | %14s | %14s | %14s |\n", "", "dense", "compressed", "ratio / diff");
     std::printf("|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(16, '-').c_str(),
                 std::string(16, '-').c_str(), std::string(16, '-').c_str());
     std::printf("| %-28s | %14.5f | %14.5f | %+14.5f |\n", "held-out AUC", d.auc, c.auc, c.auc - d.auc);
-    std::printf("| %-28s | %14.5f | %14.5f | %+14.5f |\n", "held-out logloss", d.logloss, c.logloss, c.logloss - d.logloss);
-    std::printf("| %-28s | %14.5f | %14.5f | %+14.5f |\n", "held-out accuracy", d.accuracy, c.accuracy, c.accuracy - d.accuracy);
-    std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "DP bytes/step/rank", d.bytes.dp, c.bytes.dp, ratio(d.bytes.dp, c.bytes.dp));
-    std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "MP bytes/step/rank (fwd+bwd)", d.bytes.mp, c.bytes.mp, ratio(d.bytes.mp, c.bytes.mp));
+    std::printf("| %-28s | %14.5f | %14.5f | %+14.5f |\n", "held-out logloss", d.logloss, c.logloss,
+                c.logloss - d.logloss);
+    std::printf("| %-28s | %14.5f | %14.5f | %+14.5f |\n", "held-out accuracy", d.accuracy, c.accuracy,
+                c.accuracy - d.accuracy);
+    std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "DP bytes/step/rank", d.bytes.dp, c.bytes.dp,
+                ratio(d.bytes.dp, c.bytes.dp));
+    std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "MP bytes/step/rank (fwd+bwd)", d.bytes.mp, c.bytes.mp,
+                ratio(d.bytes.mp, c.bytes.mp));
     std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "total bytes/step/rank", d.bytes.dp + d.bytes.mp,
                 c.bytes.dp + c.bytes.mp, ratio(d.bytes.dp + d.bytes.mp, c.bytes.dp + c.bytes.mp));
     if (d.bytes.mpiDp >= 0) {
-      std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "DP, Open MPI's count", d.bytes.mpiDp, c.bytes.mpiDp, ratio(d.bytes.mpiDp, c.bytes.mpiDp));
-      std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "MP, Open MPI's count", d.bytes.mpiMp, c.bytes.mpiMp, ratio(d.bytes.mpiMp, c.bytes.mpiMp));
+      std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "DP, Open MPI's count", d.bytes.mpiDp, c.bytes.mpiDp,
+                  ratio(d.bytes.mpiDp, c.bytes.mpiDp));
+      std::printf("| %-28s | %14.0f | %14.0f | %13.1fx |\n", "MP, Open MPI's count", d.bytes.mpiMp, c.bytes.mpiMp,
+                  ratio(d.bytes.mpiMp, c.bytes.mpiMp));
     }
     std::printf("| %-28s | %14.1f | %14.1f | %13.2fx |\n", "step time (ms)", d.stepSeconds * 1e3, c.stepSeconds * 1e3,
                 ratio(d.stepSeconds, c.stepSeconds));
@@ -364,8 +373,9 @@ int runSweep(const Options& o, const dlrm::Source& src, Env& env) {
   MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (!opened) return 1;
   if (csv)
-    std::fprintf(csv, "dp_density,mp_density,auc,logloss,accuracy,dp_bytes,mp_bytes,dp_dense_bytes,mp_dense_bytes,"
-                      "dp_reduction,mp_reduction,total_bytes,step_ms,auc_minus_dense\n");
+    std::fprintf(csv,
+                 "dp_density,mp_density,auc,logloss,accuracy,dp_bytes,mp_bytes,dp_dense_bytes,mp_dense_bytes,"
+                 "dp_reduction,mp_reduction,total_bytes,step_ms,auc_minus_dense\n");
   double denseAuc = -1;
   struct Row {
     float dp, mp;
@@ -388,15 +398,16 @@ int runSweep(const Options& o, const dlrm::Source& src, Env& env) {
   if (env.rank == 0) {
     for (const Row& row : rows) {
       const RunResult& r = row.r;
-      std::fprintf(csv, "%g,%g,%.6f,%.6f,%.6f,%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.0f,%.2f,%s\n", static_cast<double>(row.dp),
-                   static_cast<double>(row.mp), r.auc, r.logloss, r.accuracy, r.bytes.dp, r.bytes.mp, r.bytes.dpDense,
-                   r.bytes.mpDense, ratio(r.bytes.dpDense, r.bytes.dp), ratio(r.bytes.mpDense, r.bytes.mp),
-                   r.bytes.dp + r.bytes.mp, r.stepSeconds * 1e3,
+      std::fprintf(csv, "%g,%g,%.6f,%.6f,%.6f,%.0f,%.0f,%.0f,%.0f,%.2f,%.2f,%.0f,%.2f,%s\n",
+                   static_cast<double>(row.dp), static_cast<double>(row.mp), r.auc, r.logloss, r.accuracy, r.bytes.dp,
+                   r.bytes.mp, r.bytes.dpDense, r.bytes.mpDense, ratio(r.bytes.dpDense, r.bytes.dp),
+                   ratio(r.bytes.mpDense, r.bytes.mp), r.bytes.dp + r.bytes.mp, r.stepSeconds * 1e3,
                    denseAuc >= 0 ? std::to_string(r.auc - denseAuc).c_str() : "");
     }
     std::fclose(csv);
     std::printf("\nsweep written to %s\n", o.csv.c_str());
-    std::printf("| DP density | MP density | AUC | AUC - dense | DP reduction | MP reduction | total bytes/step/rank |\n");
+    std::printf(
+        "| DP density | MP density | AUC | AUC - dense | DP reduction | MP reduction | total bytes/step/rank |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     for (const Row& row : rows)
       std::printf("| %g | %g | %.5f | %+.5f | %.1fx | %.1fx | %.0f |\n", static_cast<double>(row.dp),
@@ -407,20 +418,24 @@ int runSweep(const Options& o, const dlrm::Source& src, Env& env) {
     const std::string gp = o.csv + ".gp";
     FILE* g = std::fopen(gp.c_str(), "w");
     if (g != nullptr) {
-      std::fprintf(g,
-                   "set terminal pngcairo size 1000,650 noenhanced\n"
-                   "set output '%s'\n"
-                   "set datafile separator ','\n"
-                   "set logscale x\n"
-                   "set xlabel 'bytes per step per rank (DP + MP, spccl stats)'\n"
-                   "set ylabel 'held-out AUC'\n"
-                   "set title 'DLRM, %d ranks, %d steps: AUC against communication (labels: DP density / MP density)'\n"
-                   "set key bottom right\n"
-                   "set grid\n"
-                   "plot '%s' every ::1 using 12:3 with points pt 7 ps 1.2 title 'runs', \\\n"
-                   "     '' every ::1 using 12:3:(sprintf('%%g/%%g', $1, $2)) with labels offset 0,0.8 font ',8' notitle",
-                   o.png.c_str(), env.ranks, o.config.steps, o.csv.c_str());
-      if (denseAuc >= 0) std::fprintf(g, ", \\\n     %.6f title 'dense AUC' lc rgb 'gray', %.6f title 'dense AUC - 0.001' dt 2 lc rgb 'gray'", denseAuc, denseAuc - 0.001);
+      std::fprintf(
+          g,
+          "set terminal pngcairo size 1000,650 noenhanced\n"
+          "set output '%s'\n"
+          "set datafile separator ','\n"
+          "set logscale x\n"
+          "set xlabel 'bytes per step per rank (DP + MP, spccl stats)'\n"
+          "set ylabel 'held-out AUC'\n"
+          "set title 'DLRM, %d ranks, %d steps: AUC against communication (labels: DP density / MP density)'\n"
+          "set key bottom right\n"
+          "set grid\n"
+          "plot '%s' every ::1 using 12:3 with points pt 7 ps 1.2 title 'runs', \\\n"
+          "     '' every ::1 using 12:3:(sprintf('%%g/%%g', $1, $2)) with labels offset 0,0.8 font ',8' notitle",
+          o.png.c_str(), env.ranks, o.config.steps, o.csv.c_str());
+      if (denseAuc >= 0)
+        std::fprintf(
+            g, ", \\\n     %.6f title 'dense AUC' lc rgb 'gray', %.6f title 'dense AUC - 0.001' dt 2 lc rgb 'gray'",
+            denseAuc, denseAuc - 0.001);
       std::fprintf(g, "\n");
       std::fclose(g);
       if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
@@ -475,11 +490,12 @@ int runCheckSingle(const Options& o, const dlrm::Source& src, Env& env) {
                            one.mlpParams.size() == multi.mlpParams.size() &&
                            one.tableChecksums.size() == multi.tableChecksums.size();
         const double relParam = paramScale > 0 ? maxParam / paramScale : maxParam;
-        std::printf("parity: max |p_%d - p_1| over %zu held-out samples = %.3g (tol %.3g); max MLP parameter diff = %.3g "
-                    "(relative %.3g, tol %.3g); max table checksum diff (relative) = %.3g (tol %.3g); AUC %.6f vs %.6f; "
-                    "replicas bitwise identical: %s\n",
-                    env.ranks, one.evalProbs.size(), maxProb, o.parityTol, maxParam, relParam, o.parityTol, maxTable,
-                    o.parityTol, multi.auc, one.auc, multi.replicasIdentical ? "yes" : "NO");
+        std::printf(
+            "parity: max |p_%d - p_1| over %zu held-out samples = %.3g (tol %.3g); max MLP parameter diff = %.3g "
+            "(relative %.3g, tol %.3g); max table checksum diff (relative) = %.3g (tol %.3g); AUC %.6f vs %.6f; "
+            "replicas bitwise identical: %s\n",
+            env.ranks, one.evalProbs.size(), maxProb, o.parityTol, maxParam, relParam, o.parityTol, maxTable,
+            o.parityTol, multi.auc, one.auc, multi.replicasIdentical ? "yes" : "NO");
         const bool pass = sizes && maxProb <= o.parityTol && relParam <= o.parityTol && maxTable <= o.parityTol &&
                           multi.replicasIdentical;
         std::printf("parity check: %s\n", pass ? "PASSED" : "MISMATCH");
@@ -525,7 +541,9 @@ int runMain(int argc, char** argv, Env& env) {
     if (env.rank == 0) {
       dlrm::SyntheticSource s(sc);
       ok = s.writeTsv(o.writeTsv, o.tsvRows, &error) ? 1 : 0;
-      if (ok) std::printf("wrote %llu synthetic rows to %s\n", static_cast<unsigned long long>(o.tsvRows), o.writeTsv.c_str());
+      if (ok)
+        std::printf("wrote %llu synthetic rows to %s\n", static_cast<unsigned long long>(o.tsvRows),
+                    o.writeTsv.c_str());
       else std::fprintf(stderr, "dlrm: %s\n", error.c_str());
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);

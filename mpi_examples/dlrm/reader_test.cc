@@ -25,7 +25,8 @@ std::string tempPath(const std::string& name) {
 std::string goodLine(int label) {
   std::string s = std::to_string(label);
   for (int k = 0; k < 13; ++k) s += "\t" + (k == 2 ? std::string() : std::to_string(k * 3));
-  for (int c = 0; c < 26; ++c) s += c == 5 ? std::string("\t") : "\t" + std::string("0000abc") + static_cast<char>('0' + c % 10);
+  for (int c = 0; c < 26; ++c)
+    s += c == 5 ? std::string("\t") : "\t" + std::string("0000abc") + static_cast<char>('0' + c % 10);
   return s;
 }
 
@@ -54,15 +55,15 @@ TEST(CriteoReader, EachKindOfBadLineIsCountedOnce) {
   CriteoCounts n;
   std::string l = goodLine(0);
   EXPECT_FALSE(parse(l.substr(0, l.size() / 2), &n));  // cut mid-line
-  EXPECT_FALSE(parse("", &n));                          // empty line
-  EXPECT_FALSE(parse(l + "\tdeadbeef", &n));            // 41 fields
-  EXPECT_FALSE(parse("2" + l.substr(1), &n));           // label 2
+  EXPECT_FALSE(parse("", &n));                         // empty line
+  EXPECT_FALSE(parse(l + "\tdeadbeef", &n));           // 41 fields
+  EXPECT_FALSE(parse("2" + l.substr(1), &n));          // label 2
   std::string bad = l;
   bad.replace(bad.find('\t') + 1, 1, "q");  // first integer column
   EXPECT_FALSE(parse(bad, &n));
-  EXPECT_FALSE(parse(l.substr(0, l.rfind('\t') + 1) + "xyz", &n));  // last categorical not hex
+  EXPECT_FALSE(parse(l.substr(0, l.rfind('\t') + 1) + "xyz", &n));        // last categorical not hex
   EXPECT_FALSE(parse(l.substr(0, l.rfind('\t') + 1) + "123456789", &n));  // 9 hex digits
-  EXPECT_TRUE(parse(l + "\r", &n));  // CRLF
+  EXPECT_TRUE(parse(l + "\r", &n));                                       // CRLF
   EXPECT_EQ(n.truncated, 2u);
   EXPECT_EQ(n.extraFields, 1u);
   EXPECT_EQ(n.badLabel, 1u);

@@ -105,8 +105,7 @@ double computeAuc(const std::vector<float>& scores, const std::vector<float>& la
   return (rankSumPos - pos * (pos + 1) / 2) / (pos * neg);
 }
 
-Trainer::Trainer(const Config& config, const Source& source, spcclComm_t comm, MPI_Comm mpiComm,
-                 MpiMonitor* monitor)
+Trainer::Trainer(const Config& config, const Source& source, spcclComm_t comm, MPI_Comm mpiComm, MpiMonitor* monitor)
     : config_(config), source_(source), comm_(comm), mpiComm_(mpiComm), monitor_(monitor) {}
 
 bool Trainer::fail(const char* what, spcclResult_t r, std::string* error) {
@@ -442,10 +441,12 @@ RunResult Trainer::run(const std::string& label) {
       const double now = MPI_Wtime(), elapsed = now - start;
       if (rank_ == 0 && !config_.quiet) {
         const double eta = elapsed / (s + 1) * (config_.steps - s - 1);
-        std::printf("[%s] step %5d/%d  loss %.5f  %8.0f samples/s  bytes/step/rank DP %10.0f  MP %10.0f  elapsed %6.1fs  ETA %6.1fs\n",
-                    label.c_str(), s + 1, config_.steps, sum[0] / (static_cast<double>(windowSteps) * config_.batch),
-                    windowSteps * static_cast<double>(config_.batch) / (now - windowStart),
-                    sum[1] / (ranks_ * windowSteps), sum[2] / (ranks_ * windowSteps), elapsed, eta);
+        std::printf(
+            "[%s] step %5d/%d  loss %.5f  %8.0f samples/s  bytes/step/rank DP %10.0f  MP %10.0f  elapsed %6.1fs  ETA "
+            "%6.1fs\n",
+            label.c_str(), s + 1, config_.steps, sum[0] / (static_cast<double>(windowSteps) * config_.batch),
+            windowSteps * static_cast<double>(config_.batch) / (now - windowStart), sum[1] / (ranks_ * windowSteps),
+            sum[2] / (ranks_ * windowSteps), elapsed, eta);
         std::fflush(stdout);
       }
       window = Bytes{};

@@ -35,7 +35,7 @@ struct Config {
   uint64_t seed = 1;
   uint64_t evalSamples = 32768;
   int printEvery = 50;
-  bool monitor = false;      // read Open MPI's coll_monitoring counters around each exchange
+  bool monitor = false;           // read Open MPI's coll_monitoring counters around each exchange
   bool injectRoutingBug = false;  // test-only: sends each sample's rows to the wrong rank
   bool quiet = false;
 };
@@ -111,8 +111,8 @@ class Trainer {
   MpiMonitor* monitor_;
   int rank_ = 0, ranks_ = 1, tables_ = 0, maxOwned_ = 1, local_ = 0;
   std::vector<int> owner_;
-  std::vector<Table> owned_;                // this rank's tables, by index
-  std::vector<std::vector<int>> ownedBy_;   // ownedBy_[r] = tables of rank r, by index
+  std::vector<Table> owned_;               // this rank's tables, by index
+  std::vector<std::vector<int>> ownedBy_;  // ownedBy_[r] = tables of rank r, by index
   Mlp bottom_, top_;
   std::vector<spcclCompressor_t> compressors_;  // one per MLP layer (bottom, then top)
   std::vector<std::vector<float>> reduced_;

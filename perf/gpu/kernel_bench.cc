@@ -34,22 +34,22 @@
 
 using namespace spccl;
 
-#define CHECK_CUDA(call)                                                                               \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) {                                                                           \
+#define CHECK_CUDA(call)                                                                                 \
+  do {                                                                                                   \
+    cudaError_t e_ = (call);                                                                             \
+    if (e_ != cudaSuccess) {                                                                             \
       std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                                    \
-    }                                                                                                  \
+      std::exit(2);                                                                                      \
+    }                                                                                                    \
   } while (0)
 
-#define CHECK_STATUS(expr)                                                                         \
-  do {                                                                                             \
-    spccl::Status s_ = (expr);                                                                     \
-    if (!s_.isOk()) {                                                                              \
+#define CHECK_STATUS(expr)                                                                             \
+  do {                                                                                                 \
+    spccl::Status s_ = (expr);                                                                         \
+    if (!s_.isOk()) {                                                                                  \
       std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, s_.message().c_str()); \
-      std::exit(2);                                                                                \
-    }                                                                                              \
+      std::exit(2);                                                                                    \
+    }                                                                                                  \
   } while (0)
 
 namespace {
@@ -118,8 +118,7 @@ template <typename F>
 std::pair<double, double> medianMsOfTwo(F&& run, int iters, cudaStream_t s) {
   double best[2] = {1e30, 1e30};
   for (int round = 0; round < 2; ++round)
-    for (bool second : {false, true})
-      best[second] = std::min(best[second], medianMs([&] { run(second); }, iters, s));
+    for (bool second : {false, true}) best[second] = std::min(best[second], medianMs([&] { run(second); }, iters, s));
   return {best[0], best[1]};
 }
 
@@ -172,7 +171,8 @@ int main(int argc, char** argv) {
 
   for (size_t mi : opt.sizesMi) {
     const size_t n = mi << 20;
-    const uint64_t k = std::max<uint64_t>(1, core::densityCount(static_cast<float>(opt.density), n));  // the library's k
+    const uint64_t k =
+        std::max<uint64_t>(1, core::densityCount(static_cast<float>(opt.density), n));  // the library's k
     const uint64_t capacity = std::min<uint64_t>(n, 4 * k);
     std::printf("# n = %zu floats (%zu Mi), k = %llu\n", n, mi, static_cast<unsigned long long>(k));
     std::fflush(stdout);
@@ -196,15 +196,17 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamSynchronize(stream));
 
     // Copy ceiling.
-    const double copyMs = medianMs(
-        [&] { CHECK_CUDA(cudaMemcpyAsync(acc, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream)); },
-        opt.iters, stream);
+    const double copyMs =
+        medianMs([&] { CHECK_CUDA(cudaMemcpyAsync(acc, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream)); },
+                 opt.iters, stream);
     const double copyGbs = 8.0 * n / (copyMs * 1e6);
     rows.push_back({"d2d copy", n, copyMs, 8.0 * n, copyGbs, "-"});
 
     // Threshold.
     const double thrMs = medianMs(
-        [&] { CHECK_STATUS(cuda::kthLargestMagnitude(send, spcclFloat32, resIn, n, k, thr, thrWs, thrWsBytes, stream)); },
+        [&] {
+          CHECK_STATUS(cuda::kthLargestMagnitude(send, spcclFloat32, resIn, n, k, thr, thrWs, thrWsBytes, stream));
+        },
         opt.iters, stream);
 
     // selectPack, tau and budget from the device threshold (no host round trip).
@@ -236,8 +238,8 @@ int main(int argc, char** argv) {
     // Unpack of the stream just packed into the accumulator.
     const double unpackMs = medianMs(
         [&] {
-          CHECK_STATUS(cuda::unpackAccumulate(idx, val, core::ValueType::kFloat32, pairs, nullptr, acc, 0, n, nullptr,
-                                              stream));
+          CHECK_STATUS(
+              cuda::unpackAccumulate(idx, val, core::ValueType::kFloat32, pairs, nullptr, acc, 0, n, nullptr, stream));
         },
         opt.iters, stream);
 
@@ -262,16 +264,25 @@ int main(int argc, char** argv) {
     if (opt.check) {
       const std::vector<float> hSend = download(send, n), hRes = download(resIn, n);
       std::vector<uint32_t> scratch(n);
-      const host::ThresholdResult ht = host::kthLargestMagnitude(hSend.data(), spcclFloat32, hRes.data(), n, k,
-                                                                 &scratch);
+      const host::ThresholdResult ht =
+          host::kthLargestMagnitude(hSend.data(), spcclFloat32, hRes.data(), n, k, &scratch);
       const cuda::ThresholdOut dt = download(thr, 1)[0];
       thrCheck = dt.tauKey == ht.tauKey && dt.above == ht.above && dt.finite == ht.finite ? "ok" : "MISMATCH";
       std::vector<float> hOut(n);
       std::vector<uint32_t> hIdx(capacity);
       std::vector<float> hVal(capacity);
       const uint64_t budget = k > ht.above ? k - ht.above : 0;
-      host::SelectArgs ha{hSend.data(), spcclFloat32, hRes.data(), hOut.data(), n, ht.tauKey, budget, capacity,
-                          core::ValueType::kFloat32, hIdx.data(), hVal.data()};
+      host::SelectArgs ha{hSend.data(),
+                          spcclFloat32,
+                          hRes.data(),
+                          hOut.data(),
+                          n,
+                          ht.tauKey,
+                          budget,
+                          capacity,
+                          core::ValueType::kFloat32,
+                          hIdx.data(),
+                          hVal.data()};
       const host::SelectResult hr = host::selectPack(ha);
       // Each kernel's outputs from a fresh pass (the residual out poisoned first).
       const auto selectMatches = [&](bool early) {
@@ -328,13 +339,11 @@ int main(int argc, char** argv) {
     rows.push_back({"selectEarly", n, earlyMs, 12.0 * n + 8.0 * static_cast<double>(pairs), copyGbs, earlyCheck});
     rows.push_back({"threshold", n, thrMs, 24.0 * n, copyGbs, thrCheck});
     rows.push_back({"unpack", n, unpackMs, 16.0 * static_cast<double>(pairs), copyGbs, "-"});
-    rows.push_back({"rowTopK", n, topkMs, 4.0 * n + 4.0 * static_cast<double>(nRows) * (keep + 1), copyGbs,
-                    topkCheck});
-    rows.push_back({"rowFloor", n, floorMs, 4.0 * n + 4.0 * static_cast<double>(nRows) * (keep + 1), copyGbs,
-                    floorCheck});
-    std::printf("#   selected %llu pairs (%llu finite), copy %.1f GB/s\n",
-                static_cast<unsigned long long>(sc.selected), static_cast<unsigned long long>(sc.finiteSelected),
-                copyGbs);
+    rows.push_back({"rowTopK", n, topkMs, 4.0 * n + 4.0 * static_cast<double>(nRows) * (keep + 1), copyGbs, topkCheck});
+    rows.push_back(
+        {"rowFloor", n, floorMs, 4.0 * n + 4.0 * static_cast<double>(nRows) * (keep + 1), copyGbs, floorCheck});
+    std::printf("#   selected %llu pairs (%llu finite), copy %.1f GB/s\n", static_cast<unsigned long long>(sc.selected),
+                static_cast<unsigned long long>(sc.finiteSelected), copyGbs);
 
     for (void* p : {static_cast<void*>(send), static_cast<void*>(resIn), static_cast<void*>(resOut),
                     static_cast<void*>(acc), static_cast<void*>(idx), static_cast<void*>(val),

@@ -35,21 +35,21 @@
 #include <random>
 #include <vector>
 
-#define PLAIN_CHECK(call, ok, msg)                        \
-  do {                                                    \
-    if (!(ok)) {                                          \
+#define PLAIN_CHECK(call, ok, msg)                                 \
+  do {                                                             \
+    if (!(ok)) {                                                   \
       std::printf("nccl_plain_sgd: FAILED: %s: %s\n", #call, msg); \
-      return 1;                                           \
-    }                                                     \
+      return 1;                                                    \
+    }                                                              \
   } while (0)
-#define CUDA_CALL(call)                                   \
-  do {                                                    \
-    cudaError_t e_ = (call);                              \
+#define CUDA_CALL(call)                                           \
+  do {                                                            \
+    cudaError_t e_ = (call);                                      \
     PLAIN_CHECK(call, e_ == cudaSuccess, cudaGetErrorString(e_)); \
   } while (0)
-#define NCCL_CALL(call)                                   \
-  do {                                                    \
-    ncclResult_t r_ = (call);                             \
+#define NCCL_CALL(call)                                           \
+  do {                                                            \
+    ncclResult_t r_ = (call);                                     \
     PLAIN_CHECK(call, r_ == ncclSuccess, ncclGetErrorString(r_)); \
   } while (0)
 

@@ -8,21 +8,21 @@
 #include <cstdio>
 #include <vector>
 
-#define SMOKE_CUDA(call)                                                                    \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
-      std::printf("nccl_smoke: FAILED: %s: %s\n", #call, cudaGetErrorString(e_));           \
-      return 1;                                                                             \
-    }                                                                                       \
+#define SMOKE_CUDA(call)                                                          \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      std::printf("nccl_smoke: FAILED: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                                   \
+    }                                                                             \
   } while (0)
-#define SMOKE_NCCL(call)                                                                    \
-  do {                                                                                      \
-    ncclResult_t r_ = (call);                                                               \
-    if (r_ != ncclSuccess) {                                                                \
-      std::printf("nccl_smoke: FAILED: %s: %s\n", #call, ncclGetErrorString(r_));           \
-      return 1;                                                                             \
-    }                                                                                       \
+#define SMOKE_NCCL(call)                                                          \
+  do {                                                                            \
+    ncclResult_t r_ = (call);                                                     \
+    if (r_ != ncclSuccess) {                                                      \
+      std::printf("nccl_smoke: FAILED: %s: %s\n", #call, ncclGetErrorString(r_)); \
+      return 1;                                                                   \
+    }                                                                             \
   } while (0)
 
 int main() {

@@ -25,9 +25,9 @@ namespace spccl::cuda {
 // exchange the same number of bytes and the check refuses them.
 struct CallRecordHeader {
   unsigned char descriptor[48];
-  uint64_t capacity;   // pairs a rank may send (capacity factor x k)
-  uint64_t slots;      // pairs its buffers hold in this round
-  uint32_t estimated;  // 1: tau was estimated exactly in this round
+  uint64_t capacity;     // pairs a rank may send (capacity factor x k)
+  uint64_t slots;        // pairs its buffers hold in this round
+  uint32_t estimated;    // 1: tau was estimated exactly in this round
   uint32_t starveBelow;  // a stored tau selecting fewer finite entries starved (thresholdMinFraction)
 };
 struct CallRecord {
@@ -74,7 +74,6 @@ Status writeCallRecordHeader(CallRecord* dst, const CallRecordHeader& header, co
 // reported[0..kAsyncKinds) (device-visible, e.g. mapped host memory; null:
 // not counted), each bit that any record's asyncErrors carries or, for
 // kAsyncMismatch, this verdict's own mismatch.
-Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* reported,
-                          cudaStream_t stream);
+Status resolveFixedCounts(const CallRecord* records, int ranks, uint64_t* nnz, uint32_t* reported, cudaStream_t stream);
 
 }  // namespace spccl::cuda

@@ -74,8 +74,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
     a.indices = d.agIndices.get<uint32_t>();
     a.values = d.agValues.get();
     a.result = d.agCounts.get<cuda::SelectCounts>();
-    SPCCL_RETURN_IF_ERROR(
-        cuda::selectPack(a, d.agSelectWorkspace.get(), d.agSelectWorkspace.bytes(), stream));
+    SPCCL_RETURN_IF_ERROR(cuda::selectPack(a, d.agSelectWorkspace.get(), d.agSelectWorkspace.bytes(), stream));
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostCounts, a.result, sizeof *hostCounts, cudaMemcpyDeviceToHost, stream));
     SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
     nnz = hostCounts->selected;
@@ -84,9 +83,14 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   }
 
   // Every rank's count travels in its descriptor, as on the host.
-  CallDescriptor mine{kStreamMagic, 0, static_cast<uint8_t>(wire), static_cast<uint8_t>(type),
-                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)), seq,
-                      n, nnz};
+  CallDescriptor mine{kStreamMagic,
+                      0,
+                      static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(type),
+                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)),
+                      seq,
+                      n,
+                      nnz};
   mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, mine, stream));
   const std::vector<CallDescriptor>& all = comm->descriptors;
@@ -102,10 +106,8 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   }
   SPCCL_RETURN_IF_ERROR(d.agRecvIndices.ensure(std::max<uint64_t>(total, 1) * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(d.agRecvValues.ensure(std::max<uint64_t>(total, 1) * vb));
-  SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(d.agIndices.get(), idxBytes[me], d.agRecvIndices.get(), idxBytes, idxOff));
-  SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(d.agValues.get(), valBytes[me], d.agRecvValues.get(), valBytes, valOff));
+  SPCCL_RETURN_IF_ERROR(t.allGatherV(d.agIndices.get(), idxBytes[me], d.agRecvIndices.get(), idxBytes, idxOff));
+  SPCCL_RETURN_IF_ERROR(t.allGatherV(d.agValues.get(), valBytes[me], d.agRecvValues.get(), valBytes, valOff));
 
   // Every block: zeros, its pairs, the user type. (An in-place send block
   // has been consumed by the selection above, in stream order.)

@@ -50,15 +50,15 @@ static_assert(offsetof(CallDescriptor, count) + sizeof(uint64_t) == cuda::kRecor
 struct DeviceCompressorState {
   DeviceMemory residual[2];
   int current = 0;
-  bool residualZero = true;  // residual[current] is all +0.0 (the host compressor's flag)
+  bool residualZero = true;      // residual[current] is all +0.0 (the host compressor's flag)
   DeviceMemory indices, values;  // exact mode: this rank's pairs
   uint64_t slots = 0;
   DeviceMemory selectWorkspace, thresholdWorkspace, threshold;
-  DeviceMemory records;         // ranks x CallRecord
-  PinnedMemory hostRecords;     // exact mode: their copy
-  DeviceMemory recvIndices, recvValues;  // exact mode: the peers' pairs
+  DeviceMemory records;                                 // ranks x CallRecord
+  PinnedMemory hostRecords;                             // exact mode: their copy
+  DeviceMemory recvIndices, recvValues;                 // exact mode: the peers' pairs
   DeviceMemory fixedIndices, fixedValues, fixedCounts;  // fixed mode: ranks x capacity slots
-  DeviceMemory accumulator;     // fp32 result for fp16/bf16 user buffers
+  DeviceMemory accumulator;                             // fp32 result for fp16/bf16 user buffers
   bool initialised = false;
   bool fixedReady = false;
   bool warnedSplit = false;
@@ -129,7 +129,8 @@ Status selectInto(spcclCompressor* c, const void* send, bool estimated, bool kee
 // Sum (rank order, into zeros) of every rank's pairs, then average and
 // conversion to the user's type.
 Status finishReduce(spcclCompressor* c, float* acc, void* recv, spcclRedOp_t op, cudaStream_t stream) {
-  if (op == spcclAvg) SPCCL_RETURN_IF_ERROR(cuda::divideFloats(acc, c->count, static_cast<float>(c->comm->ranks), stream));
+  if (op == spcclAvg)
+    SPCCL_RETURN_IF_ERROR(cuda::divideFloats(acc, c->count, static_cast<float>(c->comm->ranks), stream));
   if (c->dataType != spcclFloat32) SPCCL_RETURN_IF_ERROR(cuda::storeFloats(acc, c->count, c->dataType, recv, stream));
   return Status::ok();
 }
@@ -226,9 +227,9 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
       // selection (fewer than the record's starveBelow: each rank's own
       // thresholdMinFraction, as the capacity is its own capacityFactor) is
       // re-estimated in this call.
-      const bool stale = !rec.estimated && (rec.counts.finiteSelected > rec.capacity ||
-                                            spcclCompressor::starved(false, rec.tauKey, rec.counts.finiteSelected,
-                                                                     rec.starveBelow));
+      const bool stale =
+          !rec.estimated && (rec.counts.finiteSelected > rec.capacity ||
+                             spcclCompressor::starved(false, rec.tauKey, rec.counts.finiteSelected, rec.starveBelow));
       const bool overflow = rec.counts.selected > rec.slots;
       anyRetry = anyRetry || (sparse && (stale || overflow));
       if (r != me || !(stale || overflow) || !sparse) continue;
@@ -293,8 +294,8 @@ Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const Cal
   for (int r = 0; r < p; ++r) {
     const uint32_t* idx = r == me ? s.indices.get<uint32_t>() : recvIdx + offset[r];
     const void* val = r == me ? s.values.get() : static_cast<const void*>(recvVal + offset[r] * vb);
-    SPCCL_RETURN_IF_ERROR(cuda::unpackAccumulate(idx, val, wire, nnz[r], nullptr, acc, 0, c->count,
-                                                 comm.device->pendingDevice, stream));
+    SPCCL_RETURN_IF_ERROR(
+        cuda::unpackAccumulate(idx, val, wire, nnz[r], nullptr, acc, 0, c->count, comm.device->pendingDevice, stream));
   }
   call->bytesSent += static_cast<uint64_t>(p - 1) * nnz[me] * (sizeof(uint32_t) + vb);
   call->lastSelected = nnz[me];
@@ -368,8 +369,8 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   state->pendingDevice = state->pending.get<uint32_t>();
   SPCCL_RETURN_IF_ERROR(state->reported.ensure(cuda::kAsyncKinds * sizeof(uint32_t), cudaHostAllocMapped));
   std::memset(state->reported.get(), 0, cuda::kAsyncKinds * sizeof(uint32_t));
-  SPCCL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->reportedDevice),
-                                            state->reported.get(), 0));
+  SPCCL_CUDA_CHECK(
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->reportedDevice), state->reported.get(), 0));
   SPCCL_RETURN_IF_ERROR(state->staging.ensure(sizeof(int)));
   // One MAX allreduce: the lowest rank whose environment was bad (as
   // ranks - rank: 0 where none was), and rank 0's
@@ -377,8 +378,8 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   // valid value), so auto's model is the same on every rank, as on an MPI
   // communicator. (SPCCL_CALIBRATE measures over MPI, host path only.)
   const bool root = t->rank() == 0;
-  double agreed[3] = {envOk ? 0.0 : static_cast<double>(t->size() - t->rank()),
-                      root ? comm->params.netGbps : -1.0, root ? comm->params.netLatencyUs : -1.0};
+  double agreed[3] = {envOk ? 0.0 : static_cast<double>(t->size() - t->rank()), root ? comm->params.netGbps : -1.0,
+                      root ? comm->params.netLatencyUs : -1.0};
   DeviceMemory flag;
   SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof agreed));
   SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), agreed, sizeof agreed, cudaMemcpyHostToDevice));
@@ -450,11 +451,13 @@ uint32_t takeReported(spcclComm* comm) {
 
 Status asyncFailure(uint32_t bits) {
   if (bits & cuda::kAsyncMismatch)
-    return invalidUsage("an earlier fixed-capacity compressed allreduce (SPCCL_DEVICE_MODE=fixed) was called "
-                        "inconsistently across ranks (count, datatype, op, algorithm, wire type, density or call "
-                        "order): its output was left zero and the compressor state is undefined");
-  return remoteError("a peer's pairs stream in an earlier call on this communicator failed the bounds and order "
-                     "checks on a rank's device; the bad pairs were not applied there");
+    return invalidUsage(
+        "an earlier fixed-capacity compressed allreduce (SPCCL_DEVICE_MODE=fixed) was called "
+        "inconsistently across ranks (count, datatype, op, algorithm, wire type, density or call "
+        "order): its output was left zero and the compressor state is undefined");
+  return remoteError(
+      "a peer's pairs stream in an earlier call on this communicator failed the bounds and order "
+      "checks on a rank's device; the bad pairs were not applied there");
 }
 
 }  // namespace
@@ -507,20 +510,28 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
 
   int algorithm = c->config.algorithm;
   if (algorithm == SPCCL_ALGO_AUTO) {
-    CostInputs in{p, c->count, c->selectCount(), static_cast<uint32_t>(dataTypeSize(c->dataType)),
-                  core::wireValueBytes(wire), -1};
+    CostInputs in{
+        p, c->count, c->selectCount(), static_cast<uint32_t>(dataTypeSize(c->dataType)), core::wireValueBytes(wire),
+        -1};
     algorithm = chooseAlgorithm(in, comm.costModel);  // (4-byte indices on the device: the default)
   }
   if (!findAllreduceAlgorithm(algorithm)->supports(AllreduceRequest{true})) {
     // Not on the device yet: the same result, allgather's traffic.
     if (!s.warnedSplit)
-      SPCCL_INFO(comm.rank, "device buffers: the %s algorithm runs as allgather (docs/GPU.md)", algorithmName(algorithm));
+      SPCCL_INFO(comm.rank, "device buffers: the %s algorithm runs as allgather (docs/GPU.md)",
+                 algorithmName(algorithm));
     s.warnedSplit = true;
     algorithm = SPCCL_ALGO_ALLGATHER;
   }
   float* acc = c->dataType == spcclFloat32 ? static_cast<float*>(recv) : s.accumulator.get<float>();
-  CallDescriptor mine{kStreamMagic, static_cast<uint8_t>(algorithm), static_cast<uint8_t>(wire),
-                      static_cast<uint8_t>(c->dataType), static_cast<uint8_t>(op), seq, c->count, 0};
+  CallDescriptor mine{kStreamMagic,
+                      static_cast<uint8_t>(algorithm),
+                      static_cast<uint8_t>(wire),
+                      static_cast<uint8_t>(c->dataType),
+                      static_cast<uint8_t>(op),
+                      seq,
+                      c->count,
+                      0};
   mine.density = c->config.density;
   if (c->config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;  // as on the host path
   spcclStats_t call{};
@@ -530,8 +541,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   call.lastAlgorithm = algorithm;
   if (comm.params.deviceMode == kDeviceModeFixed)
     SPCCL_RETURN_IF_ERROR(fixedModeCall(c, send, acc, mine, algorithm, stream, &call));
-  else
-    SPCCL_RETURN_IF_ERROR(exactModeCall(c, send, acc, mine, algorithm, stream, &call));
+  else SPCCL_RETURN_IF_ERROR(exactModeCall(c, send, acc, mine, algorithm, stream, &call));
   SPCCL_RETURN_IF_ERROR(finishReduce(c, acc, recv, op, stream));
   call.thresholdUpdates = c->callUpdates;
   addStats(&c->stats, call);

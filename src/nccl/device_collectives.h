@@ -57,8 +57,8 @@ Status allGather(spcclComm* comm, const void* send, void* recv, size_t bytesPerR
 // sel may be nullptr (nothing kept for a backward).
 Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPerPeer, size_t rowLen,
                    spcclDataType_t type, float density, spcclSelection* sel, cudaStream_t stream, spcclStats_t* call);
-Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
-                    cudaStream_t stream, spcclStats_t* call);
+Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel, cudaStream_t stream,
+                    spcclStats_t* call);
 
 // Sparsified allgather (SPCCL_ALLGATHER_DENSITY), the host path's selection.
 Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,

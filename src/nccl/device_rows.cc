@@ -115,9 +115,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   const uint64_t nRows = static_cast<uint64_t>(p) * rowsPerPeer;
   const size_t esize = dataTypeSize(type);
   const uint64_t seq = comm->seq++;
-  SPCCL_RETURN_IF_ERROR(
-      agreeOnDevice(comm, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, keep),
-                    stream));
+  SPCCL_RETURN_IF_ERROR(agreeOnDevice(
+      comm, rowsDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, keep), stream));
 
   // A kept selection's device buffers come from the communicator's pool: one
   // no live selection holds any more (use count 1: only the pool) is reused,
@@ -146,8 +145,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   auto* hostCounts = d.hostCounts.get<uint32_t>();
   for (int attempt = 0; attempt < 2; ++attempt) {
     SPCCL_RETURN_IF_ERROR(d.stridedPositions.ensure(std::max<uint64_t>(nRows * stride, 1) * sizeof(uint32_t)));
-    SPCCL_RETURN_IF_ERROR(cuda::selectRowsTopK(send, type, nRows, len, keep, d.stridedPositions.get<uint32_t>(),
-                                               stride, counts, stream));
+    SPCCL_RETURN_IF_ERROR(
+        cuda::selectRowsTopK(send, type, nRows, len, keep, d.stridedPositions.get<uint32_t>(), stride, counts, stream));
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostCounts, counts, nRows * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
     SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
     const uint32_t most = nRows ? *std::max_element(hostCounts, hostCounts + nRows) : 0;
@@ -170,8 +169,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   SPCCL_RETURN_IF_ERROR(cuda::rowOffsets(counts, nRows, s.sentOffsets.get<uint64_t>(), d.offsetsWorkspace.get(),
                                          d.offsetsWorkspace.bytes(), stream));
   SPCCL_RETURN_IF_ERROR(cuda::compactRowPositions(d.stridedPositions.get<uint32_t>(), stride,
-                                                  s.sentOffsets.get<uint64_t>(), nRows,
-                                                  s.sentPositions.get<uint32_t>(), stream));
+                                                  s.sentOffsets.get<uint64_t>(), nRows, s.sentPositions.get<uint32_t>(),
+                                                  stream));
   SPCCL_RETURN_IF_ERROR(cuda::gatherRowValues(send, type, nRows, len, s.sentPositions.get<uint32_t>(),
                                               s.sentOffsets.get<uint64_t>(), wire, d.sendValues.get(), stream));
 
@@ -181,8 +180,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   auto* recvCounts = d.recvCounts.get<uint32_t>();
   auto* hostRecvCounts = d.hostRecvCounts.get<uint32_t>();
   if (rowsPerPeer > 0) SPCCL_RETURN_IF_ERROR(t.allToAll(counts, rowsPerPeer * sizeof(uint32_t), recvCounts));
-  SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostRecvCounts, recvCounts, nRows * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                                   stream));
+  SPCCL_CUDA_CHECK(
+      cudaMemcpyAsync(hostRecvCounts, recvCounts, nRows * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
   // A count outside [keep, rowLen] is a peer with another density (or a
   // corrupt one). Counts up to a full row (another density) are still
@@ -194,9 +193,10 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   for (uint64_t r = 0; r < nRows; ++r) {
     const uint32_t c = hostRecvCounts[r];
     if ((c < keep || c > len) && peerError.isOk())
-      peerError = invalidUsage(formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u of "
-                                            "%u (different densities?)",
-                                            static_cast<int>(r / std::max<size_t>(rowsPerPeer, 1)), c, keep, len));
+      peerError =
+          invalidUsage(formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u of "
+                                    "%u (different densities?)",
+                                    static_cast<int>(r / std::max<size_t>(rowsPerPeer, 1)), c, keep, len));
   }
   std::vector<uint64_t>& recvPerPeer = s.recvPerPeer;
   perPeer(hostRecvCounts, p, rowsPerPeer, &recvPerPeer);
@@ -226,9 +226,17 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
     ro += recvPerPeer[j];
   }
   const Exchange pos{reinterpret_cast<const unsigned char*>(s.sentPositions.get()),
-                     s.recvPositions.get<unsigned char>(), posSendOff, posSendBytes, posRecvOff, posRecvBytes};
-  const Exchange val{d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), valSendOff, valSendBytes,
-                     valRecvOff, valRecvBytes};
+                     s.recvPositions.get<unsigned char>(),
+                     posSendOff,
+                     posSendBytes,
+                     posRecvOff,
+                     posRecvBytes};
+  const Exchange val{d.sendValues.get<unsigned char>(),
+                     d.recvValues.get<unsigned char>(),
+                     valSendOff,
+                     valSendBytes,
+                     valRecvOff,
+                     valRecvBytes};
   SPCCL_RETURN_IF_ERROR(exchange(t, {&pos, &val}, stream));
   SPCCL_RETURN_IF_ERROR(peerError);
 
@@ -256,8 +264,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   return Status::ok();
 }
 
-Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel,
-                    cudaStream_t stream, spcclStats_t* call) {
+Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel, cudaStream_t stream,
+                    spcclStats_t* call) {
   NcclTransport& t = transportOf(comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
@@ -273,7 +281,7 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spccl
                                       rowsDescriptor(Collective::kAlltoAllRowsBackward, seq, sel.rowsPerPeer,
                                                      sel.rowLen, sel.dataType, sel.wire, sel.forwardSeq),
                                       stream));
-  sel.used = true;  // every rank agreed: spent (as on the host)
+  sel.used = true;                     // every rank agreed: spent (as on the host)
   uint64_t outTotal = 0, inTotal = 0;  // out: gradients at the positions received; in: at those sent
   for (int j = 0; j < p; ++j) {
     outTotal += s.recvPerPeer[j];
@@ -295,8 +303,8 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spccl
     so += s.recvPerPeer[j];
     ro += s.sentPerPeer[j];
   }
-  const Exchange val{d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), sendOff, sendBytes,
-                     recvOff, recvBytes};
+  const Exchange val{
+      d.sendValues.get<unsigned char>(), d.recvValues.get<unsigned char>(), sendOff, sendBytes, recvOff, recvBytes};
   SPCCL_RETURN_IF_ERROR(exchange(t, {&val}, stream));
   SPCCL_RETURN_IF_ERROR(cuda::scatterRowValues(d.recvValues.get(), sel.wire, s.sentPositions.get<uint32_t>(),
                                                s.sentOffsets.get<uint64_t>(), nRows, len, sel.dataType, gradRecv,

@@ -35,8 +35,8 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   if (nrows >= static_cast<uint64_t>(INT_MAX))
     return invalidArgument(formatString("nrows=%zu: at most 2^31-2 rows on the device", nrows));
   const uint64_t seq = comm->seq++;
-  SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, rowSparseDescriptor(comm->params.rowSparseAlgorithm, seq, rowLen, type),
-                                      stream));
+  SPCCL_RETURN_IF_ERROR(
+      agreeOnDevice(comm, rowSparseDescriptor(comm->params.rowSparseAlgorithm, seq, rowLen, type), stream));
 
   // 1. Local merge.
   SPCCL_RETURN_IF_ERROR(d.mergedIds.ensure(std::max<size_t>(nrows, 1) * sizeof(int64_t)));
@@ -55,8 +55,8 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
   }
   SPCCL_RETURN_IF_ERROR(t.allGather(counts + me, sizeof(uint64_t), counts));
   auto* host = d.hostRowSparse.get<uint64_t>();
-  SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, counts, static_cast<size_t>(p) * sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                                   stream));
+  SPCCL_CUDA_CHECK(
+      cudaMemcpyAsync(host, counts, static_cast<size_t>(p) * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
   d.peerCounts.assign(2 * static_cast<size_t>(p) + 1, 0);  // the communicator's per-call scratch
   uint64_t *unique = d.peerCounts.data(), *first = unique + p;
@@ -85,8 +85,7 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
     rowOff[r] = first[r] * rowBytes;
   }
   SPCCL_RETURN_IF_ERROR(t.allGatherV(d.mergedIds.get(), idBytes[me], d.allIds.get(), idBytes, idOff));
-  SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(d.mergedRows.get(), rowLens[me], d.allRows.get(), rowLens, rowOff));
+  SPCCL_RETURN_IF_ERROR(t.allGatherV(d.mergedRows.get(), rowLens[me], d.allRows.get(), rowLens, rowOff));
 
   // 3. The union, equal ids summed in rank order.
   uint64_t unionSize = 0;
@@ -95,10 +94,9 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
     SPCCL_RETURN_IF_ERROR(d.unionRows.ensure(sumUnique * rowBytes));
     SPCCL_RETURN_IF_ERROR(d.unionCount.ensure(sizeof(uint64_t)));
     SPCCL_RETURN_IF_ERROR(d.mergeWorkspace.ensure(cuda::mergeRowsByIdWorkspaceBytes(sumUnique)));
-    SPCCL_RETURN_IF_ERROR(cuda::mergeRowsById(d.allIds.get<int64_t>(), d.allRows.get(), accType, sumUnique, rowLen,
-                                              d.unionIds.get<int64_t>(), d.unionRows.get(),
-                                              d.unionCount.get<uint64_t>(), d.mergeWorkspace.get(),
-                                              d.mergeWorkspace.bytes(), stream));
+    SPCCL_RETURN_IF_ERROR(cuda::mergeRowsById(
+        d.allIds.get<int64_t>(), d.allRows.get(), accType, sumUnique, rowLen, d.unionIds.get<int64_t>(),
+        d.unionRows.get(), d.unionCount.get<uint64_t>(), d.mergeWorkspace.get(), d.mergeWorkspace.bytes(), stream));
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(host + p, d.unionCount.get(), sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
     SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
     unionSize = host[p];
@@ -116,11 +114,11 @@ Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t n
                                      static_cast<unsigned long long>(unionSize), outCapacity))
         .markExpected();
   if (unionSize == 0) return Status::ok();
-  SPCCL_CUDA_CHECK(cudaMemcpyAsync(outIds, d.unionIds.get(), unionSize * sizeof(int64_t), cudaMemcpyDeviceToDevice,
-                                   stream));
+  SPCCL_CUDA_CHECK(
+      cudaMemcpyAsync(outIds, d.unionIds.get(), unionSize * sizeof(int64_t), cudaMemcpyDeviceToDevice, stream));
   if (accType == spcclFloat64) {
-    SPCCL_CUDA_CHECK(cudaMemcpyAsync(outRows, d.unionRows.get(), unionSize * rowBytes, cudaMemcpyDeviceToDevice,
-                                     stream));
+    SPCCL_CUDA_CHECK(
+        cudaMemcpyAsync(outRows, d.unionRows.get(), unionSize * rowBytes, cudaMemcpyDeviceToDevice, stream));
     return Status::ok();
   }
   return cuda::storeFloats(d.unionRows.get<float>(), unionSize * rowLen, type, outRows, stream);

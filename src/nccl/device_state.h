@@ -130,7 +130,7 @@ struct DeviceSelectionState {
 
 struct DeviceCommState {
   NcclTransport* transport = nullptr;  // owned by the comm
-  bool pageableAccess = false;  // the device reads pageable host memory (HMM, ATS): checkDeviceMemory passes all
+  bool pageableAccess = false;         // the device reads pageable host memory (HMM, ATS): checkDeviceMemory passes all
   // Asynchronous errors (cuda_kernels.h): the pending bits on the device
   // (kernels or-in cuda::kAsync* bits, the next call record takes them), and
   // the fixed-capacity verdicts' counters in mapped host memory, with the

@@ -26,8 +26,7 @@
  * C++ and a diagnostic in C (an error under -Werror). Inside sizeof nothing is
  * evaluated, so no symbol is referenced.
  */
-#define SPCCL_CHECK_SIGNATURE(fn, type) \
-  typedef char spcclSig_##fn[sizeof((type)0 == &fn) ? 1 : -1]
+#define SPCCL_CHECK_SIGNATURE(fn, type) typedef char spcclSig_##fn[sizeof((type)0 == &fn) ? 1 : -1]
 
 SPCCL_CHECK_SIGNATURE(spcclGetVersion, spcclResult_t (*)(int*));
 SPCCL_CHECK_SIGNATURE(spcclGetErrorString, const char* (*)(spcclResult_t));
@@ -37,37 +36,28 @@ SPCCL_CHECK_SIGNATURE(spcclCommUserRank, spcclResult_t (*)(const spcclComm_t, in
 SPCCL_CHECK_SIGNATURE(spcclCommDestroy, spcclResult_t (*)(spcclComm_t));
 SPCCL_CHECK_SIGNATURE(spcclCommGetStats, spcclResult_t (*)(const spcclComm_t, spcclStats_t*));
 SPCCL_CHECK_SIGNATURE(spcclAllReduce,
-                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t,
-                                        spcclRedOp_t, spcclComm_t, void*));
+                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclRedOp_t, spcclComm_t, void*));
 SPCCL_CHECK_SIGNATURE(spcclCompressConfigInit, spcclResult_t (*)(spcclCompressConfig_t*));
-SPCCL_CHECK_SIGNATURE(spcclCompressConfigInitVersion,
-                      spcclResult_t (*)(spcclCompressConfig_t*, size_t, unsigned int));
-SPCCL_CHECK_SIGNATURE(spcclCompressorCreate,
-                      spcclResult_t (*)(spcclComm_t, size_t, spcclDataType_t,
-                                        const spcclCompressConfig_t*, spcclCompressor_t*));
+SPCCL_CHECK_SIGNATURE(spcclCompressConfigInitVersion, spcclResult_t (*)(spcclCompressConfig_t*, size_t, unsigned int));
+SPCCL_CHECK_SIGNATURE(spcclCompressorCreate, spcclResult_t (*)(spcclComm_t, size_t, spcclDataType_t,
+                                                               const spcclCompressConfig_t*, spcclCompressor_t*));
 SPCCL_CHECK_SIGNATURE(spcclAllReduceCompressed,
-                      spcclResult_t (*)(const void*, void*, spcclRedOp_t, spcclCompressor_t,
-                                        void*));
-SPCCL_CHECK_SIGNATURE(spcclCompressorGetStats,
-                      spcclResult_t (*)(const spcclCompressor_t, spcclStats_t*));
-SPCCL_CHECK_SIGNATURE(spcclCompressorGetResidual,
-                      spcclResult_t (*)(const spcclCompressor_t, float*, size_t));
+                      spcclResult_t (*)(const void*, void*, spcclRedOp_t, spcclCompressor_t, void*));
+SPCCL_CHECK_SIGNATURE(spcclCompressorGetStats, spcclResult_t (*)(const spcclCompressor_t, spcclStats_t*));
+SPCCL_CHECK_SIGNATURE(spcclCompressorGetResidual, spcclResult_t (*)(const spcclCompressor_t, float*, size_t));
 SPCCL_CHECK_SIGNATURE(spcclCompressorDestroy, spcclResult_t (*)(spcclCompressor_t));
 SPCCL_CHECK_SIGNATURE(spcclAlltoAll,
-                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclComm_t,
-                                        void*));
+                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclComm_t, void*));
 SPCCL_CHECK_SIGNATURE(spcclAllGather,
-                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclComm_t,
-                                        void*));
+                      spcclResult_t (*)(const void*, void*, size_t, spcclDataType_t, spcclComm_t, void*));
 SPCCL_CHECK_SIGNATURE(spcclAlltoAllRowsCompressed,
-                      spcclResult_t (*)(const void*, void*, size_t, size_t, spcclDataType_t, float,
-                                        spcclSelection_t*, spcclComm_t, void*));
-SPCCL_CHECK_SIGNATURE(spcclAlltoAllRowsBackward,
-                      spcclResult_t (*)(const void*, void*, spcclSelection_t, void*));
+                      spcclResult_t (*)(const void*, void*, size_t, size_t, spcclDataType_t, float, spcclSelection_t*,
+                                        spcclComm_t, void*));
+SPCCL_CHECK_SIGNATURE(spcclAlltoAllRowsBackward, spcclResult_t (*)(const void*, void*, spcclSelection_t, void*));
 SPCCL_CHECK_SIGNATURE(spcclSelectionDestroy, spcclResult_t (*)(spcclSelection_t));
 SPCCL_CHECK_SIGNATURE(spcclAllReduceRowSparse,
-                      spcclResult_t (*)(const int64_t*, const void*, size_t, size_t, spcclDataType_t,
-                                        int64_t*, void*, size_t, size_t*, spcclComm_t, void*));
+                      spcclResult_t (*)(const int64_t*, const void*, size_t, size_t, spcclDataType_t, int64_t*, void*,
+                                        size_t, size_t*, spcclComm_t, void*));
 #if SPCCL_API_TEST_MPI
 SPCCL_CHECK_SIGNATURE(spcclCommInitMPI, spcclResult_t (*)(spcclComm_t*, MPI_Comm));
 #endif

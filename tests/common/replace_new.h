@@ -48,8 +48,12 @@ void* operator new[](std::size_t n, std::align_val_t a) {
   if (void* p = spccl_replace_new::allocate(n, static_cast<std::size_t>(a), SPCCL_NEW_CALLER)) return p;
   throw std::bad_alloc();
 }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return spccl_replace_new::allocate(n, 0, SPCCL_NEW_CALLER); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return spccl_replace_new::allocate(n, 0, SPCCL_NEW_CALLER); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return spccl_replace_new::allocate(n, 0, SPCCL_NEW_CALLER);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return spccl_replace_new::allocate(n, 0, SPCCL_NEW_CALLER);
+}
 void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
   return spccl_replace_new::allocate(n, static_cast<std::size_t>(a), SPCCL_NEW_CALLER);
 }

@@ -47,7 +47,10 @@ inline core::ValueType valueTypeOf(uint8_t selector) {
   }
 }
 inline uint8_t valueTypeSelector(core::ValueType vt) {
-  return vt == core::ValueType::kFloat32 ? 0 : vt == core::ValueType::kFloat16 ? 1 : vt == core::ValueType::kBfloat16 ? 2 : 3;
+  return vt == core::ValueType::kFloat32    ? 0
+         : vt == core::ValueType::kFloat16  ? 1
+         : vt == core::ValueType::kBfloat16 ? 2
+                                            : 3;
 }
 
 template <typename T>
@@ -101,8 +104,8 @@ inline StreamPrefix readStreamPrefix(const uint8_t* p) {
   const uint64_t begin = loadLE<uint32_t>(p + 8) % (count + 1);
   const uint64_t len = loadLE<uint32_t>(p + 12) % (count - begin + 1);
   StreamPrefix s;
-  s.expect = StreamExpect{count, begin, begin + len, loadLE<uint64_t>(p + 16), p[1], valueTypeOf(p[0]),
-                          (p[2] & 1) != 0, (p[2] & 2) != 0};
+  s.expect = StreamExpect{
+      count, begin, begin + len, loadLE<uint64_t>(p + 16), p[1], valueTypeOf(p[0]), (p[2] & 1) != 0, (p[2] & 2) != 0};
   return s;
 }
 inline void writeStreamPrefix(uint8_t* p, const StreamExpect& e) {

@@ -48,9 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     SPCCL_FUZZ_CHECK(i == 0 || id > prev);
     prev = id;
   }
-  if (x.valueBytes == 8)
-    consume<double>(v, x.rowLen);
-  else
-    consume<float>(v, x.rowLen);
+  if (x.valueBytes == 8) consume<double>(v, x.rowLen);
+  else consume<float>(v, x.rowLen);
   return 0;
 }

@@ -34,13 +34,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     SPCCL_FUZZ_CHECK(s.size() == valuesStreamBytesInt8(x.rows, nnz));
     SPCCL_FUZZ_CHECK(s.contains(scales, x.rows * sizeof(float)));
     SPCCL_FUZZ_CHECK(s.contains(codes, nnz));
-    for (uint64_t r = 0; r < x.rows; ++r) SPCCL_FUZZ_CHECK(std::isfinite(loadScale(scales, r)) && loadScale(scales, r) >= 0);
+    for (uint64_t r = 0; r < x.rows; ++r)
+      SPCCL_FUZZ_CHECK(std::isfinite(loadScale(scales, r)) && loadScale(scales, r) >= 0);
     for (uint64_t j = 0; j < nnz; ++j) sum += int8Decode(codes[j], loadScale(scales, j % (x.rows ? x.rows : 1)));
   } else {
     RowsView v;
     std::vector<uint32_t> kept(3, 0xdeadbeefu);
-    const Status st =
-        parseRowsCoded(s.data(), s.size(), x.rows, x.rowLen, core::ValueType::kFloat32, kRowsCodecInt8, x.seq, 1, &v, &kept);
+    const Status st = parseRowsCoded(s.data(), s.size(), x.rows, x.rowLen, core::ValueType::kFloat32, kRowsCodecInt8,
+                                     x.seq, 1, &v, &kept);
     if (!st.isOk()) {
       checkRejection(st);
       SPCCL_FUZZ_CHECK(kept.size() == 3 && kept[0] == 0xdeadbeefu && kept[2] == 0xdeadbeefu);
@@ -66,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint32_t pos = v.positionAt(e);
         SPCCL_FUZZ_CHECK(pos < x.rowLen && kept[3 + e] == pos);
         const float value = int8Decode(codes[e], scale);
-        SPCCL_FUZZ_CHECK(std::isnan(value) || std::fabs(value) <= 127.0f * scale * 1.0000001f || std::isinf(127.0f * scale));
+        SPCCL_FUZZ_CHECK(std::isnan(value) || std::fabs(value) <= 127.0f * scale * 1.0000001f ||
+                         std::isinf(127.0f * scale));
         block[r * x.rowLen + pos] = value;
         sum += value;
       }

@@ -31,7 +31,10 @@ constexpr size_t kNumTypes = sizeof kTypes / sizeof kTypes[0];
 constexpr int kFp8SeedScale = -8;
 int seedScale(ValueType vt) { return vt == ValueType::kFloat8e4m3 ? kFp8SeedScale : 0; }
 const char* typeName(ValueType vt) {
-  return vt == ValueType::kFloat32 ? "f32" : vt == ValueType::kFloat16 ? "f16" : vt == ValueType::kBfloat16 ? "bf16" : "f8";
+  return vt == ValueType::kFloat32    ? "f32"
+         : vt == ValueType::kFloat16  ? "f16"
+         : vt == ValueType::kBfloat16 ? "bf16"
+                                      : "f8";
 }
 
 // splitmix64: the same numbers on every platform and standard library.
@@ -46,8 +49,8 @@ struct Rng {
   uint64_t below(uint64_t n) { return n ? next() % n : 0; }
   // NaN, +-Inf, zeros, fp16/bf16 limits, and ordinary values.
   float value() {
-    static const float kSpecial[] = {__builtin_nanf(""), __builtin_inff(), -__builtin_inff(), 0.0f, -0.0f,
-                                     65504.0f, 1e-8f, 3.0e38f};
+    static const float kSpecial[] = {
+        __builtin_nanf(""), __builtin_inff(), -__builtin_inff(), 0.0f, -0.0f, 65504.0f, 1e-8f, 3.0e38f};
     if (below(6) == 0) return kSpecial[below(8)];
     return static_cast<float>(static_cast<int64_t>(below(2001)) - 1000) / 64.0f;
   }
@@ -121,7 +124,8 @@ static_assert(offsetof(RowsHeader, nnz) == kNnzAt, "row streams keep nnz where p
 struct RangeCase {
   uint64_t count, begin, end, nnz;
 };
-constexpr RangeCase kRanges[] = {{0, 0, 0, 0}, {1, 0, 1, 1}, {100, 0, 100, 10}, {1000, 250, 500, 50}, {70000, 0, 70000, 40}};
+constexpr RangeCase kRanges[] = {
+    {0, 0, 0, 0}, {1, 0, 1, 1}, {100, 0, 100, 10}, {1000, 250, 500, 50}, {70000, 0, 70000, 40}};
 
 void pairsSeeds(Writer& w) {
   Rng rng{1};
@@ -140,8 +144,8 @@ void pairsSeeds(Writer& w) {
       uint8_t prefix[StreamPrefix::kBytes];
       writeStreamPrefix(prefix, {c.count, c.begin, c.end, seq, SPCCL_ALGO_SPLIT, vt, (c.nnz & 1) != 0});
       const Bytes b = join(prefix, sizeof prefix, stream);
-      const std::string name = std::string("pairs-") + typeName(vt) + "-c" + std::to_string(c.count) + "-n" +
-                               std::to_string(c.nnz);
+      const std::string name =
+          std::string("pairs-") + typeName(vt) + "-c" + std::to_string(c.count) + "-n" + std::to_string(c.nnz);
       StreamView view;
       mustAccept(parseStream(streamOf(b, sizeof prefix), stream.size(), readStreamPrefix(b.data()).expect, 1, &view),
                  name);
@@ -239,14 +243,14 @@ void descriptorSeeds(Writer& w) {
   const Shape shapes[] = {
       {"allreduce", spcclSum, SPCCL_ALGO_SPLIT, spcclFloat32, spcclFloat32, 100000, 1000, false},
       {"allreduce-avg-fp16", spcclAvg, SPCCL_ALGO_ALLGATHER, spcclFloat16, spcclFloat16, 65536, 655, false},
-      {"rows", kOtherCollective | static_cast<uint8_t>(Collective::kAlltoAllRows), 0, spcclFloat32, spcclFloat32,
-       4096, 64, true},
+      {"rows", kOtherCollective | static_cast<uint8_t>(Collective::kAlltoAllRows), 0, spcclFloat32, spcclFloat32, 4096,
+       64, true},
       {"rows-backward", kOtherCollective | static_cast<uint8_t>(Collective::kAlltoAllRowsBackward), 0, spcclBfloat16,
        spcclFloat32, 4096, 64, true},
       {"allgather", kOtherCollective | static_cast<uint8_t>(Collective::kAllGather), 0, spcclFloat32, spcclFloat32,
        5000, 500, false},
-      {"rowsparse", kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse), 1, spcclFloat64, spcclFloat64,
-       16, 16, true},
+      {"rowsparse", kOtherCollective | static_cast<uint8_t>(Collective::kRowSparse), 1, spcclFloat64, spcclFloat64, 16,
+       16, true},
       // An auto compressor's line-up and settling exchange: nnz is the trial's index, equal everywhere.
       {"auto-lineup", spcclSum, kAutoLineUp, spcclFloat32, spcclFloat32, 4096, 5, true},
       {"auto-settle", spcclAvg, kAutoSettle, spcclFloat16, spcclBfloat16, 65536, 21, true},
@@ -257,8 +261,8 @@ void descriptorSeeds(Writer& w) {
       const uint64_t seq = rng.below(1 << 20);
       std::vector<CallDescriptor> all(static_cast<size_t>(ranks));
       for (CallDescriptor& d : all)
-        d = CallDescriptor{kStreamMagic, sh.algorithm, sh.valueType, sh.dataType, sh.op, seq, sh.count,
-                           sh.nnzIsShape ? sh.nnz : rng.below(sh.nnz + 1)};
+        d = CallDescriptor{kStreamMagic, sh.algorithm, sh.valueType, sh.dataType,
+                           sh.op,        seq,          sh.count,     sh.nnzIsShape ? sh.nnz : rng.below(sh.nnz + 1)};
       auto bytesOf = [&](const std::vector<CallDescriptor>& ds) {
         Bytes b(1, static_cast<uint8_t>(ranks - 1));
         const auto* p = reinterpret_cast<const uint8_t*>(ds.data());
@@ -314,7 +318,8 @@ void rowsSeeds(Writer& w) {
     for (size_t j = 0; j < positions.size(); ++j) values.push_back(rng.value());
     const uint64_t nnz = positions.size();
     std::vector<unsigned char> stream(rowsStreamBytes(c.rows, c.rowLen, nnz, c.keep == 0, vt));
-    encodeRows(stream.data(), c.rows, c.rowLen, c.keep, counts.data(), positions.data(), values.data(), ValueType::kFloat32, nnz, vt, seq);
+    encodeRows(stream.data(), c.rows, c.rowLen, c.keep, counts.data(), positions.data(), values.data(),
+               ValueType::kFloat32, nnz, vt, seq);
     uint8_t prefix[RowsPrefix::kBytes];
     writeRowsPrefix(prefix, c.rows, c.rowLen, vt, seq);
     const Bytes b = join(prefix, sizeof prefix, stream);
@@ -430,10 +435,12 @@ void rowsInt8Seeds(Writer& w) {
     if (nnz == 0) continue;
     w.put("rows_int8_stream", name + "-truncated", truncated(b, 8));
     w.put("rows_int8_stream", name + "-nnz-plus-1", patched<uint64_t>(b, sizeof prefix, kNnzAt, nnz + 1));
-    w.put("rows_int8_stream", name + "-wire-version", patched<uint16_t>(b, sizeof prefix, offsetof(RowsHeader, version), kStreamVersion));
+    w.put("rows_int8_stream", name + "-wire-version",
+          patched<uint16_t>(b, sizeof prefix, offsetof(RowsHeader, version), kStreamVersion));
     // Row 0's scale made negative (a NaN, an Inf and a negative scale are refused alike).
-    const size_t scalesAt = (sizeof(RowsHeader) + (c.keep ? 0 : c.rows * sizeof(uint32_t)) +
-                             nnz * rowIndexBytes(c.rowLen) + 3) & ~size_t{3};
+    const size_t scalesAt =
+        (sizeof(RowsHeader) + (c.keep ? 0 : c.rows * sizeof(uint32_t)) + nnz * rowIndexBytes(c.rowLen) + 3) &
+        ~size_t{3};
     w.put("rows_int8_stream", name + "-negative-scale", patched<float>(b, sizeof prefix, scalesAt, -1.0f));
     w.put("rows_int8_stream", "values-int8" + shape + "-truncated", truncated(vb, 8));
     w.put("rows_int8_stream", "values-int8" + shape + "-nan-scale",
@@ -468,8 +475,8 @@ void idRowsSeeds(Writer& w) {
         uint8_t prefix[IdRowsPrefix::kBytes];
         writeIdRowsPrefix(prefix, rowLen, vb, seq);
         const Bytes b = join(prefix, sizeof prefix, stream);
-        const std::string name = std::string("idrows-") + (vb == 8 ? "f64" : "f32") + "-len" +
-                                 std::to_string(rowLen) + "-n" + std::to_string(nIds);
+        const std::string name = std::string("idrows-") + (vb == 8 ? "f64" : "f32") + "-len" + std::to_string(rowLen) +
+                                 "-n" + std::to_string(nIds);
         const IdRowsPrefix x = readIdRowsPrefix(b.data());
         IdRowsView view;
         mustAccept(parseIdRows(streamOf(b, sizeof prefix), stream.size(), x.rowLen, x.valueBytes, x.seq, 1, &view),

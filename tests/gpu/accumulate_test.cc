@@ -10,8 +10,7 @@
 namespace spccl::gputest {
 namespace {
 
-constexpr core::ValueType kWires[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
-                                      core::ValueType::kBfloat16};
+constexpr core::ValueType kWires[] = {core::ValueType::kFloat32, core::ValueType::kFloat16, core::ValueType::kBfloat16};
 constexpr spcclDataType_t kTypes[] = {spcclFloat32, spcclFloat16, spcclBfloat16};
 constexpr size_t kSizes[] = {0, 1, 7, 257, 4097, (size_t{1} << 20) + 7};
 
@@ -148,7 +147,8 @@ TEST(GpuConversions, LoadAndStoreFloatsMatchHost) {
                      seedTrace());
         const size_t es = elementBytes(t);
         // load: any bit pattern of the user type
-        const std::vector<unsigned char> user = encodeUser(makeFloats(n, Dist::kRandomBits, g), t, Dist::kRandomBits, g);
+        const std::vector<unsigned char> user =
+            encodeUser(makeFloats(n, Dist::kRandomBits, g), t, Dist::kRandomBits, g);
         std::vector<float> hostF(n);
         host::loadFloats(user.data(), t, n, hostF.data());
         DeviceBuffer<unsigned char> dUser((n + offset) * es);

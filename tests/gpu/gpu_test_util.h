@@ -42,24 +42,24 @@ inline size_t freeDeviceBytes() {
   return freeB;
 }
 
-#define SPCCL_REQUIRE_DEVICE()                                                         \
-  do {                                                                                 \
+#define SPCCL_REQUIRE_DEVICE()                                                          \
+  do {                                                                                  \
     if (::spccl::gputest::deviceCount() == 0) GTEST_SKIP() << "no CUDA device present"; \
   } while (0)
 
 #define CUDA_ASSERT(call) ASSERT_EQ(cudaSuccess, (call)) << #call
 
-#define STATUS_ASSERT(expr)                                      \
-  do {                                                           \
-    ::spccl::Status _st = (expr);                                \
-    ASSERT_TRUE(_st.isOk()) << #expr << ": " << _st.message();   \
+#define STATUS_ASSERT(expr)                                    \
+  do {                                                         \
+    ::spccl::Status _st = (expr);                              \
+    ASSERT_TRUE(_st.isOk()) << #expr << ": " << _st.message(); \
   } while (0)
 
 // Waits for the device and fails on any error a kernel raised.
-#define SYNC_ASSERT()                                      \
-  do {                                                     \
-    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());       \
-    ASSERT_EQ(cudaSuccess, cudaGetLastError());            \
+#define SYNC_ASSERT()                                \
+  do {                                               \
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize()); \
+    ASSERT_EQ(cudaSuccess, cudaGetLastError());      \
   } while (0)
 
 template <typename T>
@@ -93,9 +93,7 @@ class DeviceBuffer {
   }
   cudaError_t download(std::vector<T>& h) const { return download(h, n_); }
   // Every byte set to `byte`: unwritten outputs show up as this pattern.
-  cudaError_t poison(unsigned char byte = 0xa5) {
-    return cudaMemset(p_, byte, std::max<size_t>(n_, 1) * sizeof(T));
-  }
+  cudaError_t poison(unsigned char byte = 0xa5) { return cudaMemset(p_, byte, std::max<size_t>(n_, 1) * sizeof(T)); }
 
  private:
   void release() {
@@ -140,13 +138,20 @@ enum class Dist {
 
 inline const char* distName(Dist d) {
   switch (d) {
-    case Dist::kNormal: return "normal";
-    case Dist::kWide: return "wide";
-    case Dist::kAllEqual: return "all_equal";
-    case Dist::kFewValues: return "few_values";
-    case Dist::kNonFinite: return "nonfinite";
-    case Dist::kDenormal: return "denormal";
-    default: return "random_bits";
+    case Dist::kNormal:
+      return "normal";
+    case Dist::kWide:
+      return "wide";
+    case Dist::kAllEqual:
+      return "all_equal";
+    case Dist::kFewValues:
+      return "few_values";
+    case Dist::kNonFinite:
+      return "nonfinite";
+    case Dist::kDenormal:
+      return "denormal";
+    default:
+      return "random_bits";
   }
 }
 
@@ -180,7 +185,7 @@ inline std::vector<float> makeFloats(size_t n, Dist d, std::mt19937_64& g) {
       }
       case Dist::kDenormal: {
         const uint64_t r = g() % 4;
-        v[i] = r == 0 ? core::bitsFloat(static_cast<uint32_t>(g() % 0x7fffffu) | ((g() & 1) ? 0x80000000u : 0u))
+        v[i] = r == 0   ? core::bitsFloat(static_cast<uint32_t>(g() % 0x7fffffu) | ((g() & 1) ? 0x80000000u : 0u))
                : r == 1 ? 0.0f
                         : std::ldexp(unit(g), -120);
         break;
@@ -198,7 +203,7 @@ inline size_t elementBytes(spcclDataType_t t) { return t == spcclFloat32 ? 4 : t
 // A user-typed buffer from floats (fp16/bf16 encoded with the core rules; for
 // kRandomBits the 16-bit patterns are random too, NaN/Inf included).
 inline std::vector<unsigned char> encodeUser(const std::vector<float>& f, spcclDataType_t t, Dist d,
-                                            std::mt19937_64& g) {
+                                             std::mt19937_64& g) {
   std::vector<unsigned char> out(f.size() * elementBytes(t));
   for (size_t i = 0; i < f.size(); ++i) {
     if (t == spcclFloat32) {

@@ -166,8 +166,8 @@ struct Config {
   int interval;
   size_t count;
   bool nonFinite;
-  bool shrink = false;      // fp32 input halved every call: a stored tau starves (with minFraction > 0)
-  bool mostlyZero = false;  // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
+  bool shrink = false;       // fp32 input halved every call: a stored tau starves (with minFraction > 0)
+  bool mostlyZero = false;   // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
   float minFraction = 0.0f;  // thresholdMinFraction (this rank's)
   int warmup = 0;            // thresholdWarmup: off unless asked for, so the interval alone pins the estimates
 };
@@ -176,8 +176,7 @@ struct Config {
 // every interval-th, and with the warm-up the powers of two below the interval.
 uint64_t scheduledEstimates(const Config& c, int calls) {
   uint64_t n = 0;
-  for (int i = 0; i < calls; ++i)
-    n += i % c.interval == 0 || (c.warmup != 0 && i < c.interval && (i & (i - 1)) == 0);
+  for (int i = 0; i < calls; ++i) n += i % c.interval == 0 || (c.warmup != 0 && i < c.interval && (i & (i - 1)) == 0);
   return n;
 }
 
@@ -587,8 +586,7 @@ TEST_F(NcclWorld, OverlappingBuffersGiveTheSeparateBuffersResult) {
       for (size_t i = 0; i < n; ++i) a2a[1 + j * n + i] = static_cast<int32_t>(rank_ * 7 + j * 1000003 + i);
     Dev<int32_t> dA2a(n * P + 1);
     dA2a.upload(a2a);
-    ASSERT_EQ(spcclSuccess, spcclAlltoAll(dA2a.p + 1, dA2a.p, n, spcclInt32, dev_, stream_))
-        << spcclGetLastError(dev_);
+    ASSERT_EQ(spcclSuccess, spcclAlltoAll(dA2a.p + 1, dA2a.p, n, spcclInt32, dev_, stream_)) << spcclGetLastError(dev_);
     CUDA_OK(cudaStreamSynchronize(stream_));
     a2a = dA2a.download();
     bad = 0;
@@ -796,9 +794,9 @@ TEST_F(NcclWorld, HostBuffersOnAnNcclCommunicatorAreRejected) {
                 "sendbuff=");
   std::vector<int64_t> ids(10, 1);
   size_t outNrows = 0;
-  refusedNaming(spcclAllReduceRowSparse(ids.data(), d.p, 10, 8, spcclFloat32, nullptr, nullptr, 0, &outNrows, dev_,
-                                        stream_),
-                "rowIds=");
+  refusedNaming(
+      spcclAllReduceRowSparse(ids.data(), d.p, 10, 8, spcclFloat32, nullptr, nullptr, 0, &outNrows, dev_, stream_),
+      "rowIds=");
   // Managed memory: the device reads it; the compressed call runs.
   float* managed = nullptr;
   CUDA_OK(cudaMallocManaged(&managed, n * sizeof(float)));
@@ -819,8 +817,10 @@ TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
     spcclDataType_t type;
     bool nonFinite;
   };
-  const RowsCase cases[] = {{7, 64, 1.0f / 16, spcclFloat32, false}, {3, 1024, 0.01f, spcclFloat32, true},
-                            {5, 1500, 0.25f, spcclFloat16, false}, {0, 32, 0.5f, spcclFloat32, false},
+  const RowsCase cases[] = {{7, 64, 1.0f / 16, spcclFloat32, false},
+                            {3, 1024, 0.01f, spcclFloat32, true},
+                            {5, 1500, 0.25f, spcclFloat16, false},
+                            {0, 32, 0.5f, spcclFloat32, false},
                             {64, 128, 1.0f / 16, spcclBfloat16, true}};
   std::mt19937_64 g(4242 + rank_);
   for (const RowsCase& rc : cases) {
@@ -834,8 +834,8 @@ TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
     dGrad.upload(grad);
     std::vector<unsigned char> hOut(bytes), hGradOut(bytes);
     spcclSelection_t ds = nullptr, hs = nullptr;
-    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(dIn.p, dOut.p, rc.rowsPerPeer, rc.rowLen, rc.type,
-                                                        rc.density, &ds, dev_, stream_))
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(dIn.p, dOut.p, rc.rowsPerPeer, rc.rowLen, rc.type, rc.density,
+                                                        &ds, dev_, stream_))
         << spcclGetLastError(dev_);
     ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(in.data(), hOut.data(), rc.rowsPerPeer, rc.rowLen, rc.type,
                                                         rc.density, &hs, host_, nullptr))
@@ -906,9 +906,9 @@ TEST_F(NcclWorld, RowSparseMatchesHostPathBitForBit) {
       ASSERT_EQ(0, std::memcmp(gotIds.data(), hOutIds.data(), hN * 8)) << "ids differ";
       ASSERT_EQ(hN * rowLen, firstValueMismatch(gotRows.data(), hOutRows.data(), hN * rowLen, type)) << "rows differ";
       // Too small an output: spcclInvalidUsage on every rank, the size needed in outNrows.
-      EXPECT_EQ(spcclInvalidUsage, spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows,
-                                                           rowLen, type, dOutIds.p, dOutRows.p, 10, &dN, dev_,
-                                                           stream_));
+      EXPECT_EQ(spcclInvalidUsage,
+                spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows, rowLen, type,
+                                        dOutIds.p, dOutRows.p, 10, &dN, dev_, stream_));
       EXPECT_EQ(dN, hN);
     }
   }
@@ -928,8 +928,8 @@ TEST_F(NcclWorld, SparsifiedAllGatherMatchesHostPath) {
   for (spcclDataType_t type : {spcclFloat32, spcclBfloat16})
     for (size_t n : {size_t{1}, size_t{1000}, size_t{3 * 4096 + 1}})
       for (bool nonFinite : {false, true}) {
-        SCOPED_TRACE("type=" + std::to_string(type) + " n=" + std::to_string(n) + " nonFinite=" +
-                     std::to_string(nonFinite));
+        SCOPED_TRACE("type=" + std::to_string(type) + " n=" + std::to_string(n) +
+                     " nonFinite=" + std::to_string(nonFinite));
         const size_t eb = elemBytes(type);
         const std::vector<unsigned char> in = randomInput(n, type, g, nonFinite);
         Dev<unsigned char> dIn(n * eb), dOut(n * eb * ranks_);

@@ -100,8 +100,8 @@ class NcclWarmCalls : public ::testing::Test {
     const unsigned long long allocations = gAllocations.load();
     ok = ok && cudaStreamSynchronize(stream_) == cudaSuccess;
     ASSERT_TRUE(allRanks(ok)) << "counted calls failed: " << spcclGetLastError(comm_);
-    EXPECT_TRUE(allRanks(allocations == 0)) << "heap allocations by spccl in " << kCounted
-                                            << " warm calls, on this rank " << allocations;
+    EXPECT_TRUE(allRanks(allocations == 0))
+        << "heap allocations by spccl in " << kCounted << " warm calls, on this rank " << allocations;
   }
 
   int rank_ = 0, ranks_ = 1;
@@ -123,7 +123,8 @@ struct Dev {
 
 std::vector<float> ramp(size_t n, int rank) {
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 2654435761u + 97u * static_cast<unsigned>(rank)) % 10007) - 5003.0f;
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>((i * 2654435761u + 97u * static_cast<unsigned>(rank)) % 10007) - 5003.0f;
   return v;
 }
 
@@ -170,12 +171,11 @@ TEST_F(NcclWarmCalls, CollectivesDoNotAllocateOnceWarm) {
   // by contract), then kWarm + kCounted backwards, one each.
   std::vector<spcclSelection_t> selections(kWarm + kCounted, nullptr);
   for (spcclSelection_t& s : selections)
-    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(in.p, out.p, rowsPerPeer, rowLen, spcclFloat32, 0.1f, &s,
-                                                        comm_, stream_));
+    ASSERT_EQ(spcclSuccess,
+              spcclAlltoAllRowsCompressed(in.p, out.p, rowsPerPeer, rowLen, spcclFloat32, 0.1f, &s, comm_, stream_));
   size_t next = 0;
-  expectNoAllocationWhenWarm(
-      [&] { return spcclAlltoAllRowsBackward(grad.p, gradOut.p, selections[next++], stream_); },
-      "spcclAlltoAllRowsBackward");
+  expectNoAllocationWhenWarm([&] { return spcclAlltoAllRowsBackward(grad.p, gradOut.p, selections[next++], stream_); },
+                             "spcclAlltoAllRowsBackward");
   for (spcclSelection_t s : selections) EXPECT_EQ(spcclSuccess, spcclSelectionDestroy(s));
 
   const size_t nrows = 500, rl = 64, capacity = nrows * P;

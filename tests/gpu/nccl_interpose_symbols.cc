@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
     Dl_info info{};
     return sym && dladdr(sym, &info) && info.dli_fname ? info.dli_fname : "(none)";
   };
-  const char* mine[] = {"ncclAllReduce",   "ncclAllGather",    "ncclAlltoAll",    "ncclGroupStart",
-                        "ncclGroupEnd",    "ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort"};
+  const char* mine[] = {"ncclAllReduce", "ncclAllGather",    "ncclAlltoAll",    "ncclGroupStart",
+                        "ncclGroupEnd",  "ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort"};
   for (const char* name : mine) {
     void* sym = dlsym(lib, name);
     const char* where = owner(sym);
@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
     failures += !ok;
   }
   // Left to NCCL: resolved through the library's dependencies, defined in libnccl.
-  const char* theirs[] = {"ncclSend", "ncclRecv", "ncclBroadcast", "ncclReduceScatter", "ncclCommInitRank",
-                          "ncclGetUniqueId", "ncclCommCount"};
+  const char* theirs[] = {"ncclSend",         "ncclRecv",        "ncclBroadcast", "ncclReduceScatter",
+                          "ncclCommInitRank", "ncclGetUniqueId", "ncclCommCount"};
   for (const char* name : theirs) {
     void* sym = dlsym(lib, name);
     const char* where = owner(sym);

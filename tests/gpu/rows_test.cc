@@ -157,8 +157,8 @@ TEST(GpuRowTopK, MatchesHostForManyShapes) {
   // the shared-memory key buffer (8192), keep from 0 to past rowLen.
   for (uint32_t rowLen : {1u, 5u, 32u, 100u, 128u, 512u, 513u, 1024u, 4000u, 9000u})
     for (spcclDataType_t t : kTypes)
-      for (Dist d : {Dist::kNormal, Dist::kAllEqual, Dist::kFewValues, Dist::kNonFinite, Dist::kDenormal,
-                     Dist::kRandomBits}) {
+      for (Dist d :
+           {Dist::kNormal, Dist::kAllEqual, Dist::kFewValues, Dist::kNonFinite, Dist::kDenormal, Dist::kRandomBits}) {
         const uint64_t rows = rowLen >= 4000 ? 7 : 67;
         for (uint32_t keep : {1u, core::rowKeep(rowLen, 1.0f / 16), rowLen / 2 + 1, rowLen, rowLen + 3, 0u}) {
           checkRows(RowsCase{rows, rowLen, keep, t, d}, g);
@@ -187,8 +187,8 @@ TEST(GpuRowTopK, HalfMaxOnABfloat16WireScattersAsHalfMax) {
   // the host alltoall does), not +-Inf. Inf and NaN still pass as they are.
   const uint32_t rowLen = 8;
   const uint64_t rows = 2;
-  const std::vector<float> f = {65504.0f, -65504.0f, 1.0f, INFINITY, 0.5f, 2.0f, NAN, 3.0f,
-                                -65504.0f, 4.0f, 65504.0f, -INFINITY, 5.0f, 6.0f, 7.0f, 8.0f};
+  const std::vector<float> f = {65504.0f,  -65504.0f, 1.0f,     INFINITY,  0.5f, 2.0f, NAN,  3.0f,
+                                -65504.0f, 4.0f,      65504.0f, -INFINITY, 5.0f, 6.0f, 7.0f, 8.0f};
   std::vector<uint16_t> half(f.size());
   for (size_t i = 0; i < f.size(); ++i) half[i] = core::floatToHalfBits(f[i]);
   const std::vector<uint64_t> off = {0, 4, 8};
@@ -210,14 +210,12 @@ TEST(GpuRowTopK, HalfMaxOnABfloat16WireScattersAsHalfMax) {
   CUDA_ASSERT(dVals.download(vals));
   CUDA_ASSERT(dOut.download(out));
   EXPECT_EQ(core::bfloat16BitsToFloat(vals[0]), 65536.0f);  // the wire did round up
-  const std::vector<float> want = {65504.0f, -65504.0f, 0, INFINITY, 0, 0, NAN, 0,
-                                   -65504.0f, 0, 65504.0f, -INFINITY, 0, 0, 0, 8.0f};
+  const std::vector<float> want = {65504.0f,  -65504.0f, 0,        INFINITY,  0, 0, NAN, 0,
+                                   -65504.0f, 0,         65504.0f, -INFINITY, 0, 0, 0,   8.0f};
   for (size_t i = 0; i < want.size(); ++i) {
     const float got = core::halfBitsToFloat(out[i]);
-    if (std::isnan(want[i]))
-      EXPECT_TRUE(std::isnan(got)) << i;
-    else
-      EXPECT_EQ(got, want[i]) << i;
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got)) << i;
+    else EXPECT_EQ(got, want[i]) << i;
   }
 }
 
@@ -235,8 +233,8 @@ TEST(GpuRowTopK, NarrowStrideKeepsCountsAndTruncates) {
   for (cuda::RowTopKMethod method : {cuda::RowTopKMethod::kRadix, cuda::RowTopKMethod::kFloorFirst}) {
     SCOPED_TRACE(method == cuda::RowTopKMethod::kRadix ? "radix" : "floor first");
     CUDA_ASSERT(dPos.poison());
-    STATUS_ASSERT(cuda::selectRowsTopK(dData.get(), spcclFloat32, rows, rowLen, keep, dPos.get(), keep,
-                                       dCounts.get(), nullptr, method));
+    STATUS_ASSERT(cuda::selectRowsTopK(dData.get(), spcclFloat32, rows, rowLen, keep, dPos.get(), keep, dCounts.get(),
+                                       nullptr, method));
     SYNC_ASSERT();
     std::vector<uint32_t> counts, pos;
     CUDA_ASSERT(dCounts.download(counts));

@@ -94,10 +94,8 @@ void checkMerge(size_t n, size_t rowLen, spcclDataType_t type, std::mt19937_64& 
   CUDA_ASSERT(dOut.download(gotRows, hRows.size()));
   ASSERT_EQ(gotIds, hIds);
   for (size_t i = 0; i < hRows.size(); ++i) {
-    if constexpr (sizeof(Acc) == 8)
-      ASSERT_TRUE(sameDouble(gotRows[i], hRows[i])) << "row element " << i;
-    else
-      ASSERT_TRUE(sameFloat(gotRows[i], hRows[i])) << "row element " << i;
+    if constexpr (sizeof(Acc) == 8) ASSERT_TRUE(sameDouble(gotRows[i], hRows[i])) << "row element " << i;
+    else ASSERT_TRUE(sameFloat(gotRows[i], hRows[i])) << "row element " << i;
   }
 }
 

@@ -16,8 +16,7 @@ namespace {
 
 constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
 constexpr spcclDataType_t kTypes[] = {spcclFloat32, spcclFloat16, spcclBfloat16};
-constexpr core::ValueType kWires[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
-                                      core::ValueType::kBfloat16};
+constexpr core::ValueType kWires[] = {core::ValueType::kFloat32, core::ValueType::kFloat16, core::ValueType::kBfloat16};
 constexpr Dist kDists[] = {Dist::kNormal,    Dist::kWide,     Dist::kAllEqual,  Dist::kFewValues,
                            Dist::kNonFinite, Dist::kDenormal, Dist::kRandomBits};
 // 0, 1, odd, just above a warp / a block of threads / a tile (4096), and 2^20 + 7.
@@ -29,11 +28,16 @@ enum class Cap { kAmple, kTight, kZero };
 
 const char* resName(ResMode m) {
   switch (m) {
-    case ResMode::kNone: return "no_residual";
-    case ResMode::kInOnly: return "residual_in_only";
-    case ResMode::kOutOnly: return "residual_out_only";
-    case ResMode::kSeparate: return "residual_in_out";
-    default: return "residual_in_place";
+    case ResMode::kNone:
+      return "no_residual";
+    case ResMode::kInOnly:
+      return "residual_in_only";
+    case ResMode::kOutOnly:
+      return "residual_out_only";
+    case ResMode::kSeparate:
+      return "residual_in_out";
+    default:
+      return "residual_in_place";
   }
 }
 
@@ -45,9 +49,9 @@ struct Case {
   ResMode res;
   Budget budget;
   Cap cap;
-  bool deviceTau;     // tau and budget read from the device ThresholdOut
-  size_t offset = 0;  // elements to misalign send and residuals by
-  uint64_t k = 0;     // 0: n/100 + 1
+  bool deviceTau;             // tau and budget read from the device ThresholdOut
+  size_t offset = 0;          // elements to misalign send and residuals by
+  uint64_t k = 0;             // 0: n/100 + 1
   bool keepOverflow = false;  // entries past the capacity stay in the residual
   bool halfMax = false;       // fp16 input: every 5th element +-65504 (fp16's largest)
 };
@@ -57,8 +61,7 @@ std::string describe(const Case& c) {
          " dist=" + distName(c.dist) + " " + resName(c.res) + " budget=" + std::to_string(static_cast<int>(c.budget)) +
          " cap=" + std::to_string(static_cast<int>(c.cap)) + " deviceTau=" + std::to_string(c.deviceTau) +
          " offset=" + std::to_string(c.offset) + " keepOverflow=" + std::to_string(c.keepOverflow) +
-         (c.halfMax ? " halfMax" : "") + " " +
-         seedTrace();
+         (c.halfMax ? " halfMax" : "") + " " + seedTrace();
 }
 
 struct HostInput {
@@ -124,8 +127,9 @@ void checkThreshold(const Case& c, const HostInput& in, uint64_t k, SelectWorksp
   DeviceBuffer<cuda::ThresholdOut> local(1);
   DeviceBuffer<cuda::ThresholdOut>& out = devOut ? *devOut : local;
   CUDA_ASSERT(out.poison());
-  STATUS_ASSERT(cuda::kthLargestMagnitude(send.get() + c.offset * esize, c.type, res ? residual.get() + c.offset : nullptr,
-                                          c.n, k, out.get(), w.thresholdWs.get(), w.thresholdWs.bytes(), nullptr));
+  STATUS_ASSERT(cuda::kthLargestMagnitude(send.get() + c.offset * esize, c.type,
+                                          res ? residual.get() + c.offset : nullptr, c.n, k, out.get(),
+                                          w.thresholdWs.get(), w.thresholdWs.bytes(), nullptr));
   SYNC_ASSERT();
   std::vector<cuda::ThresholdOut> d;
   CUDA_ASSERT(out.download(d));
@@ -152,10 +156,17 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
   const uint64_t tieCapacity = k;
   uint64_t budget = kNoLimit;
   switch (c.budget) {
-    case Budget::kFromThreshold: budget = tieCapacity > ht.above ? tieCapacity - ht.above : 0; break;
-    case Budget::kZero: budget = 0; break;
-    case Budget::kSmall: budget = 3; break;
-    default: break;
+    case Budget::kFromThreshold:
+      budget = tieCapacity > ht.above ? tieCapacity - ht.above : 0;
+      break;
+    case Budget::kZero:
+      budget = 0;
+      break;
+    case Budget::kSmall:
+      budget = 3;
+      break;
+    default:
+      break;
   }
   const uint64_t capacity = c.cap == Cap::kAmple ? n : c.cap == Cap::kTight ? k / 2 + 1 : 0;
 
@@ -252,11 +263,17 @@ TEST(GpuThreshold, MatchesHostExactly) {
     for (spcclDataType_t t : kTypes)
       for (Dist d : kDists)
         for (bool withResidual : {false, true}) {
-          Case c{n, t, core::ValueType::kFloat32, d, withResidual ? ResMode::kSeparate : ResMode::kNone,
-                 Budget::kUnlimited, Cap::kAmple, false};
+          Case c{n,
+                 t,
+                 core::ValueType::kFloat32,
+                 d,
+                 withResidual ? ResMode::kSeparate : ResMode::kNone,
+                 Budget::kUnlimited,
+                 Cap::kAmple,
+                 false};
           const HostInput in = makeInput(c, g);
-          for (uint64_t k : {uint64_t{0}, uint64_t{1}, uint64_t{n / 100 + 1}, uint64_t{n / 2 + 1}, uint64_t{n},
-                             uint64_t{n + 3}}) {
+          for (uint64_t k :
+               {uint64_t{0}, uint64_t{1}, uint64_t{n / 100 + 1}, uint64_t{n / 2 + 1}, uint64_t{n}, uint64_t{n + 3}}) {
             checkThreshold(c, in, k, w);
             if (HasFatalFailure()) return;
           }
@@ -339,10 +356,10 @@ TEST(GpuSelectPack, WorkspaceReusedAcrossSizesWithoutReset) {
   SelectWorkspace w;
   ASSERT_TRUE(w.ensure((size_t{1} << 20) + 7));
   auto g = rngFor("GpuSelectPack.WorkspaceReusedAcrossSizesWithoutReset");
-  for (size_t n : {(size_t{1} << 20) + 7, size_t{5}, size_t{4097}, (size_t{1} << 20), size_t{300001}, size_t{0},
-                   size_t{8192}}) {
-    checkSelect(Case{n, spcclFloat32, core::ValueType::kFloat32, Dist::kWide, ResMode::kSeparate, Budget::kFromThreshold,
-                     Cap::kTight, true},
+  for (size_t n :
+       {(size_t{1} << 20) + 7, size_t{5}, size_t{4097}, (size_t{1} << 20), size_t{300001}, size_t{0}, size_t{8192}}) {
+    checkSelect(Case{n, spcclFloat32, core::ValueType::kFloat32, Dist::kWide, ResMode::kSeparate,
+                     Budget::kFromThreshold, Cap::kTight, true},
                 g, w);
     if (HasFatalFailure()) return;
   }
@@ -371,9 +388,9 @@ TEST(GpuSelectPack, SmallPassCountsNeverReadAsFlags) {
   const uint32_t tauKey = core::magnitudeKey(1.0f);
   std::vector<uint32_t> hIdx(big);
   std::vector<float> hVal(big);
-  const host::SelectResult hr = host::selectPack(host::SelectArgs{bigIn.data(), spcclFloat32, nullptr, nullptr, big,
-                                                                  tauKey, kNoLimit, big, core::ValueType::kFloat32,
-                                                                  hIdx.data(), hVal.data(), false});
+  const host::SelectResult hr =
+      host::selectPack(host::SelectArgs{bigIn.data(), spcclFloat32, nullptr, nullptr, big, tauKey, kNoLimit, big,
+                                        core::ValueType::kFloat32, hIdx.data(), hVal.data(), false});
   DeviceBuffer<float> dBig(big), dSmall(small);
   DeviceBuffer<uint32_t> idx(big);
   DeviceBuffer<float> val(big);
@@ -425,8 +442,9 @@ TEST(GpuSelectPack, HighDensityAndEverythingSelected) {
   auto g = rngFor("GpuSelectPack.HighDensityAndEverythingSelected");
   const size_t n = 200003;
   for (uint64_t k : {n / 2, n, n + 10}) {  // k > finite: tau = 0, every non-zero entry goes
-    Case c{n, spcclFloat32, core::ValueType::kFloat32, Dist::kNormal, ResMode::kSeparate, Budget::kFromThreshold,
-           Cap::kAmple, true};
+    Case c{
+        n,           spcclFloat32, core::ValueType::kFloat32, Dist::kNormal, ResMode::kSeparate, Budget::kFromThreshold,
+        Cap::kAmple, true};
     c.k = k;
     checkSelect(c, g, w);
     if (HasFatalFailure()) return;

@@ -187,7 +187,7 @@ static void samebuf(void) {
     for (int b = 0; b < blocks; ++b)
       for (size_t j = 0; j < N; ++j) {
         const float v = value(rank, alltoall ? b : 0, j);
-        buf[(size_t)b * 2 * N + 2 * j] = v;  /* sent */
+        buf[(size_t)b * 2 * N + 2 * j] = v; /* sent */
         buf[(size_t)b * 2 * N + 2 * j + 1] = SENTINEL;
         plainSend[(size_t)b * N + j] = v;
       }
@@ -199,7 +199,8 @@ static void samebuf(void) {
       rc = alltoall ? MPI_Alltoall(plainSend, N, MPI_FLOAT, plainRecv, N, MPI_FLOAT, MPI_COMM_WORLD)
                     : MPI_Allgather(plainSend, N, MPI_FLOAT, plainRecv, N, MPI_FLOAT, MPI_COMM_WORLD);
     }
-    if (rc != MPI_SUCCESS) fail(alltoall ? "samebuf alltoall returned an error" : "samebuf allgather returned an error");
+    if (rc != MPI_SUCCESS)
+      fail(alltoall ? "samebuf alltoall returned an error" : "samebuf allgather returned an error");
     size_t wrong = 0;
     for (int b = 0; b < blocks; ++b)
       for (size_t j = 0; j < N; ++j) {
@@ -275,8 +276,7 @@ static void alias(void) {
   MPI_Error_class(got, &gotClass);
   if (gotClass != wantClass) {
     char msg[128];
-    snprintf(msg, sizeof msg, "aliased MPI_Allreduce returned error class %d, PMPI_Allreduce %d", gotClass,
-             wantClass);
+    snprintf(msg, sizeof msg, "aliased MPI_Allreduce returned error class %d, PMPI_Allreduce %d", gotClass, wantClass);
     fail(msg);
   }
   free(a);

@@ -57,8 +57,8 @@ bool measure(const Shape& shape, bool boundApplies, spcclComm_t comm, Monitor& m
   MPI_Barrier(MPI_COMM_WORLD);
   spcclCommGetStats(comm, &s0);
   const unsigned long long t0 = mon.sent();
-  bad |= spcclAlltoAllRowsCompressed(x.data(), y.data(), shape.rowsPerPeer, shape.rowLen, spcclFloat32,
-                                     shape.density, &selection, comm, nullptr) != spcclSuccess
+  bad |= spcclAlltoAllRowsCompressed(x.data(), y.data(), shape.rowsPerPeer, shape.rowLen, spcclFloat32, shape.density,
+                                     &selection, comm, nullptr) != spcclSuccess
              ? fail(rank, "spcclAlltoAllRowsCompressed")
              : 0;
   const unsigned long long t1 = mon.sent();
@@ -79,8 +79,7 @@ bool measure(const Shape& shape, bool boundApplies, spcclComm_t comm, Monitor& m
   if (selection != nullptr) spcclSelectionDestroy(selection);
 
   // Sums over ranks: MPI's forward, backward, dense; spccl's forward, backward.
-  unsigned long long mine[5] = {t1 - t0, t3 - t2, t5 - t4, s1.bytesSent - s0.bytesSent,
-                                s2.bytesSent - s1.bytesSent};
+  unsigned long long mine[5] = {t1 - t0, t3 - t2, t5 - t4, s1.bytesSent - s0.bytesSent, s2.bytesSent - s1.bytesSent};
   unsigned long long tot[5];
   MPI_Allreduce(mine, tot, 5, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   int anyBad = 0;
@@ -102,10 +101,11 @@ bool measure(const Shape& shape, bool boundApplies, spcclComm_t comm, Monitor& m
                            static_cast<double>(tot[1]) / static_cast<double>(tot[2])};
   bool ok = true;
   if (rank == 0) {
-    std::printf("ranks=%d rowsPerPeer=%zu rowLen=%zu density=%g (keep %zu per row) fp32\n", ranks,
-                shape.rowsPerPeer, shape.rowLen, static_cast<double>(shape.density), keep);
-    std::printf("  bytes crossing ranks (MPI monitoring, all ranks): forward=%llu backward=%llu dense MPI_Alltoall=%llu\n",
-                tot[0], tot[1], tot[2]);
+    std::printf("ranks=%d rowsPerPeer=%zu rowLen=%zu density=%g (keep %zu per row) fp32\n", ranks, shape.rowsPerPeer,
+                shape.rowLen, static_cast<double>(shape.density), keep);
+    std::printf(
+        "  bytes crossing ranks (MPI monitoring, all ranks): forward=%llu backward=%llu dense MPI_Alltoall=%llu\n",
+        tot[0], tot[1], tot[2]);
     std::printf("  forward/dense = 1/%.2f, backward/dense = 1/%.2f\n", 1.0 / ratio[0], 1.0 / ratio[1]);
     std::printf("  spccl's own count (bytesSent, all ranks): forward=%llu backward=%llu; payload alone: %llu, %llu\n",
                 tot[3], tot[4], payload[0], payload[1]);
@@ -114,8 +114,9 @@ bool measure(const Shape& shape, bool boundApplies, spcclComm_t comm, Monitor& m
   for (int p = 0; p < 2; ++p) {
     if (tot[p] < payload[p]) {
       if (rank == 0)
-        std::fprintf(stderr, "FAIL: %s: MPI counted %llu bytes, less than the payload %llu (traffic outside MPI collectives?)\n",
-                     pass[p], tot[p], payload[p]);
+        std::fprintf(
+            stderr, "FAIL: %s: MPI counted %llu bytes, less than the payload %llu (traffic outside MPI collectives?)\n",
+            pass[p], tot[p], payload[p]);
       ok = false;
     }
     if (tot[p] > tot[3 + p] + slack) {
@@ -125,7 +126,8 @@ bool measure(const Shape& shape, bool boundApplies, spcclComm_t comm, Monitor& m
     }
   }
   if (tot[1] >= tot[0]) {
-    if (rank == 0) std::fprintf(stderr, "FAIL: the backward (%llu bytes) is not smaller than the forward (%llu)\n", tot[1], tot[0]);
+    if (rank == 0)
+      std::fprintf(stderr, "FAIL: the backward (%llu bytes) is not smaller than the forward (%llu)\n", tot[1], tot[0]);
     ok = false;
   }
   if (boundApplies && ratio[0] > 0.1) {
@@ -146,7 +148,8 @@ int main(int argc, char** argv) {
   Monitor mon;
   if (!mon.open()) {
     if (rank == 0)
-      std::fprintf(stderr, "coll_monitoring_messages_size unavailable: run under mpirun --mca pml_monitoring_enable 1\n");
+      std::fprintf(stderr,
+                   "coll_monitoring_messages_size unavailable: run under mpirun --mca pml_monitoring_enable 1\n");
     MPI_Finalize();
     return 1;
   }

@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   Monitor mon;
   if (!mon.open()) {
     if (rank == 0)
-      std::fprintf(stderr, "coll_monitoring_messages_size unavailable: run under mpirun --mca pml_monitoring_enable 1\n");
+      std::fprintf(stderr,
+                   "coll_monitoring_messages_size unavailable: run under mpirun --mca pml_monitoring_enable 1\n");
     MPI_Finalize();
     return 1;
   }
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     const unsigned long long m0 = mon.sent();
     bad |= spcclAllReduceCompressed(x.data(), y.data(), spcclSum, c, nullptr) != spcclSuccess ? fail(rank, "allreduce")
-                                                                                               : 0;
+                                                                                              : 0;
     const unsigned long long m1 = mon.sent();
     spcclCompressorGetStats(c, &after);
     monitored += m1 - m0;
@@ -103,9 +104,9 @@ int main(int argc, char** argv) {
     // A dense call: Open MPI counts the whole buffer to each peer, spccl 2(P-1)/P of it.
     const unsigned long long expected =
         after.bytesSent - before.bytesSent +
-        (after.lastAlgorithm == SPCCL_ALGO_DENSE
-             ? static_cast<unsigned long long>(ranks - 1) * count * sizeof(float) - (after.denseBytes - before.denseBytes)
-             : 0ull);
+        (after.lastAlgorithm == SPCCL_ALGO_DENSE ? static_cast<unsigned long long>(ranks - 1) * count * sizeof(float) -
+                                                       (after.denseBytes - before.denseBytes)
+                                                 : 0ull);
     if (exact && firstMismatch < 0 && m1 - m0 != expected) {
       std::fprintf(stderr, "[rank %d] FAIL: call %d (%s): Open MPI counted %llu bytes from this rank, spccl %llu\n",
                    rank, call, after.lastAlgorithm == SPCCL_ALGO_DENSE ? "dense" : "compressed", m1 - m0, expected);
@@ -124,10 +125,14 @@ int main(int argc, char** argv) {
   const unsigned long long slack = spccl::monitoring::slackBytes(ranks) * static_cast<unsigned long long>(calls);
   if (rank == 0) {
     std::printf("ranks=%d count=%zu density=%g algo=%s wire=fp32 calls=%d%s\n", ranks, count,
-                static_cast<double>(density), autoAlgo ? "auto" : allgather ? "allgather" : "split", calls,
-                exact ? " (every rank's every call must match exactly)" : "");
-    std::printf("bytes crossing ranks (MPI monitoring, all ranks): compressed=%llu dense MPI_Allreduce=%llu ratio=1/%.1f\n",
-                tot[0], tot[1], 1.0 / ratio);
+                static_cast<double>(density),
+                autoAlgo    ? "auto"
+                : allgather ? "allgather"
+                            : "split",
+                calls, exact ? " (every rank's every call must match exactly)" : "");
+    std::printf(
+        "bytes crossing ranks (MPI monitoring, all ranks): compressed=%llu dense MPI_Allreduce=%llu ratio=1/%.1f\n",
+        tot[0], tot[1], 1.0 / ratio);
     std::printf("spccl's own count (stats.bytesSent, all ranks): %llu\n", tot[2]);
   }
   if (tot[0] > tot[2] + slack) {
@@ -139,7 +144,8 @@ int main(int argc, char** argv) {
     bad = 1;
   }
   if (autoAlgo && ranks > 1 && __builtin_popcount(algorithmsTaken) < 2) {
-    if (rank == 0) std::fprintf(stderr, "FAIL: auto took one algorithm only: no trials ran (SPCCL_AUTO_TRIALS unset?)\n");
+    if (rank == 0)
+      std::fprintf(stderr, "FAIL: auto took one algorithm only: no trials ran (SPCCL_AUTO_TRIALS unset?)\n");
     bad = 1;
   }
   int anyBad = 0;

@@ -642,8 +642,8 @@ TEST_F(MpiTest, MismatchedRowShapesFailOnEveryRank) {
         }
     std::vector<unsigned char> recv(n * typeSize(k.type));
     spcclSelection_t sel = nullptr;
-    const spcclResult_t r = spcclAlltoAllRowsCompressed(send.data(), recv.data(), k.rpp, k.len, k.type, k.density,
-                                                        &sel, comm_.get(), nullptr);
+    const spcclResult_t r = spcclAlltoAllRowsCompressed(send.data(), recv.data(), k.rpp, k.len, k.type, k.density, &sel,
+                                                        comm_.get(), nullptr);
     const std::string succeeded = ranksWhere(r == spcclSuccess);
     EXPECT_TRUE(succeeded.empty()) << "returned success on rank(s) " << succeeded;
     if (r != spcclSuccess) {

@@ -83,8 +83,7 @@ static void expectCode(spcclResult_t got, spcclResult_t want, const char* needle
       memcpy(buf, p, n);
       buf[n] = '\0';
       if (strstr(msg, buf) == NULL) {
-        fprintf(stderr, "[rank %d] line %d: %s: message \"%s\" does not contain \"%s\"\n", gRank, line, what, msg,
-                buf);
+        fprintf(stderr, "[rank %d] line %d: %s: message \"%s\" does not contain \"%s\"\n", gRank, line, what, msg, buf);
         ++gFailures;
       }
       p = bar ? bar + 1 : p + n;
@@ -220,13 +219,13 @@ static void badCompressors(spcclComm_t comm) {
   EXPECT_IA(spcclCompressorCreate(comm, BIG, spcclFloat8e4m3, &good, &out), "spcclFloat8e4m3");
   EXPECT_IA(spcclCompressorCreate(comm, SIZE_MAX, spcclFloat32, &good, &out), "count=18446744073709551615");
   EXPECT_IA(spcclCompressorCreate(comm, (size_t)UINT32_MAX + 1, spcclFloat32, &good, &out), "count=4294967296");
-#define BAD_CONFIG(field, value, needle)                                              \
-  do {                                                                                \
-    bad = good;                                                                       \
-    bad.field = value;                                                                \
-    out = (spcclCompressor_t)&dummy;                                                  \
-    EXPECT_IA(spcclCompressorCreate(comm, BIG, spcclFloat32, &bad, &out), needle);    \
-    CHECK(out == NULL);                                                               \
+#define BAD_CONFIG(field, value, needle)                                           \
+  do {                                                                             \
+    bad = good;                                                                    \
+    bad.field = value;                                                             \
+    out = (spcclCompressor_t)&dummy;                                               \
+    EXPECT_IA(spcclCompressorCreate(comm, BIG, spcclFloat32, &bad, &out), needle); \
+    CHECK(out == NULL);                                                            \
   } while (0)
   BAD_CONFIG(size, 0, "config.size=0");
   BAD_CONFIG(size, sizeof good - 4, "config.size=");
@@ -326,11 +325,10 @@ static void badRows(spcclComm_t comm) {
   EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, rowLen, spcclFloat64, 0.5f, &sel, comm, NULL),
             "datatype=float64");
   EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, 0, spcclFloat32, 0.5f, &sel, comm, NULL), "rowLen=0");
-  EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, (size_t)UINT32_MAX + 1, spcclFloat32, 0.5f, &sel, comm,
-                                        NULL),
-            "rowLen=4294967296");
-  EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, rowLen, spcclFloat32, 0.0f, &sel, comm, NULL),
-            "density=0");
+  EXPECT_IA(
+      spcclAlltoAllRowsCompressed(gSend, gRecv, rows, (size_t)UINT32_MAX + 1, spcclFloat32, 0.5f, &sel, comm, NULL),
+      "rowLen=4294967296");
+  EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, rowLen, spcclFloat32, 0.0f, &sel, comm, NULL), "density=0");
   EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, rowLen, spcclFloat32, -1.0f, &sel, comm, NULL),
             "density=-1");
   EXPECT_IA(spcclAlltoAllRowsCompressed(gSend, gRecv, rows, rowLen, spcclFloat32, 1.5f, &sel, comm, NULL),
@@ -400,7 +398,8 @@ static void badRowSparse(spcclComm_t comm) {
             "nrows * rowLen|overflows size_t");
   EXPECT_IA(RS(ids, gSend, 4, rowLen, spcclFloat32, outIds, gRecv, SIZE_MAX / 2, &outN, comm, NULL),
             "outCapacity * rowLen|overflows size_t");
-  EXPECT_IA(RS(NULL, gSend, 4, rowLen, spcclFloat32, outIds, gRecv, 64, &outN, comm, NULL), "rowIds is NULL with nrows=4");
+  EXPECT_IA(RS(NULL, gSend, 4, rowLen, spcclFloat32, outIds, gRecv, 64, &outN, comm, NULL),
+            "rowIds is NULL with nrows=4");
   EXPECT_IA(RS(ids, NULL, 4, rowLen, spcclFloat32, outIds, gRecv, 64, &outN, comm, NULL), "rows is NULL with nrows=4");
   EXPECT_IA(RS(ids, gSend, 4, rowLen, spcclFloat32, NULL, gRecv, 64, &outN, comm, NULL),
             "outRowIds is NULL with outCapacity=64");
@@ -420,10 +419,10 @@ static void badRowSparse(spcclComm_t comm) {
 /* ---------------- part 2: calls that disagree across ranks ---------------- */
 
 /* Every rank must get spcclInvalidUsage naming the mismatch. */
-#define MISMATCH(name, call, needle)   \
-  do {                                 \
-    step(name);                        \
-    EXPECT_IU(call, needle);           \
+#define MISMATCH(name, call, needle) \
+  do {                               \
+    step(name);                      \
+    EXPECT_IU(call, needle);         \
   } while (0)
 
 static void mismatches(spcclComm_t comm) {
@@ -442,8 +441,8 @@ static void mismatches(spcclComm_t comm) {
            desc);
   MISMATCH("exact allreduce: datatypes",
            spcclAllReduce(gSend, gRecv, 100, odd ? spcclInt32 : spcclFloat32, spcclSum, comm, NULL), "datatype");
-  MISMATCH("exact allreduce: ops", spcclAllReduce(gSend, gRecv, 100, spcclFloat32, odd ? spcclMax : spcclSum, comm, NULL),
-           "op");
+  MISMATCH("exact allreduce: ops",
+           spcclAllReduce(gSend, gRecv, 100, spcclFloat32, odd ? spcclMax : spcclSum, comm, NULL), "op");
   MISMATCH("allreduce: one rank exact (integers), the others compressed",
            spcclAllReduce(gSend, gRecv, BIG, odd ? spcclInt32 : spcclFloat32, spcclSum, comm, NULL), desc);
   MISMATCH("one rank allgather, the others allreduce",
@@ -455,8 +454,8 @@ static void mismatches(spcclComm_t comm) {
                : spcclAllGather(gSend, gAll, 100, spcclFloat32, comm, NULL),
            desc);
   MISMATCH("exact alltoall: counts", spcclAlltoAll(gSend, gAll, odd ? 10 : 12, spcclFloat32, comm, NULL), "count");
-  MISMATCH("exact alltoall: datatypes",
-           spcclAlltoAll(gSend, gAll, 10, odd ? spcclFloat64 : spcclInt64, comm, NULL), "datatype");
+  MISMATCH("exact alltoall: datatypes", spcclAlltoAll(gSend, gAll, 10, odd ? spcclFloat64 : spcclInt64, comm, NULL),
+           "datatype");
   MISMATCH("exact allgather: counts", spcclAllGather(gSend, gAll, odd ? 10 : 11, spcclFloat32, comm, NULL), "count");
 
   /* Compressed allreduce through compressors. */
@@ -478,7 +477,8 @@ static void mismatches(spcclComm_t comm) {
     k[1].count = BIG, k[1].algorithm = odd ? SPCCL_ALGO_ALLGATHER : SPCCL_ALGO_SPLIT, k[1].needle = "algorithm";
     k[2] = k[1];
     k[2].name = "compressed allreduce: wire value types";
-    k[2].algorithm = SPCCL_ALGO_ALLGATHER, k[2].wire = odd ? spcclBfloat16 : spcclFloat32, k[2].needle = "wire value type";
+    k[2].algorithm = SPCCL_ALGO_ALLGATHER, k[2].wire = odd ? spcclBfloat16 : spcclFloat32,
+    k[2].needle = "wire value type";
     k[3] = k[2];
     k[3].name = "compressed allreduce: buffer datatypes";
     k[3].wire = spcclFloat32, k[3].type = odd ? spcclFloat16 : spcclFloat32, k[3].needle = "datatype";
@@ -505,9 +505,10 @@ static void mismatches(spcclComm_t comm) {
            "row length");
   MISMATCH("rows alltoall: rows per peer",
            spcclAlltoAllRowsCompressed(gSend, gRecv, odd ? 2 : 3, 64, spcclFloat32, 0.25f, NULL, comm, NULL), "count");
-  MISMATCH("rows alltoall: datatypes",
-           spcclAlltoAllRowsCompressed(gSend, gRecv, 2, 64, odd ? spcclBfloat16 : spcclFloat32, 0.25f, NULL, comm, NULL),
-           "datatype");
+  MISMATCH(
+      "rows alltoall: datatypes",
+      spcclAlltoAllRowsCompressed(gSend, gRecv, 2, 64, odd ? spcclBfloat16 : spcclFloat32, 0.25f, NULL, comm, NULL),
+      "datatype");
   MISMATCH("rows alltoall: densities (16 against 32 kept entries per row)",
            spcclAlltoAllRowsCompressed(gSend, gRecv, 2, 64, spcclFloat32, odd ? 0.25f : 0.5f, NULL, comm, NULL),
            "entries");

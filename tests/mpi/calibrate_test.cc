@@ -24,7 +24,6 @@
 namespace spccl::test {
 namespace {
 
-
 // Rank 0's model, gathered: true when every rank's bits equal rank 0's.
 bool sameOnEveryRank(const CostModel& m) {
   double mine[4] = {m.alpha, m.beta, m.gammaSelect, m.gammaUnpack};
@@ -70,7 +69,7 @@ TEST(Calibrate, RankZeroSettingsWin) {
   ScopedEnv gbps("SPCCL_NET_GBPS", std::to_string(10 * (rank + 1)));
   ScopedEnv latency("SPCCL_NET_LATENCY_US", rank == 0 ? "7" : "0");
   ScopedEnv trials("SPCCL_AUTO_TRIALS", std::to_string(rank + 1));  // the trial schedule must agree too
-  ScopedEnv debug("SPCCL_DEBUG", "NONE");  // the mismatch warning is expected
+  ScopedEnv debug("SPCCL_DEBUG", "NONE");                           // the mismatch warning is expected
   Comm comm;
   ASSERT_TRUE(okOnAllRanks(comm.r, comm.c, "spcclCommInitMPI, mixed settings"));
   const CostModel& m = comm.c->costModel;
@@ -134,7 +133,7 @@ TEST(Calibrate, AutoCallsSucceedAndConserve) {
   const spcclCompressConfig_t cfg = autoConfig(1);
 
   const CostModel forceDense = denseForcingModel(), forceSparse = sparseForcingModel();
-  CostModel manyRounds = applyNetworkParams({}, 0.01, 1e5);     // 0.1 s per round
+  CostModel manyRounds = applyNetworkParams({}, 0.01, 1e5);  // 0.1 s per round
   const CostModel calibrated = comm.c->costModel;
   std::vector<int> picked;
   for (const CostModel& model : {calibrated, forceDense, forceSparse, manyRounds}) {
@@ -317,7 +316,7 @@ TEST(Calibrate, AutoTrialsMeetMismatchedCallsWithAnError) {
     EXPECT_EQ(lo, hi) << "ranks ran different algorithms at call " << took.size() - 1;
     return true;
   };
-  ASSERT_TRUE(compressed(1));  // call 0: the model's pick, no exchange of its own
+  ASSERT_TRUE(compressed(1));    // call 0: the model's pick, no exchange of its own
   mismatch(0, "trial line-up");  // meets trial call 0's line-up
   ASSERT_TRUE(exactAlltoAll(1.0f));
   for (size_t i = 0; i < trialCalls; ++i) {
@@ -381,14 +380,16 @@ TEST(Calibrate, AutoStateFollowsTheCallShape) {
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &b), comm.c, "create B"));
   std::vector<float> in(n), out(n), send(n * static_cast<size_t>(p)), recv(send.size());
   for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>((i * 7919 + static_cast<size_t>(rank) * 31) % 1000) - 500;
-  auto reduce = [&](spcclCompressor_t c) { return spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c, nullptr); };
+  auto reduce = [&](spcclCompressor_t c) {
+    return spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c, nullptr);
+  };
 
   // Rank 0's first call of A meets an exact alltoall: refused everywhere, and not the shape's first call.
   const spcclResult_t refused =
       rank == 0 ? reduce(a) : spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr);
   EXPECT_TRUE(allRanks(refused == spcclInvalidUsage)) << spcclGetErrorString(refused);
-  ASSERT_TRUE(okOnAllRanks(spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr), comm.c,
-                           "alltoall"));
+  ASSERT_TRUE(
+      okOnAllRanks(spcclAlltoAll(send.data(), recv.data(), n, spcclFloat32, comm.c, nullptr), comm.c, "alltoall"));
 
   // The shape's first call (the model's), then its trial calls and the settled ones, A and B in turn
   // on rank 0 and B and A on the others: every call succeeds, and every rank runs one algorithm.
@@ -440,8 +441,11 @@ TEST(Calibrate, AutoStateFollowsTheCallShape) {
   EXPECT_TRUE(allRanks(againstFixed == spcclInvalidUsage)) << spcclGetErrorString(againstFixed);
   EXPECT_NE(std::string(spcclGetLastError(comm.c)).find("auto flag"), std::string::npos) << spcclGetLastError(comm.c);
   for (size_t call = 0; call < 12; ++call) {
-    ASSERT_TRUE(okOnAllRanks(reduce(call == 3 && rank == 0 ? e : call == 3 ? f : call % 2 ? e : f), comm.c,
-                             "E and F, one call crossed"));
+    ASSERT_TRUE(okOnAllRanks(reduce(call == 3 && rank == 0 ? e
+                                    : call == 3            ? f
+                                    : call % 2             ? e
+                                                           : f),
+                             comm.c, "E and F, one call crossed"));
     agreedLastAlgorithm(comm.c, call);
   }
   spcclCompressorDestroy(e);
@@ -475,8 +479,8 @@ TEST(Calibrate, SparseCallAfterDenseReestimatesTau) {
     for (size_t i = 0; i < n; ++i) in[i] = normal(gen);  // distinct magnitudes: exactly k at a fresh tau
     comm.c->costModel = *schedule[call];
     ASSERT_EQ(spcclCompressorGetStats(comp, &before), spcclSuccess);
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp, nullptr), comm.c,
-                             "allreduce"));
+    ASSERT_TRUE(
+        okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp, nullptr), comm.c, "allreduce"));
     ASSERT_EQ(spcclCompressorGetStats(comp, &after), spcclSuccess);
     const bool dense = schedule[call] == &forceDense;
     EXPECT_EQ(after.lastAlgorithm == SPCCL_ALGO_DENSE, dense) << "call " << call;
@@ -517,8 +521,8 @@ TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
     ASSERT_EQ(spcclCompressorGetStats(comp, &st), spcclSuccess);
     EXPECT_EQ(st.lastAlgorithm == SPCCL_ALGO_DENSE, dense) << "call " << call;
     ASSERT_EQ(spcclCompressorGetResidual(comp, residual.data(), n), spcclSuccess);
-    const size_t nonZero = static_cast<size_t>(std::count_if(residual.begin(), residual.end(),
-                                                             [](float x) { return x != 0.0f; }));
+    const size_t nonZero =
+        static_cast<size_t>(std::count_if(residual.begin(), residual.end(), [](float x) { return x != 0.0f; }));
     if (dense) {
       EXPECT_EQ(nonZero, 0u) << "call " << call << ": a dense call leaves the residual empty";
     } else {
@@ -528,8 +532,8 @@ TEST(Calibrate, DenseCallsBetweenCompressedOnesConserve) {
       MPI_Allreduce(conserved.in.data(), plain.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double worst = 0;
       for (size_t i = 0; i < n; ++i)
-        worst = std::max(worst, std::abs(static_cast<double>(conserved.out[i]) - plain[i]) /
-                                    (1.0 + std::abs(plain[i])));
+        worst =
+            std::max(worst, std::abs(static_cast<double>(conserved.out[i]) - plain[i]) / (1.0 + std::abs(plain[i])));
       EXPECT_LT(worst, 1e-6) << "call " << call << ": dense on an empty residual against MPI_Allreduce";
     }
     const double worst = conserved.worstImbalance();
@@ -561,7 +565,8 @@ TEST(Calibrate, DenseFlushWithOverlappingBuffersMatchesSeparateBuffers) {
   for (int call = 0; call < 6; ++call) {
     const bool dense = call % 2 == 1;  // sparse, dense, sparse, dense, ...
     comm.c->costModel = dense ? forceDense : forceSparse;
-    for (size_t i = 0; i < n; ++i) in[i] = std::sin(0.37f * static_cast<float>(i + 7 * call) + static_cast<float>(rank));
+    for (size_t i = 0; i < n; ++i)
+      in[i] = std::sin(0.37f * static_cast<float>(i + 7 * call) + static_cast<float>(rank));
     ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, twin[0], nullptr), comm.c,
                              "separate buffers"));
     const bool recvAhead = call % 4 == 1;  // recvbuff = sendbuff + 1 on call 1, sendbuff = recvbuff + 1 on call 3
@@ -575,9 +580,11 @@ TEST(Calibrate, DenseFlushWithOverlappingBuffersMatchesSeparateBuffers) {
     ASSERT_EQ(st.lastAlgorithm == SPCCL_ALGO_DENSE, dense) << "call " << call;
     size_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad += std::memcmp(&out[i], &recv[i], sizeof(float)) != 0;
-    EXPECT_EQ(bad, 0u) << "call " << call << (dense ? (recvAhead ? ": recvbuff = sendbuff + 1" : ": sendbuff = recvbuff + 1") : "");
+    EXPECT_EQ(bad, 0u) << "call " << call
+                       << (dense ? (recvAhead ? ": recvbuff = sendbuff + 1" : ": sendbuff = recvbuff + 1") : "");
     for (int t = 0; t < 2; ++t) ASSERT_EQ(spcclCompressorGetResidual(twin[t], residual[t].data(), n), spcclSuccess);
-    EXPECT_EQ(std::memcmp(residual[0].data(), residual[1].data(), n * sizeof(float)), 0) << "residual after call " << call;
+    EXPECT_EQ(std::memcmp(residual[0].data(), residual[1].data(), n * sizeof(float)), 0)
+        << "residual after call " << call;
   }
   for (spcclCompressor_t c : twin) spcclCompressorDestroy(c);
 }
@@ -612,9 +619,10 @@ TEST(Calibrate, RankLocalSettingsLeaveAutoAlike) {
   // whose config spcclCompressConfigInit filled from each rank's environment.
   std::vector<float> in(n), out(n);
   for (int call = 0; call < 3; ++call) {
-    for (size_t i = 0; i < n; ++i) in[i] = std::sin(0.001f * static_cast<float>(i) * static_cast<float>(rank + 1) + call);
-    ASSERT_TRUE(okOnAllRanks(spcclAllReduce(in.data(), out.data(), n, spcclFloat32, spcclSum, comm.c, nullptr),
-                             comm.c, "drop-in auto allreduce"));
+    for (size_t i = 0; i < n; ++i)
+      in[i] = std::sin(0.001f * static_cast<float>(i) * static_cast<float>(rank + 1) + call);
+    ASSERT_TRUE(okOnAllRanks(spcclAllReduce(in.data(), out.data(), n, spcclFloat32, spcclSum, comm.c, nullptr), comm.c,
+                             "drop-in auto allreduce"));
     ASSERT_TRUE(identicalOnAllRanks(out.data(), n, sizeof(float)));
     spcclStats_t st{};
     ASSERT_EQ(spcclCommGetStats(comm.c, &st), spcclSuccess);

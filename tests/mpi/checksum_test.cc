@@ -30,10 +30,8 @@ CommPtr commWith(const std::map<std::string, std::string>& env) {
   spcclComm_t c = nullptr;
   const spcclResult_t r = spcclCommInitMPI(&c, MPI_COMM_WORLD);
   for (const auto& [k, v] : saved) {
-    if (v.empty())
-      unsetenv(k.c_str());
-    else
-      setenv(k.c_str(), v.c_str(), 1);
+    if (v.empty()) unsetenv(k.c_str());
+    else setenv(k.c_str(), v.c_str(), 1);
   }
   EXPECT_TRUE(okOnAllRanks(r, nullptr, "spcclCommInitMPI"));
   return CommPtr(c);
@@ -101,17 +99,17 @@ TEST_F(ChecksumTest, EveryCollectiveGivesTheSameBitsWithAndWithoutChecksums) {
                                                          0.25f, &sel, comms[k], nullptr),
                              comms[k], "rows forward"));
     SelectionPtr owned(sel);
-    ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsBackward(y[k].data(), g[k].data(), sel, nullptr), comms[k],
-                             "rows backward"));
+    ASSERT_TRUE(
+        okOnAllRanks(spcclAlltoAllRowsBackward(y[k].data(), g[k].data(), sel, nullptr), comms[k], "rows backward"));
   }
   EXPECT_TRUE(allRanks(firstBitDifference(y[0], y[1]) == elems));
   EXPECT_TRUE(allRanks(firstBitDifference(g[0], g[1]) == elems));
   // Sparsified allgather (SPCCL_ALLGATHER_DENSITY=0.1 on both).
   std::vector<float> ga(static_cast<size_t>(size_) * 1000), gb(ga.size());
-  ASSERT_TRUE(okOnAllRanks(spcclAllGather(x.data(), ga.data(), 1000, spcclFloat32, sealed.get(), nullptr),
-                           sealed.get(), "sealed allgather"));
-  ASSERT_TRUE(okOnAllRanks(spcclAllGather(x.data(), gb.data(), 1000, spcclFloat32, plain.get(), nullptr),
-                           plain.get(), "plain allgather"));
+  ASSERT_TRUE(okOnAllRanks(spcclAllGather(x.data(), ga.data(), 1000, spcclFloat32, sealed.get(), nullptr), sealed.get(),
+                           "sealed allgather"));
+  ASSERT_TRUE(okOnAllRanks(spcclAllGather(x.data(), gb.data(), 1000, spcclFloat32, plain.get(), nullptr), plain.get(),
+                           "plain allgather"));
   EXPECT_TRUE(allRanks(firstBitDifference(ga, gb) == ga.size()));
   // Row-sparse, both algorithms.
   for (const char* algo : {"allgather", "partition"}) {
@@ -165,8 +163,8 @@ TEST_F(ChecksumTest, CorruptSplitPieceFailsOnEveryRank) {
   EXPECT_EQ(r, spcclRemoteError) << describe(r, comm.get());
   const std::string crcRanks = ranksWhere(r == spcclRemoteError && mentionsCrc(comm.get()));
   EXPECT_EQ(crcRanks, "0") << "the owner of range 0 names the CRC";
-  ASSERT_TRUE(okOnAllRanks(allreduce(comm.get(), SPCCL_ALGO_SPLIT, spcclFloat16, out, 1), comm.get(),
-                           "the next allreduce"));
+  ASSERT_TRUE(
+      okOnAllRanks(allreduce(comm.get(), SPCCL_ALGO_SPLIT, spcclFloat16, out, 1), comm.get(), "the next allreduce"));
   EXPECT_TRUE(identicalOnAllRanks(out.data(), out.size(), sizeof(float)));
 }
 

@@ -604,8 +604,8 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   asOlderCaller(whole, kV2Bytes, kV2Bytes, 2);
   CompressorPtr c2;
   ASSERT_TRUE(createCompressor(kOddCount, spcclFloat32, *config, c2));
-  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c2.get(), nullptr),
-                           comm_.get(), "spcclAllReduceCompressed, version 2"));
+  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, c2.get(), nullptr), comm_.get(),
+                           "spcclAllReduceCompressed, version 2"));
 
   // Version 3 (before thresholdWarmup): read up to thresholdMinFraction, as
   // a version-3 caller passes it (its sizeof, padding included: 48 bytes on
@@ -643,8 +643,7 @@ TEST_F(MpiTest, Version1ConfigIsReadUpToItsSize) {
   const spcclCompressConfig_t base = makeConfig(kDensity, SPCCL_ALGO_SPLIT, spcclFloat32);
   auto expectRefused = [&](const spcclCompressConfig_t& bad, const std::string& message) {
     raw = nullptr;
-    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &bad, &raw), spcclInvalidArgument)
-        << message;
+    EXPECT_EQ(spcclCompressorCreate(comm_.get(), kOddCount, spcclFloat32, &bad, &raw), spcclInvalidArgument) << message;
     EXPECT_NE(std::string(spcclGetLastError(nullptr)).find(message), std::string::npos) << spcclGetLastError(nullptr);
     EXPECT_EQ(raw, nullptr);
   };
@@ -796,7 +795,7 @@ TEST_P(ScheduleTest, ReEstimatesInTheCallWhereAStoredTauSelectsTooFew) {
   const int algorithm = GetParam();
   const size_t n = size_t{1} << 17;
   const size_t k = selectionSize(n, kDensity);  // 1311
-  const size_t starved = (k + 1) / 2;  // fewer than ceil(k/2) starves at fraction 0.5: 2 x selected < k
+  const size_t starved = (k + 1) / 2;           // fewer than ceil(k/2) starves at fraction 0.5: 2 x selected < k
   for (const float fraction : {0.5f, 0.0f}) {
     SCOPED_TRACE("thresholdMinFraction " + std::to_string(fraction));
     spcclCompressConfig_t config = makeConfig(kDensity, algorithm, spcclFloat32, 1000, 0);
@@ -811,12 +810,11 @@ TEST_P(ScheduleTest, ReEstimatesInTheCallWhereAStoredTauSelectsTooFew) {
       for (float& x : in) x *= scales[call];
       const uint64_t withStored = selectedCount(in, storedTau);
       if (call == 1) {
-        EXPECT_TRUE(allRanks(withStored >= starved && withStored < k)) << "set-up: stale but not starved, "
-                                                                       << withStored;
+        EXPECT_TRUE(allRanks(withStored >= starved && withStored < k))
+            << "set-up: stale but not starved, " << withStored;
       }
       if (call == 2) {
-        EXPECT_TRUE(allRanks(withStored < starved)) << "set-up: the stored tau should starve this call, "
-                                                    << withStored;
+        EXPECT_TRUE(allRanks(withStored < starved)) << "set-up: the stored tau should starve this call, " << withStored;
       }
       spcclStats_t s;
       ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
@@ -824,15 +822,15 @@ TEST_P(ScheduleTest, ReEstimatesInTheCallWhereAStoredTauSelectsTooFew) {
       const bool update = call == 0 || (call == 2 && fraction > 0);
       if (update) storedTau = kthLargestMagnitude(in, k);
       EXPECT_EQ(s.thresholdUpdates, fraction > 0 && call >= 2 ? 2u : 1u);
-      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
-                                                        << storedTau;
+      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau))
+          << "lastThreshold " << s.lastThreshold << ", expected " << storedTau;
       const uint64_t selected = selectedCount(in, storedTau);
       EXPECT_EQ(s.lastSelected, selected);
       if (update) {
         EXPECT_EQ(s.lastSelected, k);
       } else if (fraction > 0) {
-        EXPECT_TRUE(allRanks(2 * selected >= k)) << "set-up: a call that kept its stored tau was not starved, "
-                                                 << selected;
+        EXPECT_TRUE(allRanks(2 * selected >= k))
+            << "set-up: a call that kept its stored tau was not starved, " << selected;
       } else if (call >= 2) {
         EXPECT_TRUE(allRanks(2 * selected < k)) << "the default keeps a tau that starves, " << selected;
       }
@@ -862,7 +860,7 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
     std::vector<float> res(n), v(n);
     float storedTau = 0.0f;
     uint64_t expectedUpdates = 0;
-    uint64_t lowSide = 0;     // estimates the low-side rule caused
+    uint64_t lowSide = 0;    // estimates the low-side rule caused
     uint64_t keptBelow = 0;  // calls that kept a non-zero tau selecting fewer than k/2
     for (int call = 0; call < 10; ++call) {
       SCOPED_TRACE("call " + std::to_string(call));
@@ -887,8 +885,8 @@ TEST_P(ScheduleTest, StarvedTauWithErrorFeedbackFollowsTheRule) {
       spcclStats_t s;
       ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
       EXPECT_EQ(s.thresholdUpdates, expectedUpdates);
-      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
-                                                        << storedTau;
+      EXPECT_TRUE(sameBits(s.lastThreshold, storedTau))
+          << "lastThreshold " << s.lastThreshold << ", expected " << storedTau;
       EXPECT_EQ(s.lastSelected, selected);
       EXPECT_TRUE(s.lastSelected >= below) << "no call sends fewer than ceil(fraction x k) with a non-zero tau";
     }
@@ -952,8 +950,8 @@ TEST_P(ScheduleTest, KOfOneReEstimatesWhenAStoredTauSelectsNothing) {
     ASSERT_NO_FATAL_FAILURE(reduceAndRead(c.get(), in, &s));
     storedTau = kthLargestMagnitude(in, 1);
     EXPECT_EQ(s.thresholdUpdates, static_cast<uint64_t>(call + 1));
-    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau)) << "lastThreshold " << s.lastThreshold << ", expected "
-                                                      << storedTau;
+    EXPECT_TRUE(sameBits(s.lastThreshold, storedTau))
+        << "lastThreshold " << s.lastThreshold << ", expected " << storedTau;
     EXPECT_EQ(s.lastSelected, 1u);
   }
 }

@@ -142,9 +142,9 @@ std::vector<unsigned char> inputFor(const CompressorSetup& s, int which, unsigne
 // are the largest compressor's size, not the sum.
 TEST(CompressorMemory, CallScratchIsSharedAndChangesNothing) {
   const std::vector<CompressorSetup> setups = {{20000, spcclFloat32, SPCCL_ALGO_ALLGATHER, spcclFloat32, 0.05f},
-                                     {3001, spcclBfloat16, SPCCL_ALGO_SPLIT, spcclFloat16, 0.02f},
-                                     {12000, spcclFloat16, SPCCL_ALGO_ALLGATHER, spcclBfloat16, 0.01f},
-                                     {7000, spcclFloat32, SPCCL_ALGO_SPLIT, spcclFloat8e4m3, 0.01f}};
+                                               {3001, spcclBfloat16, SPCCL_ALGO_SPLIT, spcclFloat16, 0.02f},
+                                               {12000, spcclFloat16, SPCCL_ALGO_ALLGATHER, spcclBfloat16, 0.01f},
+                                               {7000, spcclFloat32, SPCCL_ALGO_SPLIT, spcclFloat8e4m3, 0.01f}};
   const size_t kNans = 1500;  // the last compressor's call 3, every rank: beyond its 4 x capacity slots
   Comm shared;
   ASSERT_TRUE(okOnAllRanks(shared.r, shared.c, "spcclCommInitMPI"));
@@ -158,8 +158,8 @@ TEST(CompressorMemory, CallScratchIsSharedAndChangesNothing) {
     cfg.algorithm = setups[i].algorithm;
     cfg.wireValueType = setups[i].wire;
     cfg.thresholdInterval = 2;  // calls with and without an estimate
-    ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(shared.c, setups[i].n, setups[i].type, &cfg, &onShared[i]),
-                             shared.c, "create"));
+    ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(shared.c, setups[i].n, setups[i].type, &cfg, &onShared[i]), shared.c,
+                             "create"));
     ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(alone[i].c, setups[i].n, setups[i].type, &cfg, &onAlone[i]),
                              alone[i].c, "create"));
   }
@@ -177,8 +177,7 @@ TEST(CompressorMemory, CallScratchIsSharedAndChangesNothing) {
                                shared.c, "allreduce, shared"));
       ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), outAlone.data(), spcclSum, onAlone[i], nullptr),
                                alone[i].c, "allreduce, alone"));
-      EXPECT_EQ(std::memcmp(outShared.data(), outAlone.data(), in.size()), 0) << "compressor " << i << " call "
-                                                                              << call;
+      EXPECT_EQ(std::memcmp(outShared.data(), outAlone.data(), in.size()), 0) << "compressor " << i << " call " << call;
       ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsCompressed(rowsIn.data(), rowsOut.data(), rowsPerPeer, rowLen,
                                                            spcclFloat32, 0.1f, nullptr, shared.c, nullptr),
                                shared.c, "alltoall rows"));

@@ -145,8 +145,7 @@ TEST_P(ConservationTest, ResidualAccountsForTheRest) {
 
 INSTANTIATE_TEST_SUITE_P(AllgatherSplitAllWireTypes, ConservationTest,
                          testing::Combine(testing::Values(SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT),
-                                          testing::Values(spcclFloat32, spcclFloat16, spcclBfloat16,
-                                                          spcclFloat8e4m3)),
+                                          testing::Values(spcclFloat32, spcclFloat16, spcclBfloat16, spcclFloat8e4m3)),
                          paramName);
 
 // Every |v| equal: tau ties with all of them. S = {|v| >= tau} has at least k
@@ -190,7 +189,8 @@ TEST_F(MpiTest, TiesAtThresholdRespectCapAndProgress) {
                                         << " nonzero, k " << k;
       if (allRanks(std::all_of(res.begin(), res.end(), [](float x) { return x == 0.0f; }))) {
         flushed = true;
-        if (rank_ == 0) std::printf("%s: flushed after %zu calls (bound %zu)\n", algorithmName(algorithm), calls + 1, maxCalls);
+        if (rank_ == 0)
+          std::printf("%s: flushed after %zu calls (bound %zu)\n", algorithmName(algorithm), calls + 1, maxCalls);
         break;
       }
     }

@@ -37,7 +37,13 @@ struct ConservedCalls {
   std::vector<double> inSum, outSum;
   std::vector<float> in, out, contributions;
   ConservedCalls(spcclComm_t comm_, spcclCompressor_t c_, size_t n_)
-      : comm(comm_), c(c_), n(n_), inSum(n_), outSum(n_), in(n_), out(n_),
+      : comm(comm_),
+        c(c_),
+        n(n_),
+        inSum(n_),
+        outSum(n_),
+        in(n_),
+        out(n_),
         contributions(n_ * static_cast<size_t>(worldSize())) {}
 
   // One allreduce; false (on every rank) when it failed on any.

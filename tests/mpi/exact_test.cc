@@ -177,8 +177,8 @@ TEST_F(MpiTest, DropInAbove32BitIndicesIsExact) {
   const size_t big = (size_t{1} << 32) + 16;
   void* reserved = MAP_FAILED;  // address space only: the call must not touch it
   if (rank_ == 0)
-    reserved = mmap(nullptr, big * sizeof(float), PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    reserved =
+        mmap(nullptr, big * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (!allRanks(rank_ != 0 || reserved != MAP_FAILED)) GTEST_SKIP() << "cannot reserve 16 GiB of address space";
   CommPtr comm;
   {
@@ -189,9 +189,9 @@ TEST_F(MpiTest, DropInAbove32BitIndicesIsExact) {
     ASSERT_TRUE(okOnAllRanks(created, nullptr, "spcclCommInitMPI"));
   }
   int32_t one = 1;
-  const spcclResult_t r =
-      rank_ == 0 ? spcclAllReduce(reserved, reserved, big, spcclFloat32, spcclSum, comm.get(), nullptr)
-                 : spcclAllReduce(&one, &one, 1, spcclInt32, spcclSum, comm.get(), nullptr);
+  const spcclResult_t r = rank_ == 0
+                              ? spcclAllReduce(reserved, reserved, big, spcclFloat32, spcclSum, comm.get(), nullptr)
+                              : spcclAllReduce(&one, &one, 1, spcclInt32, spcclSum, comm.get(), nullptr);
   const std::string message = spcclGetLastError(comm.get());
   if (reserved != MAP_FAILED) munmap(reserved, big * sizeof(float));
   EXPECT_EQ(r, spcclInvalidUsage) << message;
@@ -280,7 +280,6 @@ TEST_F(MpiTest, OverlappingBuffersGiveTheSeparateBuffersResult) {
     EXPECT_EQ(bad, 0u) << "allreduce with sendbuff = recvbuff + 1";
   }
 }
-
 
 // The exact dense path for half types reduces with an MPI user op: each
 // application widens two halves to float, adds, and rounds back, so the result
@@ -406,9 +405,9 @@ TEST_F(MpiTest, HalfAvgDoesNotOverflowWhereTheAverageFits) {
     };
     EXPECT_EQ(bad(out), 0u) << "out[0] = " << halfToFloat(out[0]);
     std::vector<uint16_t> inplace(n, v);
-    ASSERT_TRUE(okOnAllRanks(
-        spcclAllReduce(inplace.data(), inplace.data(), n, spcclFloat16, spcclAvg, comm_.get(), nullptr), comm_.get(),
-        "spcclAllReduce (fp16 avg, in place)"));
+    ASSERT_TRUE(
+        okOnAllRanks(spcclAllReduce(inplace.data(), inplace.data(), n, spcclFloat16, spcclAvg, comm_.get(), nullptr),
+                     comm_.get(), "spcclAllReduce (fp16 avg, in place)"));
     EXPECT_EQ(bad(inplace), 0u) << "in place: inplace[0] = " << halfToFloat(inplace[0]);
   }
 }

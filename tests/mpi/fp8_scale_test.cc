@@ -33,8 +33,8 @@ TEST_P(Fp8ScaleTest, OutlierArrivesInItsCall) {
   ASSERT_TRUE(createCompressor(kN, spcclFloat32, makeConfig(0.01f, GetParam(), spcclFloat8e4m3), comp));
   std::vector<float> in = background(rank_, 0), out(kN, 0.0f);
   if (rank_ == 0) in[kAt] = 1e30f;
-  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp.get(), nullptr),
-                           comm_.get(), "spcclAllReduceCompressed"));
+  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp.get(), nullptr), comm_.get(),
+                           "spcclAllReduceCompressed"));
   EXPECT_NEAR(out[kAt], 1e30, 1e30 / 16) << "the outlier was clipped";
   std::vector<float> res(kN);
   ASSERT_TRUE(residual(comp.get(), res));

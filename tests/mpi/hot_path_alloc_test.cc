@@ -67,9 +67,8 @@ testing::AssertionResult noAllocationOnReplay(spcclComm_t comm, const std::funct
   if (!ok) return ok;
   const std::string allocating = ranksWhere(allocations != 0);
   if (allocating.empty()) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << what << ": heap allocations in " << kCalls - 1
-                                     << " replayed calls on rank(s) " << allocating << "; here (rank "
-                                     << worldRank() << ") " << allocations;
+  return testing::AssertionFailure() << what << ": heap allocations in " << kCalls - 1 << " replayed calls on rank(s) "
+                                     << allocating << "; here (rank " << worldRank() << ") " << allocations;
 }
 
 testing::AssertionResult noAllocationOnReplay(spcclComm_t comm, const std::function<spcclResult_t(int)>& call,
@@ -118,8 +117,7 @@ testing::AssertionResult makeTwins(spcclComm_t c, size_t n, spcclDataType_t type
 // Fresh inputs for every call, made before counting starts.
 std::vector<std::vector<float>> inputs(size_t n, uint64_t tag) {
   std::vector<std::vector<float>> v;
-  for (int i = 0; i < kCalls; ++i)
-    v.push_back(gaussian(n, seedFor(tag, worldRank(), static_cast<uint64_t>(i))));
+  for (int i = 0; i < kCalls; ++i) v.push_back(gaussian(n, seedFor(tag, worldRank(), static_cast<uint64_t>(i))));
   return v;
 }
 
@@ -222,9 +220,12 @@ TEST(WarmCalls, DropInAllReduceDoesNotAllocate) {
   std::vector<int> ints(300, 1), intsOut(300);
   auto into = [&](std::vector<float>& dst) {
     return [&](int i) {
-      spcclResult_t r = spcclAllReduce(in[static_cast<size_t>(i)].data(), dst.data(), n, spcclFloat, spcclSum, c, nullptr);
-      if (r == spcclSuccess) r = spcclAllReduce(small.data(), smallOut.data(), small.size(), spcclFloat, spcclSum, c, nullptr);
-      if (r == spcclSuccess) r = spcclAllReduce(ints.data(), intsOut.data(), ints.size(), spcclInt32, spcclMax, c, nullptr);
+      spcclResult_t r =
+          spcclAllReduce(in[static_cast<size_t>(i)].data(), dst.data(), n, spcclFloat, spcclSum, c, nullptr);
+      if (r == spcclSuccess)
+        r = spcclAllReduce(small.data(), smallOut.data(), small.size(), spcclFloat, spcclSum, c, nullptr);
+      if (r == spcclSuccess)
+        r = spcclAllReduce(ints.data(), intsOut.data(), ints.size(), spcclInt32, spcclMax, c, nullptr);
       return r;
     };
   };
@@ -328,7 +329,8 @@ TEST(WarmCalls, RowSparseAllReduceDoesNotAllocate) {
   spcclComm_t c = comm.c;
   const size_t nrows = 300, rowLen = 16, capacity = nrows * static_cast<size_t>(worldSize());
   std::vector<int64_t> ids(nrows), outIds(capacity);
-  for (size_t i = 0; i < nrows; ++i) ids[i] = static_cast<int64_t>((i * 7 + static_cast<size_t>(worldRank()) * 13) % 1000);
+  for (size_t i = 0; i < nrows; ++i)
+    ids[i] = static_cast<int64_t>((i * 7 + static_cast<size_t>(worldRank()) * 13) % 1000);
   const std::vector<float> rows = gaussian(nrows * rowLen, seedFor(7, worldRank()));
   std::vector<float> outRows(capacity * rowLen);
   size_t outNrows = 0;

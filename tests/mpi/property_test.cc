@@ -56,7 +56,8 @@ struct Config {
   std::string describe() const {
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "config seed %" PRIu64 ": count %zu, density %g, algorithm %s, wire %s, thresholdInterval %d, "
+                  "config seed %" PRIu64
+                  ": count %zu, density %g, algorithm %s, wire %s, thresholdInterval %d, "
                   "errorFeedback %d, %s, %d call(s), %d NaN/Inf per rank and call",
                   seed, count, static_cast<double>(density), algorithmName(algorithm), typeName(wire),
                   thresholdInterval, errorFeedback, inPlace ? "in place" : "out of place", calls, nonFinitePerCall);
@@ -186,7 +187,8 @@ TEST_F(PropertyTest, RandomConfigurations) {
 
     // 4. Conservation (error feedback) or an empty residual (none).
     if (c.errorFeedback == 0) {
-      const size_t nonzero = static_cast<size_t>(std::count_if(res.begin(), res.end(), [](float x) { return x != 0.0f; }));
+      const size_t nonzero =
+          static_cast<size_t>(std::count_if(res.begin(), res.end(), [](float x) { return x != 0.0f; }));
       EXPECT_TRUE(allRanks(nonzero == 0)) << nonzero << " non-zero residual entries without error feedback";
       continue;
     }

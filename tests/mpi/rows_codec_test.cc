@@ -42,11 +42,11 @@ int checkRows(const void* got, const void* want, const void* keptFrom, const voi
     const float scale = rowScale(scaleFrom, at, kept, t);
     for (size_t i = 0; i < rowLen; ++i) {
       const double g = loadAsDouble(got, at + i, t), w = loadAsDouble(want, at + i, t);
-      const bool ok = !kept[i]            ? g == 0.0
-                      : !std::isfinite(w) ? std::isnan(g)  // NaN and Inf arrive as NaN
-                                          : std::fabs(g - w) <= scale / 2.0 +
-                                                                    halfUlp(std::fabs(w) + scale, spcclFloat32) +
-                                                                    halfUlp(std::fabs(w) + scale, t);
+      const bool ok = !kept[i] ? g == 0.0
+                      : !std::isfinite(w)
+                          ? std::isnan(g)  // NaN and Inf arrive as NaN
+                          : std::fabs(g - w) <= scale / 2.0 + halfUlp(std::fabs(w) + scale, spcclFloat32) +
+                                                    halfUlp(std::fabs(w) + scale, t);
       if (!ok && ++bad <= 5)
         ADD_FAILURE() << "row " << r << " position " << i << (kept[i] ? " (kept)" : " (dropped)") << ": got " << g
                       << ", exact " << w << ", scale " << scale;
@@ -72,7 +72,9 @@ uint64_t int8ForwardBytes(size_t rows, size_t rowLen, size_t keep) {
   const uint64_t nnz = rows * keep;
   return alignUp(alignUp(kRowsStreamHeaderBytes + nnz * rowIndexBytes(rowLen), 4) + rows * 4 + nnz, 8);
 }
-uint64_t int8BackwardBytes(size_t rows, size_t keep) { return alignUp(kRowsStreamHeaderBytes + rows * 4 + rows * keep, 8); }
+uint64_t int8BackwardBytes(size_t rows, size_t keep) {
+  return alignUp(kRowsStreamHeaderBytes + rows * 4 + rows * keep, 8);
+}
 
 TEST_F(RowsCodecTest, ForwardAndBackwardWithinTheBoundOfAnExactAlltoall) {
   ASSERT_EQ(envString("SPCCL_ROWS_CODEC"), "int8") << "registered with SPCCL_ROWS_CODEC=int8";
@@ -97,21 +99,20 @@ TEST_F(RowsCodecTest, ForwardAndBackwardWithinTheBoundOfAnExactAlltoall) {
       // The exact alltoall of the same rows: what each received row should be.
       const std::vector<unsigned char> exact = mpiAlltoallBytes(send.data(), rowsPerPeer * rowLen * esize);
       EXPECT_EQ(checkRows(recv.data(), exact.data(), exact.data(), exact.data(), P * rowsPerPeer, rowLen, keep, t), 0);
-      EXPECT_EQ(mid.bytesSent - before.bytesSent,
-                (P - 1) * (48 + 8 + int8ForwardBytes(rowsPerPeer, rowLen, keep)));
+      EXPECT_EQ(mid.bytesSent - before.bytesSent, (P - 1) * (48 + 8 + int8ForwardBytes(rowsPerPeer, rowLen, keep)));
 
       // Backward: gradients at the received rows' layout go back to their
       // owners, which get them at the positions they kept, within the bound
       // of the kept gradients' own row scale; elsewhere zero.
       const std::vector<unsigned char> grad = randomRows(P * rowsPerPeer, rowLen, t, seedFor(12, rank_, rowLen));
       std::vector<unsigned char> gradBack(elems * esize, 0xcd);
-      ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsBackward(grad.data(), gradBack.data(), sel.get(), nullptr),
-                               comm_.get(), "spcclAlltoAllRowsBackward"));
+      ASSERT_TRUE(okOnAllRanks(spcclAlltoAllRowsBackward(grad.data(), gradBack.data(), sel.get(), nullptr), comm_.get(),
+                               "spcclAlltoAllRowsBackward"));
       ASSERT_TRUE(okOnAllRanks(spcclCommGetStats(comm_.get(), &after), comm_.get(), "stats"));
       const std::vector<unsigned char> gradExact = mpiAlltoallBytes(grad.data(), rowsPerPeer * rowLen * esize);
-      EXPECT_EQ(checkRows(gradBack.data(), gradExact.data(), send.data(), gradExact.data(), P * rowsPerPeer, rowLen,
-                          keep, t),
-                0);
+      EXPECT_EQ(
+          checkRows(gradBack.data(), gradExact.data(), send.data(), gradExact.data(), P * rowsPerPeer, rowLen, keep, t),
+          0);
       EXPECT_EQ(after.bytesSent - mid.bytesSent, (P - 1) * (48 + int8BackwardBytes(rowsPerPeer, keep)));
     }
   }
@@ -146,8 +147,8 @@ TEST_F(RowsCodecTest, RanksThatDisagreeOnTheCodecFailTogether) {
   CommPtr mixed(c);
   const size_t P = static_cast<size_t>(size_), rowLen = 16;
   std::vector<float> send(P * rowLen, 1.0f), recv(send.size());
-  const spcclResult_t r =
-      spcclAlltoAllRowsCompressed(send.data(), recv.data(), 1, rowLen, spcclFloat32, 0.25f, nullptr, mixed.get(), nullptr);
+  const spcclResult_t r = spcclAlltoAllRowsCompressed(send.data(), recv.data(), 1, rowLen, spcclFloat32, 0.25f, nullptr,
+                                                      mixed.get(), nullptr);
   EXPECT_EQ(ranksWhere(r == spcclSuccess), "");
   EXPECT_NE(r, spcclSuccess) << spcclGetLastError(mixed.get());
 }

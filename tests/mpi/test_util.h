@@ -458,7 +458,8 @@ inline size_t selectionSize(size_t count, float density) {
 // ceil(splitReselect * k / P), at least 1; 0 = off (also without error feedback).
 inline size_t splitKeepPerRange(const spcclCompressConfig_t& c, size_t k, size_t ranks) {
   if (c.algorithm != SPCCL_ALGO_SPLIT || c.errorFeedback == 0 || !(c.splitReselect > 0.0f)) return 0;
-  const double keep = std::ceil(static_cast<double>(c.splitReselect) * static_cast<double>(k) / static_cast<double>(ranks));
+  const double keep =
+      std::ceil(static_cast<double>(c.splitReselect) * static_cast<double>(k) / static_cast<double>(ranks));
   return std::max<size_t>(1, static_cast<size_t>(keep));
 }
 
@@ -672,10 +673,8 @@ class ScopedEnv {
     ::setenv(name, value.c_str(), 1);
   }
   ~ScopedEnv() {
-    if (had_)
-      ::setenv(name_, old_.c_str(), 1);
-    else
-      ::unsetenv(name_);
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;

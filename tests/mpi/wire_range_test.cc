@@ -26,13 +26,12 @@ TEST_P(WireRangeAllReduceTest, Fp16MaxStaysFinite) {
   std::vector<uint16_t> in(n, 0), out(n, 0);
   if (!wc.sparse)
     for (size_t i = 0; i < n; ++i) in[i] = static_cast<uint16_t>(0x3c00u + ((i * 7 + rank_) % 64));  // ~1
-  else
-    in.assign(n, 0);
+  else in.assign(n, 0);
   const size_t at = 5;
   if (rank_ == 0) in[at] = kHalfMaxBits;
   if (rank_ == 1) in[at + 1] = kHalfMaxBits | 0x8000u;  // -65504
-  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp.get(), nullptr),
-                           comm_.get(), "spcclAllReduceCompressed"));
+  ASSERT_TRUE(okOnAllRanks(spcclAllReduceCompressed(in.data(), out.data(), spcclSum, comp.get(), nullptr), comm_.get(),
+                           "spcclAllReduceCompressed"));
   // The dense sums (65504 plus at most P small values, or -65504 plus them)
   // are finite in fp16; so must the compressed output and the residual be.
   EXPECT_TRUE(std::isfinite(halfToFloat(out[at]))) << "out[at] bits " << std::hex << out[at];

@@ -195,7 +195,8 @@ void selectionCycle(int round) {
     std::vector<unsigned char> send(elems * esize), recv(elems * esize), grad(elems * esize), gradOut(elems * esize);
     const std::vector<float> values = data(elems, round);
     if (k.type == spcclFloat32) std::memcpy(send.data(), values.data(), send.size());
-    else for (size_t i = 0; i < elems; ++i) std::memcpy(send.data() + 2 * i, &values[i], 2);  // any bits will do
+    else
+      for (size_t i = 0; i < elems; ++i) std::memcpy(send.data() + 2 * i, &values[i], 2);  // any bits will do
     grad = send;
 
     // forward, backward, destroy
@@ -216,8 +217,8 @@ void selectionCycle(int round) {
     ok(spcclSelectionDestroy(s), "spcclSelectionDestroy without a backward");
 
     // forward without keeping a selection
-    ok(spcclAlltoAllRowsCompressed(send.data(), recv.data(), k.rowsPerPeer, k.rowLen, k.type, k.density, nullptr,
-                                   comm, nullptr),
+    ok(spcclAlltoAllRowsCompressed(send.data(), recv.data(), k.rowsPerPeer, k.rowLen, k.type, k.density, nullptr, comm,
+                                   nullptr),
        "spcclAlltoAllRowsCompressed (selection NULL)");
   }
   // A selection that outlives its communicator: unusable, still destroyable.
@@ -247,8 +248,8 @@ void rowSparseCycle(int round) {
     std::vector<int64_t> outIds(cap);
     std::vector<double> outRows(cap * rowLen);  // large enough for any type
     size_t outN = 0;
-    ok(spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, spcclFloat32, outIds.data(), outRows.data(),
-                               cap, &outN, comm, nullptr),
+    ok(spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, spcclFloat32, outIds.data(), outRows.data(), cap,
+                               &outN, comm, nullptr),
        "spcclAllReduceRowSparse fp32");
     ok(spcclAllReduceRowSparse(ids.data(), rows64.data(), nrows, rowLen, spcclFloat64, outIds.data(), outRows.data(),
                                cap, &outN, comm, nullptr),
@@ -256,8 +257,8 @@ void rowSparseCycle(int round) {
     ok(spcclAllReduceRowSparse(ids.data(), rows16.data(), nrows, rowLen, spcclFloat16, outIds.data(), outRows.data(),
                                cap, &outN, comm, nullptr),
        "spcclAllReduceRowSparse fp16");
-    ok(spcclAllReduceRowSparse(ids.data(), rows16.data(), nrows, rowLen, spcclBfloat16, outIds.data(),
-                               outRows.data(), cap, &outN, comm, nullptr),
+    ok(spcclAllReduceRowSparse(ids.data(), rows16.data(), nrows, rowLen, spcclBfloat16, outIds.data(), outRows.data(),
+                               cap, &outN, comm, nullptr),
        "spcclAllReduceRowSparse bf16");
     // Too small an output: spcclInvalidUsage on every rank, the size needed in outN; then the retry.
     expectCode(spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, spcclFloat32, outIds.data(),
@@ -296,8 +297,8 @@ void errorCycle(int round) {
   const auto badOp = static_cast<spcclRedOp_t>(99);
   int dummy = 0;
   // Bad arguments: local, nothing is sent.
-  expectCode(spcclAllReduce(in.data(), out.data(), n, spcclFloat32, spcclSum, nullptr, nullptr),
-             spcclInvalidArgument, "spcclAllReduce(comm NULL)");
+  expectCode(spcclAllReduce(in.data(), out.data(), n, spcclFloat32, spcclSum, nullptr, nullptr), spcclInvalidArgument,
+             "spcclAllReduce(comm NULL)");
   expectCode(spcclAllReduce(nullptr, out.data(), n, spcclFloat32, spcclSum, comm, nullptr), spcclInvalidArgument,
              "spcclAllReduce(sendbuff NULL)");
   expectCode(spcclAllReduce(in.data(), out.data(), n, badType, spcclSum, comm, nullptr), spcclInvalidArgument,
@@ -342,9 +343,9 @@ void errorCycle(int round) {
   ok(spcclCompressorDestroy(c), "spcclCompressorDestroy");
   const size_t rowLen = odd ? 32 : 64;
   std::vector<float> rowsIn = data(static_cast<size_t>(gSize) * 2 * 64, round), rowsOut(rowsIn.size());
-  failsEverywhere(spcclAlltoAllRowsCompressed(rowsIn.data(), rowsOut.data(), 2, rowLen, spcclFloat32, 0.25f, &s, comm,
-                                              nullptr),
-                  "spcclAlltoAllRowsCompressed with row lengths differing across ranks");
+  failsEverywhere(
+      spcclAlltoAllRowsCompressed(rowsIn.data(), rowsOut.data(), 2, rowLen, spcclFloat32, 0.25f, &s, comm, nullptr),
+      "spcclAlltoAllRowsCompressed with row lengths differing across ranks");
   if (s != nullptr) ok(spcclSelectionDestroy(s), "spcclSelectionDestroy");
   std::vector<int64_t> ids = {1, 2, 3};
   std::vector<double> outRows(64 * 16);
@@ -502,8 +503,8 @@ int main(int argc, char** argv) {
   int failures = 0;
   MPI_Allreduce(&gFailures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (gRank == 0)
-    std::printf("leak cycles: %d rounds on %d ranks, heap in use %zu -> %zu bytes, %d failed check(s)\n", rounds,
-                gSize, heapAfterWarmup, heapAtEnd, failures);
+    std::printf("leak cycles: %d rounds on %d ranks, heap in use %zu -> %zu bytes, %d failed check(s)\n", rounds, gSize,
+                heapAfterWarmup, heapAtEnd, failures);
   MPI_Finalize();
   return failures == 0 ? 0 : 1;
 }

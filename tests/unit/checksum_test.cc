@@ -43,8 +43,8 @@ TEST(Crc32c, PathsAgreeOnEveryLengthAndAlignment) {
   std::vector<unsigned char> buf(4096 + 16);
   for (auto& x : buf) x = static_cast<unsigned char>(g());
   for (size_t offset = 0; offset < 8; ++offset) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{64}, size_t{1000},
-                     size_t{4096}}) {
+    for (size_t n :
+         {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{64}, size_t{1000}, size_t{4096}}) {
       const uint32_t sw = crc32cSoftware(0, buf.data() + offset, n);
       // Split anywhere: extending gives the CRC of the whole.
       const size_t cut = n / 3;
@@ -106,7 +106,8 @@ std::vector<Case> streams() {
     std::vector<uint32_t> counts = {2, 2}, pos = {1, 5, 0, 7};
     std::vector<float> vals = {1, 2, 3, 4};
     std::vector<unsigned char> b(rowsStreamBytes(rows, rowLen, 4, false, ValueType::kBfloat16));
-    encodeRows(b.data(), rows, rowLen, 2, counts.data(), pos.data(), vals.data(), ValueType::kFloat32, 4, ValueType::kBfloat16, kSeq);
+    encodeRows(b.data(), rows, rowLen, 2, counts.data(), pos.data(), vals.data(), ValueType::kFloat32, 4,
+               ValueType::kBfloat16, kSeq);
     out.push_back({"rows", b, [](const std::vector<unsigned char>& s) {
                      RowsView v;
                      return parseRows(s.data(), s.size(), 2, 8, ValueType::kBfloat16, kSeq, 1, &v);

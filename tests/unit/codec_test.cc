@@ -134,9 +134,9 @@ struct Shape {
 };
 
 constexpr Shape kShapes[] = {
-    {"count0", 0, 0, 0, 0},          {"count1_nnz0", 1, 0, 1, 0},     {"count1_nnz1", 1, 0, 1, 1},
-    {"nnz0", 1000, 0, 1000, 0},      {"nnz1", 1000, 0, 1000, 1},      {"many", 5000, 0, 5000, 777},
-    {"full", 300, 0, 300, 300},      {"subrange", 10000, 2500, 5000, 400}, {"subrange_odd", 10001, 3334, 6667, 3},
+    {"count0", 0, 0, 0, 0},         {"count1_nnz0", 1, 0, 1, 0},          {"count1_nnz1", 1, 0, 1, 1},
+    {"nnz0", 1000, 0, 1000, 0},     {"nnz1", 1000, 0, 1000, 1},           {"many", 5000, 0, 5000, 777},
+    {"full", 300, 0, 300, 300},     {"subrange", 10000, 2500, 5000, 400}, {"subrange_odd", 10001, 3334, 6667, 3},
     {"empty_subrange", 7, 7, 7, 0},
 };
 
@@ -208,8 +208,8 @@ std::vector<unsigned char> encodeCompact(const Pairs& p, ValueType vt, IndexEnco
 // A shape whose gaps need every varint length, up to 5 bytes (gaps >= 2^28).
 Pairs bigGapPairs() {
   Pairs p{uint64_t{1} << 32, 0, uint64_t{1} << 32, {}, {}};
-  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{200}, uint64_t{20000}, uint64_t{3000000},
-                     uint64_t{400000000}, uint64_t{4294967295}}) {
+  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{200}, uint64_t{20000}, uint64_t{3000000}, uint64_t{400000000},
+                     uint64_t{4294967295}}) {
     p.indices.push_back(static_cast<uint32_t>(i));
     p.values.push_back(static_cast<float>(i % 97) - 48.0f);
   }
@@ -321,8 +321,8 @@ TEST(Codec, AutoEncodingIsTheSmallestExactSize) {
   for (const Case& c : {Case{100000, 1000, IndexEncoding::kDelta}, Case{100000, 50000, IndexEncoding::kBitmap},
                         Case{4000000000ull, 1, IndexEncoding::kCoo32}}) {
     for (ValueType vt : kAllValueTypes) {
-      const Pairs p = c.nnz == 1 ? Pairs{c.count, 0, c.count, {3999999999u}, {1.0f}}
-                                 : randomPairs(g, c.count, 0, c.count, c.nnz);
+      const Pairs p =
+          c.nnz == 1 ? Pairs{c.count, 0, c.count, {3999999999u}, {1.0f}} : randomPairs(g, c.count, 0, c.count, c.nnz);
       size_t bytes = 0;
       const IndexEncoding got =
           choosePairsEncoding(kIndexEncodingAuto, p.indices.data(), p.indices.size(), 0, c.count, vt, &bytes);
@@ -361,7 +361,8 @@ TEST(Codec, CompactPairsCorruptionIsRejected) {
     s[valuesEnd + 4] = 0x7f;  // a 35-bit first gap
     rejected(s, "delta: gap over 32 bits");
     s = good;
-    s[valuesEnd] = 0xe0, s.insert(s.begin() + static_cast<std::ptrdiff_t>(valuesEnd) + 1, 0x7f);  // first gap past the range
+    s[valuesEnd] = 0xe0,
+    s.insert(s.begin() + static_cast<std::ptrdiff_t>(valuesEnd) + 1, 0x7f);  // first gap past the range
     s.resize(alignStream(s.size()), 0);
     rejected(s, "delta: index past the range");
     s = good;
@@ -470,8 +471,14 @@ TEST(Codec, ErrorStreamCarriesPeerStatus) {
 // ---------------------------------------------------------------- descriptors
 
 TEST(Codec, CheckDescriptors) {
-  const CallDescriptor base{kStreamMagic, SPCCL_ALGO_ALLGATHER, static_cast<uint8_t>(ValueType::kFloat16),
-                            spcclFloat32, spcclSum, 9, 1000, 10};
+  const CallDescriptor base{kStreamMagic,
+                            SPCCL_ALGO_ALLGATHER,
+                            static_cast<uint8_t>(ValueType::kFloat16),
+                            spcclFloat32,
+                            spcclSum,
+                            9,
+                            1000,
+                            10};
   for (int ranks : {1, 2, 4}) {
     std::vector<CallDescriptor> all(static_cast<size_t>(ranks), base);
     for (int r = 0; r < ranks; ++r) all[static_cast<size_t>(r)].nnz = static_cast<uint64_t>(r) * 100;  // may differ
@@ -525,8 +532,8 @@ std::vector<Corpus> validStreams() {
     const Pairs one = randomPairs(g, 1, 0, 1, 1);
     c.push_back({std::string("pairs_count1_") + typeName(vt), encodePairsStream(one, vt), expectFor(one, vt, false)});
     const Pairs d{1000, 250, 500, {}, {}};
-    c.push_back({std::string("dense_") + typeName(vt), encodeDenseStream(d, randomNormal(g, 250), vt),
-                 expectFor(d, vt, true)});
+    c.push_back(
+        {std::string("dense_") + typeName(vt), encodeDenseStream(d, randomNormal(g, 250), vt), expectFor(d, vt, true)});
   }
   return c;
 }
@@ -599,8 +606,8 @@ TEST(CodecReject, ByteFlippedInEveryHeaderField) {
           StreamView view{};
           std::vector<unsigned char> copy = s;
           const Status st = parseStream(copy.data(), copy.size(), c.expect, 1, &view);
-          const std::string what = c.name + " field " + f.name + " byte " + std::to_string(b - f.offset) +
-                                   " ^ " + std::to_string(mask);
+          const std::string what =
+              c.name + " field " + f.name + " byte " + std::to_string(b - f.offset) + " ^ " + std::to_string(mask);
           if (std::string(f.name) == "kind" && st.isOk()) {
             // The one flip a one-byte kind cannot detect: it reads as the
             // peer's error marker, which fails the call all the same.
@@ -712,14 +719,14 @@ TEST(CodecReject, HandBuiltStreams) {
       {"wrong seq (ahead)", [](RawStream* r) { r->h.seq = kSeq + 1000; }, spcclInvalidUsage},
       {"wrong denseCount", [](RawStream* r) { r->h.denseCount = 99; }, spcclInvalidUsage},
       {"wrong algorithm", [](RawStream* r) { r->h.algorithm = SPCCL_ALGO_ALLGATHER; }, spcclSuccess},
-      {"wrong value type (known)",
-       [](RawStream* r) { r->h.valueType = static_cast<uint8_t>(ValueType::kFloat16); }, spcclSuccess},
+      {"wrong value type (known)", [](RawStream* r) { r->h.valueType = static_cast<uint8_t>(ValueType::kFloat16); },
+       spcclSuccess},
       {"unknown value type (fp64)", [](RawStream* r) { r->h.valueType = spcclFloat64; }, spcclSuccess},
       {"wrong rangeBegin", [](RawStream* r) { r->h.rangeBegin = 0; }, spcclSuccess},
       {"wrong rangeEnd", [](RawStream* r) { r->h.rangeEnd = 100; }, spcclSuccess},
       {"inverted range", [](RawStream* r) { std::swap(r->h.rangeBegin, r->h.rangeEnd); }, spcclSuccess},
-      {"dense kind where pairs are expected", [](RawStream* r) { r->h.kind = static_cast<uint8_t>(StreamKind::kDense); },
-       spcclSuccess},
+      {"dense kind where pairs are expected",
+       [](RawStream* r) { r->h.kind = static_cast<uint8_t>(StreamKind::kDense); }, spcclSuccess},
       {"unknown kind", [](RawStream* r) { r->h.kind = 0; }, spcclSuccess},
       {"unknown index encoding", [](RawStream* r) { r->h.indexEncoding = 2; }, spcclSuccess},
       {"bad magic", [](RawStream* r) { r->h.magic = 0x4c435054u; }, spcclSuccess},
@@ -920,7 +927,8 @@ TEST(Codec, RowsFromStagedValuesAndPositionsOut) {
                            vt, kSeq),
                 bytes);
       EXPECT_EQ(fromFloats, fromStaged);
-      std::vector<unsigned char> valuesFromFloats(valuesStreamBytes(nnz, vt)), valuesFromStaged(valuesFromFloats.size());
+      std::vector<unsigned char> valuesFromFloats(valuesStreamBytes(nnz, vt)),
+          valuesFromStaged(valuesFromFloats.size());
       encodeValues(valuesFromFloats.data(), values.data(), ValueType::kFloat32, nnz, rows, rowLen, vt, kSeq);
       encodeValues(valuesFromStaged.data(), staged.data(), vt, nnz, rows, rowLen, vt, kSeq);
       EXPECT_EQ(valuesFromFloats, valuesFromStaged);
@@ -937,9 +945,9 @@ TEST(Codec, RowsFromStagedValuesAndPositionsOut) {
       std::vector<uint32_t> repeated = positions;
       repeated[3] = repeated[2];
       std::vector<unsigned char> bad(bytes);
-      ASSERT_EQ(encodeRows(bad.data(), rows, rowLen, 0, counts.data(), repeated.data(), staged.data(), vt, nnz, vt,
-                           kSeq),
-                bytes);
+      ASSERT_EQ(
+          encodeRows(bad.data(), rows, rowLen, 0, counts.data(), repeated.data(), staged.data(), vt, nnz, vt, kSeq),
+          bytes);
       kept = {77, 88};
       EXPECT_EQ(parseRows(bad.data(), bytes, rows, rowLen, vt, kSeq, 1, &view, &kept).code(), spcclRemoteError);
       EXPECT_EQ(kept, (std::vector<uint32_t>{77, 88}));

@@ -73,17 +73,17 @@ TEST(Fp16, EdgeFloatsMatchFloat16Cast) {
                              std::numeric_limits<float>::max(),
                              kInf,
                              kNaN,
-                             std::ldexp(1.0f, -14),                     // smallest normal half
-                             std::ldexp(1.0f, -24),                     // smallest subnormal half
-                             std::ldexp(1.0f, -25),                     // half of it: tie to 0
+                             std::ldexp(1.0f, -14),                        // smallest normal half
+                             std::ldexp(1.0f, -24),                        // smallest subnormal half
+                             std::ldexp(1.0f, -25),                        // half of it: tie to 0
                              std::nextafter(std::ldexp(1.0f, -25), 1.0f),  // just above: rounds to 2^-24
-                             std::ldexp(1.5f, -24),                     // tie between 1 and 2 ulps -> 2
-                             std::ldexp(2.5f, -24),                     // tie -> 2
+                             std::ldexp(1.5f, -24),                        // tie between 1 and 2 ulps -> 2
+                             std::ldexp(2.5f, -24),                        // tie -> 2
                              std::ldexp(1.0f, -26),
                              std::numeric_limits<float>::denorm_min(),
                              std::numeric_limits<float>::min(),
-                             1.0f + std::ldexp(1.0f, -11),                         // tie, even -> 1
-                             1.0f + 3 * std::ldexp(1.0f, -11),                     // tie, odd -> up
+                             1.0f + std::ldexp(1.0f, -11),                        // tie, even -> 1
+                             1.0f + 3 * std::ldexp(1.0f, -11),                    // tie, odd -> up
                              std::nextafter(1.0f + std::ldexp(1.0f, -11), 2.0f),  // just above a tie
                              2047.5f,
                              2048.5f,
@@ -236,8 +236,8 @@ TEST(Fp8, All256CodesDecodeAsTheReferenceAtEveryScale) {
   EXPECT_EQ(core::e4m3ToFloat(core::kE4m3PosInf, 0), kInf);
   EXPECT_EQ(core::e4m3ToFloat(core::kE4m3NegInf, 0), -kInf);
   EXPECT_EQ(core::e4m3ToFloat(core::kE4m3MaxBits, 0), 448.0f);
-  EXPECT_EQ(core::e4m3ToFloat(0x01, 0), std::ldexp(1.0f, -9));   // smallest subnormal
-  EXPECT_EQ(core::e4m3ToFloat(0x08, 0), std::ldexp(1.0f, -6));   // smallest normal
+  EXPECT_EQ(core::e4m3ToFloat(0x01, 0), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(core::e4m3ToFloat(0x08, 0), std::ldexp(1.0f, -6));  // smallest normal
   EXPECT_EQ(core::e4m3ToFloat(0xfe, 3), -448.0f * 8.0f);
 }
 
@@ -257,8 +257,8 @@ TEST(Fp8, EveryCodeRoundTrips) {
 bool fp8Matches(float v, int s) {
   const uint8_t got = core::floatToE4m3(v, s), want = refE4m3Bits(v, s);
   if (got == want) return true;
-  ADD_FAILURE() << "floatToE4m3(" << v << " = 0x" << std::hex << bitsOf(v) << std::dec << ", scale " << s
-                << ") = 0x" << std::hex << unsigned{got} << ", reference 0x" << unsigned{want};
+  ADD_FAILURE() << "floatToE4m3(" << v << " = 0x" << std::hex << bitsOf(v) << std::dec << ", scale " << s << ") = 0x"
+                << std::hex << unsigned{got} << ", reference 0x" << unsigned{want};
   return false;
 }
 
@@ -301,11 +301,11 @@ TEST(Fp8, RandomFloatsMatchReference) {
       // Random bit patterns (every binade, subnormal fp32 included), and
       // values near the scale's own range.
       if (!fp8Matches(floatOf(static_cast<uint32_t>(g())), s)) return;
-      const float near = std::ldexp(static_cast<float>(g() % 1000000) / 1000.0f, s - 6) *
-                         ((g() & 1) ? 1.0f : -1.0f);
+      const float near = std::ldexp(static_cast<float>(g() % 1000000) / 1000.0f, s - 6) * ((g() & 1) ? 1.0f : -1.0f);
       if (!fp8Matches(near, s)) return;
       const float v = floatOf(static_cast<uint32_t>(g()));
-      ASSERT_TRUE(sameFloat(core::roundToWire(v, core::ValueType::kFloat8e4m3, s), refRoundToWire(v, core::ValueType::kFloat8e4m3, s)));
+      ASSERT_TRUE(sameFloat(core::roundToWire(v, core::ValueType::kFloat8e4m3, s),
+                            refRoundToWire(v, core::ValueType::kFloat8e4m3, s)));
     }
   }
 }
@@ -354,10 +354,10 @@ TEST(DensityCount, DecimalDensitiesKeepTheirDecimalShare) {
   EXPECT_EQ(core::densityCount(0.5f, 1u << 26), 1u << 25);
   EXPECT_EQ(core::densityCount(1.0f, 12345), 12345u);
   // Fractions beyond the float's rounding still round up.
-  EXPECT_EQ(core::densityCount(0.125f, 1001), 126u);  // 125.125
+  EXPECT_EQ(core::densityCount(0.125f, 1001), 126u);        // 125.125
   EXPECT_EQ(core::densityCount(0.01f, 1u << 24), 167773u);  // 167772.16...
-  EXPECT_EQ(core::densityCount(0.3007f, 1000), 301u);  // 300.7
-  EXPECT_EQ(core::densityCount(1e-6f, 1000), 1u);     // 0.001
+  EXPECT_EQ(core::densityCount(0.3007f, 1000), 301u);       // 300.7
+  EXPECT_EQ(core::densityCount(1e-6f, 1000), 1u);           // 0.001
   EXPECT_EQ(core::densityCount(0.5f, 3), 2u);
   // Just past a whole number by more than the rounding: the next one.
   const float justAbove = std::nextafter(std::nextafter(0.25f, 1.0f), 1.0f);  // 0.25 + 2 ulp
@@ -407,14 +407,14 @@ Pick referencePick(float v, float tau) {
 
 TEST(Classify, MatchesFabsRule) {
   auto g = rng(5);
-  std::vector<float> taus = {0.0f, std::numeric_limits<float>::denorm_min(), 1e-30f, 0.5f, 1.0f, 3e38f,
-                             std::numeric_limits<float>::max()};
+  std::vector<float> taus = {0.0f,  std::numeric_limits<float>::denorm_min(), 1e-30f, 0.5f, 1.0f,
+                             3e38f, std::numeric_limits<float>::max()};
   for (int i = 0; i < 20; ++i) taus.push_back(std::fabs(randomFiniteBits(g)));
   for (float tau : taus) {
     const uint32_t tauKey = core::magnitudeKey(tau);
     for (int i = 0; i < 20000; ++i) {
       float v = floatOf(static_cast<uint32_t>(g()));
-      if (i % 4 == 0) v = (g() & 1) ? tau : -tau;                     // exact ties
+      if (i % 4 == 0) v = (g() & 1) ? tau : -tau;                        // exact ties
       if (i % 4 == 1) v = std::nextafter(tau, (g() & 1) ? kInf : 0.0f);  // neighbours
       ASSERT_EQ(core::classify(v, tauKey), referencePick(v, tau)) << "v=" << v << " tau=" << tau;
     }

@@ -145,8 +145,8 @@ std::vector<Dataset> thresholdDatasets() {
     std::vector<float> nanOutside(n, kNaN), mostlyZero(n, 0.0f);
     for (size_t i = 0; i < n; ++i) {
       if (sampled(i)) {
-        spikes[i] *= 100000.0f;          // the sample sees only the spikes: its floor is too high
-        misses[i] *= 0.00001f;           // the sample sees only small values: its floor is too low
+        spikes[i] *= 100000.0f;  // the sample sees only the spikes: its floor is too high
+        misses[i] *= 0.00001f;   // the sample sees only small values: its floor is too low
         nanOutside[i] = static_cast<float>(g() % 1000) - 500.0f;  // finite only where sampled
       }
       if (g() % 100 == 0) mostlyZero[i] = static_cast<float>(static_cast<int>(g() % 2001) - 1000);
@@ -164,8 +164,8 @@ std::vector<Dataset> thresholdDatasets() {
 }
 
 std::vector<uint64_t> ksFor(size_t n, uint64_t finite) {
-  std::vector<uint64_t> ks = {1, 2, 3, n / 100, n / 10, n / 2, n - 1, n, n + 1, finite, finite + 1, finite - 1,
-                              2 * n + 5};
+  std::vector<uint64_t> ks = {1, 2,     3,      n / 100,    n / 10,     n / 2,    n - 1,
+                              n, n + 1, finite, finite + 1, finite - 1, 2 * n + 5};
   std::sort(ks.begin(), ks.end());
   ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
   ks.erase(std::remove_if(ks.begin(), ks.end(), [&](uint64_t k) { return k == 0 || k > 2 * n + 5; }), ks.end());
@@ -187,8 +187,8 @@ TEST(KthLargestMagnitude, MatchesFullSort) {
         const host::ThresholdResult got =
             host::kthLargestMagnitude(in.data(), t, res ? res->data() : nullptr, v.size(), k, &scratch);
         ASSERT_LE(scratch.size(), v.size());
-        ASSERT_EQ(got.tauKey, core::magnitudeKey(want.tau)) << "tau " << core::bitsFloat(got.tauKey) << " vs "
-                                                            << want.tau;
+        ASSERT_EQ(got.tauKey, core::magnitudeKey(want.tau))
+            << "tau " << core::bitsFloat(got.tauKey) << " vs " << want.tau;
         ASSERT_EQ(got.finite, want.finite);
         ASSERT_EQ(got.above, want.above);
         // The radix select alone (the sampled pass's fallback) gives the same.
@@ -292,8 +292,8 @@ constexpr size_t kGuardSlots = 16;
 void checkOneSelect(const SelectParam& p, const TypedInput& in, const std::vector<float>& residualValues, float tau,
                     uint64_t tieBudget, uint64_t capacity) {
   const size_t n = in.size();
-  const bool hasIn = p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate ||
-                     p.mode == ResidualMode::kInPlace;
+  const bool hasIn =
+      p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate || p.mode == ResidualMode::kInPlace;
   const bool hasOut = p.mode != ResidualMode::kNone && p.mode != ResidualMode::kInOnly;
   const std::vector<float> v = formV(in, hasIn ? &residualValues : nullptr);
   const RefSelect want = referenceSelect(v, tau, tieBudget, p.wire);
@@ -305,8 +305,17 @@ void checkOneSelect(const SelectParam& p, const TypedInput& in, const std::vecto
   std::vector<uint32_t> indices(capacity + kGuardSlots, kIndexGuard);
   std::vector<unsigned char> values((capacity + kGuardSlots) * vb, kValueGuard);
 
-  const host::SelectArgs args{in.data(), in.type, hasIn ? resIn.data() : nullptr, outPtr, n,
-                              core::magnitudeKey(tau), tieBudget, capacity, p.wire, indices.data(), values.data()};
+  const host::SelectArgs args{in.data(),
+                              in.type,
+                              hasIn ? resIn.data() : nullptr,
+                              outPtr,
+                              n,
+                              core::magnitudeKey(tau),
+                              tieBudget,
+                              capacity,
+                              p.wire,
+                              indices.data(),
+                              values.data()};
   const host::SelectResult got = host::selectPack(args);
 
   ASSERT_EQ(got.selected, want.indices.size());
@@ -315,8 +324,8 @@ void checkOneSelect(const SelectParam& p, const TypedInput& in, const std::vecto
   for (uint64_t j = 0; j < written; ++j) {
     ASSERT_EQ(indices[j], want.indices[j]) << "pair " << j;
     const float sent = decodeWire(values, j, p.wire);
-    ASSERT_TRUE(sameFloat(sent, want.sent[j])) << "pair " << j << " index " << want.indices[j] << ": " << sent
-                                               << " vs " << want.sent[j];
+    ASSERT_TRUE(sameFloat(sent, want.sent[j]))
+        << "pair " << j << " index " << want.indices[j] << ": " << sent << " vs " << want.sent[j];
   }
   for (size_t j = written; j < indices.size(); ++j) ASSERT_EQ(indices[j], kIndexGuard) << "index slot " << j;
   for (size_t b = written * vb; b < values.size(); ++b) ASSERT_EQ(values[b], kValueGuard) << "value byte " << b;
@@ -333,8 +342,8 @@ void checkOneSelect(const SelectParam& p, const TypedInput& in, const std::vecto
 
 TEST_P(SelectPackTest, MatchesReference) {
   const SelectParam p = GetParam();
-  auto g = rng(20 + static_cast<uint64_t>(p.inType) * 7 + static_cast<uint64_t>(p.wire) * 3 +
-               static_cast<uint64_t>(p.mode));
+  auto g =
+      rng(20 + static_cast<uint64_t>(p.inType) * 7 + static_cast<uint64_t>(p.wire) * 3 + static_cast<uint64_t>(p.mode));
   const size_t n = 1500;
   std::vector<std::pair<std::string, std::vector<float>>> sends;
   {
@@ -356,8 +365,8 @@ TEST_P(SelectPackTest, MatchesReference) {
   for (const auto& [name, values] : sends) {
     const TypedInput in(values, p.inType);
     for (size_t i = 0; i < n; i += 13) residual[i] = -in.decoded[i];
-    const bool hasIn = p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate ||
-                       p.mode == ResidualMode::kInPlace;
+    const bool hasIn =
+        p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate || p.mode == ResidualMode::kInPlace;
     const std::vector<float> v = formV(in, hasIn ? &residual : nullptr);
     std::vector<float> mags;
     for (float x : v)
@@ -417,15 +426,15 @@ TEST(SelectPack, ThresholdPlusTieBudgetSelectsExactlyK) {
       const uint64_t budget = k > t.above ? k - t.above : 0;
       std::vector<uint32_t> idx(values.size());
       std::vector<float> vals(values.size());
-      const host::SelectResult r = host::selectPack({values.data(), spcclFloat32, nullptr, nullptr, values.size(),
-                                                     t.tauKey, budget, values.size(), core::ValueType::kFloat32,
-                                                     idx.data(), vals.data()});
+      const host::SelectResult r =
+          host::selectPack({values.data(), spcclFloat32, nullptr, nullptr, values.size(), t.tauKey, budget,
+                            values.size(), core::ValueType::kFloat32, idx.data(), vals.data()});
       const uint64_t nonZeroFinite = static_cast<uint64_t>(
           std::count_if(values.begin(), values.end(), [](float x) { return std::isfinite(x) && x != 0.0f; }));
       EXPECT_EQ(r.finiteSelected, std::min(k, nonZeroFinite)) << "k=" << k;
       EXPECT_EQ(r.selected - r.finiteSelected,
-                static_cast<uint64_t>(std::count_if(values.begin(), values.end(),
-                                                    [](float x) { return !std::isfinite(x); })));
+                static_cast<uint64_t>(
+                    std::count_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); })));
     }
   }
 }
@@ -448,8 +457,9 @@ TEST(SelectPack, Fp8TauScaleErrorFeedbackIsExact) {
   std::vector<uint32_t> idx(values.size());
   std::vector<unsigned char> vals(values.size());
   std::vector<float> residualOut(values.size());
-  host::SelectArgs a{values.data(), spcclFloat32, residualIn.data(), residualOut.data(), values.size(), t.tauKey,
-                     kNoLimit, values.size(), core::ValueType::kFloat8e4m3, idx.data(), vals.data()};
+  host::SelectArgs a{values.data(), spcclFloat32, residualIn.data(), residualOut.data(),           values.size(),
+                     t.tauKey,      kNoLimit,     values.size(),     core::ValueType::kFloat8e4m3, idx.data(),
+                     vals.data()};
   a.scaleExp = s;
   const host::SelectResult r = host::selectPack(a);
   ASSERT_GT(r.finiteSelected, 190u);
@@ -503,8 +513,16 @@ TEST(SelectPack, StreamingStoresAtEveryAlignment) {
   for (size_t shift : {size_t{0}, size_t{1}, size_t{5}, size_t{15}}) {
     std::fill(outBuf.begin(), outBuf.end(), 777.0f);
     float* out = outBuf.data() + shift;
-    const host::SelectArgs args{send.data(), spcclFloat32, residual.data(), out, n, core::magnitudeKey(tau),
-                                ~uint64_t{0}, indices.size(), core::ValueType::kFloat32, indices.data(),
+    const host::SelectArgs args{send.data(),
+                                spcclFloat32,
+                                residual.data(),
+                                out,
+                                n,
+                                core::magnitudeKey(tau),
+                                ~uint64_t{0},
+                                indices.size(),
+                                core::ValueType::kFloat32,
+                                indices.data(),
                                 values.data()};
     const host::SelectResult got = host::selectPack(args);
     ASSERT_EQ(got.selected, want.indices.size()) << "shift " << shift;
@@ -532,8 +550,10 @@ TEST(SelectPack, KeepOverflowLeavesTheOverflowInTheResidual) {
       std::vector<uint32_t> idx(capacity + 1, 0xdeadbeefu);
       std::vector<unsigned char> vals((capacity + 1) * core::wireValueBytes(wire));
       std::vector<float> residualOut(v.size(), 777.0f);
-      host::SelectArgs a{values.data(), spcclFloat32, residualIn.data(), residualOut.data(), values.size(),
-                         core::magnitudeKey(tau), kNoLimit, capacity, wire, idx.data(), vals.data()};
+      host::SelectArgs a{values.data(),      spcclFloat32,  residualIn.data(),
+                         residualOut.data(), values.size(), core::magnitudeKey(tau),
+                         kNoLimit,           capacity,      wire,
+                         idx.data(),         vals.data()};
       a.keepOverflow = true;
       const host::SelectResult r = host::selectPack(a);
       EXPECT_EQ(r.selected, all.indices.size());  // counted past the capacity
@@ -547,8 +567,8 @@ TEST(SelectPack, KeepOverflowLeavesTheOverflowInTheResidual) {
       }
       for (size_t i = 0; i < v.size(); ++i) {
         const float want = sent[i] ? all.residual[i] : v[i];
-        ASSERT_TRUE(sameFloat(residualOut[i], want)) << "residual[" << i << "] = " << residualOut[i] << ", want "
-                                                      << want << " (v=" << v[i] << ")";
+        ASSERT_TRUE(sameFloat(residualOut[i], want))
+            << "residual[" << i << "] = " << residualOut[i] << ", want " << want << " (v=" << v[i] << ")";
       }
     }
   }
@@ -559,11 +579,11 @@ TEST(SelectPack, KeepOverflowLeavesTheOverflowInTheResidual) {
 // (indices, values, residual, tau).
 TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
   const SelectParam p = GetParam();
-  auto g = rng(60 + static_cast<uint64_t>(p.inType) * 7 + static_cast<uint64_t>(p.wire) * 3 +
-               static_cast<uint64_t>(p.mode));
+  auto g =
+      rng(60 + static_cast<uint64_t>(p.inType) * 7 + static_cast<uint64_t>(p.wire) * 3 + static_cast<uint64_t>(p.mode));
   const size_t n = 3000;
-  const bool hasIn = p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate ||
-                     p.mode == ResidualMode::kInPlace;
+  const bool hasIn =
+      p.mode == ResidualMode::kInOnly || p.mode == ResidualMode::kSeparate || p.mode == ResidualMode::kInPlace;
   const bool hasOut = p.mode != ResidualMode::kNone && p.mode != ResidualMode::kInOnly;
   std::vector<std::pair<std::string, std::vector<float>>> sends;
   {
@@ -593,8 +613,10 @@ TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
         float* outPtr = hasOut ? (p.mode == ResidualMode::kInPlace ? resIn.data() : resOut.data()) : nullptr;
         std::vector<uint32_t> idx(n);
         std::vector<unsigned char> vals(n * vb);
-        const host::SelectArgs a{in.data(), in.type, hasIn ? resIn.data() : nullptr, outPtr, n,
-                                 core::magnitudeKey(staleTau), kNoLimit, n, p.wire, idx.data(), vals.data()};
+        const host::SelectArgs a{in.data(),  in.type,    hasIn ? resIn.data() : nullptr,
+                                 outPtr,     n,          core::magnitudeKey(staleTau),
+                                 kNoLimit,   n,          p.wire,
+                                 idx.data(), vals.data()};
         const host::SelectResult stale = host::selectPack(a);
         ASSERT_GT(stale.finiteSelected, capacity);
         std::vector<uint32_t> scratch(stale.selected);
@@ -602,8 +624,8 @@ TEST_P(ReselectTest, ReselectCandidatesEqualsFreshSelection) {
 
         // The fresh path: exact tau over all of v, tie budget capacity - above.
         std::vector<uint32_t> scratchAll(n);
-        const host::ThresholdResult t = host::kthLargestMagnitude(in.data(), in.type, hasIn ? residual0.data() : nullptr,
-                                                                  n, k, &scratchAll);
+        const host::ThresholdResult t =
+            host::kthLargestMagnitude(in.data(), in.type, hasIn ? residual0.data() : nullptr, n, k, &scratchAll);
         ASSERT_EQ(rs.tauKey, t.tauKey);
         const float tau = core::bitsFloat(t.tauKey);
         const RefSelect want = referenceSelect(v, tau, capacity > t.above ? capacity - t.above : 0, p.wire);
@@ -687,8 +709,8 @@ TEST(SelectRowTopK, MatchesTheRuleForEveryKeep) {
             if (g() % (dist == 2 ? 7 : 61) == 0) x = (g() & 1) ? -kInf : kNaN;
         if (dist == 4)  // +0 and -0 (the same key) with a few non-zeros
           for (float& x : row) x = g() % 13 == 0 ? x : ((g() & 1) ? -0.0f : 0.0f);
-        for (uint32_t keep : {0u, 1u, 2u, 4u, 8u, 16u, 32u, 33u, 64u, rowLen / 3, rowLen / 2 + 1, rowLen - 1, rowLen,
-                              rowLen + 3})
+        for (uint32_t keep :
+             {0u, 1u, 2u, 4u, 8u, 16u, 32u, 33u, 64u, rowLen / 3, rowLen / 2 + 1, rowLen - 1, rowLen, rowLen + 3})
           ASSERT_NO_FATAL_FAILURE(expectRowTopK(row.data(), spcclFloat32, row, keep, "dist " + std::to_string(dist)));
       }
   }
@@ -711,9 +733,9 @@ void expectShapedRows(Rng& g, uint32_t rowLen, uint32_t keep, int repeats) {
         if (dist == 5)
           for (uint32_t j = 0; j + 1 < keep + r % 3; ++j) row[g() % rowLen] = (g() & 1) ? kInf : -kInf;
         const TypedInput in(row, type);
-        ASSERT_NO_FATAL_FAILURE(expectRowTopK(in.data(), type, in.decoded, keep,
-                                              std::string(typeName(type)) + " rowLen " + std::to_string(rowLen) +
-                                                  " dist " + std::to_string(dist)));
+        ASSERT_NO_FATAL_FAILURE(expectRowTopK(
+            in.data(), type, in.decoded, keep,
+            std::string(typeName(type)) + " rowLen " + std::to_string(rowLen) + " dist " + std::to_string(dist)));
       }
 }
 

@@ -58,9 +58,15 @@ TEST(Params, EmptyValueMeansUnset) {
 }
 
 TEST(Params, EveryVariableIsDocumentedAndNamed) {
-  const std::vector<std::string> required = {"SPCCL_DISABLE",         "SPCCL_DEBUG",          "SPCCL_ALLREDUCE_DENSITY",
-                                             "SPCCL_THRESHOLD_INTERVAL", "SPCCL_CAPACITY_FACTOR", "SPCCL_ERROR_FEEDBACK",
-                                             "SPCCL_ALGO",            "SPCCL_VALUE_TYPE",     "SPCCL_MIN_COMPRESS_COUNT"};
+  const std::vector<std::string> required = {"SPCCL_DISABLE",
+                                             "SPCCL_DEBUG",
+                                             "SPCCL_ALLREDUCE_DENSITY",
+                                             "SPCCL_THRESHOLD_INTERVAL",
+                                             "SPCCL_CAPACITY_FACTOR",
+                                             "SPCCL_ERROR_FEEDBACK",
+                                             "SPCCL_ALGO",
+                                             "SPCCL_VALUE_TYPE",
+                                             "SPCCL_MIN_COMPRESS_COUNT"};
   std::map<std::string, int> seen;
   for (const ParamSpec& s : paramSpecs()) {
     ++seen[s.name];
@@ -135,10 +141,13 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "off"}}).intercept, 0u);
   EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "allreduce"}}).intercept, kInterceptAllreduce);
   EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "AllGather,alltoall"}}).intercept, kInterceptAllgather | kInterceptAlltoall);
-  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "all"}}).intercept, kInterceptAllreduce | kInterceptAlltoall | kInterceptAllgather);
-  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "allreduce,alltoall,allgather"}}).intercept, loadOk({{"SPCCL_INTERCEPT", "all"}}).intercept);
-  EXPECT_NE(describeParams(loadOk({{"SPCCL_INTERCEPT", "alltoall,allreduce"}})).find("SPCCL_INTERCEPT=allreduce,alltoall"),
-            std::string::npos);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "all"}}).intercept,
+            kInterceptAllreduce | kInterceptAlltoall | kInterceptAllgather);
+  EXPECT_EQ(loadOk({{"SPCCL_INTERCEPT", "allreduce,alltoall,allgather"}}).intercept,
+            loadOk({{"SPCCL_INTERCEPT", "all"}}).intercept);
+  EXPECT_NE(
+      describeParams(loadOk({{"SPCCL_INTERCEPT", "alltoall,allreduce"}})).find("SPCCL_INTERCEPT=allreduce,alltoall"),
+      std::string::npos);
   EXPECT_EQ(loadOk({}).hostSimd, kHostSimdAuto);
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "AVX512"}}).hostSimd, kHostSimdAvx512);
   EXPECT_EQ(loadOk({{"SPCCL_HOST_SIMD", "avx2"}}).hostSimd, kHostSimdAvx2);
@@ -264,7 +273,8 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_CHECKSUM", {"2", "yes", "-1", "0.5"}},
       {"SPCCL_TEST_CORRUPT_STREAMS", {"-1", "1.5", "abc", "1e19"}},
       {"SPCCL_INTERCEPT",
-       {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on", "all,off", "off,off,all"}},
+       {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on", "all,off",
+        "off,off,all"}},
       {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
       {"SPCCL_INDEX_ENCODING", {"varint", "coo32", "2", "auto,delta", "rle"}},
       {"SPCCL_HOST_SIMD", {"avx", "sse2", "1", "avx512,baseline", "none"}},
@@ -292,10 +302,10 @@ TEST(Params, InvalidValuesNameTheVariable) {
 // SPCCL_* names the table does not know are reported, with the close table
 // names; other variables and the repository's own tool variables are not.
 TEST(Params, UnknownVariablesAreReportedWithCloseNames) {
-  const char* const environment[] = {"SPCCL_ALOG=split",       "SPCCL_DENSITY=0.5",   "SPCCL_ALGO=split",
-                                     "PATH=/usr/bin",          "SPCCL_TEST_SEED=7",   "SPCCL_BENCH_SIZES=1M",
-                                     "SPCCL_COMPLETELY_ELSE=1", "NCCL_ALGO=Ring",     "SPCCL_NOVALUE",
-                                     "SPCCL_ROOT=/opt/spccl",   "SPCCL_DIR=/x",       nullptr};
+  const char* const environment[] = {"SPCCL_ALOG=split",        "SPCCL_DENSITY=0.5", "SPCCL_ALGO=split",
+                                     "PATH=/usr/bin",           "SPCCL_TEST_SEED=7", "SPCCL_BENCH_SIZES=1M",
+                                     "SPCCL_COMPLETELY_ELSE=1", "NCCL_ALGO=Ring",    "SPCCL_NOVALUE",
+                                     "SPCCL_ROOT=/opt/spccl",   "SPCCL_DIR=/x",      nullptr};
   const std::vector<std::string> got = unknownVariables(environment);
   ASSERT_EQ(got.size(), 4u) << ::testing::PrintToString(got);
   EXPECT_EQ(got[0], "SPCCL_ALOG (did you mean SPCCL_ALGO?)");
@@ -316,8 +326,7 @@ TEST(Params, AlgoChoicesFollowAlgorithmTable) {
   // The choice index is the algorithm id: auto is 0, then the table's rows
   // with ids 1..n in order.
   const auto table = allreduceAlgorithms();
-  for (size_t i = 0; i < table.size(); ++i)
-    EXPECT_EQ(table[i].id, static_cast<int>(i) + 1) << table[i].name;
+  for (size_t i = 0; i < table.size(); ++i) EXPECT_EQ(table[i].id, static_cast<int>(i) + 1) << table[i].name;
   EXPECT_EQ(std::string(algo->choices), algorithmChoices());
   EXPECT_EQ(algorithmChoices(), "auto|dense|allgather|split");
   EXPECT_STREQ(algorithmName(SPCCL_ALGO_AUTO), "auto");

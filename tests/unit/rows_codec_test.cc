@@ -107,15 +107,15 @@ TEST(RowsCodecInt8, RowsRoundTripWithinHalfScale) {
         const Rows r = randomRows(g, 9, rowLen, keep, t);
         const size_t bytes = rowsStreamBytesInt8(r.rows, rowLen, r.nnz, keep == 0);
         std::vector<unsigned char> s(bytes, 0xa5);
-        ASSERT_EQ(encodeRowsInt8(s.data(), r.rows, rowLen, keep, r.counts.data(), r.positions.data(),
-                                 r.values.data(), r.nnz, kSeq),
+        ASSERT_EQ(encodeRowsInt8(s.data(), r.rows, rowLen, keep, r.counts.data(), r.positions.data(), r.values.data(),
+                                 r.nnz, kSeq),
                   bytes);
         // int8: 1 byte a value and 4 a row, against 4 bytes a value in fp32.
         EXPECT_LT(bytes, rowsStreamBytes(r.rows, rowLen, r.nnz, keep == 0, ValueType::kFloat32));
         RowsView v;
         std::vector<uint32_t> kept;
-        const Status st = parseRowsCoded(s.data(), bytes, r.rows, rowLen, ValueType::kFloat32, kRowsCodecInt8, kSeq, 1,
-                                         &v, &kept);
+        const Status st =
+            parseRowsCoded(s.data(), bytes, r.rows, rowLen, ValueType::kFloat32, kRowsCodecInt8, kSeq, 1, &v, &kept);
         ASSERT_TRUE(st.isOk()) << st.message();
         EXPECT_EQ(kept, r.positions);
         EXPECT_EQ(v.keepPerRow, keep);
@@ -136,12 +136,17 @@ TEST(RowsCodecInt8, RowsRoundTripWithinHalfScale) {
 
 TEST(RowsCodecInt8, NonFiniteZerosAndExtremes) {
   const uint64_t rows = 4, rowLen = 16;
-  const Rows r{rows, rowLen, 10, {3, 2, 3, 2}, {0, 1, 2, 3, 9, 0, 7, 15, 4, 5},
+  const Rows r{rows,
+               rowLen,
+               10,
+               {3, 2, 3, 2},
+               {0, 1, 2, 3, 9, 0, 7, 15, 4, 5},
                {kNaN, 2.0f, -kInf, 0.0f, 0.0f, kInf, 3.0e38f, -3.4028235e38f, 1e-30f, -1e-38f}};
   std::vector<unsigned char> s(rowsStreamBytesInt8(rows, rowLen, r.nnz, true));
   encodeRowsInt8(s.data(), rows, rowLen, 0, r.counts.data(), r.positions.data(), r.values.data(), r.nnz, kSeq);
   RowsView v;
-  ASSERT_TRUE(parseRowsCoded(s.data(), s.size(), rows, rowLen, ValueType::kFloat32, kRowsCodecInt8, kSeq, 0, &v).isOk());
+  ASSERT_TRUE(
+      parseRowsCoded(s.data(), s.size(), rows, rowLen, ValueType::kFloat32, kRowsCodecInt8, kSeq, 0, &v).isOk());
   expectWithinBound(r, v.scales, static_cast<const int8_t*>(v.values), spcclFloat32);
   EXPECT_EQ(loadScale(v.scales, 1), 0.0f);  // zeros only
   // The largest finite value decodes to itself within the bound, not to Inf.

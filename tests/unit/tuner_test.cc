@@ -135,8 +135,7 @@ TEST(Tuner, LocalWorkTerms) {
   // and stores only the kept pairs.
   CostInputs r = in;
   r.keepPerRange = 3;
-  EXPECT_NEAR(modelTerms(SPCCL_ALGO_SPLIT, r).unpackBytes, 1480.0 + 1000.0 + 384.0 * m + 4 * (1000.0 + 48.0 * 3),
-              1e-9);
+  EXPECT_NEAR(modelTerms(SPCCL_ALGO_SPLIT, r).unpackBytes, 1480.0 + 1000.0 + 384.0 * m + 4 * (1000.0 + 48.0 * 3), 1e-9);
   // Sparser than one pair in 128 elements: memset and a miss a pair.
   EXPECT_DOUBLE_EQ(reduceBytes(7, 1000, 8.0), 2000.0 + 7 * 328.0);
   EXPECT_DOUBLE_EQ(reduceBytes(8, 1000, 8.0), 4000.0 + 8 * 48.0);
@@ -319,7 +318,7 @@ TEST(Tuner, PickMeasuredTakesTheFastestFiniteTime) {
   EXPECT_EQ(pickMeasured(c, splitFastest), SPCCL_ALGO_SPLIT);
   const float tie[] = {2e-3f, 2e-3f, 1e-2f};
   EXPECT_EQ(pickMeasured(c, tie), SPCCL_ALGO_ALLGATHER);  // the earlier (better modelled) one
-  const float failed[] = {nan, inf, 5e-3f};  // a candidate whose every trial failed never wins
+  const float failed[] = {nan, inf, 5e-3f};               // a candidate whose every trial failed never wins
   EXPECT_EQ(pickMeasured(c, failed), SPCCL_ALGO_DENSE);
   const float none[] = {inf, nan, inf};
   EXPECT_EQ(pickMeasured(c, none), SPCCL_ALGO_ALLGATHER);  // nothing measured: the model's pick
@@ -334,7 +333,7 @@ TEST(Tuner, ExplainNamesEveryAlgorithmAndThePick) {
   for (const char* name : {"dense", "allgather", "split"}) EXPECT_NE(why.find(name), std::string::npos) << why;
   const std::string pick = std::string("-> ") + (chooseAlgorithm(in, m) == SPCCL_ALGO_DENSE       ? "dense"
                                                  : chooseAlgorithm(in, m) == SPCCL_ALGO_ALLGATHER ? "allgather"
-                                                                                                   : "split");
+                                                                                                  : "split");
   EXPECT_NE(why.find(pick), std::string::npos) << why;
   EXPECT_NE(describeCostModel(m).find("10 Gbit/s"), std::string::npos) << describeCostModel(m);
 }

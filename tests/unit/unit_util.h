@@ -59,7 +59,8 @@ inline uint16_t refBf16Bits(float f) {
   if ((x & 0xffffu) == 0) return lo;                   // exact (includes zeros and Inf)
   const uint16_t hi = static_cast<uint16_t>(lo + 1);   // next magnitude, same sign
   const double a = std::fabs(static_cast<double>(refBf16ToFloat(lo)));
-  const double b = (hi & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(static_cast<double>(refBf16ToFloat(hi)));
+  const double b =
+      (hi & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(static_cast<double>(refBf16ToFloat(hi)));
   const double v = std::fabs(static_cast<double>(f));
   const double dLo = v - a, dHi = b - v;
   if (dLo < dHi) return lo;

@@ -28,8 +28,8 @@ int main(void) {
     return 1;
   }
   if (version != SPCCL_VERSION_CODE || version != SPCCL_EXPECTED_VERSION_CODE) {
-    fprintf(stderr, "version mismatch: library %d, header %d, package %d\n", version,
-            SPCCL_VERSION_CODE, SPCCL_EXPECTED_VERSION_CODE);
+    fprintf(stderr, "version mismatch: library %d, header %d, package %d\n", version, SPCCL_VERSION_CODE,
+            SPCCL_EXPECTED_VERSION_CODE);
     return 1;
   }
   if (message == NULL || strlen(message) == 0) {
@@ -40,7 +40,7 @@ int main(void) {
     fprintf(stderr, "MPI_Initialized failed\n");
     return 1;
   }
-  printf("spccl %d.%d.%d (version code %d, \"%s\"), entry points %s\n", version / 10000,
-         (version / 100) % 100, version % 100, version, message, haveInit ? "linked" : "missing");
+  printf("spccl %d.%d.%d (version code %d, \"%s\"), entry points %s\n", version / 10000, (version / 100) % 100,
+         version % 100, version, message, haveInit ? "linked" : "missing");
   return haveInit ? 0 : 1;
 }
