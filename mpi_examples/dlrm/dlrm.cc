@@ -43,6 +43,7 @@ struct Options {
   uint64_t maxRows = 2000000;
   double evalFraction = 0.1;
   bool compare = false, sweep = false, dense = false, checkSingle = false;
+  bool embUpdateGiven = false;
   std::vector<float> sweepDp{1.0f, 0.1f, 0.01f, 0.001f};
   std::vector<float> sweepMp{1.0f, 0.5f, 0.25f, 0.125f, 0.0625f};
   std::string csv = "dlrm_sweep.csv", png = "dlrm_sweep.png";
@@ -68,6 +69,13 @@ const char* kUsage =
     "  --dp-density X         fraction of MLP gradient entries sent (default 0.01)\n"
     "  --mp-density X         fraction of each embedding row sent (default 0.0625 = 4 of 64)\n"
     "  --tau-interval N       calls between exact threshold estimations (default 100)\n"
+    "  --emb-update per-sample|merged  table updates once per occurrence in sample order, or once per\n"
+    "                         distinct id on its summed gradient (default per-sample; merged with --hot-rows)\n"
+    "  --hot-rows N           replicate each table's N most frequent ids on every rank: only bags with a\n"
+    "                         cold id cross the alltoall, hot rows' gradients go through the row-sparse\n"
+    "                         allreduce (exact; default 0 = off; --compare: the compressed run only)\n"
+    "  --hot-min-count C      an id is hot only if seen at least C times (default 1)\n"
+    "  --hot-sample N         training samples counted to pick the hot ids (default 65536)\n"
     "  --dense                exact collectives only (the baseline)\n"
     "  --seed S, --eval-samples N, --print-every N (default 1, 32768, 50)\n"
     "data:\n"
@@ -88,7 +96,8 @@ const char* kUsage =
     "  --max-auc-diff X       --compare: |AUC(compressed) - AUC(dense)| <= X\n"
     "  --parity-tol X         --check-single: max |p_P - p_1| over held-out samples (default 1e-3)\n"
     "testing only:\n"
-    "  --inject-routing-bug   route each sample's embedding rows to the next rank's samples (parity must fail)\n";
+    "  --inject-routing-bug   route each sample's embedding rows to the next rank's samples (parity must fail)\n"
+    "  --inject-hot-bug       update the hot rows from each rank's own samples only (parity must fail)\n";
 
 bool parseList(const std::string& s, char sep, std::vector<double>* out) {
   out->clear();
@@ -145,7 +154,8 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
       a = a.substr(0, eq);
     }
     const bool flag = a == "--compare" || a == "--sweep" || a == "--dense" || a == "--check-single" ||
-                      a == "--monitor" || a == "--inject-routing-bug" || a == "--help" || a == "-h";
+                      a == "--monitor" || a == "--inject-routing-bug" || a == "--inject-hot-bug" || a == "--help" ||
+                      a == "-h";
     if (!flag && eq == std::string::npos) {
       if (i + 1 >= argc) {
         *error = a + " needs a value";
@@ -163,6 +173,7 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     else if (a == "--check-single") o->checkSingle = true;
     else if (a == "--monitor") c.monitor = true;
     else if (a == "--inject-routing-bug") c.injectRoutingBug = true;
+    else if (a == "--inject-hot-bug") c.injectHotBug = true;
     else if (a == "--bottom-mlp") {
       if (!parseInts(v, &c.bottom)) return *error = "--bottom-mlp " + v + ": expected sizes like 512-256-64", false;
       o->bottomGiven = true;
@@ -200,6 +211,20 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     } else if (a == "--mp-density") {
       if (!num(a, v, 1e-9, 1, &x)) return false;
       c.mpDensity = static_cast<float>(x);
+    } else if (a == "--emb-update") {
+      if (v == "merged") c.mergedUpdates = true;
+      else if (v == "per-sample") c.mergedUpdates = false;
+      else return *error = "--emb-update " + v + ": per-sample or merged", false;
+      o->embUpdateGiven = true;
+    } else if (a == "--hot-rows") {
+      if (!num(a, v, 0, 1e8, &x)) return false;
+      c.hotRows = static_cast<int>(x);
+    } else if (a == "--hot-min-count") {
+      if (!num(a, v, 1, 1e9, &x)) return false;
+      c.hotMinCount = static_cast<int>(x);
+    } else if (a == "--hot-sample") {
+      if (!num(a, v, 1, 1e10, &x)) return false;
+      c.hotSample = static_cast<uint64_t>(x);
     } else if (a == "--tau-interval") {
       if (!num(a, v, 1, 1e9, &x)) return false;
       c.tauInterval = static_cast<int>(x);
@@ -255,6 +280,14 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     *error = "the top MLP's last size must be 1 (one logit)";
     return false;
   }
+  if (c.hotRows > 0) {
+    // Hot rows' gradients arrive summed over the batch: one update per row.
+    if (o->embUpdateGiven && !c.mergedUpdates) {
+      *error = "--hot-rows needs --emb-update merged (the hot rows' gradients arrive merged over the batch)";
+      return false;
+    }
+    c.mergedUpdates = true;
+  }
   if ((o->compare ? 1 : 0) + (o->sweep ? 1 : 0) + (o->checkSingle ? 1 : 0) > 1) {
     *error = "--compare, --sweep and --check-single are separate modes: pick one";
     return false;
@@ -279,6 +312,15 @@ void printResult(const std::string& label, const RunResult& r) {
               label.c_str(), human(r.bytes.dp).c_str(), human(r.bytes.dpDense).c_str(),
               r.bytes.dp > 0 ? r.bytes.dpDense / r.bytes.dp : 0.0, human(r.bytes.mp).c_str(),
               human(r.bytes.mpDense).c_str(), r.bytes.mp > 0 ? r.bytes.mpDense / r.bytes.mp : 0.0, r.stepSeconds * 1e3);
+  std::printf("[%s] time in spccl calls per step: MP %.1f ms, DP %.1f ms (%.0f%% of the step)\n", label.c_str(),
+              r.comm.mp * 1e3, r.comm.dp * 1e3,
+              r.stepSeconds > 0 ? 100.0 * (r.comm.mp + r.comm.dp) / r.stepSeconds : 0.0);
+  if (r.hotRowsTotal > 0)
+    std::printf(
+        "[%s] hot rows: %lld replicated, %.1f%% of the bags all hot (nothing sent), %.1f%% of the alltoall's "
+        "rows padding, MP = alltoalls %s + hot rows' allreduce %s\n",
+        label.c_str(), static_cast<long long>(r.hotRowsTotal), 100.0 * r.hotBagShare, 100.0 * r.padShare,
+        human(r.bytes.mp - r.bytes.mpHot).c_str(), human(r.bytes.mpHot).c_str());
   if (r.bytes.mpiDp >= 0)
     std::printf("[%s] Open MPI coll monitoring, bytes/step/rank: DP %s  MP %s\n", label.c_str(),
                 human(r.bytes.mpiDp).c_str(), human(r.bytes.mpiMp).c_str());
@@ -310,6 +352,7 @@ double ratio(double dense, double sent) { return sent > 0 ? dense / sent : 0.0; 
 int runCompare(const Options& o, const dlrm::Source& src, Env& env) {
   Config dense = o.config, comp = o.config;
   dense.compressed = false;
+  dense.hotRows = 0;  // the baseline: every bag through the exact alltoall
   comp.compressed = true;
   const RunResult d = train(o, src, env, dense, "dense");
   if (!d.ok) return 1;
@@ -319,9 +362,14 @@ int runCompare(const Options& o, const dlrm::Source& src, Env& env) {
   if (env.rank == 0) {
     std::printf(
         "\n%d ranks, global batch %d, %d steps, %zu tables (dim %d), DP density %g, MP density %g, tau every %d "
-        "calls\n",
+        "calls",
         env.ranks, o.config.batch, o.config.steps, o.config.tableSizes.size(), o.config.dim,
         static_cast<double>(o.config.dpDensity), static_cast<double>(o.config.mpDensity), o.config.tauInterval);
+    if (o.config.hotRows > 0) std::printf(", hot rows %d per table (compressed run)", o.config.hotRows);
+    if (o.config.mergedUpdates) std::printf(", merged table updates");
+    const char* codec = std::getenv("SPCCL_ROWS_CODEC");
+    if (codec != nullptr && *codec != '\0') std::printf(", SPCCL_ROWS_CODEC=%s", codec);
+    std::printf("\n");
     std::printf("| %-28s | %14s | %14s | %14s |\n", "", "dense", "compressed", "ratio / diff");
     std::printf("|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(16, '-').c_str(),
                 std::string(16, '-').c_str(), std::string(16, '-').c_str());
@@ -344,6 +392,15 @@ int runCompare(const Options& o, const dlrm::Source& src, Env& env) {
     }
     std::printf("| %-28s | %14.1f | %14.1f | %13.2fx |\n", "step time (ms)", d.stepSeconds * 1e3, c.stepSeconds * 1e3,
                 ratio(d.stepSeconds, c.stepSeconds));
+    std::printf("| %-28s | %14.1f | %14.1f | %13.2fx |\n", "MP time/step (ms)", d.comm.mp * 1e3, c.comm.mp * 1e3,
+                ratio(d.comm.mp, c.comm.mp));
+    std::printf("| %-28s | %14.1f | %14.1f | %13.2fx |\n", "DP time/step (ms)", d.comm.dp * 1e3, c.comm.dp * 1e3,
+                ratio(d.comm.dp, c.comm.dp));
+    auto share = [](const RunResult& r) {
+      return r.stepSeconds > 0 ? 100.0 * (r.comm.mp + r.comm.dp) / r.stepSeconds : 0.0;
+    };
+    std::printf("| %-28s | %13.1f%% | %13.1f%% | %+13.1f%% |\n", "communication share of step", share(d), share(c),
+                share(c) - share(d));
     if (d.teacherAuc >= 0) std::printf("teacher's AUC ceiling on the held-out set: %.5f\n", d.teacherAuc);
     std::printf("AUC difference (compressed - dense): %+.5f\n", c.auc - d.auc);
     if (o.maxAucDiff >= 0) {
@@ -386,6 +443,7 @@ int runSweep(const Options& o, const dlrm::Source& src, Env& env) {
     for (float mp : o.sweepMp) {
       Config c = o.config;
       c.compressed = dp < 1.0f || mp < 1.0f;
+      if (!c.compressed) c.hotRows = 0;
       c.dpDensity = dp;
       c.mpDensity = mp;
       char label[64];
@@ -467,7 +525,11 @@ int runCheckSingle(const Options& o, const dlrm::Source& src, Env& env) {
       std::fprintf(stderr, "spcclCommInitMPI(MPI_COMM_SELF): %s\n", spcclGetLastError(nullptr));
       status = 1;
     } else {
-      dlrm::Trainer single(c, src, self, MPI_COMM_SELF, nullptr);
+      // The reference keeps every row in its table: with --hot-rows the
+      // check is that replicating hot rows changes nothing.
+      Config reference = c;
+      reference.hotRows = 0;
+      dlrm::Trainer single(reference, src, self, MPI_COMM_SELF, nullptr);
       const RunResult one = single.run("single rank");
       spcclCommDestroy(self);
       if (!one.ok) {

@@ -113,12 +113,90 @@ bool Trainer::fail(const char* what, spcclResult_t r, std::string* error) {
   return false;
 }
 
+// DLRM's initialisation, U(-1/sqrt(rows), 1/sqrt(rows)), from a stream that
+// depends on (seed, table, id) only, so any rank count builds the same table
+// and a hot row's replica starts as its owner's row.
+void Trainer::initRow(int table, int64_t rows, int64_t id, float* out) const {
+  const int dim = config_.dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(rows));
+  const uint64_t base = mix(config_.seed * 0x100000001b3ull + static_cast<uint64_t>(table) + 17);
+  for (int d = 0; d < dim; ++d) {
+    const uint64_t i = static_cast<uint64_t>(id) * static_cast<uint64_t>(dim) + static_cast<uint64_t>(d);
+    const double u = static_cast<double>(mix(base + i) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+    out[d] = static_cast<float>(u * scale);
+  }
+}
+
+// The hot rows: per table, the hotRows ids seen most often (at least
+// hotMinCount times; ties: lower id) in the first hotSample training samples.
+// Every rank counts the same samples, so every rank picks the same rows.
+// Returns each table's cold load: the counted bags with a cold id.
+std::vector<int64_t> Trainer::chooseHotRows() {
+  hotSlot_.assign(static_cast<size_t>(tables_), {});
+  hotOffset_.assign(static_cast<size_t>(tables_) + 1, 0);
+  hotId_.clear();
+  hotW_.clear();
+  hotAccum_.clear();
+  std::vector<int64_t> coldLoad(static_cast<size_t>(tables_), 0);
+  if (config_.hotRows <= 0) return coldLoad;
+  std::vector<std::vector<uint32_t>> counts(static_cast<size_t>(tables_));
+  std::vector<int32_t> seen;  // the counted ids, [sample][table][bag]
+  for (int t = 0; t < tables_; ++t) counts[t].assign(static_cast<size_t>(config_.tableSizes[t]), 0);
+  Batch b;
+  for (uint64_t first = 0; first < config_.hotSample;) {
+    const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(config_.batch), config_.hotSample - first));
+    source_.train(first, n, &b);
+    for (int g = 0; g < n; ++g)
+      for (int t = 0; t < tables_; ++t)
+        for (int k = 0; k < b.bag; ++k) ++counts[t][static_cast<size_t>(b.id(g, t, k))];
+    seen.insert(seen.end(), b.ids.begin(), b.ids.end());
+    first += static_cast<uint64_t>(n);
+  }
+  const uint32_t minCount = static_cast<uint32_t>(std::max(1, config_.hotMinCount));
+  std::vector<int32_t> ids;
+  for (int t = 0; t < tables_; ++t) {
+    const std::vector<uint32_t>& c = counts[t];
+    ids.clear();
+    for (size_t id = 0; id < c.size(); ++id)
+      if (c[id] >= minCount) ids.push_back(static_cast<int32_t>(id));
+    const size_t keep = std::min(ids.size(), static_cast<size_t>(config_.hotRows));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
+                      [&](int32_t x, int32_t y) { return c[x] > c[y] || (c[x] == c[y] && x < y); });
+    hotSlot_[t].assign(c.size(), -1);
+    for (size_t slot = 0; slot < keep; ++slot) {
+      hotSlot_[t][static_cast<size_t>(ids[slot])] = static_cast<int32_t>(slot);
+      hotId_.push_back(ids[slot]);
+    }
+    hotOffset_[t + 1] = hotOffset_[t] + static_cast<int64_t>(keep);
+  }
+  const size_t hot = hotId_.size(), dim = static_cast<size_t>(config_.dim);
+  hotW_.resize(hot * dim);
+  hotAccum_.assign(hot, 0.0f);
+  for (int t = 0; t < tables_; ++t)
+    for (int64_t key = hotOffset_[t]; key < hotOffset_[t + 1]; ++key)
+      initRow(t, config_.tableSizes[t], hotId_[static_cast<size_t>(key)], &hotW_[static_cast<size_t>(key) * dim]);
+  hotPos_.assign(hot, -1);
+  const size_t bag = static_cast<size_t>(config_.bag), bags = seen.size() / bag;
+  for (size_t i = 0; i < bags; ++i) {
+    const int t = static_cast<int>(i % static_cast<size_t>(tables_));
+    for (size_t k = 0; k < bag; ++k)
+      if (hotSlot_[t][static_cast<size_t>(seen[i * bag + k])] < 0) {
+        ++coldLoad[t];
+        break;
+      }
+  }
+  return coldLoad;
+}
+
 bool Trainer::setup(std::string* error) {
   MPI_Comm_rank(mpiComm_, &rank_);
   MPI_Comm_size(mpiComm_, &ranks_);
   tables_ = static_cast<int>(config_.tableSizes.size());
   local_ = config_.batch / ranks_;
-  owner_ = assignTables(config_.tableSizes, ranks_);
+  // With hot rows the alltoall carries the cold bags only, and its blocks are
+  // as large as the largest pair's: tables are balanced by cold load instead.
+  const std::vector<int64_t> coldLoad = chooseHotRows();
+  owner_ = assignTables(config_.hotRows > 0 ? coldLoad : config_.tableSizes, ranks_);
   ownedBy_.assign(static_cast<size_t>(ranks_), {});
   for (int t = 0; t < tables_; ++t) ownedBy_[owner_[t]].push_back(t);
   maxOwned_ = 1;
@@ -132,14 +210,8 @@ bool Trainer::setup(std::string* error) {
     table.rows = config_.tableSizes[t];
     table.weights.resize(static_cast<size_t>(table.rows) * dim);
     table.accum.assign(static_cast<size_t>(table.rows), 0.0f);
-    // DLRM's initialisation, U(-1/sqrt(rows), 1/sqrt(rows)), from a stream
-    // that depends on (seed, table) only, so any rank count builds the same table.
-    const double scale = 1.0 / std::sqrt(static_cast<double>(table.rows));
-    const uint64_t base = mix(config_.seed * 0x100000001b3ull + static_cast<uint64_t>(t) + 17);
-    for (size_t i = 0; i < table.weights.size(); ++i) {
-      const double u = static_cast<double>(mix(base + i) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-      table.weights[i] = static_cast<float>(u * scale);
-    }
+    for (int64_t id = 0; id < table.rows; ++id)
+      initRow(t, table.rows, id, &table.weights[static_cast<size_t>(id) * dim]);
     owned_.push_back(std::move(table));
   }
 
@@ -170,32 +242,106 @@ bool Trainer::setup(std::string* error) {
   return true;
 }
 
-// Every rank pools its tables for every sample of the global batch; the rows
-// for the samples of rank j form block j: row (i * maxOwned + slot) holds
-// table ownedBy[rank][slot] of rank j's local sample i (zeros in the padding
-// slots of ranks that own fewer tables).
+// The rows of the exchange for one batch. Without hot rows every rank pools
+// its tables for every sample of the global batch and the rows for the
+// samples of rank j form block j: row (i * maxOwned + slot) holds table
+// ownedBy[rank][slot] of rank j's local sample i (zeros in the padding slots
+// of ranks that own fewer tables). With hot rows only the bags with a cold id
+// have a row, packed in the same order (rank j's local samples, then the
+// owner's slots), and every block has room for the largest pair's count, so
+// that the alltoall's blocks are equal; every rank has the global batch's ids
+// and the hot set, so sender and receiver agree on every row's place.
+void Trainer::layoutRows(const Batch& batch, bool training) {
+  const int n = batch.n, local = n / ranks_, owned = static_cast<int>(owned_.size());
+  const bool bug = config_.injectRoutingBug && ranks_ > 1;
+  // The negative control of the parity test: the row of sample d carries the
+  // bag of sample d - local (the rows of sample g go where g + local belongs).
+  auto content = [&](int d) { return bug ? (d - local + n) % n : d; };
+  sendRow_.assign(static_cast<size_t>(n) * maxOwned_, -1);
+  recvRow_.assign(static_cast<size_t>(local) * tables_, -1);
+  double used = 0;
+  if (hotId_.empty()) {
+    rowsPerPeer_ = static_cast<size_t>(local) * maxOwned_;
+    for (int d = 0; d < n; ++d)
+      for (int s = 0; s < owned; ++s)
+        sendRow_[static_cast<size_t>(content(d)) * maxOwned_ + s] = static_cast<int64_t>(d) * maxOwned_ + s;
+    for (int j = 0; j < ranks_; ++j)
+      for (int i = 0; i < local; ++i)
+        for (size_t s = 0; s < ownedBy_[j].size(); ++s)
+          recvRow_[static_cast<size_t>(i) * tables_ + ownedBy_[j][s]] =
+              (static_cast<int64_t>(j) * local + i) * maxOwned_ + static_cast<int64_t>(s);
+    used = static_cast<double>(n) * tables_;
+  } else {
+    cold_.assign(static_cast<size_t>(n) * tables_, 0);
+    double hotBags = 0;
+    for (int d = 0; d < n; ++d)
+      for (int t = 0; t < tables_; ++t) {
+        uint8_t c = 0;
+        for (int k = 0; k < batch.bag; ++k) c |= hotSlot_[t][static_cast<size_t>(batch.id(d, t, k))] < 0;
+        cold_[static_cast<size_t>(d) * tables_ + t] = c;
+        hotBags += c ? 0 : 1;
+      }
+    size_t most = 0;
+    for (int j = 0; j < ranks_; ++j)
+      for (int i = 0; i < ranks_; ++i) {
+        size_t count = 0;
+        for (int d = i * local; d < (i + 1) * local; ++d)
+          for (int t : ownedBy_[j]) count += cold_[static_cast<size_t>(d) * tables_ + t];
+        most = std::max(most, count);
+        used += static_cast<double>(count);
+      }
+    rowsPerPeer_ = most;
+    for (int i = 0; i < ranks_; ++i) {
+      int64_t pos = static_cast<int64_t>(i) * static_cast<int64_t>(most);
+      for (int d = i * local; d < (i + 1) * local; ++d)
+        for (int s = 0; s < owned; ++s)
+          if (cold_[static_cast<size_t>(d) * tables_ + owned_[s].index])
+            sendRow_[static_cast<size_t>(content(d)) * maxOwned_ + s] = pos++;
+    }
+    for (int j = 0; j < ranks_; ++j) {
+      int64_t pos = static_cast<int64_t>(j) * static_cast<int64_t>(most);
+      for (int i = 0; i < local; ++i)
+        for (int t : ownedBy_[j])
+          if (cold_[(static_cast<size_t>(rank_) * local + i) * tables_ + t])
+            recvRow_[static_cast<size_t>(i) * tables_ + t] = pos++;
+    }
+    if (training) hotBags_ += hotBags;
+  }
+  if (training) {
+    bagsSeen_ += static_cast<double>(n) * tables_;
+    rowsUsed_ += used;
+    rowsSent_ += static_cast<double>(rowsPerPeer_) * ranks_ * ranks_;
+  }
+}
+
 bool Trainer::forwardExchange(const Batch& batch, bool training, std::string* error) {
+  layoutRows(batch, training);
   const int dim = config_.dim;
   const int local = batch.n / ranks_;
-  const size_t rowsPerPeer = static_cast<size_t>(local) * maxOwned_;
+  const size_t rowsPerPeer = rowsPerPeer_;
   const size_t total = rowsPerPeer * ranks_ * dim;
   send_.assign(total, 0.0f);
   recv_.resize(total);
   for (size_t s = 0; s < owned_.size(); ++s) {
     const Table& table = owned_[s];
+    const std::vector<int32_t>* hot = hotId_.empty() ? nullptr : &hotSlot_[table.index];
     for (int g = 0; g < batch.n; ++g) {
-      // The negative control of the parity test: rows of sample g go where
-      // sample g + local belongs.
-      const int dst = config_.injectRoutingBug && ranks_ > 1 ? (g + local) % batch.n : g;
-      float* row = &send_[(static_cast<size_t>(dst) * maxOwned_ + s) * dim];
+      const int64_t r = sendRow_[static_cast<size_t>(g) * maxOwned_ + s];
+      if (r < 0) continue;
+      float* row = &send_[static_cast<size_t>(r) * dim];
       for (int k = 0; k < batch.bag; ++k) {
-        const float* w = &table.weights[static_cast<size_t>(batch.id(g, table.index, k)) * dim];
+        const int32_t id = batch.id(g, table.index, k);
+        if (hot != nullptr && (*hot)[static_cast<size_t>(id)] >= 0) continue;  // summed by the receiver
+        const float* w = &table.weights[static_cast<size_t>(id) * dim];
         for (int d = 0; d < dim; ++d) row[d] += w[d];
       }
     }
   }
-  spcclResult_t r;
-  if (config_.compressed && config_.mpDensity < 1.0f) {
+  const double t0 = MPI_Wtime();
+  spcclResult_t r = spcclSuccess;
+  if (rowsPerPeer == 0) {
+    // Every bag of the batch is hot: nothing to send (every rank knows it).
+  } else if (config_.compressed && config_.mpDensity < 1.0f) {
     r = spcclAlltoAllRowsCompressed(send_.data(), recv_.data(), rowsPerPeer, static_cast<size_t>(dim), spcclFloat32,
                                     config_.mpDensity, training ? &selection_ : nullptr, comm_, nullptr);
     if (r != spcclSuccess) return fail("spcclAlltoAllRowsCompressed", r, error);
@@ -203,14 +349,24 @@ bool Trainer::forwardExchange(const Batch& batch, bool training, std::string* er
     r = spcclAlltoAll(send_.data(), recv_.data(), rowsPerPeer * dim, spcclFloat32, comm_, nullptr);
     if (r != spcclSuccess) return fail("spcclAlltoAll", r, error);
   }
-  // Unpack into emb_ (local x tables*dim, table-major per sample).
+  exchangeSeconds_ = MPI_Wtime() - t0;
+  // Unpack into emb_ (local x tables*dim, table-major per sample): the cold
+  // sum from the owner, then the hot rows of the bag from the replicas.
   emb_.resize(local, static_cast<Eigen::Index>(tables_) * dim);
-  for (int j = 0; j < ranks_; ++j)
-    for (int i = 0; i < local; ++i)
-      for (size_t s = 0; s < ownedBy_[j].size(); ++s) {
-        const float* src = &recv_[((static_cast<size_t>(j) * local + i) * maxOwned_ + s) * dim];
-        std::memcpy(emb_.row(i).data() + static_cast<size_t>(ownedBy_[j][s]) * dim, src, sizeof(float) * dim);
+  for (int i = 0; i < local; ++i)
+    for (int t = 0; t < tables_; ++t) {
+      float* dst = emb_.row(i).data() + static_cast<size_t>(t) * dim;
+      const int64_t row = recvRow_[static_cast<size_t>(i) * tables_ + t];
+      if (row >= 0) std::memcpy(dst, &recv_[static_cast<size_t>(row) * dim], sizeof(float) * dim);
+      else std::memset(dst, 0, sizeof(float) * dim);
+      if (hotId_.empty()) continue;
+      for (int k = 0; k < batch.bag; ++k) {
+        const int32_t slot = hotSlot_[t][static_cast<size_t>(batch.id(rank_ * local + i, t, k))];
+        if (slot < 0) continue;
+        const float* w = &hotW_[static_cast<size_t>(hotOffset_[t] + slot) * dim];
+        for (int d = 0; d < dim; ++d) dst[d] += w[d];
       }
+    }
   return true;
 }
 
@@ -222,7 +378,124 @@ void Trainer::forwardLocal(const Batch& batch, int firstLocal) {
   top_.forward(inter_);
 }
 
-bool Trainer::step(int s, double* lossSum, Bytes* bytes, std::string* error) {
+namespace {
+
+// Row-wise Adagrad (or SGD) on one row with gradient g.
+void updateRow(Optimizer optimizer, float lr, int dim, const float* g, float* w, float* accum) {
+  float sq = 0;
+  for (int d = 0; d < dim; ++d) sq += g[d] * g[d];
+  if (sq == 0.0f) return;
+  float step = lr;
+  if (optimizer == Optimizer::kAdagrad) {
+    *accum += sq / static_cast<float>(dim);
+    step = lr / (std::sqrt(*accum) + 1e-8f);
+  }
+  for (int d = 0; d < dim; ++d) w[d] -= step * g[d];
+}
+
+}  // namespace
+
+// Sparse row updates of the owned tables from the gradients received for the
+// global batch (hot ids aside: their replicas are updated by updateHot).
+void Trainer::updateOwned(const Batch& batch) {
+  const int dim = config_.dim;
+  for (size_t sl = 0; sl < owned_.size(); ++sl) {
+    Table& table = owned_[sl];
+    const std::vector<int32_t>* hot = hotId_.empty() ? nullptr : &hotSlot_[table.index];
+    if (!config_.mergedUpdates) {
+      // One update per occurrence, in global sample order.
+      for (int g = 0; g < batch.n; ++g) {
+        const int64_t r = sendRow_[static_cast<size_t>(g) * maxOwned_ + sl];
+        if (r < 0) continue;
+        const float* grad = &gradRecv_[static_cast<size_t>(r) * dim];
+        for (int k = 0; k < batch.bag; ++k) {
+          const int32_t id = batch.id(g, table.index, k);
+          if (hot != nullptr && (*hot)[static_cast<size_t>(id)] >= 0) continue;
+          updateRow(config_.optimizer, config_.embLr, dim, grad, &table.weights[static_cast<size_t>(id) * dim],
+                    &table.accum[static_cast<size_t>(id)]);
+        }
+      }
+      continue;
+    }
+    // Merged: each id's gradients summed in global sample order, then one
+    // update per distinct id.
+    if (mergedPos_.size() < static_cast<size_t>(table.rows)) mergedPos_.resize(static_cast<size_t>(table.rows), -1);
+    mergedIds_.clear();
+    merged_.clear();
+    for (int g = 0; g < batch.n; ++g) {
+      const int64_t r = sendRow_[static_cast<size_t>(g) * maxOwned_ + sl];
+      if (r < 0) continue;
+      const float* grad = &gradRecv_[static_cast<size_t>(r) * dim];
+      for (int k = 0; k < batch.bag; ++k) {
+        const int32_t id = batch.id(g, table.index, k);
+        if (hot != nullptr && (*hot)[static_cast<size_t>(id)] >= 0) continue;
+        int32_t& p = mergedPos_[static_cast<size_t>(id)];
+        if (p < 0) {
+          p = static_cast<int32_t>(mergedIds_.size());
+          mergedIds_.push_back(id);
+          merged_.resize(merged_.size() + dim, 0.0f);
+        }
+        float* acc = &merged_[static_cast<size_t>(p) * dim];
+        for (int d = 0; d < dim; ++d) acc[d] += grad[d];
+      }
+    }
+    for (size_t p = 0; p < mergedIds_.size(); ++p) {
+      const int32_t id = mergedIds_[p];
+      mergedPos_[static_cast<size_t>(id)] = -1;
+      updateRow(config_.optimizer, config_.embLr, dim, &merged_[p * dim], &table.weights[static_cast<size_t>(id) * dim],
+                &table.accum[static_cast<size_t>(id)]);
+    }
+  }
+}
+
+// The hot rows' gradients: this rank's samples merged per row (in sample
+// order), summed over ranks by the row-sparse allreduce (in rank order,
+// bitwise identical everywhere), then one update per row on every replica.
+bool Trainer::updateHot(const Batch& batch, std::string* error) {
+  const int dim = config_.dim;
+  hotKeys_.clear();
+  hotGrad_.clear();
+  for (int i = 0; i < local_; ++i)
+    for (int t = 0; t < tables_; ++t)
+      for (int k = 0; k < batch.bag; ++k) {
+        const int32_t slot = hotSlot_[t][static_cast<size_t>(batch.id(rank_ * local_ + i, t, k))];
+        if (slot < 0) continue;
+        const int64_t key = hotOffset_[t] + slot;
+        int32_t& p = hotPos_[static_cast<size_t>(key)];
+        if (p < 0) {
+          p = static_cast<int32_t>(hotKeys_.size());
+          hotKeys_.push_back(key);
+          hotGrad_.resize(hotGrad_.size() + dim, 0.0f);
+        }
+        float* acc = &hotGrad_[static_cast<size_t>(p) * dim];
+        const float* g = demb_.row(i).data() + static_cast<size_t>(t) * dim;
+        for (int d = 0; d < dim; ++d) acc[d] += g[d];
+      }
+  for (int64_t key : hotKeys_) hotPos_[static_cast<size_t>(key)] = -1;
+  if (config_.injectHotBug && ranks_ > 1) {
+    // The negative control: no allreduce, each replica follows its own rank's samples.
+    for (size_t o = 0; o < hotKeys_.size(); ++o) {
+      const size_t key = static_cast<size_t>(hotKeys_[o]);
+      updateRow(config_.optimizer, config_.embLr, dim, &hotGrad_[o * dim], &hotW_[key * dim], &hotAccum_[key]);
+    }
+    return true;
+  }
+  const size_t capacity = hotId_.size();
+  outKeys_.resize(capacity);
+  outGrad_.resize(capacity * dim);
+  size_t n = 0;
+  const spcclResult_t r =
+      spcclAllReduceRowSparse(hotKeys_.data(), hotGrad_.data(), hotKeys_.size(), static_cast<size_t>(dim), spcclFloat32,
+                              outKeys_.data(), outGrad_.data(), capacity, &n, comm_, nullptr);
+  if (r != spcclSuccess) return fail("spcclAllReduceRowSparse", r, error);
+  for (size_t o = 0; o < n; ++o) {
+    const size_t key = static_cast<size_t>(outKeys_[o]);
+    updateRow(config_.optimizer, config_.embLr, dim, &outGrad_[o * dim], &hotW_[key * dim], &hotAccum_[key]);
+  }
+  return true;
+}
+
+bool Trainer::step(int s, double* lossSum, Bytes* bytes, Timing* timing, std::string* error) {
   Batch batch;
   source_.train(static_cast<uint64_t>(s) * config_.batch, config_.batch, &batch);
   const int dim = config_.dim;
@@ -235,6 +508,7 @@ bool Trainer::step(int s, double* lossSum, Bytes* bytes, std::string* error) {
   if (!forwardExchange(batch, true, error)) return false;
   if (monitor_) m1 = monitor_->sent();
   spcclCommGetStats(comm_, &st1);
+  timing->mp += exchangeSeconds_;
 
   forwardLocal(batch, first);
   bceForwardBackward(top_.layers().back().output, &batch.labels[first], 1.0f / static_cast<float>(config_.batch),
@@ -244,30 +518,39 @@ bool Trainer::step(int s, double* lossSum, Bytes* bytes, std::string* error) {
   bottom_.backward(dz_);
 
   // Embedding gradients back in the forward's receive layout.
-  const size_t total = static_cast<size_t>(local_) * maxOwned_ * ranks_ * dim;
+  const size_t total = rowsPerPeer_ * ranks_ * dim;
   gradSend_.assign(total, 0.0f);
   gradRecv_.resize(total);
-  for (int j = 0; j < ranks_; ++j)
-    for (int i = 0; i < local_; ++i)
-      for (size_t sl = 0; sl < ownedBy_[j].size(); ++sl)
-        std::memcpy(&gradSend_[((static_cast<size_t>(j) * local_ + i) * maxOwned_ + sl) * dim],
-                    demb_.row(i).data() + static_cast<size_t>(ownedBy_[j][sl]) * dim, sizeof(float) * dim);
+  for (int i = 0; i < local_; ++i)
+    for (int t = 0; t < tables_; ++t) {
+      const int64_t row = recvRow_[static_cast<size_t>(i) * tables_ + t];
+      if (row >= 0)
+        std::memcpy(&gradSend_[static_cast<size_t>(row) * dim], demb_.row(i).data() + static_cast<size_t>(t) * dim,
+                    sizeof(float) * dim);
+    }
   spcclCommGetStats(comm_, &st2);
   if (monitor_) m2 = monitor_->sent();
+  double t0 = MPI_Wtime();
   spcclResult_t r;
   if (selection_ != nullptr) {
     r = spcclAlltoAllRowsBackward(gradSend_.data(), gradRecv_.data(), selection_, nullptr);
     spcclSelectionDestroy(selection_);
     selection_ = nullptr;
     if (r != spcclSuccess) return fail("spcclAlltoAllRowsBackward", r, error);
-  } else {
+  } else if (rowsPerPeer_ > 0) {
     r = spcclAlltoAll(gradSend_.data(), gradRecv_.data(), total / ranks_, spcclFloat32, comm_, nullptr);
     if (r != spcclSuccess) return fail("spcclAlltoAll (backward)", r, error);
   }
+  spcclStats_t hot0{}, hot1{};
+  spcclCommGetStats(comm_, &hot0);
+  if (!hotId_.empty() && !updateHot(batch, error)) return false;
+  spcclCommGetStats(comm_, &hot1);
+  timing->mp += MPI_Wtime() - t0;
   if (monitor_) m3 = monitor_->sent();
   spcclCommGetStats(comm_, &st3);
 
   // Data parallel: sum the MLP gradients (already scaled by 1/global batch).
+  t0 = MPI_Wtime();
   size_t c = 0;
   for (Mlp* mlp : {&bottom_, &top_})
     for (Layer& layer : mlp->layers()) {
@@ -276,39 +559,20 @@ bool Trainer::step(int s, double* lossSum, Bytes* bytes, std::string* error) {
       layer.grad.swap(reduced_[c]);
       ++c;
     }
+  timing->dp += MPI_Wtime() - t0;
   if (monitor_) m4 = monitor_->sent();
   spcclCommGetStats(comm_, &st4);
 
   bottom_.step(config_.optimizer, config_.lr);
   top_.step(config_.optimizer, config_.lr);
-
-  // Sparse row updates of the owned tables, in global sample order.
-  for (size_t sl = 0; sl < owned_.size(); ++sl) {
-    Table& table = owned_[sl];
-    for (int g = 0; g < config_.batch; ++g) {
-      const int src = config_.injectRoutingBug && ranks_ > 1 ? (g + local_) % config_.batch : g;
-      const float* grad = &gradRecv_[(static_cast<size_t>(src) * maxOwned_ + sl) * dim];
-      float sq = 0;
-      for (int d = 0; d < dim; ++d) sq += grad[d] * grad[d];
-      if (sq == 0.0f) continue;
-      for (int k = 0; k < batch.bag; ++k) {
-        const int32_t id = batch.id(g, table.index, k);
-        float* w = &table.weights[static_cast<size_t>(id) * dim];
-        float step = config_.embLr;
-        if (config_.optimizer == Optimizer::kAdagrad) {
-          table.accum[id] += sq / static_cast<float>(dim);
-          step = config_.embLr / (std::sqrt(table.accum[id]) + 1e-8f);
-        }
-        for (int d = 0; d < dim; ++d) w[d] -= step * grad[d];
-      }
-    }
-  }
+  updateOwned(batch);
 
   const Bytes mpF = statsDelta(st0, st1, false), mpB = statsDelta(st2, st3, false), dp = statsDelta(st3, st4, true);
   bytes->mp += mpF.mp + mpB.mp;
   bytes->mpDense += mpF.mpDense + mpB.mpDense;
   bytes->dp += dp.dp;
   bytes->dpDense += dp.dpDense;
+  bytes->mpHot += static_cast<double>(hot1.bytesSent - hot0.bytesSent);
   if (monitor_) {
     bytes->mpiMp += static_cast<double>((m1 - m0) + (m3 - m2));
     bytes->mpiDp += static_cast<double>(m4 - m3);
@@ -376,6 +640,14 @@ bool Trainer::evaluate(RunResult* result, std::string* error) {
 void Trainer::checksums(RunResult* result) {
   // Two checksums per table: the sum of its weights and a position-weighted
   // sum (a row moved to the wrong place changes the second).
+  // The hot rows' replicas first go back into their owners' tables.
+  const size_t dim = static_cast<size_t>(config_.dim);
+  for (Table& t : owned_)
+    for (int64_t key = hotOffset_[t.index]; key < hotOffset_[t.index + 1]; ++key) {
+      const size_t id = static_cast<size_t>(hotId_[static_cast<size_t>(key)]);
+      std::memcpy(&t.weights[id * dim], &hotW_[static_cast<size_t>(key) * dim], sizeof(float) * dim);
+      t.accum[id] = hotAccum_[static_cast<size_t>(key)];
+    }
   std::vector<double> mine(static_cast<size_t>(tables_) * 2, 0.0), all(mine.size(), 0.0);
   for (const Table& t : owned_) {
     double sum = 0, weighted = 0;
@@ -393,11 +665,14 @@ void Trainer::checksums(RunResult* result) {
   for (Mlp* mlp : {&bottom_, &top_})
     for (const Layer& layer : mlp->layers()) params.insert(params.end(), layer.param.begin(), layer.param.end());
   // Replicas must be bitwise identical: compare every rank's parameters with rank 0's.
+  // The hot rows' replicas too.
+  params.insert(params.end(), hotW_.begin(), hotW_.end());
   std::vector<float> root(params);
   MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, mpiComm_);
   int same = std::memcmp(root.data(), params.data(), params.size() * sizeof(float)) == 0 ? 1 : 0, allSame = 0;
   MPI_Allreduce(&same, &allSame, 1, MPI_INT, MPI_MIN, mpiComm_);
   result->replicasIdentical = allSame == 1;
+  params.resize(params.size() - hotW_.size());
   if (rank_ == 0) result->mlpParams = std::move(params);
 }
 
@@ -406,6 +681,7 @@ RunResult Trainer::run(const std::string& label) {
   std::string error;
   bool ok = setup(&error);
   Bytes bytes, window;
+  Timing timing;
   double lossSum = 0, windowLoss = 0;
   const double start = MPI_Wtime();
   double windowStart = start;
@@ -415,7 +691,7 @@ RunResult Trainer::run(const std::string& label) {
     Bytes b;
     if (monitor_) b.mpiDp = b.mpiMp = 0;
     double loss = 0;
-    ok = step(s, &loss, &b, &error);
+    ok = step(s, &loss, &b, &timing, &error);
     lossSum += loss;
     windowLoss += loss;
     ++windowSteps;
@@ -424,6 +700,7 @@ RunResult Trainer::run(const std::string& label) {
       acc->dpDense += b.dpDense;
       acc->mp += b.mp;
       acc->mpDense += b.mpDense;
+      acc->mpHot += b.mpHot;
       acc->mpiDp += b.mpiDp;
       acc->mpiMp += b.mpiMp;
     }
@@ -466,8 +743,10 @@ RunResult Trainer::run(const std::string& label) {
     }
   }
   if (ok) {
-    double v[7] = {bytes.dp, bytes.dpDense, bytes.mp, bytes.mpDense, bytes.mpiDp, bytes.mpiMp, lossSum}, sum[7];
-    MPI_Allreduce(v, sum, 7, MPI_DOUBLE, MPI_SUM, mpiComm_);
+    double v[10] = {bytes.dp,    bytes.dpDense, bytes.mp,  bytes.mpDense, bytes.mpiDp,
+                    bytes.mpiMp, lossSum,       timing.mp, timing.dp,     bytes.mpHot},
+           sum[10];
+    MPI_Allreduce(v, sum, 10, MPI_DOUBLE, MPI_SUM, mpiComm_);
     const double per = static_cast<double>(ranks_) * std::max(config_.steps, 1);
     result.bytes.dp = sum[0] / per;
     result.bytes.dpDense = sum[1] / per;
@@ -476,6 +755,12 @@ RunResult Trainer::run(const std::string& label) {
     result.bytes.mpiDp = monitor_ ? sum[4] / per : -1;
     result.bytes.mpiMp = monitor_ ? sum[5] / per : -1;
     result.finalTrainLoss = sum[6] / (static_cast<double>(std::max(config_.steps, 1)) * config_.batch);
+    result.comm.mp = sum[7] / per;
+    result.bytes.mpHot = sum[9] / per;
+    result.comm.dp = sum[8] / per;
+    result.hotRowsTotal = static_cast<int64_t>(hotId_.size());
+    result.hotBagShare = bagsSeen_ > 0 ? hotBags_ / bagsSeen_ : 0.0;
+    result.padShare = rowsSent_ > 0 ? 1.0 - rowsUsed_ / rowsSent_ : 0.0;
     MPI_Allreduce(&loopSeconds, &result.stepSeconds, 1, MPI_DOUBLE, MPI_MAX, mpiComm_);
     result.stepSeconds /= std::max(config_.steps, 1);
     ok = evaluate(&result, &error);

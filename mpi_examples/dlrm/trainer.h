@@ -2,7 +2,9 @@
 // (each table on one rank), MLPs data-parallel (replicated), the pooled
 // embeddings moved to the ranks that hold their samples by an alltoall of rows
 // and their gradients moved back by its backward, the MLP gradients summed by
-// one allreduce per layer.
+// one allreduce per layer. Optionally the hottest ids of every table are
+// replicated on every rank: only the sums of a bag's cold ids cross the
+// alltoall, and the hot rows' gradients are summed by the row-sparse allreduce.
 #ifndef SPCCL_DLRM_TRAINER_H_
 #define SPCCL_DLRM_TRAINER_H_
 
@@ -35,8 +37,20 @@ struct Config {
   uint64_t seed = 1;
   uint64_t evalSamples = 32768;
   int printEvery = 50;
+  // Embedding update: kPerSample applies row-wise Adagrad once per occurrence,
+  // in global sample order; kMerged sums each id's gradients over the batch
+  // first and applies one update per distinct id (FBGEMM's exact row-wise
+  // Adagrad). Hot rows need kMerged: their gradients arrive merged.
+  bool mergedUpdates = false;
+  // Hot rows: the hotRows most frequent ids of each table (seen at least
+  // hotMinCount times in the first hotSample training samples) live on every
+  // rank. 0 = off.
+  int hotRows = 0;
+  int hotMinCount = 1;
+  uint64_t hotSample = 65536;
   bool monitor = false;           // read Open MPI's coll_monitoring counters around each exchange
   bool injectRoutingBug = false;  // test-only: sends each sample's rows to the wrong rank
+  bool injectHotBug = false;      // test-only: hot rows updated from this rank's samples only
   bool quiet = false;
 };
 
@@ -60,7 +74,14 @@ class MpiMonitor {
 // Per rank and step, averaged over ranks.
 struct Bytes {
   double dp = 0, dpDense = 0, mp = 0, mpDense = 0;
+  double mpHot = 0;               // of mp: the hot rows' row-sparse allreduce
   double mpiDp = -1, mpiMp = -1;  // Open MPI's count, -1 without --monitor
+};
+
+// Seconds per step inside spccl calls, averaged over ranks: the alltoalls and
+// the hot rows' row-sparse allreduce (MP), the MLP allreduces (DP).
+struct Timing {
+  double mp = 0, dp = 0;
 };
 
 struct RunResult {
@@ -69,18 +90,24 @@ struct RunResult {
   double auc = 0, logloss = 0, accuracy = 0, teacherAuc = -1, positiveRate = 0;
   double finalTrainLoss = 0;
   double stepSeconds = 0;  // slowest rank's training-loop time / steps
+  Timing comm;
   Bytes bytes;
+  // Hot rows: replicated rows over all tables; the share of the training
+  // (sample, table) bags with no cold id (they send nothing); the alltoall
+  // blocks' padding (rows sent beyond the pair's own cold rows / rows sent).
+  int64_t hotRowsTotal = 0;
+  double hotBagShare = 0, padShare = 0;
   // Rank 0 only, for the parity check: held-out probabilities, every MLP
   // parameter, two checksums per table (sum, position-weighted sum).
   std::vector<float> evalProbs;
   std::vector<float> mlpParams;
   std::vector<double> tableChecksums;
-  bool replicasIdentical = true;  // MLP parameters bitwise equal on every rank
+  bool replicasIdentical = true;  // MLP parameters (and hot rows) bitwise equal on every rank
 };
 
-// The greedy balance: tables by size, largest first, each to the rank with
-// the fewest rows so far among those holding fewer than ceil(T/P) tables
-// (lowest rank on ties). owner[t] = rank.
+// The greedy balance: tables by size (rows, or with hot rows the cold load),
+// largest first, each to the rank with the least so far among those holding
+// fewer than ceil(T/P) tables (lowest rank on ties). owner[t] = rank.
 std::vector<int> assignTables(const std::vector<int64_t>& sizes, int ranks);
 
 class Trainer {
@@ -97,7 +124,12 @@ class Trainer {
     std::vector<float> accum;  // row-wise Adagrad
   };
   bool setup(std::string* error);
-  bool step(int s, double* lossSum, Bytes* bytes, std::string* error);
+  void initRow(int table, int64_t rows, int64_t id, float* out) const;
+  std::vector<int64_t> chooseHotRows();
+  void layoutRows(const Batch& batch, bool training);
+  void updateOwned(const Batch& batch);
+  bool updateHot(const Batch& batch, std::string* error);
+  bool step(int s, double* lossSum, Bytes* bytes, Timing* timing, std::string* error);
   bool forwardExchange(const Batch& batch, bool training, std::string* error);
   void forwardLocal(const Batch& batch, int firstLocal);
   bool evaluate(RunResult* result, std::string* error);
@@ -120,6 +152,29 @@ class Trainer {
   spcclSelection_t selection_ = nullptr;
   Matrix denseIn_, emb_, inter_, dinter_, dz_, demb_, dlogit_;
   std::vector<float> probs_;
+
+  // The rows of the current batch's exchange. Owner side: sendRow_[g *
+  // maxOwned + slot] = the row of sample g's bag of owned table `slot` in
+  // send_ (and gradRecv_), -1 when nothing is sent. Receiver side:
+  // recvRow_[i * tables + t] = the row of local sample i, table t in recv_
+  // (and gradSend_), -1 when nothing arrives. rowsPerPeer_ rows per block.
+  std::vector<int64_t> sendRow_, recvRow_;
+  size_t rowsPerPeer_ = 0;
+  std::vector<uint8_t> cold_;   // [g * tables + t]: the bag has a cold id (hot rows on)
+  double exchangeSeconds_ = 0;  // the last forward alltoall
+  double bagsSeen_ = 0, hotBags_ = 0, rowsSent_ = 0, rowsUsed_ = 0;  // training steps only
+
+  // Hot rows: key = hotOffset_[t] + slot; hotSlot_[t][id] = slot or -1.
+  std::vector<std::vector<int32_t>> hotSlot_;
+  std::vector<int64_t> hotOffset_;
+  std::vector<int32_t> hotId_;              // key -> id in its table
+  std::vector<float> hotW_, hotAccum_;      // key x dim, key
+  std::vector<int32_t> hotPos_;             // key -> position in hotKeys_, -1
+  std::vector<int64_t> hotKeys_, outKeys_;  // this rank's merged keys; the allreduce's output
+  std::vector<float> hotGrad_, outGrad_;
+  std::vector<float> merged_;       // owner's merged gradients, one table at a time
+  std::vector<int32_t> mergedPos_;  // id -> position in merged_, -1
+  std::vector<int32_t> mergedIds_;
 };
 
 // Rank-order AUC with ties averaged; logloss and accuracy at 0.5.
