@@ -25,15 +25,6 @@ size_t denseStreamBytes(uint64_t len, ValueType vt) {
 
 namespace {
 
-uint32_t varintBytes(uint64_t v) {
-  uint32_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 // Gap j of sorted indices: the first from rangeBegin, then from the previous index + 1.
 inline uint64_t gapAt(const uint32_t* indices, uint64_t j, uint64_t rangeBegin) {
   return j == 0 ? indices[0] - rangeBegin : static_cast<uint64_t>(indices[j]) - indices[j - 1] - 1;
@@ -141,14 +132,8 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
     if (info.nnz > 0) std::memcpy(p + off, wireValues, vbytes);
     off += vbytes;
     if (info.encoding == IndexEncoding::kDelta) {
-      for (uint64_t j = 0; j < info.nnz; ++j) {
-        uint64_t gap = gapAt(indices, j, info.rangeBegin);
-        while (gap >= 0x80) {
-          p[off++] = static_cast<unsigned char>(gap | 0x80);
-          gap >>= 7;
-        }
-        p[off++] = static_cast<unsigned char>(gap);
-      }
+      for (uint64_t j = 0; j < info.nnz; ++j)
+        off = static_cast<size_t>(putVarint(p + off, gapAt(indices, j, info.rangeBegin)) - p);
     } else {  // kBitmap
       const size_t mapBytes = bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
       std::memset(p + off, 0, mapBytes);
@@ -316,14 +301,11 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
   if (enc == IndexEncoding::kDelta) {
     uint64_t index = e.rangeBegin;
     for (uint64_t j = 0; j < h.nnz; ++j) {
-      uint64_t gap = 0;
-      for (int shift = 0;; shift += 7) {
-        if (end >= bytes) return badLayout("truncated index varints");
-        const unsigned char b = base[end++];
-        if (shift == 28 && (b & 0xf0) != 0) return badLayout("an index gap of more than 32 bits");
-        gap |= static_cast<uint64_t>(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) break;
-      }
+      const unsigned char* at = base + end;
+      uint32_t gap = 0;
+      if (!readVarint32(&at, base + bytes, &gap))
+        return badLayout("truncated index varints, or an index gap of more than 32 bits");
+      end = static_cast<size_t>(at - base);
       index += gap + (j > 0 ? 1 : 0);  // <= 2^33 + range end: no overflow
       if (index >= e.rangeEnd) return badIndex(index, j);
     }

@@ -77,6 +77,39 @@ constexpr size_t kCrcOffset = 12;
 
 constexpr size_t alignStream(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 
+// LEB128 varints (delta indices, bounded rows' bases): 7 bits a byte, low
+// first, the high bit set on every byte but the last.
+inline uint32_t varintBytes(uint64_t v) {
+  uint32_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+inline unsigned char* putVarint(unsigned char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<unsigned char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<unsigned char>(v);
+  return p;
+}
+// One varint of at most 32 bits from [*p, end): false if it runs past end
+// or holds more than 32 bits; *p moves past it.
+inline bool readVarint32(const unsigned char** p, const unsigned char* end, uint32_t* value) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    if (*p >= end) return false;
+    const unsigned char b = *(*p)++;
+    if (shift == 28 && (b & 0xf0) != 0) return false;
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) break;
+  }
+  *value = static_cast<uint32_t>(v);
+  return true;
+}
+
 // A pairs stream with 32-bit indices (kCoo32).
 size_t pairsStreamBytes(uint64_t nnz, core::ValueType vt);
 // Exact bytes of a pairs stream of these sorted indices in [rangeBegin,
@@ -372,9 +405,15 @@ CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t
 //   kValues: [header][scales: rows x fp32][codes: nnz x int8][pad to 8]
 // (kValues rows: the rows of the selection; the receiver knows each row's count.)
 // Every scale must be finite and >= 0.
+// kRowsCodecBounded, kRowsCodecFp16/Bf16/Fp8: see below.
 constexpr int kRowsCodecWire = 0;
 constexpr int kRowsCodecInt8 = 1;
+constexpr int kRowsCodecBounded = 2;
+constexpr int kRowsCodecFp16 = 3;
+constexpr int kRowsCodecBf16 = 4;
+constexpr int kRowsCodecFp8 = 5;
 constexpr uint8_t kRowsInt8ValueType = 0x81;
+constexpr uint8_t kRowsBoundedValueType = 0x82;
 constexpr int8_t kInt8NonFinite = -128;
 
 // The scale of one row's values: max finite |v| / 127 (0 for a row of
@@ -469,6 +508,67 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
 // parseRows for a stream of codec `codec` (kRowsCodec*); kRowsCodecWire is parseRows.
 Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt, int codec,
                       uint64_t seq, int peer, RowsView* out, std::vector<uint32_t>* positions = nullptr);
+// kRowsCodecFp16, kRowsCodecBf16, kRowsCodecFp8: the wire codec's streams
+// with that value type, whatever SPCCL_VALUE_TYPE says, both ways (the
+// collective picks the type; the layouts are kRows and kValues above).
+//
+// kRowsCodecBounded: error-bounded quantization of the forward's values.
+// Every decoded value d of a kept value x satisfies |x - d| <= bound (in
+// exact arithmetic, d as the receiver's buffer type holds it), and non-finite
+// values arrive bit for bit. A value is coded q = round(x / step) with step =
+// boundedStep(bound), slightly under 2 x bound, and decodes to
+// boundedDecode(q, step), rounded to the buffer type.
+// Per row, the codes minus the row's smallest, `base`, are packed in the
+// fewest bits that hold the row's span (0 when all codes are equal, at most
+// kBoundedMaxWidth); a row with a non-finite value, a code beyond 2^24, a
+// decoded value the encoder finds off the bound, or packed codes no smaller
+// than its raw values, goes raw: its values in the buffer's own type (16 or
+// 32 bits each, `raw`). Layout (kRows, version kStreamVersionRowsCodec,
+// valueType kRowsBoundedValueType, status 0):
+//   [header][counts: rows x uint32, if keepPerRow == 0]
+//   [positions: nnz x 1/2/4 bytes, omitted when keepPerRow == rowLen (every
+//    row keeps every position, in order)][pad to 4]
+//   [step: fp32, finite, >= 0 (0: every row raw)]
+//   [widths: rows x uint8, each 0..kBoundedMaxWidth or kBoundedRawWidth]
+//   [bases: one zigzag LEB128 varint (<= 5 bytes) per row that is not raw,
+//    in row order, within [-2^24, 2^24]: every code below 2^25 in magnitude]
+//   [codes: one bit stream, LSB first, row after row, counts[r] fields of
+//    width[r] bits (raw rows: 16 or 32), zero bits to the byte][pad to 8]
+// The backward of a bounded forward sends the gradients in the buffer's own
+// type (the wire codec's kValues stream): exact.
+constexpr uint8_t kBoundedRawWidth = 0xff;
+constexpr uint32_t kBoundedMaxWidth = 24;
+constexpr int64_t kBoundedMaxCode = int64_t{1} << 24;
+// The quantization step of a bound: 2 x bound x (1 - 2^-12), so that the
+// fp32 rounding of a decoded value stays inside the bound for values up to
+// 2^12 bounds; 0 for a bound that is not finite and > 0 (every row raw),
+// and a bound above 1e38 counts as 1e38.
+float boundedStep(float bound);
+// float(q x step), exact in double, clamped to fp32's finite range.
+float boundedDecode(int64_t q, float step);
+// The bound of one bounded forward: `bound` (SPCCL_ROWS_ERROR_BOUND), times
+// the range (max - min) of the n finite values when `relative`, times
+// decay^call (SPCCL_ROWS_ERROR_DECAY; `call` counts the communicator's
+// bounded forwards from 0). Clamped to [0, 1e38].
+float rowsCallBound(const float* values, uint64_t n, float bound, bool relative, double decay, uint64_t call);
+// The most bytes a bounded rows stream can take (the encoder's buffer, and
+// the receiver's limit on an announced size); raw: the buffer's value type.
+size_t rowsStreamMaxBytesBounded(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz,
+                                 core::ValueType raw);
+// Writes a bounded rows stream of nnz fp32 values (rows' counts in counts,
+// positions as encodeRows) into dst (rowsStreamMaxBytesBounded bytes);
+// returns its size.
+size_t encodeRowsBounded(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
+                         const uint32_t* positions, const float* values, uint64_t nnz, float bound, core::ValueType raw,
+                         uint64_t seq);
+// Validates a bounded rows stream field by field and decodes it: *out gets
+// the counts (positionAt is not for this kind: positions may be implied),
+// `positions` the nnz positions appended (as parseRows), `decoded` exactly
+// nnz fp32 values (resized). A refused stream appends nothing to positions.
+Status parseRowsBounded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType raw,
+                        uint64_t seq, int peer, RowsView* out, std::vector<uint32_t>* positions,
+                        std::vector<float>* decoded);
+
 // An int8 values stream of `rows` rows and exactly nnz codes: *scales gets
 // the validated rows x fp32 scales, *codes the nnz int8 codes.
 Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq, int peer,

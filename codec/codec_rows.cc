@@ -1,8 +1,11 @@
 // Row streams: alltoall rows (forward), values only (backward), id rows
 // (row-sparse allreduce). Layouts in codec.h. As for pairs streams, every
 // length, count, position and id of a received stream is checked before use.
+#include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "codec/codec.h"
 
@@ -23,7 +26,8 @@ RowsHeader makeRowsHeader(StreamKind kind, Collective coll, IndexEncoding enc, u
                           uint64_t rowLen, uint64_t keep, uint64_t nnz, uint64_t seq) {
   RowsHeader h{};
   h.magic = kStreamMagic;
-  h.version = valueType == kRowsInt8ValueType ? kStreamVersionRowsCodec : kStreamVersion;
+  h.version =
+      valueType == kRowsInt8ValueType || valueType == kRowsBoundedValueType ? kStreamVersionRowsCodec : kStreamVersion;
   h.indexEncoding = static_cast<uint8_t>(enc);
   h.valueType = valueType;
   h.kind = static_cast<uint8_t>(kind);
@@ -59,7 +63,9 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
   SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   std::memcpy(h, data, sizeof *h);
   // A codec's value type comes only with its version, and only on rows and values streams.
-  const bool coded = h->valueType == kRowsInt8ValueType && (kind == StreamKind::kRows || kind == StreamKind::kValues);
+  const bool coded =
+      (h->valueType == kRowsInt8ValueType && (kind == StreamKind::kRows || kind == StreamKind::kValues)) ||
+      (h->valueType == kRowsBoundedValueType && kind == StreamKind::kRows);
   if (h->magic != kStreamMagic || h->version != (coded ? kStreamVersionRowsCodec : kStreamVersion))
     return remoteError(formatString("stream from rank %d has bad magic or version", peer));
   if (h->seq != seq)
@@ -79,6 +85,33 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
   if (h->kind != static_cast<uint8_t>(kind) || (h->flags & ~kChecksumFlag) != 0 || (!sealed && h->reserved1 != 0))
     return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)", peer,
                                     static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
+  return Status::ok();
+}
+
+// What every kRows stream is checked for before its layout: the header,
+// the shape this rank expects, the value type and index encoding, and the
+// claimed counts bounded by the block (before any multiplication can
+// overflow).
+Status checkRowsPrefix(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, uint8_t expectedType,
+                       uint64_t seq, int peer, RowsHeader* h) {
+  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kRows, seq, peer, h));
+  if (h->rows != rows || h->rowLen != rowLen)
+    return invalidUsage(formatString("rank %d sent %llu rows of %llu, this rank expects %llu rows of %llu", peer,
+                                     static_cast<unsigned long long>(h->rows),
+                                     static_cast<unsigned long long>(h->rowLen), static_cast<unsigned long long>(rows),
+                                     static_cast<unsigned long long>(rowLen)));
+  const uint32_t ib = rowIndexBytes(rowLen);
+  if (h->valueType != expectedType || h->indexEncoding != static_cast<uint8_t>(encodingFor(ib)))
+    return invalidUsage(
+        formatString("rank %d sent value type %u / index encoding %u, expected %u / %u (a different "
+                     "SPCCL_VALUE_TYPE or SPCCL_ROWS_CODEC?)",
+                     peer, static_cast<unsigned>(h->valueType), static_cast<unsigned>(h->indexEncoding),
+                     static_cast<unsigned>(expectedType), static_cast<unsigned>(encodingFor(ib))));
+  if (h->keepPerRow > rowLen || rows > bytes || h->nnz > rows * rowLen)
+    return remoteError(formatString("rows stream from rank %d claims %llu entries (%llu per row) in %llu rows of %llu",
+                                    peer, static_cast<unsigned long long>(h->nnz),
+                                    static_cast<unsigned long long>(h->keepPerRow),
+                                    static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
   return Status::ok();
 }
 
@@ -172,6 +205,44 @@ bool checkRowPositions(const RowsView& v, uint64_t rows, uint64_t rowLen, uint32
     }
   }
   return true;
+}
+
+// Every row's count (1..rowLen, adding up to nnz), then every position (in
+// range, increasing within the row), appended to `positions` when given; a
+// view without positions (nullptr: every row keeps all rowLen, in order)
+// appends 0..rowLen-1 per row. A refused stream appends nothing.
+Status checkCountsAndPositions(const RowsView& v, int peer, std::vector<uint32_t>* positions) {
+  uint64_t j = 0;
+  for (uint64_t r = 0; r < v.rows; ++r) {
+    const uint64_t c = v.countOf(r);
+    if (c == 0 || c > v.rowLen || j + c > v.nnz)
+      return remoteError(formatString("rows stream from rank %d: row %llu keeps %llu entries", peer,
+                                      static_cast<unsigned long long>(r), static_cast<unsigned long long>(c)));
+    j += c;
+  }
+  if (j != v.nnz) return remoteError(formatString("rows stream from rank %d: row counts do not add up to nnz", peer));
+  uint32_t* kept = nullptr;
+  if (positions) {
+    positions->resize(positions->size() + v.nnz);
+    kept = positions->data() + positions->size() - v.nnz;
+  }
+  if (v.positions == nullptr) {
+    for (uint64_t e = 0; kept && e < v.nnz; ++e) kept[e] = static_cast<uint32_t>(e % v.rowLen);
+    return Status::ok();
+  }
+  uint64_t badRow = 0;
+  uint32_t badPos = 0;
+  const bool ok = v.indexBytes == 1   ? checkRowPositions<uint8_t>(v, v.rows, v.rowLen, kept, &badRow, &badPos)
+                  : v.indexBytes == 2 ? checkRowPositions<uint16_t>(v, v.rows, v.rowLen, kept, &badRow, &badPos)
+                                      : checkRowPositions<uint32_t>(v, v.rows, v.rowLen, kept, &badRow, &badPos);
+  if (!ok) {
+    if (positions) positions->resize(positions->size() - v.nnz);  // a refused stream appends nothing
+    return remoteError(
+        formatString("rows stream from rank %d: row %llu position %u is out of range or not "
+                     "increasing",
+                     peer, static_cast<unsigned long long>(badRow), badPos));
+  }
+  return Status::ok();
 }
 
 // Per row r, its scale and counts[r] codes: scales (rows x fp32) then codes.
@@ -327,28 +398,12 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
 Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, int codec,
                       uint64_t seq, int peer, RowsView* out, std::vector<uint32_t>* positions) {
   const bool int8 = codec == kRowsCodecInt8;
-  const uint8_t expectedType = int8 ? kRowsInt8ValueType : static_cast<uint8_t>(vt);
   RowsHeader h;
-  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kRows, seq, peer, &h));
-  if (h.rows != rows || h.rowLen != rowLen)
-    return invalidUsage(formatString("rank %d sent %llu rows of %llu, this rank expects %llu rows of %llu", peer,
-                                     static_cast<unsigned long long>(h.rows), static_cast<unsigned long long>(h.rowLen),
-                                     static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
+  SPCCL_RETURN_IF_ERROR(
+      checkRowsPrefix(data, bytes, rows, rowLen, int8 ? kRowsInt8ValueType : static_cast<uint8_t>(vt), seq, peer, &h));
   const uint32_t ib = rowIndexBytes(rowLen);
-  if (h.valueType != expectedType || h.indexEncoding != static_cast<uint8_t>(encodingFor(ib)))
-    return invalidUsage(
-        formatString("rank %d sent value type %u / index encoding %u, expected %u / %u (a different "
-                     "SPCCL_VALUE_TYPE or SPCCL_ROWS_CODEC?)",
-                     peer, static_cast<unsigned>(h.valueType), static_cast<unsigned>(h.indexEncoding),
-                     static_cast<unsigned>(expectedType), static_cast<unsigned>(encodingFor(ib))));
   int scaleExp = 0;
   SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &scaleExp));
-  // Bound everything by the block size before any multiplication can overflow.
-  if (h.keepPerRow > rowLen || rows > bytes || h.nnz > rows * rowLen)
-    return remoteError(formatString("rows stream from rank %d claims %llu entries (%llu per row) in %llu rows of %llu",
-                                    peer, static_cast<unsigned long long>(h.nnz),
-                                    static_cast<unsigned long long>(h.keepPerRow),
-                                    static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
   const bool perRow = h.keepPerRow == 0;
   const size_t expectedBytes =
       int8 ? rowsStreamBytesInt8(rows, rowLen, h.nnz, perRow) : rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt);
@@ -376,33 +431,7 @@ Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t ro
                                       peer, static_cast<unsigned long long>(bad),
                                       static_cast<double>(loadScale(v.scales, bad))));
   }
-  // Counts first (they bound every position read), then the positions.
-  uint64_t j = 0;
-  for (uint64_t r = 0; r < rows; ++r) {
-    const uint64_t c = v.countOf(r);
-    if (c == 0 || c > rowLen || j + c > h.nnz)
-      return remoteError(formatString("rows stream from rank %d: row %llu keeps %llu entries", peer,
-                                      static_cast<unsigned long long>(r), static_cast<unsigned long long>(c)));
-    j += c;
-  }
-  if (j != h.nnz) return remoteError(formatString("rows stream from rank %d: row counts do not add up to nnz", peer));
-  uint32_t* kept = nullptr;
-  if (positions) {
-    positions->resize(positions->size() + h.nnz);
-    kept = positions->data() + positions->size() - h.nnz;
-  }
-  uint64_t badRow = 0;
-  uint32_t badPos = 0;
-  const bool ok = ib == 1   ? checkRowPositions<uint8_t>(v, rows, rowLen, kept, &badRow, &badPos)
-                  : ib == 2 ? checkRowPositions<uint16_t>(v, rows, rowLen, kept, &badRow, &badPos)
-                            : checkRowPositions<uint32_t>(v, rows, rowLen, kept, &badRow, &badPos);
-  if (!ok) {
-    if (positions) positions->resize(positions->size() - h.nnz);  // a refused stream appends nothing
-    return remoteError(
-        formatString("rows stream from rank %d: row %llu position %u is out of range or not "
-                     "increasing",
-                     peer, static_cast<unsigned long long>(badRow), badPos));
-  }
+  SPCCL_RETURN_IF_ERROR(checkCountsAndPositions(v, peer, positions));
   *out = v;
   return Status::ok();
 }
@@ -450,6 +479,279 @@ Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t n
                                     static_cast<double>(loadScale(s, bad))));
   *scales = s;
   *codes = reinterpret_cast<const int8_t*>(s + rows * sizeof(float));
+  return Status::ok();
+}
+
+// ---- Error-bounded rows (kRowsCodecBounded; layout in codec.h) ----
+
+namespace {
+
+// An LSB-first bit stream: fields of up to 32 bits, byte after byte.
+class BitWriter {
+ public:
+  explicit BitWriter(unsigned char* p) : p_(p) {}
+  void put(uint64_t v, uint32_t bits) {
+    acc_ |= v << n_;
+    n_ += bits;
+    for (; n_ >= 8; n_ -= 8, acc_ >>= 8) *p_++ = static_cast<unsigned char>(acc_);
+  }
+  unsigned char* finish() {  // the last byte's unused bits zero
+    if (n_ > 0) *p_++ = static_cast<unsigned char>(acc_);
+    acc_ = 0;
+    n_ = 0;
+    return p_;
+  }
+
+ private:
+  unsigned char* p_;
+  uint64_t acc_ = 0;
+  uint32_t n_ = 0;
+};
+
+// Reads what BitWriter wrote; the caller bounds the total read by the section.
+class BitReader {
+ public:
+  explicit BitReader(const unsigned char* p) : p_(p) {}
+  uint64_t get(uint32_t bits) {
+    for (; n_ < bits; n_ += 8) acc_ |= static_cast<uint64_t>(*p_++) << n_;
+    const uint64_t v = acc_ & ((uint64_t{1} << bits) - 1);
+    acc_ >>= bits;
+    n_ -= bits;
+    return v;
+  }
+
+ private:
+  const unsigned char* p_;
+  uint64_t acc_ = 0;
+  uint32_t n_ = 0;
+};
+
+uint32_t rawBitsOf(ValueType raw) { return 8 * core::wireValueBytes(raw); }
+
+// A value of the buffer type `raw` (exact in fp32) as its own bits, and back.
+uint32_t rawFromFloat(float x, ValueType raw) {
+  if (raw == ValueType::kFloat16) return core::floatToHalfBits(x);
+  if (raw == ValueType::kBfloat16) return core::floatToBfloat16Bits(x);
+  return core::floatBits(x);
+}
+float floatFromRaw(uint32_t bits, ValueType raw) {
+  if (raw == ValueType::kFloat16) return core::halfBitsToFloat(static_cast<uint16_t>(bits));
+  if (raw == ValueType::kBfloat16) return core::bfloat16BitsToFloat(static_cast<uint16_t>(bits));
+  return core::bitsFloat(bits);
+}
+
+uint32_t zigzag(int32_t v) { return (static_cast<uint32_t>(v) << 1) ^ static_cast<uint32_t>(v >> 31); }
+int32_t unzigzag(uint32_t z) { return static_cast<int32_t>((z >> 1) ^ (~(z & 1) + 1)); }
+
+// The code of a finite x whose |x / step| is at most 2^24 - 1/2.
+int64_t boundedCode(float x, float step) {
+  return static_cast<int64_t>(std::floor(static_cast<double>(x) / static_cast<double>(step) + 0.5));
+}
+
+// One row's width (kBoundedRawWidth: raw) and, quantized, its base. A row is
+// quantized only if every value is finite, codes within +-2^24, decodes (as
+// the receiver decodes it, rounded to `raw`) within `bound`, and the packed
+// codes and base take fewer bits than the raw values.
+uint32_t planBoundedRow(const float* v, uint32_t n, float step, float bound, ValueType raw, int32_t* base) {
+  if (step == 0.0f) return kBoundedRawWidth;
+  int64_t lo = kBoundedMaxCode, hi = -kBoundedMaxCode;
+  for (uint32_t e = 0; e < n; ++e) {
+    const float x = v[e];
+    if (!(x - x == 0.0f)) return kBoundedRawWidth;  // NaN or Inf
+    if (!(std::fabs(static_cast<double>(x) / static_cast<double>(step)) <= static_cast<double>(kBoundedMaxCode) - 0.5))
+      return kBoundedRawWidth;
+    const int64_t q = boundedCode(x, step);
+    const float d = core::roundToWire(boundedDecode(q, step), raw);
+    if (!(std::fabs(static_cast<double>(x) - static_cast<double>(d)) <= static_cast<double>(bound)))
+      return kBoundedRawWidth;
+    lo = std::min(lo, q);
+    hi = std::max(hi, q);
+  }
+  if (n == 0) lo = hi = 0;
+  const uint64_t span = static_cast<uint64_t>(hi - lo);
+  const uint32_t width = span == 0 ? 0 : 64 - static_cast<uint32_t>(__builtin_clzll(span));
+  *base = static_cast<int32_t>(lo);
+  const uint64_t packed = uint64_t{width} * n + 8 * uint64_t{varintBytes(zigzag(*base))};
+  return width <= kBoundedMaxWidth && packed < uint64_t{rawBitsOf(raw)} * n ? width : kBoundedRawWidth;
+}
+
+// Bytes of the sections before the step.
+size_t boundedStepAt(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz) {
+  const bool implied = keepPerRow != 0 && keepPerRow == rowLen;
+  return pad4(sizeof(RowsHeader) + (keepPerRow == 0 ? rows * sizeof(uint32_t) : 0) +
+              (implied ? 0 : nnz * rowIndexBytes(rowLen)));
+}
+
+}  // namespace
+
+float boundedStep(float bound) {
+  if (!(bound > 0.0f && bound <= 3.4028235e38f)) return 0.0f;
+  const double b = std::min(static_cast<double>(bound), 1e38);
+  return static_cast<float>(2.0 * b * (1.0 - 1.0 / 4096.0));
+}
+
+float boundedDecode(int64_t q, float step) {
+  const double d = static_cast<double>(q) * static_cast<double>(step);
+  constexpr double kMax = 3.4028234663852886e38;
+  return static_cast<float>(d > kMax ? kMax : d < -kMax ? -kMax : d);
+}
+
+float rowsCallBound(const float* values, uint64_t n, float bound, bool relative, double decay, uint64_t call) {
+  double b = bound;
+  if (relative) {
+    float lo = 0.0f, hi = 0.0f;
+    bool any = false;
+    for (uint64_t j = 0; j < n; ++j) {
+      const float x = values[j];
+      if (!(x - x == 0.0f)) continue;
+      lo = any ? std::min(lo, x) : x;
+      hi = any ? std::max(hi, x) : x;
+      any = true;
+    }
+    b *= static_cast<double>(hi) - static_cast<double>(lo);
+  }
+  if (decay != 1.0) b *= std::pow(decay, static_cast<double>(call));
+  return static_cast<float>(b > 1e38 ? 1e38 : b >= 0 ? b : 0.0);
+}
+
+size_t rowsStreamMaxBytesBounded(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz, ValueType raw) {
+  // A quantized row takes fewer bits, base included, than its raw values.
+  return alignStream(boundedStepAt(rows, rowLen, keepPerRow, nnz) + sizeof(float) + rows +
+                     nnz * core::wireValueBytes(raw) + 5 * rows + 1);
+}
+
+size_t encodeRowsBounded(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, const uint32_t* counts,
+                         const uint32_t* positions, const float* values, uint64_t nnz, float bound, ValueType raw,
+                         uint64_t seq) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const uint32_t ib = rowIndexBytes(rowLen);
+  size_t off = sizeof(RowsHeader);
+  if (keepPerRow == 0 && rows > 0) {
+    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
+    off += rows * sizeof(uint32_t);
+  }
+  if (!(keepPerRow != 0 && keepPerRow == rowLen)) off += storePositions(p + off, positions, nnz, ib);
+  const size_t stepAt = boundedStepAt(rows, rowLen, keepPerRow, nnz);
+  std::memset(p + off, 0, stepAt - off);
+  const float step = boundedStep(bound);
+  std::memcpy(p + stepAt, &step, sizeof step);
+  unsigned char* widths = p + stepAt + sizeof step;
+  // Pass 1: each row's width, and the bases of the quantized rows.
+  unsigned char* bases = widths + rows;
+  unsigned char* at = bases;
+  uint64_t e = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    int32_t base = 0;
+    const uint32_t w = planBoundedRow(values + e, counts[r], step, bound, raw, &base);
+    widths[r] = static_cast<unsigned char>(w);
+    if (w != kBoundedRawWidth) at = putVarint(at, zigzag(base));
+    e += counts[r];
+  }
+  // Pass 2: the codes (the same arithmetic as pass 1), or the raw values.
+  const unsigned char* nextBase = bases;
+  BitWriter codes(at);
+  e = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (widths[r] == kBoundedRawWidth) {
+      for (uint32_t c = 0; c < counts[r]; ++c, ++e) codes.put(rawFromFloat(values[e], raw), rawBitsOf(raw));
+      continue;
+    }
+    uint32_t z = 0;
+    readVarint32(&nextBase, at, &z);
+    const int64_t base = unzigzag(z);
+    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
+      codes.put(static_cast<uint64_t>(boundedCode(values[e], step) - base), widths[r]);
+  }
+  const size_t used = static_cast<size_t>(codes.finish() - p);
+  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib),
+                                      kRowsBoundedValueType, rows, rowLen, keepPerRow, nnz, seq);
+  std::memcpy(p, &h, sizeof h);
+  return finish(p, used);
+}
+
+Status parseRowsBounded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType raw, uint64_t seq,
+                        int peer, RowsView* out, std::vector<uint32_t>* positions, std::vector<float>* decoded) {
+  RowsHeader h;
+  SPCCL_RETURN_IF_ERROR(checkRowsPrefix(data, bytes, rows, rowLen, kRowsBoundedValueType, seq, peer, &h));
+  const bool perRow = h.keepPerRow == 0;
+  const bool implied = !perRow && h.keepPerRow == rowLen;
+  const size_t stepAt = boundedStepAt(rows, rowLen, h.keepPerRow, h.nnz);
+  if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes < stepAt + sizeof(float) || bytes - stepAt - 4 < rows)
+    return remoteError(formatString("bounded rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
+                                    static_cast<unsigned long long>(h.nnz)));
+  const auto* base = static_cast<const unsigned char*>(data);
+  const unsigned char* end = base + bytes;
+  RowsView v;
+  v.rows = rows;
+  v.rowLen = rowLen;
+  v.nnz = h.nnz;
+  v.keepPerRow = h.keepPerRow;
+  v.counts = perRow ? base + sizeof h : nullptr;
+  v.positions = implied ? nullptr : base + sizeof h + (perRow ? rows * sizeof(uint32_t) : 0);
+  v.indexBytes = rowIndexBytes(rowLen);
+  v.valueType = raw;
+  // The padding after the positions, then the counts and positions.
+  for (size_t i = sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + (implied ? 0 : h.nnz * v.indexBytes); i < stepAt;
+       ++i)
+    if (base[i] != 0) return remoteError(formatString("bounded rows stream from rank %d: non-zero padding", peer));
+  const size_t first = positions ? positions->size() : 0;
+  SPCCL_RETURN_IF_ERROR(checkCountsAndPositions(v, peer, positions));
+  auto refuse = [&](const std::string& what) {
+    if (positions) positions->resize(first);
+    return remoteError(formatString("bounded rows stream from rank %d: %s", peer, what.c_str()));
+  };
+  float step;
+  std::memcpy(&step, base + stepAt, sizeof step);
+  if (!(step >= 0.0f && step <= 3.4028235e38f))
+    return refuse(formatString("step %g (not finite and >= 0)", static_cast<double>(step)));
+  const unsigned char* widths = base + stepAt + sizeof step;
+  const uint32_t rawBits = rawBitsOf(raw);
+  uint64_t bits = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint32_t w = widths[r];
+    if (w != kBoundedRawWidth && (w > kBoundedMaxWidth || step == 0.0f))
+      return refuse(formatString("row %llu has width %u (step %g)", static_cast<unsigned long long>(r), w,
+                                 static_cast<double>(step)));
+    bits += uint64_t{v.countOf(r)} * (w == kBoundedRawWidth ? rawBits : w);
+  }
+  const unsigned char* at = widths + rows;
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (widths[r] == kBoundedRawWidth) continue;
+    uint32_t z = 0;
+    if (!readVarint32(&at, end, &z))
+      return refuse(formatString("row %llu's base is truncated or over 32 bits", static_cast<unsigned long long>(r)));
+    const int64_t b = unzigzag(z);
+    if (b < -kBoundedMaxCode || b > kBoundedMaxCode)
+      return refuse(formatString("row %llu's base %lld is outside [-2^24, 2^24]", static_cast<unsigned long long>(r),
+                                 static_cast<long long>(b)));
+  }
+  const unsigned char* codes = at;
+  const uint64_t codeBytes = (bits + 7) / 8;
+  if (codeBytes > static_cast<uint64_t>(end - codes) ||
+      alignStream(static_cast<size_t>(codes - base) + codeBytes) != bytes)
+    return refuse(formatString("%zu bytes, its sections take %llu", bytes,
+                               static_cast<unsigned long long>(static_cast<size_t>(codes - base) + codeBytes)));
+  if (bits % 8 != 0 && (codes[codeBytes - 1] >> (bits % 8)) != 0) return refuse("bits set past the last code");
+  for (const unsigned char* q = codes + codeBytes; q < end; ++q)
+    if (*q != 0) return refuse("non-zero padding");
+  // Everything checked: decode.
+  decoded->resize(h.nnz);
+  float* d = decoded->data();
+  BitReader reader(codes);
+  const unsigned char* nextBase = widths + rows;
+  uint64_t e = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint32_t w = widths[r], c = v.countOf(r);
+    if (w == kBoundedRawWidth) {
+      for (uint32_t k = 0; k < c; ++k) d[e++] = floatFromRaw(static_cast<uint32_t>(reader.get(rawBits)), raw);
+      continue;
+    }
+    uint32_t z = 0;
+    readVarint32(&nextBase, codes, &z);
+    const int64_t b = unzigzag(z);
+    for (uint32_t k = 0; k < c; ++k) d[e++] = boundedDecode(b + static_cast<int64_t>(reader.get(w)), step);
+  }
+  *out = v;
   return Status::ok();
 }
 

@@ -2,8 +2,10 @@
 // magnitude travel as (row-local position, value) with positions in the
 // narrowest integer that fits rowLen, and no per-row counts unless some row
 // kept extra NaN/Inf. The backward sends values only: both sides remember the
-// positions in the selection. Values travel in the wire type, or (SPCCL_ROWS_CODEC=int8)
-// as int8 codes with one scale per row (codec.h), both ways.
+// positions in the selection. Values travel in the wire type (SPCCL_VALUE_TYPE, or
+// SPCCL_ROWS_CODEC=fp16|bf16|fp8), or (SPCCL_ROWS_CODEC=int8) as int8 codes with one
+// scale per row, both ways, or (SPCCL_ROWS_CODEC=bounded) forward as error-bounded
+// codes and backward exact (codec.h).
 #include <algorithm>
 #include <string>
 #include <cstring>
@@ -238,7 +240,26 @@ CallDescriptor rowsCallDescriptor(Collective coll, uint64_t seq, size_t rowsPerP
                                   spcclDataType_t type, core::ValueType wire, int codec, uint64_t agreed) {
   CallDescriptor d = rowsDescriptor(coll, seq, rowsPerPeer, rowLen, type, wire, agreed);
   if (codec == kRowsCodecInt8) d.valueType = kRowsInt8ValueType;
+  if (codec == kRowsCodecBounded) d.valueType = kRowsBoundedValueType;
   return d;
+}
+
+// The value type of a forward's wire streams and of its backward: the
+// low-precision codecs' own; the bounded codec's raw rows and exact backward
+// in the buffer's own type; else SPCCL_VALUE_TYPE's (ownValuesWireType).
+core::ValueType rowsWireType(int codec, core::ValueType requested, spcclDataType_t type) {
+  switch (codec) {
+    case kRowsCodecFp16:
+      return core::ValueType::kFloat16;
+    case kRowsCodecBf16:
+      return core::ValueType::kBfloat16;
+    case kRowsCodecFp8:
+      return core::ValueType::kFloat8e4m3;
+    case kRowsCodecBounded:
+      return ownValuesWireType(core::ValueType::kFloat32, type);
+    default:
+      return ownValuesWireType(requested, type);
+  }
 }
 
 // The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
@@ -248,12 +269,13 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
                  double* selectionSeconds) {
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const core::ValueType wire = ownValuesWireType(comm.settings->valueType, type);
+  const int codec = comm.settings->rowsCodec;
+  const core::ValueType wire = rowsWireType(codec, comm.settings->valueType, type);
   const uint32_t keep = core::rowKeep(rowLen, density);
   const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen;
   const uint64_t seq = comm.seq++;
-  const int codec = comm.settings->rowsCodec;
-  const bool int8 = codec == kRowsCodecInt8;  // values staged as fp32, coded per row by encodeRowsInt8
+  const bool int8 = codec == kRowsCodecInt8;        // values staged as fp32, coded per row by encodeRowsInt8
+  const bool bounded = codec == kRowsCodecBounded;  // values staged as fp32, coded by encodeRowsBounded
 
   SPCCL_RETURN_IF_ERROR(
       agreeOnCall(t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep),
@@ -264,7 +286,7 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   if (sel) sel->host = held;
   RowsPositions& s = *held;
   s.sentCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
-  const core::ValueType staged = int8 ? core::ValueType::kFloat32 : stagedType(wire);
+  const core::ValueType staged = int8 || bounded ? core::ValueType::kFloat32 : stagedType(wire);
   std::vector<unsigned char>& values = ws.stageBytes;  // kept values, staged, in sentPositions order
   comm.ranks64.resize(rowLen);
   const Stopwatch selecting(selectionSeconds != nullptr);
@@ -289,9 +311,15 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
       fixed &= c == keep;
     }
     ws.cuts[j + 1] = ws.cuts[j] + nnz;
-    ws.sizes[j] = int8 ? rowsStreamBytesInt8(rowsPerPeer, rowLen, nnz, !fixed)
-                       : rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
+    // bounded: room for the largest stream; encodeRowsBounded gives the size.
+    ws.sizes[j] = int8      ? rowsStreamBytesInt8(rowsPerPeer, rowLen, nnz, !fixed)
+                  : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, fixed ? keep : 0, nnz, wire)
+                            : rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
   }
+  const float bound =
+      bounded ? rowsCallBound(reinterpret_cast<const float*>(values.data()), ws.cuts[p], comm.settings->rowsErrorBound,
+                              comm.settings->rowsErrorRelative, comm.settings->rowsErrorDecay, comm.boundedForwards++)
+              : 0.0f;
   ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
   for (int j = 0; j < p; ++j) {
     const uint64_t nnz = ws.cuts[j + 1] - ws.cuts[j];
@@ -302,6 +330,11 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
       encodeRowsInt8(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
                      s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
                      reinterpret_cast<const float*>(values.data()) + ws.cuts[j], nnz, seq);
+    else if (bounded)  // the stream takes its own size; the offsets keep the room laid out above
+      ws.sizes[j] =
+          encodeRowsBounded(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
+                            s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
+                            reinterpret_cast<const float*>(values.data()) + ws.cuts[j], nnz, bound, wire, seq);
     else
       encodeRows(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
                  s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
@@ -312,8 +345,9 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   ws.recvCounts.resize(p);
   SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
   ws.recvSizes.resize(p);
-  const size_t largest = int8 ? rowsStreamBytesInt8(rowsPerPeer, rowLen, blockElems, true)
-                              : rowsStreamBytes(rowsPerPeer, rowLen, blockElems, true, wire);
+  const size_t largest = int8      ? rowsStreamBytesInt8(rowsPerPeer, rowLen, blockElems, true)
+                         : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, 0, blockElems, wire)
+                                   : rowsStreamBytes(rowsPerPeer, rowLen, blockElems, true, wire);
   Status implausible;
   for (int j = 0; j < p; ++j)
     ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &implausible);
@@ -335,8 +369,11 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   for (int j = 0; j < p; ++j) {
     RowsView v;
     const size_t first = s.recvPositions.size();
-    const Status parsed = parseRowsCoded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
-                                         wire, codec, seq, j, &v, &s.recvPositions);
+    const Status parsed =
+        bounded ? parseRowsBounded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen, wire,
+                                   seq, j, &v, &s.recvPositions, &comm.boundedDecoded)
+                : parseRowsCoded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen, wire,
+                                 int8 ? kRowsCodecInt8 : kRowsCodecWire, seq, j, &v, &s.recvPositions);
     if (!parsed.isOk()) return refuse(parsed);
     if (v.keepPerRow != 0 && v.keepPerRow != keep)
       return refuse(
@@ -353,6 +390,9 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     void* block = static_cast<char*>(recvbuff) + j * blockElems * esize;
     if (int8)
       scatterKeptInt8(v.values, v.scales, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
+    else if (bounded)  // decoded to fp32, rounded to the buffer type as the encoder checked
+      scatterKept(comm.boundedDecoded.data(), core::ValueType::kFloat32, 0, type, rowLen, rowsPerPeer, counts,
+                  s.recvPositions.data() + first, block);
     else
       scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
   }
@@ -361,7 +401,7 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     sel->rowLen = rowLen;
     sel->dataType = type;
     sel->wire = wire;
-    sel->codec = codec;
+    sel->codec = int8 ? kRowsCodecInt8 : kRowsCodecWire;  // the backward's: bounded's is exact, in `wire`
     sel->forwardSeq = seq;
   }
   *call = spcclStats_t{};

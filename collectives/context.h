@@ -17,13 +17,18 @@ namespace spccl {
 
 // The environment settings the collectives read (src/params.h's Params
 // holds them, parsed from SPCCL_VALUE_TYPE, SPCCL_INDEX_ENCODING,
-// SPCCL_ROWSPARSE_ALGO, SPCCL_PROFILE and SPCCL_ROWS_CODEC).
+// SPCCL_ROWSPARSE_ALGO, SPCCL_PROFILE, SPCCL_ROWS_CODEC and SPCCL_ROWS_ERROR_*).
 struct CollectiveSettings {
   core::ValueType valueType = core::ValueType::kFloat32;
   int indexEncoding = 0;       // codec.h kIndexEncoding*: how pairs streams write their indices
   int rowSparseAlgorithm = 0;  // kRowSparse* (collectives/other_collectives.h)
   bool profile = false;        // time split of compressed calls, reported at destroy
   int rowsCodec = 0;           // codec.h kRowsCodec*: how alltoall rows (both ways) write their values
+  // kRowsCodecBounded: the bound (absolute, or a fraction of the call's value
+  // range when rowsErrorRelative) and its factor per bounded forward.
+  float rowsErrorBound = 1e-3f;
+  bool rowsErrorRelative = false;
+  double rowsErrorDecay = 1.0;
 };
 
 // A host rows forward's kept positions, row by row, block by block (peer j's
@@ -72,7 +77,9 @@ struct CollectiveContext {
   Integrity integrity;                      // SPCCL_CHECKSUM (and its test hook)
   CostModel costModel;                      // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   RowsProfile rowsProfile;
-  double rowSparseOverlap = -1;  // sum of unique ids over ranks / union, last row-sparse call
+  uint64_t boundedForwards = 0;       // rows forwards with kRowsCodecBounded so far (the bound's schedule)
+  std::vector<float> boundedDecoded;  // such a forward's received stream, decoded (one peer's at a time)
+  double rowSparseOverlap = -1;       // sum of unique ids over ranks / union, last row-sparse call
   // Host rows forwards' positions: one no selection holds any more (use
   // count 1, only this pool) serves the next forward, so a loop of forward,
   // backward and spcclSelectionDestroy (or forwards that keep no selection)

@@ -169,8 +169,9 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
   if (comm->onDevice && comm->params.rowsCodec != kRowsCodecWire)
-    return invalidUsage(
-        "SPCCL_ROWS_CODEC=int8 is implemented on the host (MPI) path only; unset it for device buffers");
+    return invalidUsage(formatString(
+        "SPCCL_ROWS_CODEC=%s is implemented on the host (MPI) path only; unset it (or set wire) for device buffers",
+        choiceName("SPCCL_ROWS_CODEC", comm->params.rowsCodec).c_str()));
 #if SPCCL_WITH_NCCL
   if (comm->onDevice) {
     SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));

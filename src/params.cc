@@ -20,7 +20,9 @@ constexpr const char* kIndexEncodingNames[] = {"auto", "coo", "delta", "bitmap"}
 static_assert(kIndexEncodingAuto == 0 && kIndexEncodingCoo == 1 && kIndexEncodingDelta == 2 &&
                   kIndexEncodingBitmap == 3,
               "SPCCL_INDEX_ENCODING's choice order is kIndexEncoding*'s");
-static_assert(kRowsCodecWire == 0 && kRowsCodecInt8 == 1, "SPCCL_ROWS_CODEC's choice order is kRowsCodec*'s");
+static_assert(kRowsCodecWire == 0 && kRowsCodecInt8 == 1 && kRowsCodecBounded == 2 && kRowsCodecFp16 == 3 &&
+                  kRowsCodecBf16 == 4 && kRowsCodecFp8 == 5,
+              "SPCCL_ROWS_CODEC's choice order is kRowsCodec*'s");
 
 // Choice order of SPCCL_VALUE_TYPE; SPCCL_ALGO's choice order is SPCCL_ALGO_*.
 constexpr core::ValueType kValueTypeChoices[] = {core::ValueType::kFloat32, core::ValueType::kFloat16,
@@ -98,13 +100,27 @@ constexpr ParamSpec kParamSpecs[] = {
      "power-of-two scale per stream (host path only: compressed allreduce, alltoall rows, sparsified allgather). "
      "fp32 sends fp16/bf16 buffers' alltoall rows and sparsified allgather values in their own type (as exact).",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
-    {"SPCCL_ROWS_CODEC", ParamType::kChoice, "wire", 0, 0, false, "wire|int8",
+    {"SPCCL_ROWS_CODEC", ParamType::kChoice, "wire", 0, 0, false, "wire|int8|bounded|fp16|bf16|fp8",
      "Values of the alltoall rows (spcclAlltoAllRowsCompressed, its backward, the drop-in row alltoall): wire = "
      "in SPCCL_VALUE_TYPE; int8 = int8 codes with one fp32 scale per row (the row's largest magnitude / 127), every "
      "finite value "
      "within scale/2 of the original, NaN/Inf arriving as NaN; the backward codes the gradients the same way. "
-     "Host path only.",
+     "bounded = error-bounded quantization (SPCCL_ROWS_ERROR_BOUND): every value within the bound of the original, "
+     "codes bit-packed per row, NaN/Inf exact; the backward sends the gradients exactly (in the buffer's type). "
+     "fp16, bf16, fp8 = that value type both ways, whatever SPCCL_VALUE_TYPE says. Host path only.",
      [](Params* p, double v) { p->rowsCodec = static_cast<int>(v); }},
+    {"SPCCL_ROWS_ERROR_BOUND", ParamType::kFloat, "0.001", 0, 1e30, false, nullptr,
+     "SPCCL_ROWS_CODEC=bounded: the largest difference between a forward's value and its decoded value; with "
+     "SPCCL_ROWS_ERROR_RELATIVE=1 a fraction of the range (max - min) of the call's kept values. 0 = lossless.",
+     [](Params* p, double v) { p->rowsErrorBound = static_cast<float>(v); }},
+    {"SPCCL_ROWS_ERROR_RELATIVE", ParamType::kBool, "0", 0, 1, false, nullptr,
+     "SPCCL_ROWS_CODEC=bounded: 1 = SPCCL_ROWS_ERROR_BOUND is relative to each call's value range (a table's, "
+     "when a call carries one table); 0 = absolute.",
+     [](Params* p, double v) { p->rowsErrorRelative = v != 0; }},
+    {"SPCCL_ROWS_ERROR_DECAY", ParamType::kFloat, "1", 0, 1e6, true, nullptr,
+     "SPCCL_ROWS_CODEC=bounded: the bound of the communicator's n-th bounded forward (from 0) is "
+     "SPCCL_ROWS_ERROR_BOUND x this^n: below 1 it tightens over training, above 1 it loosens; 1 = constant.",
+     [](Params* p, double v) { p->rowsErrorDecay = v; }},
     {"SPCCL_INDEX_ENCODING", ParamType::kChoice, "auto", 0, 0, false, "auto|coo|delta|bitmap",
      "Indices of compressed streams: 32-bit (coo), varint gaps (delta), a bit per position (bitmap); auto = "
      "the smallest for each stream, from exact sizes.",
@@ -170,6 +186,8 @@ int choiceIndex(const char* choices, const char* value) {
   return -1;
 }
 
+}  // namespace
+
 // The index-th of a choice variable's choices as its table spells them
 // (the choice index is the value Params holds).
 std::string choiceName(const char* name, int index) {
@@ -186,6 +204,8 @@ std::string choiceName(const char* name, int index) {
   }
   return "?";
 }
+
+namespace {
 
 // An integer bound as the docs and messages show it: %g where that is exact
 // (1000, 1e+09), every digit otherwise (4294967295, not 4.29497e+09).
@@ -362,6 +382,8 @@ std::string describeParams(const Params& p) {
              static_cast<double>(p.allgatherDensity),
              choiceName("SPCCL_ROWSPARSE_ALGO", p.rowSparseAlgorithm).c_str()) +
          " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
+         formatString(" SPCCL_ROWS_ERROR_BOUND=%g SPCCL_ROWS_ERROR_RELATIVE=%d SPCCL_ROWS_ERROR_DECAY=%g",
+                      static_cast<double>(p.rowsErrorBound), p.rowsErrorRelative ? 1 : 0, p.rowsErrorDecay) +
          " SPCCL_DEVICE_MODE=" + choiceName("SPCCL_DEVICE_MODE", p.deviceMode) +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +

@@ -104,6 +104,8 @@ std::vector<std::string> unknownVariables(const char* const* environment);
 
 // "NAME=value" for every parameter as resolved (for SPCCL_DEBUG=INFO).
 std::string describeParams(const Params& p);
+// The index-th choice of the choice variable `name`, as its row spells it.
+std::string choiceName(const char* name, int index);
 
 // The markdown table docs/ENV.md embeds between its BEGIN/END markers.
 std::string renderParamTable();

@@ -155,6 +155,19 @@ TEST(Params, ValidValues) {
   EXPECT_EQ(loadOk({}).rowsCodec, kRowsCodecWire);
   EXPECT_EQ(loadOk({{"SPCCL_ROWS_CODEC", "INT8"}}).rowsCodec, kRowsCodecInt8);
   EXPECT_NE(describeParams(loadOk({{"SPCCL_ROWS_CODEC", "int8"}})).find("SPCCL_ROWS_CODEC=int8"), std::string::npos);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWS_CODEC", "bounded"}}).rowsCodec, kRowsCodecBounded);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWS_CODEC", "fp16"}}).rowsCodec, kRowsCodecFp16);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWS_CODEC", "BF16"}}).rowsCodec, kRowsCodecBf16);
+  EXPECT_EQ(loadOk({{"SPCCL_ROWS_CODEC", "fp8"}}).rowsCodec, kRowsCodecFp8);
+  EXPECT_FLOAT_EQ(loadOk({}).rowsErrorBound, 1e-3f);
+  EXPECT_FLOAT_EQ(loadOk({{"SPCCL_ROWS_ERROR_BOUND", "0"}}).rowsErrorBound, 0.0f);
+  EXPECT_FALSE(loadOk({}).rowsErrorRelative);
+  EXPECT_TRUE(loadOk({{"SPCCL_ROWS_ERROR_RELATIVE", "1"}}).rowsErrorRelative);
+  EXPECT_DOUBLE_EQ(loadOk({}).rowsErrorDecay, 1.0);
+  EXPECT_DOUBLE_EQ(loadOk({{"SPCCL_ROWS_ERROR_DECAY", "0.99"}}).rowsErrorDecay, 0.99);
+  EXPECT_NE(describeParams(loadOk({{"SPCCL_ROWS_ERROR_BOUND", "0.25"}, {"SPCCL_ROWS_ERROR_RELATIVE", "1"}}))
+                .find("SPCCL_ROWS_ERROR_BOUND=0.25 SPCCL_ROWS_ERROR_RELATIVE=1 SPCCL_ROWS_ERROR_DECAY=1"),
+            std::string::npos);
   EXPECT_NE(describeParams(loadOk({{"SPCCL_HOST_SIMD", "baseline"}})).find("SPCCL_HOST_SIMD=baseline"),
             std::string::npos);
 
@@ -278,7 +291,10 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
       {"SPCCL_INDEX_ENCODING", {"varint", "coo32", "2", "auto,delta", "rle"}},
       {"SPCCL_HOST_SIMD", {"avx", "sse2", "1", "avx512,baseline", "none"}},
-      {"SPCCL_ROWS_CODEC", {"int4", "fp8", "1", "wire,int8", "none"}},
+      {"SPCCL_ROWS_CODEC", {"int4", "e4m3", "1", "wire,int8", "none", "fp32"}},
+      {"SPCCL_ROWS_ERROR_BOUND", {"-0.1", "x", "1e31", "inf"}},
+      {"SPCCL_ROWS_ERROR_RELATIVE", {"2", "yes", "-1", "0.5"}},
+      {"SPCCL_ROWS_ERROR_DECAY", {"0", "-1", "x", "1e7"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {
