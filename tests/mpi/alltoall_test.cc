@@ -94,7 +94,7 @@ TEST_P(AlltoAllDropInTest, EqualsMpiAlltoallOrRowsCompression) {
   const size_t P = static_cast<size_t>(size_), es = typeSize(type), n = P * count;
   const bool compressed = dropInCompresses(type, count);
   const AlltoAllEnv env;
-  const spcclDataType_t wire = wireTypeFromEnv();
+  const spcclDataType_t wire = rowsWireTypeFromEnv();
 
   // Every bit pattern for exact calls; row-structured floats for compressed ones.
   const std::vector<unsigned char> send = compressed ? rowsInput(n, env.rowLen, type, seedFor(301, rank_, count))
@@ -215,7 +215,7 @@ TEST_P(RowsRoundTripTest, ForwardKeepsTopKPerRowBackwardIsMaskTimesGrad) {
   const RowsCase c = GetParam();
   const size_t P = static_cast<size_t>(size_), L = c.rowLen, rpp = c.rowsPerPeer, es = typeSize(c.type);
   const size_t rows = P * rpp, n = rows * L;
-  const spcclDataType_t wire = wireTypeFromEnv();
+  const spcclDataType_t wire = rowsWireTypeFromEnv();
   const size_t kr = rowKeepCount(L, c.density);
 
   const std::vector<unsigned char> send = rowsInput(n, L, c.type, seedFor(311, rank_, L * 131 + rpp));
@@ -300,7 +300,7 @@ class RowsNonFiniteTest : public MpiTest, public testing::WithParamInterface<spc
 
 TEST_P(RowsNonFiniteTest, NonFiniteAlwaysKeptTiesToLowerPosition) {
   const spcclDataType_t type = GetParam();
-  const spcclDataType_t wire = wireTypeFromEnv();
+  const spcclDataType_t wire = rowsWireTypeFromEnv();
   const size_t P = static_cast<size_t>(size_), L = 64, rpp = 6, es = typeSize(type), rows = P * rpp, n = rows * L;
   const float density = 1.0f / 16;
   const size_t kr = rowKeepCount(L, density);
@@ -386,7 +386,7 @@ TEST_F(MpiTest, RowsBytesAtMostATenthOfDense) {
   const uint64_t sent = s1.bytesSent - s0.bytesSent, dense = s1.denseBytes - s0.denseBytes;
   EXPECT_EQ(dense, (P - 1) * rpp * L * sizeof(float));
   EXPECT_LE(static_cast<double>(sent) / static_cast<double>(dense), 0.1) << "bytesSent " << sent << ", dense " << dense;
-  if (wireTypeFromEnv() == spcclFloat32) {
+  if (rowsWireTypeFromEnv() == spcclFloat32) {
     const ByteBounds b = forwardBytes(P, rpp, L, 8, spcclFloat32);
     EXPECT_GE(sent, b.lo);
     EXPECT_LE(sent, b.hi);
@@ -522,7 +522,7 @@ TEST_F(SelectionTest, BackwardOfAnotherForwardsSelectionFailsOnEveryRank) {
     const std::vector<unsigned char> want =
         maskedThroughWire(mpiAlltoallBytes(gradBytes.data(), kRows * kLen * sizeof(float)),
                           bytesOf(gaussian(elements(), seedFor(tag, rank_))), static_cast<size_t>(size_) * kRows, kLen,
-                          spcclFloat32, rowKeepCount(kLen, kDensity), wireTypeFromEnv());
+                          spcclFloat32, rowKeepCount(kLen, kDensity), rowsWireTypeFromEnv());
     const Diff d = compareElements(gradOut.data(), want.data(), elements(), spcclFloat32, true);
     EXPECT_EQ(d.count, 0u) << describeDiff(d, gradOut.data(), want.data(), kLen, spcclFloat32);
   }
@@ -601,7 +601,7 @@ TEST_F(MpiTest, InterleavedSelectionsBackwardInReverseOrder) {
                              "spcclAlltoAllRowsBackward"));
     const std::vector<unsigned char> want =
         maskedThroughWire(mpiAlltoallBytes(grad.data(), f->rpp * f->len * 4), f->send, P * f->rpp, f->len, spcclFloat32,
-                          kr, wireTypeFromEnv());
+                          kr, rowsWireTypeFromEnv());
     const Diff d = compareElements(gradOut.data(), want.data(), n, spcclFloat32, true);
     EXPECT_EQ(d.count, 0u) << describeDiff(d, gradOut.data(), want.data(), f->len, spcclFloat32);
   }

@@ -690,6 +690,13 @@ inline spcclDataType_t wireTypeFromEnv() {
   return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : spcclFloat32;
 }
 
+// The value type of the alltoall rows: SPCCL_ROWS_CODEC=fp16|bf16|fp8's,
+// else SPCCL_VALUE_TYPE's.
+inline spcclDataType_t rowsWireTypeFromEnv() {
+  const std::string s = envString("SPCCL_ROWS_CODEC");
+  return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : wireTypeFromEnv();
+}
+
 // The value type of the collectives that move a buffer's own values (alltoall
 // rows, the sparsified allgather): SPCCL_VALUE_TYPE, except that where it is
 // fp32, 16-bit data travels in its own type (as exact, half the bytes).
