@@ -448,6 +448,55 @@ void rowsInt8Seeds(Writer& w) {
   }
 }
 
+// ---- the error-bounded row codec: parseRowsBounded ----
+void rowsBoundedSeeds(Writer& w) {
+  Rng rng{9};
+  struct Case {
+    uint64_t rows, rowLen, keep;  // keep 0: per-row counts; keep == rowLen: positions implied
+    ValueType raw;
+    float bound;
+  };
+  const Case cases[] = {{0, 8, 2, ValueType::kFloat32, 1e-3f},    {1, 1, 1, ValueType::kFloat32, 0.1f},
+                        {3, 7, 0, ValueType::kFloat16, 1e-2f},    {8, 64, 4, ValueType::kFloat32, 1e-3f},
+                        {4, 300, 0, ValueType::kBfloat16, 0.5f},  {2, 65537, 3, ValueType::kFloat32, 1e-6f},
+                        {16, 64, 64, ValueType::kFloat32, 1e-2f}, {5, 16, 16, ValueType::kFloat16, 0.0f}};
+  for (const Case& c : cases) {
+    const uint64_t seq = rng.below(1000);
+    std::vector<uint32_t> counts(c.rows), positions;
+    std::vector<float> values;
+    for (uint64_t r = 0; r < c.rows; ++r) {
+      counts[r] = static_cast<uint32_t>(c.keep ? c.keep : 1 + rng.below(c.rowLen < 5 ? c.rowLen : 5));
+      const std::vector<uint32_t> pick = rng.sortedPick(c.rowLen, counts[r]);
+      positions.insert(positions.end(), pick.begin(), pick.end());
+    }
+    for (size_t j = 0; j < positions.size(); ++j) values.push_back(core::roundToWire(rng.value(), c.raw));
+    if (values.size() > 3) values[2] = std::numeric_limits<float>::quiet_NaN();  // one raw row
+    const uint64_t nnz = positions.size();
+    const std::string shape = "-r" + std::to_string(c.rows) + "-len" + std::to_string(c.rowLen) +
+                              (c.keep ? "-keep" + std::to_string(c.keep) : "-counts") + "-t" +
+                              std::to_string(static_cast<int>(c.raw));
+    std::vector<unsigned char> stream(rowsStreamMaxBytesBounded(c.rows, c.rowLen, c.keep, nnz, c.raw));
+    stream.resize(encodeRowsBounded(stream.data(), c.rows, c.rowLen, c.keep, counts.data(), positions.data(),
+                                    values.data(), nnz, c.bound, c.raw, seq));
+    uint8_t prefix[RowsPrefix::kBytes];
+    writeRowsPrefix(prefix, c.rows, c.rowLen, c.raw, seq);
+    const Bytes b = join(prefix, sizeof prefix, stream);
+    const std::string name = "rows-bounded" + shape;
+    const RowsPrefix x = readRowsPrefix(b.data());
+    RowsView view;
+    std::vector<float> decoded;
+    mustAccept(parseRowsBounded(streamOf(b, sizeof prefix), stream.size(), x.rows, x.rowLen, c.raw, x.seq, 1, &view,
+                                nullptr, &decoded),
+               name);
+    w.put("rows_bounded_stream", name, b);
+    if (nnz == 0) continue;
+    w.put("rows_bounded_stream", name + "-truncated", truncated(b, 8));
+    w.put("rows_bounded_stream", name + "-nnz-plus-1", patched<uint64_t>(b, sizeof prefix, kNnzAt, nnz + 1));
+    w.put("rows_bounded_stream", name + "-wire-version",
+          patched<uint16_t>(b, sizeof prefix, offsetof(RowsHeader, version), kStreamVersion));
+  }
+}
+
 // ---- parseIdRows ----
 void idRowsSeeds(Writer& w) {
   Rng rng{7};
@@ -510,6 +559,7 @@ int main(int argc, char** argv) {
   spccl::fuzz::valuesSeeds(w);
   spccl::fuzz::idRowsSeeds(w);
   spccl::fuzz::rowsInt8Seeds(w);
+  spccl::fuzz::rowsBoundedSeeds(w);
   std::printf("%d seed files under %s\n", w.files(), argv[1]);
   return 0;
 }
