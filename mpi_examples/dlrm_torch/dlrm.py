@@ -266,19 +266,27 @@ def interact(torch, z, emb):
 
 def embedding_update(torch, a, w, accum, ids, grad):
     """Sparse update of one table from its per-sample gradients grad [B, dim]
-    (ids [B, bag]): the gradient of each id summed over the batch in sample
-    order, then SGD or row-wise Adagrad (accum[id] += mean(g^2) over the row)."""
+    (ids [B, bag]), as the C++ example makes it: sample by sample in global
+    order, SGD or row-wise Adagrad, where each occurrence of an id first adds the
+    mean of its squared gradient to the row's accumulator and then steps by
+    emb_lr / (sqrt(accumulator) + 1e-8). Vectorised: occurrences sorted by id
+    (stably, so in sample order), the accumulator a running sum per id."""
     flat = ids.reshape(-1)
     g = grad.repeat_interleave(ids.shape[1], dim=0) if ids.shape[1] > 1 else grad
-    uniq, inv = torch.unique(flat, return_inverse=True)
-    gsum = torch.zeros(uniq.numel(), grad.shape[1], dtype=grad.dtype).index_add_(0, inv, g)
-    if a.optimizer == "adagrad":
-        acc = accum[uniq] + (gsum * gsum).mean(dim=1)
-        accum[uniq] = acc
-        step = (a.emb_lr / (acc.sqrt() + 1e-8)).unsqueeze(1)
-    else:
-        step = a.emb_lr
-    w.index_add_(0, uniq, -step * gsum)
+    if a.optimizer != "adagrad":
+        w.index_add_(0, flat, g, alpha=-a.emb_lr)
+        return
+    order = torch.sort(flat, stable=True).indices
+    sid, sg = flat[order], g[order]
+    s = (sg * sg).sum(dim=1, dtype=torch.float64) / grad.shape[1]
+    uniq, counts = torch.unique_consecutive(sid, return_counts=True)
+    csum = torch.cumsum(s, 0)
+    ends = torch.cumsum(counts, 0)
+    before = torch.cat([csum.new_zeros(1), csum[ends[:-1] - 1]])  # running sum before each id's first occurrence
+    acc = accum[sid].double() + csum - before.repeat_interleave(counts)
+    step = (a.emb_lr / (acc.float().sqrt() + 1e-8)).unsqueeze(1)
+    w.index_add_(0, sid, -step * sg)
+    accum[uniq] = acc[ends - 1].float()
 
 
 # ---------------------------------------------------------------------------
