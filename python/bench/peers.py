@@ -1,6 +1,8 @@
 """spccl's DCT hook next to torch's own DDP communication hooks, in one run.
 
-Launch: mpirun -np N python python/bench/peers.py [--steps 300] [--width 512]
+Launch: mpirun -np N python python/bench/peers.py [--steps 300] [--width 512] [--link NAME]
+(on emulated links: perf/netem/run.sh ... -- python python/bench/peers.py --link "1 Gbit/s",
+docs/TORCH.md)
 
 The same model, data and optimizer under DDP with: gloo dense (torch's allreduce_hook), torch's
 fp16_compress_hook and bf16_compress_hook, PowerSGD at rank 1 and 4 (all over a gloo
@@ -10,7 +12,8 @@ per configuration, bytes per step per rank, mean step time and the held-out loss
 Bytes: for the torch hooks, every dist.all_reduce they make is counted with the bus
 convention spccl's counters use for the dense allreduce, 2(P-1)/P * bytes; for
 dct_hook, spccl's own counters (bytes this rank put on the wire, headers included).
-Step time is measured on this machine's loopback, not on an emulated link.
+Step time is measured on whatever carries the ranks' traffic: --link names it in the
+table (loopback by default; perf/netem's shaped links carry gloo's and MPI's TCP alike).
 """
 import argparse
 import os
@@ -32,6 +35,7 @@ from spccl_torch.hooks import DCTState, dct_hook  # noqa: E402
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=300)
 p.add_argument("--width", type=int, default=512)
+p.add_argument("--link", default="loopback", help="what carries the traffic, for the table's header")
 args = p.parse_args()
 
 RANK = int(os.environ["OMPI_COMM_WORLD_RANK"])
@@ -138,7 +142,7 @@ if RANK == 0:
     nparams = sum(p.numel() for p in mlp(7, args.width).parameters())
     dense = rows[0][1]
     print(f"{WORLD} ranks, MLP of {nparams} parameters, {args.steps} steps, batch 64 per rank\n")
-    print("| hook | bytes/step/rank | vs dense | step time (ms, loopback) | held-out loss |")
+    print(f"| hook | bytes/step/rank | vs dense | step time (ms, {args.link}) | held-out loss |")
     print("|---|---|---|---|---|")
     for name, b, ms, loss in rows:
         print(f"| {name} | {b:,.0f} | {dense / max(b, 1):.1f}x fewer | {ms:.1f} | {loss:.5f} |")
