@@ -115,6 +115,21 @@ Status checkRowsPrefix(const void* data, size_t bytes, uint64_t rows, uint64_t r
   return Status::ok();
 }
 
+// The counts and positions of a rows stream whose header passed
+// checkRowsPrefix (positions nullptr unless `withPositions`).
+RowsView rowsViewOf(const RowsHeader& h, const unsigned char* base, bool withPositions) {
+  RowsView v;
+  v.rows = h.rows;
+  v.rowLen = h.rowLen;
+  v.nnz = h.nnz;
+  v.keepPerRow = h.keepPerRow;
+  const bool perRow = h.keepPerRow == 0;
+  v.counts = perRow ? base + sizeof h : nullptr;
+  v.positions = withPositions ? base + sizeof h + (perRow ? h.rows * sizeof(uint32_t) : 0) : nullptr;
+  v.indexBytes = rowIndexBytes(h.rowLen);
+  return v;
+}
+
 // The scale exponent of a validated header whose value type matched: fp8's
 // from the status byte, bounds-checked; 0 otherwise.
 Status rowsScale(const RowsHeader& h, int peer, int* scaleExp) {
@@ -245,6 +260,22 @@ Status checkCountsAndPositions(const RowsView& v, int peer, std::vector<uint32_t
   return Status::ok();
 }
 
+// After a rows stream's header: the per-row counts (keepPerRow 0), the
+// positions in ib bytes each (ib 0: none, implied), zeros to 4 bytes.
+// Returns where the next section starts.
+size_t storeCountsAndPositions(unsigned char* p, uint64_t rows, uint64_t keepPerRow, const uint32_t* counts,
+                               const uint32_t* positions, uint64_t nnz, uint32_t ib) {
+  size_t off = sizeof(RowsHeader);
+  if (keepPerRow == 0 && rows > 0) {
+    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
+    off += rows * sizeof(uint32_t);
+  }
+  if (ib != 0) off += storePositions(p + off, positions, nnz, ib);
+  const size_t next = pad4(off);
+  std::memset(p + off, 0, next - off);
+  return next;
+}
+
 // Per row r, its scale and counts[r] codes: scales (rows x fp32) then codes.
 void storeInt8Rows(unsigned char* scales, unsigned char* codes, const float* values, const uint32_t* counts,
                    uint64_t rows) {
@@ -313,14 +344,7 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
                   uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   const uint32_t ib = rowIndexBytes(rowLen);
-  size_t off = sizeof(RowsHeader);
-  if (keepPerRow == 0 && rows > 0) {
-    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
-    off += rows * sizeof(uint32_t);
-  }
-  off += storePositions(p + off, positions, nnz, ib);
-  const size_t valuesAt = pad4(off);
-  std::memset(p + off, 0, valuesAt - off);
+  const size_t valuesAt = storeCountsAndPositions(p, rows, keepPerRow, counts, positions, nnz, ib);
   const int scaleExp = storeValues(p + valuesAt, values, valuesType, nnz, vt);
   RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib), static_cast<uint8_t>(vt),
                                 rows, rowLen, keepPerRow, nnz, seq);
@@ -343,14 +367,7 @@ size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPe
                       const uint32_t* positions, const float* values, uint64_t nnz, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   const uint32_t ib = rowIndexBytes(rowLen);
-  size_t off = sizeof(RowsHeader);
-  if (keepPerRow == 0 && rows > 0) {
-    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
-    off += rows * sizeof(uint32_t);
-  }
-  off += storePositions(p + off, positions, nnz, ib);
-  const size_t scalesAt = pad4(off);
-  std::memset(p + off, 0, scalesAt - off);
+  const size_t scalesAt = storeCountsAndPositions(p, rows, keepPerRow, counts, positions, nnz, ib);
   const size_t codesAt = scalesAt + rows * sizeof(float);
   storeInt8Rows(p + scalesAt, p + codesAt, values, counts, rows);
   const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib), kRowsInt8ValueType,
@@ -411,14 +428,7 @@ Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t ro
     return remoteError(formatString("rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
                                     static_cast<unsigned long long>(h.nnz)));
   const auto* base = static_cast<const unsigned char*>(data);
-  RowsView v;
-  v.rows = rows;
-  v.rowLen = rowLen;
-  v.nnz = h.nnz;
-  v.keepPerRow = h.keepPerRow;
-  v.counts = perRow ? base + sizeof h : nullptr;
-  v.positions = base + sizeof h + (perRow ? rows * sizeof(uint32_t) : 0);
-  v.indexBytes = ib;
+  RowsView v = rowsViewOf(h, base, true);
   v.values = base + pad4(sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + h.nnz * ib);
   v.valueType = vt;
   v.scaleExp = scaleExp;
@@ -625,14 +635,8 @@ size_t encodeRowsBounded(void* dst, uint64_t rows, uint64_t rowLen, uint64_t kee
                          uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
   const uint32_t ib = rowIndexBytes(rowLen);
-  size_t off = sizeof(RowsHeader);
-  if (keepPerRow == 0 && rows > 0) {
-    std::memcpy(p + off, counts, rows * sizeof(uint32_t));
-    off += rows * sizeof(uint32_t);
-  }
-  if (!(keepPerRow != 0 && keepPerRow == rowLen)) off += storePositions(p + off, positions, nnz, ib);
-  const size_t stepAt = boundedStepAt(rows, rowLen, keepPerRow, nnz);
-  std::memset(p + off, 0, stepAt - off);
+  const bool implied = keepPerRow != 0 && keepPerRow == rowLen;
+  const size_t stepAt = storeCountsAndPositions(p, rows, keepPerRow, counts, positions, nnz, implied ? 0 : ib);
   const float step = boundedStep(bound);
   std::memcpy(p + stepAt, &step, sizeof step);
   unsigned char* widths = p + stepAt + sizeof step;
@@ -681,14 +685,7 @@ Status parseRowsBounded(const void* data, size_t bytes, uint64_t rows, uint64_t 
                                     static_cast<unsigned long long>(h.nnz)));
   const auto* base = static_cast<const unsigned char*>(data);
   const unsigned char* end = base + bytes;
-  RowsView v;
-  v.rows = rows;
-  v.rowLen = rowLen;
-  v.nnz = h.nnz;
-  v.keepPerRow = h.keepPerRow;
-  v.counts = perRow ? base + sizeof h : nullptr;
-  v.positions = implied ? nullptr : base + sizeof h + (perRow ? rows * sizeof(uint32_t) : 0);
-  v.indexBytes = rowIndexBytes(rowLen);
+  RowsView v = rowsViewOf(h, base, !implied);
   v.valueType = raw;
   // The padding after the positions, then the counts and positions.
   for (size_t i = sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + (implied ? 0 : h.nnz * v.indexBytes); i < stepAt;

@@ -61,6 +61,15 @@ struct Rng {
       if (below(range - i) < n - out.size()) out.push_back(static_cast<uint32_t>(i));
     return out;
   }
+  // Per row of counts->size() rows of rowLen: `keep` entries (0: 1 to 5),
+  // their sorted positions appended to *positions.
+  void rows(uint64_t rowLen, uint64_t keep, std::vector<uint32_t>* counts, std::vector<uint32_t>* positions) {
+    for (uint32_t& count : *counts) {
+      count = static_cast<uint32_t>(keep ? keep : 1 + below(rowLen < 5 ? rowLen : 5));
+      const std::vector<uint32_t> pick = sortedPick(rowLen, count);
+      positions->insert(positions->end(), pick.begin(), pick.end());
+    }
+  }
 };
 
 class Writer {
@@ -310,11 +319,7 @@ void rowsSeeds(Writer& w) {
     const uint64_t seq = rng.below(1000);
     std::vector<uint32_t> counts(c.rows), positions;
     std::vector<float> values;
-    for (uint64_t r = 0; r < c.rows; ++r) {
-      counts[r] = static_cast<uint32_t>(c.keep ? c.keep : 1 + rng.below(c.rowLen < 5 ? c.rowLen : 5));
-      const std::vector<uint32_t> pick = rng.sortedPick(c.rowLen, counts[r]);
-      positions.insert(positions.end(), pick.begin(), pick.end());
-    }
+    rng.rows(c.rowLen, c.keep, &counts, &positions);
     for (size_t j = 0; j < positions.size(); ++j) values.push_back(rng.value());
     const uint64_t nnz = positions.size();
     std::vector<unsigned char> stream(rowsStreamBytes(c.rows, c.rowLen, nnz, c.keep == 0, vt));
@@ -398,11 +403,7 @@ void rowsInt8Seeds(Writer& w) {
     const uint64_t seq = rng.below(1000);
     std::vector<uint32_t> counts(c.rows), positions;
     std::vector<float> values;
-    for (uint64_t r = 0; r < c.rows; ++r) {
-      counts[r] = static_cast<uint32_t>(c.keep ? c.keep : 1 + rng.below(c.rowLen < 5 ? c.rowLen : 5));
-      const std::vector<uint32_t> pick = rng.sortedPick(c.rowLen, counts[r]);
-      positions.insert(positions.end(), pick.begin(), pick.end());
-    }
+    rng.rows(c.rowLen, c.keep, &counts, &positions);
     for (size_t j = 0; j < positions.size(); ++j) values.push_back(rng.value());
     const uint64_t nnz = positions.size();
     const std::string shape = "-r" + std::to_string(c.rows) + "-len" + std::to_string(c.rowLen) +
@@ -464,11 +465,7 @@ void rowsBoundedSeeds(Writer& w) {
     const uint64_t seq = rng.below(1000);
     std::vector<uint32_t> counts(c.rows), positions;
     std::vector<float> values;
-    for (uint64_t r = 0; r < c.rows; ++r) {
-      counts[r] = static_cast<uint32_t>(c.keep ? c.keep : 1 + rng.below(c.rowLen < 5 ? c.rowLen : 5));
-      const std::vector<uint32_t> pick = rng.sortedPick(c.rowLen, counts[r]);
-      positions.insert(positions.end(), pick.begin(), pick.end());
-    }
+    rng.rows(c.rowLen, c.keep, &counts, &positions);
     for (size_t j = 0; j < positions.size(); ++j) values.push_back(core::roundToWire(rng.value(), c.raw));
     if (values.size() > 3) values[2] = std::numeric_limits<float>::quiet_NaN();  // one raw row
     const uint64_t nnz = positions.size();

@@ -205,18 +205,7 @@ TEST_F(RowsBoundedTest, RelativeBoundAndSchedule) {
 // A rank on the bounded codec and one on fp8 do not exchange streams: every
 // rank's call fails.
 TEST_F(RowsBoundedTest, RanksThatDisagreeOnTheCodecFailTogether) {
-  spcclComm_t c = nullptr;
-  {
-    ScopedEnv env("SPCCL_ROWS_CODEC", rank_ == 0 ? "bounded" : "fp8");
-    ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), nullptr, "spcclCommInitMPI"));
-  }
-  CommPtr mixed(c);
-  const size_t P = static_cast<size_t>(size_), rowLen = 16;
-  std::vector<float> send(P * rowLen, 1.0f), recv(send.size());
-  const spcclResult_t r = spcclAlltoAllRowsCompressed(send.data(), recv.data(), 1, rowLen, spcclFloat32, 0.25f, nullptr,
-                                                      mixed.get(), nullptr);
-  EXPECT_EQ(ranksWhere(r == spcclSuccess), "");
-  EXPECT_NE(r, spcclSuccess) << spcclGetLastError(mixed.get());
+  expectMixedRowsCodecsFail(rank_, size_, "bounded", "fp8");
 }
 
 }  // namespace

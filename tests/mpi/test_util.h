@@ -690,6 +690,23 @@ inline spcclDataType_t wireTypeFromEnv() {
   return s == "fp16" ? spcclFloat16 : s == "bf16" ? spcclBfloat16 : s == "fp8" ? spcclFloat8e4m3 : spcclFloat32;
 }
 
+// A communicator whose rank 0 has SPCCL_ROWS_CODEC=first and the others
+// `rest`: a rows call on it fails on every rank (the codecs' streams differ).
+inline void expectMixedRowsCodecsFail(int rank, int size, const char* first, const char* rest) {
+  spcclComm_t c = nullptr;
+  {
+    ScopedEnv env("SPCCL_ROWS_CODEC", rank == 0 ? first : rest);
+    ASSERT_TRUE(okOnAllRanks(spcclCommInitMPI(&c, MPI_COMM_WORLD), nullptr, "spcclCommInitMPI"));
+  }
+  CommPtr mixed(c);
+  const size_t P = static_cast<size_t>(size), rowLen = 16;
+  std::vector<float> send(P * rowLen, 1.0f), recv(send.size());
+  const spcclResult_t r = spcclAlltoAllRowsCompressed(send.data(), recv.data(), 1, rowLen, spcclFloat32, 0.25f, nullptr,
+                                                      mixed.get(), nullptr);
+  EXPECT_EQ(ranksWhere(r == spcclSuccess), "");
+  EXPECT_NE(r, spcclSuccess) << spcclGetLastError(mixed.get());
+}
+
 // The value type of the alltoall rows: SPCCL_ROWS_CODEC=fp16|bf16|fp8's,
 // else SPCCL_VALUE_TYPE's.
 inline spcclDataType_t rowsWireTypeFromEnv() {
