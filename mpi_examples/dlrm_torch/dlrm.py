@@ -11,8 +11,8 @@ bottom and top MLPs data parallel. Pooled embeddings go to the ranks that hold
 their samples through spccl_torch.alltoall_rows (DCT-MP: each row keeps its
 largest entries, the backward returns the gradients of exactly those) or, exact,
 through the spccl backend's all_to_all_single; the MLPs are wrapped in DDP with
-spccl's DCT hook (DCT-DP: thresholded allreduce with error feedback) or DDP's
-own exact allreduce over the backend. The synthetic data (data.py) is the C++
+spccl's DCT hook (DCT-DP: thresholded allreduce with error feedback) or an
+exact sum hook over the backend's all_reduce. The synthetic data (data.py) is the C++
 generator's, sample for sample.
 """
 import argparse
@@ -93,6 +93,9 @@ def build_parser():
                    help="fraction of each embedding row sent (alltoall_rows)")
     t.add_argument("--tau-interval", type=ranged(int, 1, 1000000000), default=100,
                    help="steps between exact threshold estimations")
+    t.add_argument("--bucket-mb", type=ranged(float, 0, 1024, lo_open=True), default=25.0,
+                   help="DDP's bucket size in MB: one compressor per bucket (a size below the smallest "
+                        "parameter gives one bucket, and one compressor, per weight and per bias)")
     t.add_argument("--dense", action="store_true", help="exact collectives only (the baseline)")
     t.add_argument("--seed", type=ranged(int, 0, 2**63 - 1), default=1)
     t.add_argument("--eval-samples", type=ranged(int, 1, 1000000000), default=32768)
@@ -310,9 +313,10 @@ class Run:
         self.tables = {t: make_table(torch, a, t) for t in self.owned_by[self.rank]}
         self.accum = {t: torch.zeros(a.sizes[t]) for t in self.tables}
         from torch.nn.parallel import DistributedDataParallel as DDP
-        self.bottom = DDP(make_mlp(torch, [dlrm_data.DENSE_FEATURES] + a.bottom_mlp, True, a.seed * 2 + 1))
+        self.bottom = DDP(make_mlp(torch, [dlrm_data.DENSE_FEATURES] + a.bottom_mlp, True, a.seed * 2 + 1),
+                          bucket_cap_mb=a.bucket_mb)
         top_in = a.dim + (a.tables + 1) * a.tables // 2
-        self.top = DDP(make_mlp(torch, [top_in] + a.top_mlp, False, a.seed * 2 + 2))
+        self.top = DDP(make_mlp(torch, [top_in] + a.top_mlp, False, a.seed * 2 + 2), bucket_cap_mb=a.bucket_mb)
         # The loss is each rank's share of the global batch's mean (sum over its
         # samples / B), as in the C++ example, so the MLP gradients are summed, not
         # averaged: an exact sum hook, or the DCT hook (which averages) times P.
@@ -428,10 +432,6 @@ class Run:
         return {"mp": v[0].item(), "mp_dense": v[1].item(), "dp": v[2].item(), "dp_dense": v[3].item(),
                 "train_loss": v[4].item(), "step_ms": t.item() / steps * 1e3, "mp_dense_convention": mp_dense_step,
                 "dp_dense_convention": ex_dense, "mp_compressed": self.mp_compressed}
-
-    @property
-    def no_grad(self):
-        return self.torch.no_grad()
 
     def evaluate(self):
         """Held-out probabilities in global sample order (rank 0), the exchange
