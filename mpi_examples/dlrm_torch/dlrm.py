@@ -93,9 +93,10 @@ def build_parser():
                    help="fraction of each embedding row sent (alltoall_rows)")
     t.add_argument("--tau-interval", type=ranged(int, 1, 1000000000), default=100,
                    help="steps between exact threshold estimations")
-    t.add_argument("--bucket-mb", type=ranged(float, 0, 1024, lo_open=True), default=25.0,
-                   help="DDP's bucket size in MB: one compressor per bucket (a size below the smallest "
-                        "parameter gives one bucket, and one compressor, per weight and per bias)")
+    t.add_argument("--bucket-mb", type=ranged(float, 0, 1024, lo_open=True), default=None,
+                   help="DDP's bucket size in MiB (default: DDP's, 25 with a first bucket of 1): one "
+                        "compressor per bucket; a size below the smallest parameter gives one bucket, and "
+                        "one compressor, per weight and per bias")
     t.add_argument("--dense", action="store_true", help="exact collectives only (the baseline)")
     t.add_argument("--seed", type=ranged(int, 0, 2**63 - 1), default=1)
     t.add_argument("--eval-samples", type=ranged(int, 1, 1000000000), default=32768)
