@@ -23,6 +23,8 @@ namespace spccl {
 Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t n, spcclDataType_t type,
                      float density, spcclStats_t* call) {
   Transport& t = *comm.transport;
+  Executor& ex = *comm.executor;
+  auto& mem = comm.exec;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const core::ValueType wire = ownValuesWireType(comm.settings->valueType, type);
@@ -34,52 +36,52 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
 
   uint32_t tauKey = 0;
   uint64_t tieBudget = 0;
-  SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(
-      n, k,
-      [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) {
-        const host::ThresholdResult th = host::kthLargestMagnitude(sendbuff, type, nullptr, n, kk, &ws.rangeIndices);
-        *tau = th.tauKey, *above = th.above, *finite = th.finite;
-        return Status::ok();
-      },
-      &tauKey, &tieBudget));
-  comm.positions.resize(std::min<size_t>(n, k + 64));
-  uint64_t nnz = 0;
+  const auto kth = [&](uint64_t kk, uint32_t* tau, uint64_t* above, uint64_t* finite) -> Status {
+    ThresholdStats th;
+    SPCCL_RETURN_IF_ERROR(ex.kthLargestMagnitude(sendbuff, type, nullptr, n, kk, &th));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    *tau = th.tauKey, *above = th.above, *finite = th.finite;
+    return Status::ok();
+  };
+  SPCCL_RETURN_IF_ERROR(allGatherTopKThreshold(n, k, kth, &tauKey, &tieBudget));
+  uint64_t slots = std::min<uint64_t>(n, k + 64), nnz = 0;
   for (;;) {
-    ws.stageBytes.resize(comm.positions.size() * core::wireValueBytes(staged));
-    const host::SelectArgs a{sendbuff,
-                             type,
-                             nullptr,
-                             nullptr,
-                             n,
-                             tauKey,
-                             tieBudget,
-                             comm.positions.size(),
-                             staged,
-                             comm.positions.data(),
-                             ws.stageBytes.data()};
-    const host::SelectResult r = host::selectPack(a);
-    if (r.selected <= comm.positions.size()) {
+    SPCCL_RETURN_IF_ERROR(mem.indices.ensure(ex, slots * sizeof(uint32_t)));
+    ExecMemory& out = fp8 ? mem.staged : mem.values;
+    SPCCL_RETURN_IF_ERROR(out.ensure(ex, slots * core::wireValueBytes(staged)));
+    const SelectSpec spec{
+        sendbuff, type, nullptr, nullptr, n, tauKey, tieBudget, slots, staged, mem.indices.get<uint32_t>(), out.get()};
+    SelectStats r;
+    SPCCL_RETURN_IF_ERROR(ex.selectPack(spec, &r));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    if (r.selected <= slots) {
       nnz = r.selected;
       break;
     }
-    comm.positions.resize(r.selected);  // more NaN/Inf than the slack: grow once
+    slots = r.selected;  // more NaN/Inf than the slack: grow once
   }
   int scaleExp = 0;
   if (fp8) {  // the kept values, selected exactly, -> e4m3 codes with the block's scale
-    std::vector<float>& kept = comm.floats;
-    kept.resize(n);  // nnz <= n
-    std::memcpy(kept.data(), ws.stageBytes.data(), nnz * sizeof(float));
-    scaleExp = fp8ScaleForValues(kept.data(), nnz, wire);
-    for (uint64_t j = 0; j < nnz; ++j) core::storeWireValue(ws.stageBytes.data(), j, kept[j], wire, scaleExp);
+    uint32_t maxKey = 0;
+    SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(mem.staged.get<float>(), nnz, &maxKey));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    scaleExp = core::fp8ScaleForMax(maxKey);
+    SPCCL_RETURN_IF_ERROR(mem.values.ensure(ex, std::max<uint64_t>(nnz, 1)));
+    SPCCL_RETURN_IF_ERROR(ex.toWire(mem.staged.get<float>(), nnz, wire, scaleExp, mem.values.get()));
   }
+  const uint32_t* indices = mem.indices.get<uint32_t>();
+  const void* values = mem.values.get();
 
   // A block goes as pairs (in the smallest index encoding, or as
   // SPCCL_INDEX_ENCODING says), or dense (zeros at the dropped entries) when
   // that is smaller, as SparCML switches. Only the sender knows the encoded
   // size: it travels in the descriptor.
   size_t pairsBytes = 0;
-  const IndexEncoding encoding =
-      choosePairsEncoding(comm.settings->indexEncoding, comm.positions.data(), nnz, 0, n, wire, &pairsBytes);
+  IndexEncoding encoding = IndexEncoding::kCoo32;
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's index encoding", [&]() -> Status {
+    encoding = choosePairsEncoding(comm.settings->indexEncoding, indices, nnz, 0, n, wire, &pairsBytes);
+    return Status::ok();
+  }));
   const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
   CallDescriptor mine{kStreamMagic,
                       0,
@@ -104,38 +106,49 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
     total += ws.sizes[r];
   }
   SPCCL_RETURN_IF_ERROR(implausible);
-  StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
-  info.encoding = encoding;
-  info.scaleExp = scaleExp;
-  ws.sendBytes.resize(ws.sizes[me]);
-  comm.floats.resize(n);
-  if (!sendDense) {
-    encodePairs(ws.sendBytes.data(), info, comm.positions.data(), ws.stageBytes.data());
-  } else {
-    std::fill(comm.floats.begin(), comm.floats.end(), 0.0f);
-    for (uint64_t j = 0; j < nnz; ++j)
-      comm.floats[comm.positions[j]] = core::loadWireValue(ws.stageBytes.data(), j, wire, scaleExp);
-    info.kind = StreamKind::kDense;
-    encodeDense(ws.sendBytes.data(), info, comm.floats.data(), nullptr);
-  }
-  sealStream(&comm.integrity, ws.sendBytes.data(), ws.sizes[me]);
-  ws.recvBytes.resize(total);
+  SPCCL_RETURN_IF_ERROR(mem.floats.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(comm.execSend.ensure(ex, ws.sizes[me]));
+  SPCCL_RETURN_IF_ERROR(comm.execRecv.ensure(ex, total));
+  auto* send = comm.execSend.get<unsigned char>();
+  auto* recv = comm.execRecv.get<unsigned char>();
+  auto* floats = mem.floats.get<float>();
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's stream encoder", [&]() -> Status {
+    StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
+    info.encoding = encoding;
+    info.scaleExp = scaleExp;
+    if (!sendDense) {
+      encodePairs(send, info, indices, values);
+    } else {
+      std::fill(floats, floats + n, 0.0f);
+      for (uint64_t j = 0; j < nnz; ++j) floats[indices[j]] = core::loadWireValue(values, j, wire, scaleExp);
+      info.kind = StreamKind::kDense;
+      encodeDense(send, info, floats, nullptr);
+    }
+    sealStream(&comm.integrity, send, ws.sizes[me]);
+    return Status::ok();
+  }));
   SPCCL_RETURN_IF_ERROR(
-      t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
+      ex.withMemory([&] { return t.allGatherV(send, ws.sizes[me], recv, ws.sizes.data(), ws.offsets.data()); }));
 
   // The send block may be inside recvbuff (in place): it has been consumed.
-  const StreamExpect expect{n, 0, n, seq, 0, wire, true};
-  for (int r = 0; r < p; ++r) {
-    StreamView view;
-    SPCCL_RETURN_IF_ERROR(parseStream(ws.recvBytes.data() + ws.offsets[r], ws.sizes[r], expect, r, &view));
-    storeStream(view, comm.floats.data(), 0);
-    // Every value came from an fp16 block: one a bf16 or fp8 wire rounded
-    // above fp16's range (65504 -> 65536) arrives as 65504, never as Inf.
-    if (type == spcclFloat16)
-      for (float& f : comm.floats)
-        if (std::isfinite(f) && std::fabs(f) > core::kHalfMax) f = std::copysign(core::kHalfMax, f);
-    host::storeFloats(comm.floats.data(), n, type, static_cast<char*>(recvbuff) + r * n * esize);
-  }
+  // (Named: a status macro inside the status macro's argument would shadow.)
+  const auto decode = [&]() -> Status {
+    const StreamExpect expect{n, 0, n, seq, 0, wire, true};
+    for (int r = 0; r < p; ++r) {
+      StreamView view;
+      SPCCL_RETURN_IF_ERROR(parseStream(recv + ws.offsets[r], ws.sizes[r], expect, r, &view));
+      storeStream(view, floats, 0);
+      // Every value came from an fp16 block: one a bf16 or fp8 wire rounded
+      // above fp16's range (65504 -> 65536) arrives as 65504, never as Inf.
+      if (type == spcclFloat16)
+        for (size_t i = 0; i < n; ++i)
+          if (std::isfinite(floats[i]) && std::fabs(floats[i]) > core::kHalfMax)
+            floats[i] = std::copysign(core::kHalfMax, floats[i]);
+      host::storeFloats(floats, n, type, static_cast<char*>(recvbuff) + r * n * esize);
+    }
+    return Status::ok();
+  };
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's stream decoder", decode));
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;

@@ -11,6 +11,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 #include "kernels/core/elementwise.h"
+#include "kernels/core/executor.h"
 #include "transport/transport.h"
 
 namespace spccl {
@@ -60,6 +61,15 @@ struct RowsProfile {
 
 struct CollectiveContext {
   std::unique_ptr<Transport> transport;
+  // Where the collectives' arrays live and run (kernels/core/executor.h).
+  // Declared before the ExecMemory it frees.
+  std::unique_ptr<Executor> executor;
+  // Executor memory of the sparsified allgather: the selected pairs, their
+  // values in fp32 (fp8 wire) and the decoded blocks.
+  struct {
+    ExecMemory indices, values, staged, floats;
+  } exec;
+  ExecMemory execSend, execRecv;                 // streams sent and received, in executor memory
   const CollectiveSettings* settings = nullptr;  // the communicator's, for its life
   int rank = 0;
   int ranks = 1;

@@ -169,6 +169,11 @@ constexpr ParamSpec kParamSpecs[] = {
      "Device buffers (NCCL): exact = one small device-to-host copy per call sizes the exchange; fixed = "
      "capacity-factor x k slots per rank, no host synchronisation, CUDA-graph capturable (docs/GPU.md).",
      [](Params* p, double v) { p->deviceMode = static_cast<int>(v); }},
+    {"SPCCL_GUARD_EXECUTOR", ParamType::kBool, "0", 0, 1, false, nullptr,
+     "Testing only: 1 keeps the memory the host executor owns inaccessible (PROT_NONE) outside the executor's own "
+     "calls, so collective code that reads it directly, as it could not read device memory on a GPU, faults at "
+     "once (docs/ARCHITECTURE.md, the executor). Slower.",
+     [](Params* p, double v) { p->guardExecutor = v != 0; }},
 };
 
 int choiceIndex(const char* choices, const char* value) {
@@ -390,7 +395,8 @@ std::string describeParams(const Params& p) {
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +
          formatString(" SPCCL_SPLIT_RESELECT=%g", static_cast<double>(p.splitReselect)) +
          " SPCCL_PROFILE=" + (p.profile ? "1" : "0") + " SPCCL_HOST_SIMD=" + choiceName("SPCCL_HOST_SIMD", p.hostSimd) +
-         " SPCCL_ROWS_CODEC=" + choiceName("SPCCL_ROWS_CODEC", p.rowsCodec);
+         " SPCCL_ROWS_CODEC=" + choiceName("SPCCL_ROWS_CODEC", p.rowsCodec) +
+         " SPCCL_GUARD_EXECUTOR=" + (p.guardExecutor ? "1" : "0");
 }
 
 std::string renderParamTable() {

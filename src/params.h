@@ -48,6 +48,7 @@ struct Params : CollectiveSettings {
   bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
   int deviceMode = 0;               // kDeviceMode*: compressed allreduce on device buffers
+  bool guardExecutor = false;       // the host executor's memory PROT_NONE outside its calls
   int hostSimd = 0;                 // kHostSimd*: the host kernels' vector instructions
 };
 

@@ -118,6 +118,13 @@ __global__ void __launch_bounds__(kThreads) store16Kernel(const float* src, uint
   for (uint64_t i = chunks * 8 + first; i < n; i += stride) dst[i] = toUser16<kHalf>(src[i]);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    toWireKernel(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) {
+  for (uint64_t j = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    core::storeWireValue(dst, j, src[j], wire, scaleExp);
+}
+
 __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
@@ -182,6 +189,16 @@ Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst, 
   auto* d = static_cast<uint16_t*>(dst);
   if (type == spcclFloat16) store16Kernel<true><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
   else store16Kernel<false><<<grid, kThreads, 0, stream>>>(src, n, d, vec);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (!detail::isWireType(wire) && wire != core::ValueType::kFloat8e4m3)
+    return invalidArgument("toWire: not a wire value type");
+  if (src == nullptr || dst == nullptr) return invalidArgument("toWire: null buffer");
+  toWireKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(src, n, wire, scaleExp, dst);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -138,6 +138,8 @@ Status denseAccumulate(const void* values, core::ValueType vt, uint64_t len, flo
 // fp32 <-> user float buffers (fp32, fp16, bf16): host::loadFloats / storeFloats.
 Status loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst, cudaStream_t stream);
 Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst, cudaStream_t stream);
+// fp32 -> wire codes (host::toWire).
+Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
 // DCT-MP rows (host: host::selectRowTopK and the alltoall rows gather/scatter)

@@ -30,4 +30,8 @@ void storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) {
   }
 }
 
+void toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) {
+  for (uint64_t j = 0; j < n; ++j) core::storeWireValue(dst, j, src[j], wire, scaleExp);
+}
+
 }  // namespace spccl::host

@@ -120,5 +120,8 @@ uint32_t maxFiniteMagnitudeKey(const void* send, spcclDataType_t inType, const f
 // fp32 <-> user float buffers (fp32, fp16, bf16); round to nearest even.
 void loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst);
 void storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst);
+// dst = the wire codes of n fp32 values (fp8: of src / 2^scaleExp), rounded
+// and saturated as core::storeWireValue does.
+void toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst);
 
 }  // namespace spccl::host

@@ -295,6 +295,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_ROWS_ERROR_BOUND", {"-0.1", "x", "1e31", "inf"}},
       {"SPCCL_ROWS_ERROR_RELATIVE", {"2", "yes", "-1", "0.5"}},
       {"SPCCL_ROWS_ERROR_DECAY", {"0", "-1", "x", "1e7"}},
+      {"SPCCL_GUARD_EXECUTOR", {"2", "yes", "-1", "0.5"}},
   };
   for (const ParamSpec& s : paramSpecs()) ASSERT_TRUE(invalid.count(s.name)) << "no invalid cases for " << s.name;
   for (const auto& [name, values] : invalid) {

@@ -1,0 +1,141 @@
+// Where a collective's arrays live and how the array operations on them run:
+// on the host (kernels/host/host_executor.h) or on a CUDA stream
+// (kernels/cuda/cuda_executor.h). An algorithm written against Executor
+// runs on either. Two rules make that true:
+//  - results meant for the host (tau, counts) are read only after settle(),
+//    the one point where the executor's queued work has run;
+//  - executor memory is touched only inside executor calls: its operations,
+//    withMemory (the transport moving it) and hostOnly (host code with no
+//    device kernel yet). The host executor's guarded mode keeps its memory
+//    inaccessible everywhere else (SPCCL_GUARD_EXECUTOR=1), so an algorithm
+//    that reads it directly crashes in CI instead of on a user's GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "include/spccl.h"
+#include "kernels/core/elementwise.h"
+#include "kernels/core/status.h"
+
+namespace spccl {
+
+// A grow-only allocation of an executor's memory (host or device).
+struct ExecBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// The k-th largest finite |v| (kthLargestMagnitude).
+struct ThresholdStats {
+  uint32_t tauKey = 0;  // magnitude key of the k-th largest finite |v| (0 if fewer than k finite)
+  uint64_t above = 0;   // finite entries with |v| > tau
+  uint64_t finite = 0;  // finite entries
+};
+
+// The fused select + pack (selectPack): v = send + residual, entries with
+// |v| > tau and up to tieBudget with |v| == tau (lowest indices first), NaN
+// and Inf always, exact zeros never, appended in index order as (index,
+// wire value) pairs; the residual gets v outside the selection and the wire
+// rounding error inside it. host::SelectArgs and cuda::SelectArgs say more.
+struct SelectSpec {
+  const void* send;  // n elements of inType (fp32, fp16 or bf16)
+  spcclDataType_t inType;
+  const float* residualIn;  // n fp32, or nullptr (zeros)
+  float* residualOut;       // n fp32, or nullptr (error feedback off)
+  size_t n;
+  uint32_t tauKey;
+  uint64_t tieBudget;
+  uint64_t capacity;  // slots in indices/values; counting goes on past it
+  core::ValueType wireType;
+  uint32_t* indices;
+  void* values;
+  bool keepOverflow = false;  // selected entries past the capacity stay whole in the residual
+  int scaleExp = 0;           // fp8 wire: values are codes of v / 2^scaleExp
+};
+
+struct SelectStats {
+  uint64_t selected = 0;        // all pairs the rule selected, counted past the capacity
+  uint64_t finiteSelected = 0;  // the part the capacity factor limits
+};
+
+// A callable borrowed for the length of one call: no allocation, unlike
+// std::function (the collectives' hot path allocates nothing once warm).
+class StatusFn {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, StatusFn>>>
+  StatusFn(F&& f)  // NOLINT(google-explicit-constructor): passed as a lambda
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o) -> Status { return (*static_cast<std::remove_reference_t<F>*>(o))(); }) {}
+  Status operator()() const { return call_(obj_); }
+
+ private:
+  void* obj_;
+  Status (*call_)(void*);
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual const char* name() const = 0;  // "host", "host (guarded)", "cuda"
+  virtual bool onDevice() const = 0;
+
+  // Memory. grow: *b holds at least `bytes` (its contents are lost when it
+  // grows); release frees it.
+  virtual Status grow(ExecBuffer* b, size_t bytes) = 0;
+  virtual void release(ExecBuffer* b) = 0;
+  // Host <-> executor copies; toHost's destination is valid after settle().
+  virtual Status toHost(void* hostDst, const void* src, size_t bytes) = 0;
+  virtual Status fromHost(void* dst, const void* hostSrc, size_t bytes) = 0;
+  virtual Status fill(void* dst, unsigned char byte, size_t bytes) = 0;
+  // Everything enqueued has run; results meant for the host are there.
+  virtual Status settle() = 0;
+
+  // Array operations. Results written to host structs (ThresholdStats,
+  // SelectStats, *maxKey) are valid after settle().
+  virtual Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n,
+                                     uint64_t k, ThresholdStats* out) = 0;
+  virtual Status selectPack(const SelectSpec& spec, SelectStats* out) = 0;
+  // Largest finite |values[j]| as a magnitude key (0: none): fp8's scale.
+  virtual Status maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) = 0;
+  // dst = the wire codes of src (fp8: of src / 2^scaleExp), rounded and
+  // saturated as core::storeWireValue does.
+  virtual Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) = 0;
+
+  // fn touches executor memory through something that may (the transport
+  // handing it to MPI or NCCL).
+  virtual Status withMemory(StatusFn fn) = 0;
+  // Host code over executor memory that has no device kernel yet: runs on
+  // the host executor, fails with an error naming `what` on a device.
+  virtual Status hostOnly(const char* what, StatusFn fn) = 0;
+};
+
+// An ExecBuffer that its executor frees: grown by the first ensure(), which
+// also names the executor.
+class ExecMemory {
+ public:
+  ExecMemory() = default;
+  ExecMemory(const ExecMemory&) = delete;
+  ExecMemory& operator=(const ExecMemory&) = delete;
+  ~ExecMemory() {
+    if (exec_ != nullptr) exec_->release(&buf_);
+  }
+  Status ensure(Executor& e, size_t bytes) {
+    if (exec_ != nullptr && exec_ != &e) exec_->release(&buf_);
+    exec_ = &e;
+    return bytes <= buf_.bytes && buf_.ptr != nullptr ? Status::ok() : e.grow(&buf_, bytes);
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(buf_.ptr);
+  }
+  size_t bytes() const { return buf_.bytes; }
+
+ private:
+  Executor* exec_ = nullptr;
+  ExecBuffer buf_;
+};
+
+}  // namespace spccl

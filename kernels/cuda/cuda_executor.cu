@@ -1,0 +1,154 @@
+#include "kernels/cuda/cuda_executor.h"
+
+#include "kernels/core/elementwise.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace spccl::cuda {
+
+CudaExecutor::~CudaExecutor() {
+  release(&thresholdWorkspace_);
+  release(&selectWorkspace_);
+  if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
+  if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
+}
+
+Status CudaExecutor::grow(ExecBuffer* b, size_t bytes) {
+  // Growth frees the old allocation: cudaFree waits for the work that uses it.
+  release(b);
+  void* p = nullptr;
+  SPCCL_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  b->ptr = p;
+  b->bytes = bytes;
+  return Status::ok();
+}
+
+void CudaExecutor::release(ExecBuffer* b) {
+  if (b->ptr != nullptr) cudaFree(b->ptr);
+  *b = ExecBuffer{};
+}
+
+Status CudaExecutor::toHost(void* hostDst, const void* src, size_t bytes) {
+  if (bytes > 0) SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostDst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  return Status::ok();
+}
+
+Status CudaExecutor::fromHost(void* dst, const void* hostSrc, size_t bytes) {
+  if (bytes > 0) SPCCL_CUDA_CHECK(cudaMemcpyAsync(dst, hostSrc, bytes, cudaMemcpyHostToDevice, stream_));
+  return Status::ok();
+}
+
+Status CudaExecutor::fill(void* dst, unsigned char byte, size_t bytes) {
+  if (bytes > 0) SPCCL_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream_));
+  return Status::ok();
+}
+
+Status CudaExecutor::resultSlot(size_t bytes, void** device, size_t* slot) {
+  if (bytes > kSlotBytes) return internalError("cuda executor: a result larger than its slot");
+  if (pending_.size() == kSlots) return internalError("cuda executor: too many results before settle()");
+  if (deviceSlots_ == nullptr) {
+    SPCCL_CUDA_CHECK(cudaMalloc(&deviceSlots_, kSlotBytes * kSlots));
+    SPCCL_CUDA_CHECK(cudaHostAlloc(&hostSlots_, kSlotBytes * kSlots, cudaHostAllocDefault));
+  }
+  *slot = pending_.size();
+  *device = static_cast<char*>(deviceSlots_) + *slot * kSlotBytes;
+  return Status::ok();
+}
+
+Status CudaExecutor::settle() {
+  for (const Pending& p : pending_)
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(hostSlots_) + p.slot * kSlotBytes,
+                                     static_cast<char*>(deviceSlots_) + p.slot * kSlotBytes, kSlotBytes,
+                                     cudaMemcpyDeviceToHost, stream_));
+  const cudaError_t err = cudaStreamSynchronize(stream_);
+  for (const Pending& p : pending_) {
+    if (err != cudaSuccess) break;
+    const void* h = static_cast<char*>(hostSlots_) + p.slot * kSlotBytes;
+    switch (p.kind) {
+      case Result::kThreshold: {
+        const auto* t = static_cast<const ThresholdOut*>(h);
+        *static_cast<ThresholdStats*>(p.out) = ThresholdStats{t->tauKey, t->above, t->finite};
+        break;
+      }
+      case Result::kSelect: {
+        const auto* c = static_cast<const SelectCounts*>(h);
+        *static_cast<SelectStats*>(p.out) = SelectStats{c->selected, c->finiteSelected};
+        break;
+      }
+      case Result::kMaxKey:
+        *static_cast<uint32_t*>(p.out) = static_cast<const ThresholdOut*>(h)->tauKey;
+        break;
+    }
+  }
+  pending_.clear();
+  SPCCL_CUDA_CHECK(err);
+  return Status::ok();
+}
+
+Status CudaExecutor::enqueueKth(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
+                                Result kind, void* out) {
+  const size_t ws = thresholdWorkspaceBytes(n);
+  if (thresholdWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&thresholdWorkspace_, ws));
+  void* dev = nullptr;
+  size_t slot = 0;
+  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(ThresholdOut), &dev, &slot));
+  SPCCL_RETURN_IF_ERROR(cuda::kthLargestMagnitude(send, type, residual, n, k, static_cast<ThresholdOut*>(dev),
+                                                  thresholdWorkspace_.ptr, thresholdWorkspace_.bytes, stream_));
+  pending_.push_back(Pending{slot, kind, out});
+  return Status::ok();
+}
+
+Status CudaExecutor::kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n,
+                                         uint64_t k, ThresholdStats* out) {
+  return enqueueKth(send, type, residual, n, k, Result::kThreshold, out);
+}
+
+Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
+  // cuda::selectPack packs fp8 with the scale of its own tau rule only.
+  if (s.scaleExp != 0) return invalidArgument("cuda executor: selectPack with a given fp8 scale has no kernel");
+  if (selectWorkspaceN_ < s.n || selectWorkspace_.ptr == nullptr) {
+    const size_t ws = selectPackWorkspaceBytes(s.n);
+    SPCCL_RETURN_IF_ERROR(grow(&selectWorkspace_, ws));
+    SPCCL_RETURN_IF_ERROR(initSelectPackWorkspace(selectWorkspace_.ptr, ws, stream_));
+    selectWorkspaceN_ = s.n;
+  }
+  void* dev = nullptr;
+  size_t slot = 0;
+  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(SelectCounts), &dev, &slot));
+  SelectArgs a{};
+  a.send = s.send;
+  a.inType = s.inType;
+  a.residualIn = s.residualIn;
+  a.residualOut = s.residualOut;
+  a.n = s.n;
+  a.tauKey = s.tauKey;
+  a.tieBudget = s.tieBudget;
+  a.capacity = s.capacity;
+  a.keepOverflow = s.keepOverflow;
+  a.wireType = s.wireType;
+  a.indices = s.indices;
+  a.values = s.values;
+  a.result = static_cast<SelectCounts*>(dev);
+  SPCCL_RETURN_IF_ERROR(cuda::selectPack(a, selectWorkspace_.ptr, selectWorkspace_.bytes, stream_));
+  pending_.push_back(Pending{slot, Result::kSelect, out});
+  return Status::ok();
+}
+
+Status CudaExecutor::maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) {
+  // The largest finite |v| is the first largest: tau of k = 1 (0 when none).
+  return enqueueKth(values, spcclFloat32, nullptr, n, 1, Result::kMaxKey, maxKey);
+}
+
+Status CudaExecutor::toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) {
+  return cuda::toWire(src, n, wire, scaleExp, dst, stream_);
+}
+
+Status CudaExecutor::hostOnly(const char* what, StatusFn) {
+  return invalidUsage(std::string(what) + " runs on the host executor only: it has no device kernel");
+}
+
+}  // namespace spccl::cuda

@@ -1,0 +1,68 @@
+// The CUDA executor: kernels/cuda on one stream, over device memory
+// (kernels/core/executor.h). Results meant for the host go to pinned
+// memory and reach their host structs at settle(), the one stream
+// synchronisation.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "kernels/core/executor.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace spccl::cuda {
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor() = default;
+  ~CudaExecutor() override;
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // The stream every operation is enqueued on (the caller's, per call).
+  void setStream(cudaStream_t stream) { stream_ = stream; }
+
+  const char* name() const override { return "cuda"; }
+  bool onDevice() const override { return true; }
+
+  Status grow(ExecBuffer* b, size_t bytes) override;
+  void release(ExecBuffer* b) override;
+  Status toHost(void* hostDst, const void* src, size_t bytes) override;
+  Status fromHost(void* dst, const void* hostSrc, size_t bytes) override;
+  Status fill(void* dst, unsigned char byte, size_t bytes) override;
+  Status settle() override;
+
+  Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
+                             ThresholdStats* out) override;
+  Status selectPack(const SelectSpec& spec, SelectStats* out) override;
+  Status maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) override;
+  Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) override;
+
+  Status withMemory(StatusFn fn) override { return fn(); }
+  Status hostOnly(const char* what, StatusFn fn) override;
+
+ private:
+  // A device result on its way to a host struct: the device slot is copied
+  // to pinned slot `slot` on the stream, and settle() converts it into *out.
+  enum class Result { kThreshold, kSelect, kMaxKey };
+  struct Pending {
+    size_t slot;
+    Result kind;
+    void* out;
+  };
+  Status resultSlot(size_t bytes, void** device, size_t* slot);
+  Status enqueueKth(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k, Result kind,
+                    void* out);
+
+  cudaStream_t stream_ = nullptr;
+  ExecBuffer thresholdWorkspace_, selectWorkspace_;
+  size_t selectWorkspaceN_ = 0;
+  // Per-settle result slots, 64 bytes each: device and pinned host.
+  static constexpr size_t kSlotBytes = 64, kSlots = 64;
+  void* deviceSlots_ = nullptr;
+  void* hostSlots_ = nullptr;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace spccl::cuda

@@ -1,0 +1,61 @@
+// The host executor: kernels/host's loops over host memory. Guarded, every
+// allocation it owns is kept PROT_NONE except inside its own calls, so that
+// an algorithm reading executor memory directly (which on a GPU would read
+// device memory from the CPU) faults at once (kernels/core/executor.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/core/executor.h"
+
+namespace spccl::host {
+
+class HostExecutor final : public Executor {
+ public:
+  explicit HostExecutor(bool guarded = false) : guarded_(guarded) {}
+  ~HostExecutor() override;
+  HostExecutor(const HostExecutor&) = delete;
+  HostExecutor& operator=(const HostExecutor&) = delete;
+
+  const char* name() const override { return guarded_ ? "host (guarded)" : "host"; }
+  bool onDevice() const override { return false; }
+  bool guarded() const { return guarded_; }
+
+  Status grow(ExecBuffer* b, size_t bytes) override;
+  void release(ExecBuffer* b) override;
+  Status toHost(void* hostDst, const void* src, size_t bytes) override;
+  Status fromHost(void* dst, const void* hostSrc, size_t bytes) override;
+  Status fill(void* dst, unsigned char byte, size_t bytes) override;
+  Status settle() override { return Status::ok(); }
+
+  Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
+                             ThresholdStats* out) override;
+  Status selectPack(const SelectSpec& spec, SelectStats* out) override;
+  Status maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) override;
+  Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) override;
+
+  Status withMemory(StatusFn fn) override;
+  Status hostOnly(const char* what, StatusFn fn) override;
+
+ private:
+  // Opens every guarded allocation for the length of one call (nested calls
+  // share the outermost's).
+  class Open {
+   public:
+    explicit Open(HostExecutor& e);
+    ~Open();
+
+   private:
+    HostExecutor& e_;
+  };
+  void protectAll(bool open);
+
+  bool guarded_;
+  int depth_ = 0;
+  std::vector<ExecBuffer> mapped_;  // guarded allocations, page-rounded
+  std::vector<uint32_t> scratch_;   // kthLargestMagnitude's candidates
+};
+
+}  // namespace spccl::host
