@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/core/elementwise.h"
+#include "kernels/core/executor.h"
 #include "codec/codec.h"
 #include "collectives/cost_model.h"
 #include "collectives/agreement.h"
@@ -58,12 +59,14 @@ std::string algorithmChoices();
 // Scratch reused across calls of one compressor: buffers only grow, so a
 // steady shape allocates nothing after its first calls.
 struct Workspace {
+  // Streams sent, received and staged, and split's owner sums, in executor
+  // memory (collectives on the executor); the vectors below serve the rest.
+  ExecMemory sendStream, recvStream, stageStream, rangeSums, sizeSend, sizeRecv;
   std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
   std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank;
-  std::vector<float> rangeAcc;
   std::vector<uint32_t> rangeIndices;
-  std::vector<float> rangeValues;  // split's owner: rangeAcc at rangeIndices, in the same order
+  std::vector<float> rangeValues;  // split's owner: rangeSums at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;
   std::vector<StreamView> views;  // received streams, parsed, for reduceStreams
   std::vector<PairCursor> cursors;
@@ -100,6 +103,7 @@ struct SparseContribution {
 
 struct ReduceContext {
   Transport* transport;
+  Executor* exec;  // where out, residual and the contribution's arrays live
   uint64_t seq;
   uint64_t count;
   core::ValueType wire;

@@ -63,7 +63,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   int scaleExp = 0;
   if (fp8) {  // the kept values, selected exactly, -> e4m3 codes with the block's scale
     uint32_t maxKey = 0;
-    SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(mem.staged.get<float>(), nnz, &maxKey));
+    SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(mem.staged.get(), spcclFloat32, nullptr, nnz, &maxKey));
     SPCCL_RETURN_IF_ERROR(ex.settle());
     scaleExp = core::fp8ScaleForMax(maxKey);
     SPCCL_RETURN_IF_ERROR(mem.values.ensure(ex, std::max<uint64_t>(nnz, 1)));
@@ -107,10 +107,10 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   }
   SPCCL_RETURN_IF_ERROR(implausible);
   SPCCL_RETURN_IF_ERROR(mem.floats.ensure(ex, n * sizeof(float)));
-  SPCCL_RETURN_IF_ERROR(comm.execSend.ensure(ex, ws.sizes[me]));
-  SPCCL_RETURN_IF_ERROR(comm.execRecv.ensure(ex, total));
-  auto* send = comm.execSend.get<unsigned char>();
-  auto* recv = comm.execRecv.get<unsigned char>();
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, ws.sizes[me]));
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, total));
+  auto* send = ws.sendStream.get<unsigned char>();
+  auto* recv = ws.recvStream.get<unsigned char>();
   auto* floats = mem.floats.get<float>();
   SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's stream encoder", [&]() -> Status {
     StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};

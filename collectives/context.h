@@ -62,14 +62,14 @@ struct RowsProfile {
 struct CollectiveContext {
   std::unique_ptr<Transport> transport;
   // Where the collectives' arrays live and run (kernels/core/executor.h).
-  // Declared before the ExecMemory it frees.
-  std::unique_ptr<Executor> executor;
+  // Declared before the ExecMemory it frees; shared with the communicator's
+  // compressors, which may outlive it (their residuals are its memory).
+  std::shared_ptr<Executor> executor;
   // Executor memory of the sparsified allgather: the selected pairs, their
   // values in fp32 (fp8 wire) and the decoded blocks.
   struct {
     ExecMemory indices, values, staged, floats;
   } exec;
-  ExecMemory execSend, execRecv;                 // streams sent and received, in executor memory
   const CollectiveSettings* settings = nullptr;  // the communicator's, for its life
   int rank = 0;
   int ranks = 1;

@@ -118,11 +118,11 @@ void appendNonzeros(const float* acc, uint64_t len, uint64_t b, Workspace& ws) {
     }
 }
 
-// Encodes the owner's reduced range [b, e) of `acc` into ws.stageBytes as
+// Encodes the owner's reduced range [b, e) of `acc` into ws.stageStream as
 // pairs or dense, returning rounding error (and, re-selecting, the dropped
-// sums) to `residual` (when given).
-size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Workspace& ws, int indexEncoding,
-                        uint64_t keepPerRange, uint64_t* dropped, float bound) {
+// sums) to `residual` (when given). Runs inside Executor::hostOnly.
+Status encodeOwnerRange(Executor& ex, const StreamInfo& base, float* acc, float* residual, Workspace& ws,
+                        int indexEncoding, uint64_t keepPerRange, uint64_t* dropped, float bound, size_t* bytes) {
   const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
   ws.rangeIndices.clear();
   ws.rangeValues.clear();
@@ -171,28 +171,34 @@ size_t encodeOwnerRange(const StreamInfo& base, float* acc, float* residual, Wor
       for (uint64_t j = 0; j < m; ++j) acc[ws.rangeIndices[j] - b] = values[j];
     }
     info.kind = StreamKind::kDense;
-    ws.stageBytes.resize(denseStreamBytes(len, base.valueType));
-    return encodeDense(ws.stageBytes.data(), info, acc, nullptr);
+    SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, denseStreamBytes(len, base.valueType)));
+    *bytes = encodeDense(ws.stageStream.get(), info, acc, nullptr);
+    return Status::ok();
   }
-  std::vector<unsigned char>& wire = ws.sendBytes;  // stage 1 is done with it
+  std::vector<unsigned char>& wire = ws.sendBytes;  // host scratch
   wire.resize(m * core::wireValueBytes(base.valueType));
   for (uint64_t j = 0; j < m; ++j) core::storeWireValue(wire.data(), j, values[j], base.valueType, info.scaleExp);
   info.kind = StreamKind::kPairs;
   info.nnz = m;
   info.encoding = encoding;
-  ws.stageBytes.resize(pairsBytes);
-  return encodePairs(ws.stageBytes.data(), info, ws.rangeIndices.data(), wire.data());
+  SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, pairsBytes));
+  *bytes = encodePairs(ws.stageStream.get(), info, ws.rangeIndices.data(), wire.data());
+  return Status::ok();
 }
 
 }  // namespace
 
 Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   Transport& t = *ctx->transport;
+  Executor& ex = *ctx->exec;
   Workspace& ws = *ctx->ws;
   const int p = t.size(), me = t.rank();
   const uint64_t n = ctx->count;
   const uint8_t algo = static_cast<uint8_t>(ctx->algorithm);
   auto begin = [&](int r) { return rangeBegin(n, p, r); };
+  // Sizes travel in executor memory too (what a device transport can move).
+  SPCCL_RETURN_IF_ERROR(ws.sizeSend.ensure(ex, p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.sizeRecv.ensure(ex, p * sizeof(uint64_t)));
 
   // Stage 1: cut the sorted pairs at the range starts, one stream per owner.
   ws.sizes.resize(p);
@@ -203,33 +209,42 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   ws.recvOffsets.resize(p);
   ws.cuts.resize(p + 1);
   uint64_t* starts = ws.cuts.data();  // rank r's piece is pairs [starts[r], starts[r+1])
-  size_t total = 0;
-  for (int r = 0; r <= p; ++r)
-    starts[r] =
-        r == p
-            ? mine.nnz
-            : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) - mine.indices);
   std::vector<IndexEncoding>& encodings = ws.encodings;
   encodings.resize(p);
-  for (int r = 0; r < p; ++r) {
-    encodings[r] = choosePairsEncoding(ctx->indexEncoding, mine.indices + starts[r], starts[r + 1] - starts[r],
-                                       begin(r), begin(r + 1), ctx->wire, &ws.sizes[r]);
-    ws.offsets[r] = total;
-    total += ws.sizes[r];
-  }
-  ws.sendBytes.resize(total);
   const uint32_t valueBytes = core::wireValueBytes(ctx->wire);
-  for (int r = 0; r < p; ++r) {
-    StreamInfo info{n,        begin(r), begin(r + 1), starts[r + 1] - starts[r],
-                    ctx->seq, algo,     ctx->wire,    StreamKind::kPairs};
-    info.encoding = encodings[r];
-    info.scaleExp = ctx->scaleExp;
-    encodePairs(ws.sendBytes.data() + ws.offsets[r], info, mine.indices + starts[r],
-                static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
-    sealStream(ctx->integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
-  }
+  const auto cutAndEncode = [&]() -> Status {
+    size_t total = 0;
+    for (int r = 0; r <= p; ++r)
+      starts[r] =
+          r == p
+              ? mine.nnz
+              : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) - mine.indices);
+    for (int r = 0; r < p; ++r) {
+      encodings[r] = choosePairsEncoding(ctx->indexEncoding, mine.indices + starts[r], starts[r + 1] - starts[r],
+                                         begin(r), begin(r + 1), ctx->wire, &ws.sizes[r]);
+      ws.offsets[r] = total;
+      total += ws.sizes[r];
+    }
+    SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, total));
+    auto* send = ws.sendStream.get<unsigned char>();
+    for (int r = 0; r < p; ++r) {
+      StreamInfo info{n,        begin(r), begin(r + 1), starts[r + 1] - starts[r],
+                      ctx->seq, algo,     ctx->wire,    StreamKind::kPairs};
+      info.encoding = encodings[r];
+      info.scaleExp = ctx->scaleExp;
+      encodePairs(send + ws.offsets[r], info, mine.indices + starts[r],
+                  static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
+      sealStream(ctx->integrity, send + ws.offsets[r], ws.sizes[r]);
+    }
+    return Status::ok();
+  };
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's stage-1 cut and stream encoder", cutAndEncode));
   for (int r = 0; r < p; ++r) ws.counts[r] = ws.sizes[r];
-  SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
   const uint64_t myBegin = begin(me), myEnd = begin(me + 1), myLen = myEnd - myBegin;
   Status local;
   size_t recvTotal = 0;
@@ -239,46 +254,59 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     ws.recvOffsets[r] = recvTotal;
     recvTotal += ws.recvSizes[r];
   }
-  ws.recvBytes.resize(recvTotal);
-  const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                   ws.recvSizes.data(), ws.recvOffsets.data());
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, recvTotal));
+  const Status moved = ex.withMemory([&] {
+    return t.allToAllV(ws.sendStream.get(), ws.sizes.data(), ws.offsets.data(), ws.recvStream.get(),
+                       ws.recvSizes.data(), ws.recvOffsets.data());
+  });
   if (local.isOk()) local = moved;
   for (int r = 0; r < p; ++r)
     if (r != me) ctx->bytesSent += sizeof(uint64_t) + ws.sizes[r];
 
-  // Stage 2: the owner sums its range in rank order.
-  // Every piece covers the owner's range: all are parsed, then summed in
-  // rank order a cache-sized block of the range at a time.
-  ws.rangeAcc.resize(myLen);
-  const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
-  ws.views.resize(p);
-  for (int r = 0; r < p && local.isOk(); ++r)
-    local = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &ws.views[r]);
-  if (local.isOk()) reduceStreams(ws.views.data(), ws.views.size(), ws.rangeAcc.data(), myBegin, &ws.cursors);
+  // Stage 2: the owner sums its range in rank order; every piece covers it:
+  // all are parsed, then summed in rank order a cache-sized block at a time.
+  // Stage 3's stream (or an error marker) is encoded from the sums.
+  SPCCL_RETURN_IF_ERROR(ws.rangeSums.ensure(ex, myLen * sizeof(float)));
+  size_t myBytes = 0;
+  const auto sumAndEncode = [&]() -> Status {
+    const auto* recv = ws.recvStream.get<unsigned char>();
+    float* sums = ws.rangeSums.get<float>();
+    const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
+    ws.views.resize(p);
+    for (int r = 0; r < p && local.isOk(); ++r)
+      local = parseStream(recv + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &ws.views[r]);
+    if (local.isOk()) reduceStreams(ws.views.data(), ws.views.size(), sums, myBegin, &ws.cursors);
+    const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
+    if (local.isOk()) {
+      SPCCL_RETURN_IF_ERROR(encodeOwnerRange(ex, ownerInfo, sums, ctx->residual, ws, ctx->indexEncoding,
+                                             ctx->keepPerRange, &ctx->reselectDropped, ctx->wireBound, &myBytes));
+    } else {
+      SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, kErrorStreamBytes));
+      myBytes = encodeError(ws.stageStream.get(), ownerInfo, local.code());
+    }
+    sealStream(ctx->integrity, ws.stageStream.get(), myBytes);
+    return Status::ok();
+  };
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's owner sum and stage-3 encoder", sumAndEncode));
 
   // Stage 3: allgather the reduced ranges (or an error marker).
-  const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
-  size_t myBytes;
-  if (local.isOk()) {
-    myBytes = encodeOwnerRange(ownerInfo, ws.rangeAcc.data(), ctx->residual, ws, ctx->indexEncoding, ctx->keepPerRange,
-                               &ctx->reselectDropped, ctx->wireBound);
-  } else {
-    ws.stageBytes.resize(kErrorStreamBytes);
-    myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());
-  }
-  sealStream(ctx->integrity, ws.stageBytes.data(), myBytes);
-  uint64_t myBytes64 = myBytes;
-  SPCCL_RETURN_IF_ERROR(t.allGather(&myBytes64, sizeof myBytes64, ws.recvCounts.data()));
-  total = 0;
+  const uint64_t myBytes64 = myBytes;
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), &myBytes64, sizeof myBytes64));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allGather(ws.sizeSend.get(), sizeof myBytes64, ws.sizeRecv.get()); }));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  size_t total = 0;
   for (int r = 0; r < p; ++r) {
     ws.recvSizes[r] =
         announcedSize(ws.recvCounts[r], maxStreamBytes(begin(r + 1) - begin(r), ctx->wire), r, "split stage 3", &local);
     ws.recvOffsets[r] = total;
     total += ws.recvSizes[r];
   }
-  ws.recvBytes.resize(total);
-  const Status gathered =
-      t.allGatherV(ws.stageBytes.data(), myBytes, ws.recvBytes.data(), ws.recvSizes.data(), ws.recvOffsets.data());
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, total));
+  const Status gathered = ex.withMemory([&] {
+    return t.allGatherV(ws.stageStream.get(), myBytes, ws.recvStream.get(), ws.recvSizes.data(), ws.recvOffsets.data());
+  });
   if (local.isOk()) local = gathered;
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + myBytes);
 
@@ -287,21 +315,26 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   // (zeros between its entries), or zeroed when its stream is refused.
   Status remote;
   ctx->mergedNnz = 0;
-  for (int r = 0; r < p; ++r) {
-    StreamView view;
-    const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true, true};
-    Status st = parseStream(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
-    if (st.isOk() && view.kind == StreamKind::kError)
-      st = Status(view.peerStatus,
-                  formatString("split: owner rank %d rejected its input (%s)", r, resultString(view.peerStatus)));
-    if (!st.isOk()) {
-      if (remote.isOk()) remote = st;
-      std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);
-      continue;
+  const auto decode = [&]() -> Status {
+    const auto* recv = ws.recvStream.get<unsigned char>();
+    for (int r = 0; r < p; ++r) {
+      StreamView view;
+      const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true, true};
+      Status st = parseStream(recv + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
+      if (st.isOk() && view.kind == StreamKind::kError)
+        st = Status(view.peerStatus,
+                    formatString("split: owner rank %d rejected its input (%s)", r, resultString(view.peerStatus)));
+      if (!st.isOk()) {
+        if (remote.isOk()) remote = st;
+        std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);
+        continue;
+      }
+      storeStream(view, ctx->out, 0);
+      ctx->mergedNnz += view.nnz;
     }
-    storeStream(view, ctx->out, 0);
-    ctx->mergedNnz += view.nnz;
-  }
+    return Status::ok();
+  };
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's stage-3 decoder", decode));
   return remote;
 }
 

@@ -237,6 +237,7 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
   c->dataType = type;
   c->config = config;
   c->implicit = implicit;
+  c->executor = comm->executor;  // null on an NCCL communicator (the device path)
   // The host residual buffers come with the first compressed call
   // (spcclCompressor::ensureResidual); device compressors keep theirs on the device.
   *out = std::move(c);

@@ -102,9 +102,10 @@ spcclResult_t spcclCompressorGetResidual(const spcclCompressor_t c, float* resid
     if (c->comm->onDevice) return gpu::copyResidual(c, residual);
 #endif
     if (count == 0) return Status::ok();  // residual may be NULL: no 0-byte memcpy/memset on it
-    if (c->config.errorFeedback && !c->residual[c->current].empty())
-      std::memcpy(residual, c->residual[c->current].data(), count * sizeof(float));
-    else  // no error feedback, or no compressed call yet: nothing held back
+    if (c->config.errorFeedback && c->residual[c->current].get() != nullptr) {
+      SPCCL_RETURN_IF_ERROR(c->executor->toHost(residual, c->residual[c->current].get(), count * sizeof(float)));
+      return c->executor->settle();
+    } else  // no error feedback, or no compressed call yet: nothing held back
       std::memset(residual, 0, count * sizeof(float));
     return Status::ok();
   });

@@ -76,7 +76,7 @@ spcclResult_t spcclCommInitMPI(spcclComm_t* comm, MPI_Comm mpiComm) {
     c->rank = t->rank();
     c->ranks = t->size();
     c->transport = std::move(t);
-    c->executor = std::make_unique<host::HostExecutor>(params.guardExecutor);
+    c->executor = std::make_shared<host::HostExecutor>(params.guardExecutor);
     c->params = params;
     std::string modelOrigin;  // collective: SPCCL_CALIBRATE / SPCCL_NET_* / SPCCL_AUTO_TRIALS (src/tuner.h)
     SPCCL_RETURN_IF_ERROR(

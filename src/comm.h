@@ -74,8 +74,10 @@ struct spcclCompressor {
   // Error-feedback residual, double-buffered: the fused pass writes the new
   // residual into the spare buffer, so a pass abandoned for a stale tau
   // leaves the current one intact. Empty until the first compressed call
-  // (ensureResidual): an empty residual reads as zeros.
-  std::vector<float> residual[2];
+  // (ensureResidual): an empty residual reads as zeros. Executor memory,
+  // kept alive by `executor` (declared first: destroyed last).
+  std::shared_ptr<spccl::Executor> executor;
+  spccl::ExecMemory residual[2];
   int current = 0;
   uint32_t tauKey = 0;
   uint64_t callIndex = 0;
@@ -148,13 +150,13 @@ struct spcclCompressor {
   uint64_t modelKeepPerRange(int ranks) const;
 
  private:
-  void ensureResidual();
+  spccl::Status ensureResidual();
   // *offSchedule set: the call re-estimated the stored tau off the schedule
   // (over the capacity or starving the selection); the caller puts the tau
   // it had before back if the call is refused. Untouched otherwise.
   spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* offSchedule);
-  void estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
-                         uint64_t* tieBudget);
+  spccl::Status estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
+                                  uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after
   // the exchange that opens the call; its failure fails the call). *trial: the index in the shape's
   // candidates when this call is a timed trial, else -1.
@@ -185,22 +187,14 @@ struct spcclComm : spccl::CollectiveContext {
   spcclComm() { settings = &params; }
   spcclComm(const spcclComm&) = delete;
   spcclComm& operator=(const spcclComm&) = delete;
-  std::vector<float> accumulator;         // a compressed allreduce's fp32 result for 16-bit user buffers
-  std::vector<uint32_t> pairIndices;      // a compressed allreduce's selected pairs: indices
-  std::vector<unsigned char> pairValues;  // and wire-typed values
+  // Executor memory of the host compressors' calls (grow-only, shared):
+  spccl::ExecMemory accumulator;  // a compressed allreduce's fp32 result for 16-bit user buffers
+  spccl::ExecMemory pairIndices;  // a compressed allreduce's selected pairs: indices
+  spccl::ExecMemory pairValues;   // and wire-typed values
   // The pair buffers with room for at least `slots` pairs of `valueBytes` bytes.
-  void pairsFor(uint64_t slots, uint32_t valueBytes) {
-    if (pairIndices.size() < slots) pairIndices.resize(slots);
-    if (pairValues.size() < slots * valueBytes) pairValues.resize(slots * valueBytes);
-  }
-  // The exact threshold estimation's scratch, shared by the communicator's
-  // host compressors: the candidates of tau's radix bucket (a few thousandths
-  // of a Gaussian buffer, at most the buffer), or of a stale tau's
-  // re-selection (at most 4 x capacity).
-  std::vector<uint32_t> thresholdScratch;
-  uint32_t* thresholdScratchFor(size_t n) {
-    if (thresholdScratch.size() < n) thresholdScratch.resize(n);
-    return thresholdScratch.data();
+  spccl::Status pairsFor(uint64_t slots, uint32_t valueBytes) {
+    SPCCL_RETURN_IF_ERROR(pairIndices.ensure(*executor, slots * sizeof(uint32_t)));
+    return pairValues.ensure(*executor, slots * valueBytes);
   }
   spccl::ModelSettings modelSettings;  // rank 0's SPCCL_INDEX_ENCODING etc. as auto's model reads them
   std::map<spccl::AutoShapeKey, spccl::AutoShape> autoShapes;  // SPCCL_ALGO=auto's state per call shape

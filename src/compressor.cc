@@ -73,11 +73,12 @@ bool spcclCompressor::starved(bool estimated, uint32_t usedTauKey, uint64_t fini
   return !estimated && usedTauKey != 0 && finiteSelected < below;
 }
 
-void spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
-                                        uint64_t* tieBudget) {
+Status spcclCompressor::estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
+                                          uint64_t* tieBudget) {
   const Stopwatch watch(comm->params.profile);
-  const host::ThresholdResult t =
-      host::kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, &comm->thresholdScratch);
+  ThresholdStats t;
+  SPCCL_RETURN_IF_ERROR(executor->kthLargestMagnitude(sendbuff, dataType, residualIn, count, k, &t));
+  SPCCL_RETURN_IF_ERROR(executor->settle());
   if (comm->params.profile) {
     profile.estimation += watch.seconds();
     ++profile.fullEstimates;
@@ -87,15 +88,18 @@ void spcclCompressor::estimateThreshold(const void* sendbuff, const float* resid
   // exact rule {|v| >= tau} unless ties would break the cap.
   *tieBudget = capacity > t.above ? capacity - t.above : 0;
   ++callUpdates;
+  return Status::ok();
 }
 
 // The two residual buffers (the current one and the pass's output) exist from
 // the first compressed call on: a compressor that only runs dense (SPCCL_ALGO_DENSE,
 // or auto settled on dense) never holds their 8 bytes an element.
-void spcclCompressor::ensureResidual() {
-  if (residual[0].size() == count) return;
-  residual[0].assign(count, 0.0f);
-  residual[1].resize(count);
+Status spcclCompressor::ensureResidual() {
+  if (residual[0].get() != nullptr) return Status::ok();
+  const size_t bytes = count * sizeof(float);
+  SPCCL_RETURN_IF_ERROR(residual[0].ensure(*executor, bytes));
+  SPCCL_RETURN_IF_ERROR(residual[1].ensure(*executor, bytes));
+  return executor->fill(residual[0].get(), 0, bytes);
 }
 
 Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSchedule) {
@@ -105,47 +109,55 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSch
   const uint64_t k = selectCount();
   const uint64_t capacity = pairCapacity();
   const bool ef = config.errorFeedback != 0;
-  if (ef) ensureResidual();
-  const float* residualIn = ef ? residual[current].data() : nullptr;
-  float* residualOut = ef ? residual[1 - current].data() : nullptr;
+  Executor& ex = *executor;
+  if (ef) SPCCL_RETURN_IF_ERROR(ensureResidual());
+  const float* residualIn = ef ? residual[current].get<float>() : nullptr;
+  float* residualOut = ef ? residual[1 - current].get<float>() : nullptr;
   const core::ValueType wire = toValueType(config.wireValueType);
   // Room for kCandidateSlack x the cap: a moderately stale tau's whole
   // selection fits, and re-estimating from it needs no extra pass over v.
   constexpr uint64_t kCandidateSlack = 4;
   pairSlots = std::max(pairSlots, std::min<uint64_t>(count, kCandidateSlack * capacity));
-  comm->pairsFor(pairSlots, core::wireValueBytes(wire));
+  SPCCL_RETURN_IF_ERROR(comm->pairsFor(pairSlots, core::wireValueBytes(wire)));
   uint64_t tieBudget = std::numeric_limits<uint64_t>::max();
   bool estimated = false;
   // fp8: the max rule's scale of the selected values, once a pass has shown
   // that tau's scale would saturate them (below).
   int fp8MaxRuleScale = core::kFp8MinScaleExp;
   if (takeEstimateDue()) {
-    estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+    SPCCL_RETURN_IF_ERROR(estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget));
     estimated = true;
   }
   for (;;) {
-    host::SelectArgs a{sendbuff,
-                       dataType,
-                       residualIn,
-                       residualOut,
-                       count,
-                       tauKey,
-                       tieBudget,
-                       pairSlots,
-                       wire,
-                       comm->pairIndices.data(),
-                       comm->pairValues.data()};
+    SelectSpec a{sendbuff,
+                 dataType,
+                 residualIn,
+                 residualOut,
+                 count,
+                 tauKey,
+                 tieBudget,
+                 pairSlots,
+                 wire,
+                 comm->pairIndices.get<uint32_t>(),
+                 comm->pairValues.get()};
     if (wire == core::ValueType::kFloat8e4m3) {
       // tau's binade -> e4m3's smallest normal binade: every selected |v| >= tau
       // is a normal code; tau == 0 (fewer non-zeros than k) has no binade, so
       // the largest |v| sets the scale (one more pass, only then).
-      scaleExp = tauKey != 0 && !core::isNonFiniteKey(tauKey)
-                     ? std::max(core::fp8ScaleForTau(tauKey), fp8MaxRuleScale)
-                     : core::fp8ScaleForMax(host::maxFiniteMagnitudeKey(sendbuff, dataType, residualIn, count));
+      if (tauKey != 0 && !core::isNonFiniteKey(tauKey)) {
+        scaleExp = std::max(core::fp8ScaleForTau(tauKey), fp8MaxRuleScale);
+      } else {
+        uint32_t maxKey = 0;
+        SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(sendbuff, dataType, residualIn, count, &maxKey));
+        SPCCL_RETURN_IF_ERROR(ex.settle());
+        scaleExp = core::fp8ScaleForMax(maxKey);
+      }
       a.scaleExp = scaleExp;
     }
     const Stopwatch pass(timing);
-    const host::SelectResult r = host::selectPack(a);
+    SelectStats r;
+    SPCCL_RETURN_IF_ERROR(ex.selectPack(a, &r));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
     lastPass = pass.seconds();
     if (wire == core::ValueType::kFloat8e4m3 && core::fp8ScaleForMax(r.maxFiniteKey) > a.scaleExp) {
       // A selected |v| beyond 448 * 2^s (about 28672 tau) would saturate, and
@@ -161,14 +173,15 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSch
       estimated = true;
       *offSchedule = true;
       if (r.selected <= pairSlots) {  // every candidate was captured
-        const host::ReselectResult rs =
-            host::reselectCandidates(a, r.selected, k, capacity, comm->thresholdScratchFor(r.selected));
+        ReselectStats rs;
+        SPCCL_RETURN_IF_ERROR(ex.reselect(a, r.selected, k, capacity, &rs));
+        SPCCL_RETURN_IF_ERROR(ex.settle());
         tauKey = rs.tauKey;
         ++callUpdates;
         *nnz = rs.selected;
         break;
       }
-      estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+      SPCCL_RETURN_IF_ERROR(estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget));
       continue;
     }
     if (starved(estimated, tauKey, r.finiteSelected, starveBelow())) {
@@ -177,13 +190,13 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSch
       // call sends about k entries. (The pass's candidates are too few to
       // rank: one full estimate, then one more pass.)
       *offSchedule = true;
-      estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget);
+      SPCCL_RETURN_IF_ERROR(estimateThreshold(sendbuff, residualIn, k, capacity, &tieBudget));
       estimated = true;
       continue;
     }
     if (r.selected > pairSlots) {  // NaN/Inf beyond the slots: rare, grow and redo
       pairSlots = r.selected;
-      comm->pairsFor(pairSlots, core::wireValueBytes(wire));
+      SPCCL_RETURN_IF_ERROR(comm->pairsFor(pairSlots, core::wireValueBytes(wire)));
       continue;
     }
     *nnz = r.selected;
@@ -206,34 +219,21 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   }
   // fp32 input goes to the allreduce as it is (no staging copy, the same bytes
   // through memory as a plain MPI_Allreduce); 16-bit input is widened first.
+  Executor& ex = *executor;
   const float* v = static_cast<const float*>(sendbuff);
   if (dataType != spcclFloat32) {
-    host::loadFloats(sendbuff, dataType, count, out);
+    SPCCL_RETURN_IF_ERROR(ex.loadFloats(sendbuff, dataType, count, out));
     v = out;
   }
   if (flush && !residualZero) {
     // v = send + residual travels exactly; nothing is left behind. One pass
-    // forms v and empties the residual. v may be out (in place) or overlap
-    // it otherwise: with out ahead of v (recvbuff = sendbuff + 1, say) the
-    // pass runs backwards, so that no v[j] is read after out[i] overwrote it.
+    // forms v and empties the residual (v may be out, or overlap it).
     // Otherwise the residual is empty, or held back with its tau as they are.
-    float* r = residual[current].data();
-    const auto o = reinterpret_cast<uintptr_t>(out), x = reinterpret_cast<uintptr_t>(v);
-    if (o > x && o < x + count * sizeof(float)) {
-      for (size_t i = count; i-- > 0;) {
-        out[i] = v[i] + r[i];
-        r[i] = 0.0f;
-      }
-    } else {
-      for (size_t i = 0; i < count; ++i) {
-        out[i] = v[i] + r[i];
-        r[i] = 0.0f;
-      }
-    }
+    SPCCL_RETURN_IF_ERROR(ex.flushResidual(v, residual[current].get<float>(), out, count));
     residualZero = true;
     v = out;
   }
-  return t.allReduceDense(v, out, count, spcclFloat32, spcclSum);
+  return ex.withMemory([&] { return t.allReduceDense(v, out, count, spcclFloat32, spcclSum); });
 }
 
 AutoShape& spcclCompressor::shapeState() {
@@ -400,10 +400,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   callUpdates = 0;
   // fp32 results accumulate straight into the user's buffer (the input has
   // been consumed by the fused pass first, so in-place is safe).
+  Executor& ex = *executor;
   float* out = static_cast<float*>(recvbuff);
   if (dataType != spcclFloat32) {
-    if (comm->accumulator.size() < count) comm->accumulator.resize(count);
-    out = comm->accumulator.data();
+    SPCCL_RETURN_IF_ERROR(comm->accumulator.ensure(ex, count * sizeof(float)));
+    out = comm->accumulator.get<float>();
   }
 
   uint64_t nnz = 0;
@@ -430,7 +431,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   IndexEncoding encoding = IndexEncoding::kCoo32;
   if (algo.announcesStream) {
     size_t bytes = 0;
-    encoding = choosePairsEncoding(comm->params.indexEncoding, comm->pairIndices.data(), nnz, 0, count, wire, &bytes);
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly("the compressed allreduce's index encoding", [&]() -> Status {
+      encoding = choosePairsEncoding(comm->params.indexEncoding, comm->pairIndices.get<uint32_t>(), nnz, 0, count, wire,
+                                     &bytes);
+      return Status::ok();
+    }));
     mine.streamBytes = bytes;
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
@@ -473,10 +478,15 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     std::vector<uint64_t>& nnzPerRank = workspace.nnzPerRank;
     nnzPerRank.resize(p);
     for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
-    ReduceContext ctx{&t,        seq,
-                      count,     wire,
-                      algorithm, nnzPerRank.data(),
-                      out,       config.errorFeedback ? residual[current].data() : nullptr,
+    ReduceContext ctx{&t,
+                      &ex,
+                      seq,
+                      count,
+                      wire,
+                      algorithm,
+                      nnzPerRank.data(),
+                      out,
+                      config.errorFeedback ? residual[current].get<float>() : nullptr,
                       &workspace};
     ctx.scaleExp = scaleExp;
     ctx.wireBound = dataType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
@@ -490,18 +500,15 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
       ctx.streamBytesPerRank = streamBytes.data();
       ctx.myEncoding = encoding;
     }
-    const SparseContribution pairs{comm->pairIndices.data(), comm->pairValues.data(), nnz};
+    const SparseContribution pairs{comm->pairIndices.get<uint32_t>(), comm->pairValues.get(), nnz};
     SPCCL_RETURN_IF_ERROR(algo.run(pairs, &ctx));
     if (algorithm == SPCCL_ALGO_SPLIT && autoShape) autoShape->mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
     call.bytesSent += ctx.bytesSent;
     call.lastSelected = nnz;
     call.lastThreshold = core::bitsFloat(tauKey);
   }
-  if (op == spcclAvg) {
-    const float inv = static_cast<float>(p);
-    for (size_t i = 0; i < count; ++i) out[i] /= inv;
-  }
-  if (dataType != spcclFloat32) host::storeFloats(out, count, dataType, recvbuff);
+  if (op == spcclAvg) SPCCL_RETURN_IF_ERROR(ex.divideFloats(out, count, static_cast<float>(p)));
+  if (dataType != spcclFloat32) SPCCL_RETURN_IF_ERROR(ex.storeFloats(out, count, dataType, recvbuff));
 
   call.thresholdUpdates = callUpdates;
   addStats(&stats, call);

@@ -11,6 +11,7 @@
 //    that reads it directly crashes in CI instead of on a user's GPU.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -59,6 +60,13 @@ struct SelectSpec {
 struct SelectStats {
   uint64_t selected = 0;        // all pairs the rule selected, counted past the capacity
   uint64_t finiteSelected = 0;  // the part the capacity factor limits
+  uint32_t maxFiniteKey = 0;    // fp8 wire: magnitude key of the largest finite v selected (0: none)
+};
+
+// A stale tau's re-selection from the candidates a pass captured (reselect).
+struct ReselectStats {
+  uint64_t selected = 0;
+  uint32_t tauKey = 0;
 };
 
 // A callable borrowed for the length of one call: no allocation, unlike
@@ -98,11 +106,26 @@ class Executor {
   virtual Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n,
                                      uint64_t k, ThresholdStats* out) = 0;
   virtual Status selectPack(const SelectSpec& spec, SelectStats* out) = 0;
-  // Largest finite |values[j]| as a magnitude key (0: none): fp8's scale.
-  virtual Status maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) = 0;
+  // A pass with a stale tau captured all its `nnz` candidates and more than
+  // the capacity allows: tau is re-estimated exactly from them and the
+  // selection and residual fixed up in place (host::reselectCandidates).
+  virtual Status reselect(const SelectSpec& spec, uint64_t nnz, uint64_t k, uint64_t capacity, ReselectStats* out) = 0;
+  // Largest finite |v| as a magnitude key (0: none), v = send + residual
+  // (residual may be null): fp8's scale.
+  virtual Status maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,
+                              uint32_t* maxKey) = 0;
   // dst = the wire codes of src (fp8: of src / 2^scaleExp), rounded and
   // saturated as core::storeWireValue does.
   virtual Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) = 0;
+  // User float buffers (fp32, fp16, bf16) <-> fp32, rounding to nearest even.
+  virtual Status loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst) = 0;
+  virtual Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) = 0;
+  // x[i] /= divisor (the average).
+  virtual Status divideFloats(float* x, size_t n, float divisor) = 0;
+  // out[i] = v[i] + residual[i], residual[i] = 0: a dense call sends the
+  // residual. out may equal v, or overlap it (the host runs in the order that
+  // reads every v[i] before it is overwritten).
+  virtual Status flushResidual(const float* v, float* residual, float* out, size_t n) = 0;
 
   // fn touches executor memory through something that may (the transport
   // handing it to MPI or NCCL).
@@ -112,8 +135,10 @@ class Executor {
   virtual Status hostOnly(const char* what, StatusFn fn) = 0;
 };
 
-// An ExecBuffer that its executor frees: grown by the first ensure(), which
-// also names the executor.
+// An ExecBuffer that its executor frees: grown by ensure(), which also names
+// the executor. Growth is geometric (stream sizes that creep up call after
+// call reallocate a few times, not on every call); bytes() is the largest
+// size asked of it.
 class ExecMemory {
  public:
   ExecMemory() = default;
@@ -123,19 +148,25 @@ class ExecMemory {
     if (exec_ != nullptr) exec_->release(&buf_);
   }
   Status ensure(Executor& e, size_t bytes) {
-    if (exec_ != nullptr && exec_ != &e) exec_->release(&buf_);
+    if (exec_ != nullptr && exec_ != &e) {
+      exec_->release(&buf_);
+      size_ = 0;
+    }
     exec_ = &e;
-    return bytes <= buf_.bytes && buf_.ptr != nullptr ? Status::ok() : e.grow(&buf_, bytes);
+    if (bytes > size_) size_ = bytes;
+    if (bytes <= buf_.bytes && buf_.ptr != nullptr) return Status::ok();
+    return e.grow(&buf_, std::max(bytes, buf_.bytes + buf_.bytes / 2));
   }
   template <typename T = void>
   T* get() const {
     return static_cast<T*>(buf_.ptr);
   }
-  size_t bytes() const { return buf_.bytes; }
+  size_t bytes() const { return size_; }
 
  private:
   Executor* exec_ = nullptr;
   ExecBuffer buf_;
+  size_t size_ = 0;
 };
 
 }  // namespace spccl

@@ -125,6 +125,14 @@ __global__ void __launch_bounds__(kThreads)
     core::storeWireValue(dst, j, src[j], wire, scaleExp);
 }
 
+__global__ void __launch_bounds__(kThreads) flushKernel(const float* v, float* residual, float* out, uint64_t n) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    out[i] = v[i] + residual[i];
+    residual[i] = 0.0f;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
@@ -199,6 +207,17 @@ Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, 
     return invalidArgument("toWire: not a wire value type");
   if (src == nullptr || dst == nullptr) return invalidArgument("toWire: null buffer");
   toWireKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(src, n, wire, scaleExp, dst);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status flushResidual(const float* v, float* residual, float* out, size_t n, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (v == nullptr || residual == nullptr || out == nullptr) return invalidArgument("flushResidual: null buffer");
+  const auto o = reinterpret_cast<uintptr_t>(out), x = reinterpret_cast<uintptr_t>(v);
+  if (o != x && o < x + n * sizeof(float) && x < o + n * sizeof(float))
+    return invalidArgument("flushResidual: out overlaps v other than in place");
+  flushKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(v, residual, out, n);
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

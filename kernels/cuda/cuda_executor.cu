@@ -76,7 +76,8 @@ Status CudaExecutor::settle() {
       }
       case Result::kSelect: {
         const auto* c = static_cast<const SelectCounts*>(h);
-        *static_cast<SelectStats*>(p.out) = SelectStats{c->selected, c->finiteSelected};
+        // cuda::selectPack has no fp8 wire: no maxFiniteKey to report.
+        *static_cast<SelectStats*>(p.out) = SelectStats{c->selected, c->finiteSelected, 0};
         break;
       }
       case Result::kMaxKey:
@@ -138,13 +139,35 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   return Status::ok();
 }
 
-Status CudaExecutor::maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) {
+Status CudaExecutor::reselect(const SelectSpec&, uint64_t, uint64_t, uint64_t, ReselectStats*) {
+  // The device's exact mode re-estimates with a whole second pass instead.
+  return invalidUsage("a stale tau's re-selection from its candidates has no device kernel");
+}
+
+Status CudaExecutor::maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,
+                                  uint32_t* maxKey) {
   // The largest finite |v| is the first largest: tau of k = 1 (0 when none).
-  return enqueueKth(values, spcclFloat32, nullptr, n, 1, Result::kMaxKey, maxKey);
+  return enqueueKth(send, type, residual, n, 1, Result::kMaxKey, maxKey);
 }
 
 Status CudaExecutor::toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) {
   return cuda::toWire(src, n, wire, scaleExp, dst, stream_);
+}
+
+Status CudaExecutor::loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst) {
+  return cuda::loadFloats(src, type, n, dst, stream_);
+}
+
+Status CudaExecutor::storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) {
+  return cuda::storeFloats(src, n, type, dst, stream_);
+}
+
+Status CudaExecutor::divideFloats(float* x, size_t n, float divisor) {
+  return cuda::divideFloats(x, n, divisor, stream_);
+}
+
+Status CudaExecutor::flushResidual(const float* v, float* residual, float* out, size_t n) {
+  return cuda::flushResidual(v, residual, out, n, stream_);
 }
 
 Status CudaExecutor::hostOnly(const char* what, StatusFn) {

@@ -36,8 +36,14 @@ class CudaExecutor final : public Executor {
   Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
                              ThresholdStats* out) override;
   Status selectPack(const SelectSpec& spec, SelectStats* out) override;
-  Status maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) override;
+  Status reselect(const SelectSpec& spec, uint64_t nnz, uint64_t k, uint64_t capacity, ReselectStats* out) override;
+  Status maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,
+                      uint32_t* maxKey) override;
   Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) override;
+  Status loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst) override;
+  Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) override;
+  Status divideFloats(float* x, size_t n, float divisor) override;
+  Status flushResidual(const float* v, float* residual, float* out, size_t n) override;
 
   Status withMemory(StatusFn fn) override { return fn(); }
   Status hostOnly(const char* what, StatusFn fn) override;

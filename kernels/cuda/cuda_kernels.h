@@ -209,6 +209,10 @@ Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type,
                      int64_t* outIds, void* outRows, uint64_t* outCount, void* workspace, size_t workspaceBytes,
                      cudaStream_t stream);
 
+// out[i] = v[i] + residual[i], residual[i] = 0 (host::flushResidual); out
+// equal to v or disjoint from it.
+Status flushResidual(const float* v, float* residual, float* out, size_t n, cudaStream_t stream);
+
 // x[i] = x[i] / divisor (the average), bit-identical to the host loop.
 Status divideFloats(float* x, size_t n, float divisor, cudaStream_t stream);
 

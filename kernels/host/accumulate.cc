@@ -2,6 +2,8 @@
 // pairs streams are decoded by codec/codec.h's reduceStreams).
 #include "kernels/host/host_kernels.h"
 
+#include <cstdint>
+
 #include "kernels/host/host_common.h"
 
 namespace spccl::host {
@@ -14,6 +16,27 @@ void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst,
   withWire(vt, [&](auto wire) {
     for (uint64_t i = 0; i < len; ++i) dst[i] += core::loadWireValue(values, i, decltype(wire)::value, scaleExp);
   });
+}
+
+void flushResidual(const float* v, float* residual, float* out, size_t n) {
+  // out ahead of v inside it (out = v + 1, say): backwards, so that no v[j]
+  // is read after out[i] overwrote it.
+  const auto o = reinterpret_cast<uintptr_t>(out), x = reinterpret_cast<uintptr_t>(v);
+  if (o > x && o < x + n * sizeof(float)) {
+    for (size_t i = n; i-- > 0;) {
+      out[i] = v[i] + residual[i];
+      residual[i] = 0.0f;
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = v[i] + residual[i];
+      residual[i] = 0.0f;
+    }
+  }
+}
+
+void divideFloats(float* x, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) x[i] /= divisor;
 }
 
 }  // namespace spccl::host

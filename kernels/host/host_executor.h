@@ -22,6 +22,9 @@ class HostExecutor final : public Executor {
   const char* name() const override { return guarded_ ? "host (guarded)" : "host"; }
   bool onDevice() const override { return false; }
   bool guarded() const { return guarded_; }
+  // Elements of the candidates' scratch (threshold, reselect): grown to the
+  // largest need of any call, shared by every compressor on the communicator.
+  size_t scratchElements() const { return scratch_.size(); }
 
   Status grow(ExecBuffer* b, size_t bytes) override;
   void release(ExecBuffer* b) override;
@@ -33,8 +36,14 @@ class HostExecutor final : public Executor {
   Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
                              ThresholdStats* out) override;
   Status selectPack(const SelectSpec& spec, SelectStats* out) override;
-  Status maxFiniteKey(const float* values, uint64_t n, uint32_t* maxKey) override;
+  Status reselect(const SelectSpec& spec, uint64_t nnz, uint64_t k, uint64_t capacity, ReselectStats* out) override;
+  Status maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,
+                      uint32_t* maxKey) override;
   Status toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst) override;
+  Status loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst) override;
+  Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) override;
+  Status divideFloats(float* x, size_t n, float divisor) override;
+  Status flushResidual(const float* v, float* residual, float* out, size_t n) override;
 
   Status withMemory(StatusFn fn) override;
   Status hostOnly(const char* what, StatusFn fn) override;
@@ -55,7 +64,7 @@ class HostExecutor final : public Executor {
   bool guarded_;
   int depth_ = 0;
   std::vector<ExecBuffer> mapped_;  // guarded allocations, page-rounded
-  std::vector<uint32_t> scratch_;   // kthLargestMagnitude's candidates
+  std::vector<uint32_t> scratch_;   // kthLargestMagnitude's and reselect's candidates
 };
 
 }  // namespace spccl::host

@@ -110,6 +110,12 @@ const char* hostSimdName(HostSimd simd);  // "baseline", "avx2", "avx512"
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch);
 
+// out[i] = v[i] + residual[i], residual[i] = 0; out may equal or overlap v
+// (cuda::flushResidual takes out == v or disjoint).
+void flushResidual(const float* v, float* residual, float* out, size_t n);
+// x[i] /= divisor (cuda::divideFloats).
+void divideFloats(float* x, size_t n, float divisor);
+
 // dst[i] += values[i] for len wire values.
 void denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, int scaleExp = 0);
 

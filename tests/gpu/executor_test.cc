@@ -43,7 +43,7 @@ Status run(Executor& ex, const std::vector<float>& v, uint64_t k, Outcome* o) {
                         indices.get<uint32_t>(),
                         values.get()};
   SPCCL_RETURN_IF_ERROR(ex.selectPack(spec, &o->selection));
-  SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(send.get<float>(), n, &o->maxKey));
+  SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(send.get(), spcclFloat32, nullptr, n, &o->maxKey));
   SPCCL_RETURN_IF_ERROR(ex.settle());
   const uint64_t kept = std::min(o->selection.selected, slots);
   o->indices.resize(kept);

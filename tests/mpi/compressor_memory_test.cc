@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/host/host_executor.h"
 #include "src/comm.h"
 #include "tests/mpi/conserved_calls.h"
 #include "tests/mpi/test_util.h"
@@ -58,10 +59,13 @@ TEST(CompressorMemory, ThresholdScratchIsSharedAndChangesNothing) {
   // Grown to the largest radix bucket any call needed: on the shared
   // communicator the larger of what each compressor needed alone, and for
   // Gaussian data far below the buffer (it held `count` before).
-  EXPECT_EQ(shared.c->thresholdScratch.size(),
-            std::max(aloneSmall.c->thresholdScratch.size(), aloneLarge.c->thresholdScratch.size()));
-  EXPECT_GT(shared.c->thresholdScratch.size(), 0u);
-  EXPECT_LT(shared.c->thresholdScratch.size(), large / 10);
+  // (The scratch is the host executor's, one per communicator.)
+  const auto scratch = [](const Comm& c) {
+    return static_cast<const host::HostExecutor&>(*c.c->executor).scratchElements();
+  };
+  EXPECT_EQ(scratch(shared), std::max(scratch(aloneSmall), scratch(aloneLarge)));
+  EXPECT_GT(scratch(shared), 0u);
+  EXPECT_LT(scratch(shared), large / 10);
   EXPECT_LT(cs1.worstImbalance(), 1e-4);
   EXPECT_LT(cs2.worstImbalance(), 1e-4);
   spcclStats_t st{};
@@ -87,18 +91,20 @@ TEST(CompressorMemory, ResidualBuffersComeWithTheFirstCompressedCall) {
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &dense), comm.c, "create"));
   cfg.algorithm = SPCCL_ALGO_ALLGATHER;
   ASSERT_TRUE(okOnAllRanks(spcclCompressorCreate(comm.c, n, spcclFloat32, &cfg, &sparse), comm.c, "create"));
-  EXPECT_TRUE(sparse->residual[0].empty() && sparse->residual[1].empty()) << "allocated before any call";
+  EXPECT_TRUE(sparse->residual[0].get() == nullptr && sparse->residual[1].get() == nullptr)
+      << "allocated before any call";
   ConservedCalls d(comm.c, dense, n), s(comm.c, sparse, n);
   for (unsigned call = 0; call < 3; ++call) {
     ASSERT_TRUE(d.call(700 + call));
     ASSERT_TRUE(s.call(800 + call));
   }
-  EXPECT_TRUE(dense->residual[0].empty() && dense->residual[1].empty()) << "a dense-only compressor holds buffers";
+  EXPECT_TRUE(dense->residual[0].get() == nullptr && dense->residual[1].get() == nullptr)
+      << "a dense-only compressor holds buffers";
   std::vector<float> r(n, 1.0f);
   ASSERT_EQ(spcclCompressorGetResidual(dense, r.data(), n), spcclSuccess);
   EXPECT_TRUE(std::all_of(r.begin(), r.end(), [](float x) { return x == 0.0f; }));
-  EXPECT_EQ(sparse->residual[0].size(), n);
-  EXPECT_EQ(sparse->residual[1].size(), n);
+  EXPECT_EQ(sparse->residual[0].bytes(), n * sizeof(float));
+  EXPECT_EQ(sparse->residual[1].bytes(), n * sizeof(float));
   EXPECT_LT(d.worstImbalance(), 1e-5);
   EXPECT_LT(s.worstImbalance(), 1e-4);
   spcclCompressorDestroy(dense);
@@ -191,13 +197,13 @@ TEST(CompressorMemory, CallScratchIsSharedAndChangesNothing) {
     ASSERT_EQ(spcclCompressorGetResidual(onAlone[i], b.data(), b.size()), spcclSuccess);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "residual of compressor " << i;
     EXPECT_EQ(onShared[i]->pairSlots, onAlone[i]->pairSlots) << "compressor " << i;
-    EXPECT_EQ(alone[i].c->pairIndices.size(), onAlone[i]->pairSlots) << "compressor " << i;
+    EXPECT_EQ(alone[i].c->pairIndices.bytes() / sizeof(uint32_t), onAlone[i]->pairSlots) << "compressor " << i;
     largestSlots = std::max(largestSlots, onShared[i]->pairSlots);
     if (setups[i].type != spcclFloat32) largest16 = std::max(largest16, setups[i].n);
   }
   EXPECT_GE(onShared.back()->pairSlots, kNans) << "the NaN call did not grow the slots";
-  EXPECT_EQ(shared.c->pairIndices.size(), largestSlots);
-  EXPECT_EQ(shared.c->accumulator.size(), largest16);
+  EXPECT_EQ(shared.c->pairIndices.bytes() / sizeof(uint32_t), largestSlots);
+  EXPECT_EQ(shared.c->accumulator.bytes() / sizeof(float), largest16);
   for (size_t i = 0; i < setups.size(); ++i) {
     spcclCompressorDestroy(onShared[i]);
     spcclCompressorDestroy(onAlone[i]);

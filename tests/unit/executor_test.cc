@@ -80,7 +80,7 @@ TEST_P(HostExecutorTest, OperationsEqualTheHostKernels) {
   EXPECT_EQ(gotVal, refVal);
 
   uint32_t maxKey = 0;
-  ASSERT_TRUE(ex.maxFiniteKey(send.get<float>(), n, &maxKey).isOk());
+  ASSERT_TRUE(ex.maxFiniteKey(send.get(), spcclFloat32, nullptr, n, &maxKey).isOk());
   ASSERT_TRUE(ex.settle().isOk());
   EXPECT_EQ(maxKey, host::maxFiniteMagnitudeKey(v.data(), spcclFloat32, nullptr, n));
   EXPECT_NE(maxKey, 0u);
