@@ -1,0 +1,36 @@
+# Fails, naming them, when a folder of the tree that holds project files is
+# missing from docs/ARCHITECTURE.md's folder table (rows "| `path/` | ...").
+# Build trees, virtual environments, Python packaging leftovers and the fuzz
+# corpus's seed folders (listed in their parent's row) are not project folders.
+#   cmake -DSOURCE_DIR=<repository root> -P tests/layers/check_folders.cmake
+cmake_minimum_required(VERSION 3.20)  # GLOB_RECURSE does not follow symlinks
+if(NOT SOURCE_DIR)
+  message(FATAL_ERROR "check_folders.cmake: pass -DSOURCE_DIR=<source tree>")
+endif()
+file(READ "${SOURCE_DIR}/docs/ARCHITECTURE.md" doc)
+file(GLOB_RECURSE files RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/*")
+set(folders "")
+foreach(f IN LISTS files)
+  if(f MATCHES "^(build[^/]*|_build[^/]*|\\.[^/]*|tests/fuzz/corpus/[^/]+)/" OR f MATCHES "(^|/)(__pycache__|build|[^/]*\\.egg-info)/")
+    continue()
+  endif()
+  get_filename_component(dir "${f}" DIRECTORY)
+  if(NOT dir STREQUAL "")
+    list(APPEND folders "${dir}")
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES folders)
+list(SORT folders)
+set(missing "")
+foreach(d IN LISTS folders)
+  string(FIND "${doc}" "| `${d}/` |" at)
+  if(at EQUAL -1)
+    list(APPEND missing "${d}/")
+  endif()
+endforeach()
+list(LENGTH folders n)
+if(missing)
+  list(JOIN missing "\n  " text)
+  message(FATAL_ERROR "check_folders: folders missing from docs/ARCHITECTURE.md's folder table:\n  ${text}")
+endif()
+message(STATUS "check_folders: all ${n} folders are in docs/ARCHITECTURE.md's table")
