@@ -20,6 +20,20 @@
 
 namespace spccl {
 
+CallDescriptor allGatherTopKDescriptor(uint64_t seq, uint64_t n, spcclDataType_t type, core::ValueType wire,
+                                       uint64_t nnz, float density) {
+  CallDescriptor d{kStreamMagic,
+                   0,
+                   static_cast<uint8_t>(wire),
+                   static_cast<uint8_t>(type),
+                   static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)),
+                   seq,
+                   n,
+                   nnz};
+  d.density = density;
+  return d;
+}
+
 Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t n, spcclDataType_t type,
                      float density, spcclStats_t* call) {
   Transport& t = *comm.transport;
@@ -83,16 +97,8 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
     return Status::ok();
   }));
   const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
-  CallDescriptor mine{kStreamMagic,
-                      0,
-                      static_cast<uint8_t>(wire),
-                      static_cast<uint8_t>(type),
-                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)),
-                      seq,
-                      n,
-                      nnz};
+  CallDescriptor mine = allGatherTopKDescriptor(seq, n, type, wire, nnz, density);
   mine.streamBytes = sendDense ? denseStreamBytes(n, wire) : pairsBytes;
-  mine.density = density;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &comm.descriptors));
 
   ws.sizes.resize(p);

@@ -54,6 +54,10 @@ inline core::ValueType ownValuesWireType(core::ValueType requested, spcclDataTyp
 inline uint64_t allGatherTopKCount(float density, uint64_t n) {
   return std::clamp<uint64_t>(core::densityCount(density, n), 1, n);
 }
+// Its call descriptor (host and NCCL paths): this rank's kept count in nnz;
+// the host path adds its stream size.
+CallDescriptor allGatherTopKDescriptor(uint64_t seq, uint64_t n, spcclDataType_t type, core::ValueType wire,
+                                       uint64_t nnz, float density);
 template <typename Kth>
 Status allGatherTopKThreshold(uint64_t n, uint64_t k, Kth&& kth, uint32_t* tauKey, uint64_t* tieBudget) {
   uint64_t above = 0, finite = 0;

@@ -28,6 +28,7 @@
 
 #include "collectives/algorithms.h"
 #include "codec/codec.h"
+#include "kernels/host/host_kernels.h"
 
 namespace spccl {
 
@@ -177,7 +178,7 @@ Status encodeOwnerRange(Executor& ex, const StreamInfo& base, float* acc, float*
   }
   std::vector<unsigned char>& wire = ws.sendBytes;  // host scratch
   wire.resize(m * core::wireValueBytes(base.valueType));
-  for (uint64_t j = 0; j < m; ++j) core::storeWireValue(wire.data(), j, values[j], base.valueType, info.scaleExp);
+  host::toWire(values, m, base.valueType, info.scaleExp, wire.data());
   info.kind = StreamKind::kPairs;
   info.nnz = m;
   info.encoding = encoding;

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/host/host_kernels.h"
 #include "src/comm.h"
 #include "src/log.h"
 #include "transport/timed_transport.h"

@@ -402,8 +402,9 @@ void Trainer::updateOwned(const Batch& batch) {
   for (size_t sl = 0; sl < owned_.size(); ++sl) {
     Table& table = owned_[sl];
     const std::vector<int32_t>* hot = hotId_.empty() ? nullptr : &hotSlot_[table.index];
-    if (!config_.mergedUpdates) {
-      // One update per occurrence, in global sample order.
+    // Every cold occurrence of this table's ids with its gradient, in global
+    // sample order.
+    const auto forEachOccurrence = [&](auto&& fn) {
       for (int g = 0; g < batch.n; ++g) {
         const int64_t r = sendRow_[static_cast<size_t>(g) * maxOwned_ + sl];
         if (r < 0) continue;
@@ -411,10 +412,15 @@ void Trainer::updateOwned(const Batch& batch) {
         for (int k = 0; k < batch.bag; ++k) {
           const int32_t id = batch.id(g, table.index, k);
           if (hot != nullptr && (*hot)[static_cast<size_t>(id)] >= 0) continue;
-          updateRow(config_.optimizer, config_.embLr, dim, grad, &table.weights[static_cast<size_t>(id) * dim],
-                    &table.accum[static_cast<size_t>(id)]);
+          fn(id, grad);
         }
       }
+    };
+    if (!config_.mergedUpdates) {  // one update per occurrence
+      forEachOccurrence([&](int32_t id, const float* grad) {
+        updateRow(config_.optimizer, config_.embLr, dim, grad, &table.weights[static_cast<size_t>(id) * dim],
+                  &table.accum[static_cast<size_t>(id)]);
+      });
       continue;
     }
     // Merged: each id's gradients summed in global sample order, then one
@@ -422,23 +428,16 @@ void Trainer::updateOwned(const Batch& batch) {
     if (mergedPos_.size() < static_cast<size_t>(table.rows)) mergedPos_.resize(static_cast<size_t>(table.rows), -1);
     mergedIds_.clear();
     merged_.clear();
-    for (int g = 0; g < batch.n; ++g) {
-      const int64_t r = sendRow_[static_cast<size_t>(g) * maxOwned_ + sl];
-      if (r < 0) continue;
-      const float* grad = &gradRecv_[static_cast<size_t>(r) * dim];
-      for (int k = 0; k < batch.bag; ++k) {
-        const int32_t id = batch.id(g, table.index, k);
-        if (hot != nullptr && (*hot)[static_cast<size_t>(id)] >= 0) continue;
-        int32_t& p = mergedPos_[static_cast<size_t>(id)];
-        if (p < 0) {
-          p = static_cast<int32_t>(mergedIds_.size());
-          mergedIds_.push_back(id);
-          merged_.resize(merged_.size() + dim, 0.0f);
-        }
-        float* acc = &merged_[static_cast<size_t>(p) * dim];
-        for (int d = 0; d < dim; ++d) acc[d] += grad[d];
+    forEachOccurrence([&](int32_t id, const float* grad) {
+      int32_t& p = mergedPos_[static_cast<size_t>(id)];
+      if (p < 0) {
+        p = static_cast<int32_t>(mergedIds_.size());
+        mergedIds_.push_back(id);
+        merged_.resize(merged_.size() + dim, 0.0f);
       }
-    }
+      float* acc = &merged_[static_cast<size_t>(p) * dim];
+      for (int d = 0; d < dim; ++d) acc[d] += grad[d];
+    });
     for (size_t p = 0; p < mergedIds_.size(); ++p) {
       const int32_t id = mergedIds_[p];
       mergedPos_[static_cast<size_t>(id)] = -1;

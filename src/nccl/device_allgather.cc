@@ -83,15 +83,7 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   }
 
   // Every rank's count travels in its descriptor, as on the host.
-  CallDescriptor mine{kStreamMagic,
-                      0,
-                      static_cast<uint8_t>(wire),
-                      static_cast<uint8_t>(type),
-                      static_cast<uint8_t>(kOtherCollective | static_cast<uint8_t>(Collective::kAllGather)),
-                      seq,
-                      n,
-                      nnz};
-  mine.density = density;
+  const CallDescriptor mine = allGatherTopKDescriptor(seq, n, type, wire, nnz, density);
   SPCCL_RETURN_IF_ERROR(agreeOnDevice(comm, mine, stream));
   const std::vector<CallDescriptor>& all = comm->descriptors;
   size_t* idxBytes = d.peerSizeArrays(p, 4);  // the communicator's per-call scratch
