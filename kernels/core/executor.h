@@ -36,6 +36,13 @@ struct ThresholdStats {
   uint64_t finite = 0;  // finite entries
 };
 
+// A selection's counts left in executor memory (SelectSpec::countsOut): the
+// fixed-capacity exchange sends them as they are, never reading them on the host.
+struct PairCounts {
+  uint64_t selected;        // SelectStats::selected
+  uint64_t finiteSelected;  // SelectStats::finiteSelected
+};
+
 // The fused select + pack (selectPack): v = send + residual, entries with
 // |v| > tau and up to tieBudget with |v| == tau (lowest indices first), NaN
 // and Inf always, exact zeros never, appended in index order as (index,
@@ -55,6 +62,14 @@ struct SelectSpec {
   void* values;
   bool keepOverflow = false;  // selected entries past the capacity stay whole in the residual
   int scaleExp = 0;           // fp8 wire: values are codes of v / 2^scaleExp
+  // Optional, executor memory: tau from an estimate that stayed there
+  // (kthLargestMagnitudeInMemory); then tauKey = threshold->tauKey and
+  // tieBudget = tieCapacity - threshold->above (0 if negative), the rule the
+  // host computes from ThresholdStats, with no round trip through the host.
+  const ThresholdStats* threshold = nullptr;
+  uint64_t tieCapacity = 0;
+  // Optional, executor memory: the counts go here and `out` is not written.
+  PairCounts* countsOut = nullptr;
 };
 
 struct SelectStats {
@@ -106,6 +121,17 @@ class Executor {
   virtual Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n,
                                      uint64_t k, ThresholdStats* out) = 0;
   virtual Status selectPack(const SelectSpec& spec, SelectStats* out) = 0;
+  // kthLargestMagnitude with its result left in executor memory, for a
+  // selectPack's SelectSpec::threshold: no host synchronisation.
+  virtual Status kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual, size_t n,
+                                             uint64_t k, ThresholdStats* inMemory) = 0;
+  // out[index] += value for the first min(*count, capacity) pairs of one
+  // rank's slots (count in executor memory: a PairCounts::selected). The
+  // slots came from a peer: an index past n, or indices not strictly
+  // increasing, is not applied and makes this call (host) or a later
+  // settle() (device) fail with spcclRemoteError.
+  virtual Status accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire, uint64_t capacity,
+                                 const uint64_t* count, float* out, size_t n) = 0;
   // A pass with a stale tau captured all its `nnz` candidates and more than
   // the capacity allows: tau is re-estimated exactly from them and the
   // selection and residual fixed up in place (host::reselectCandidates).

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -15,6 +16,8 @@ CudaExecutor::~CudaExecutor() {
   release(&selectWorkspace_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
+  if (deviceBad_ != nullptr) cudaFree(deviceBad_);
+  if (hostBad_ != nullptr) cudaFreeHost(hostBad_);
 }
 
 Status CudaExecutor::grow(ExecBuffer* b, size_t bytes) {
@@ -64,6 +67,10 @@ Status CudaExecutor::settle() {
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(hostSlots_) + p.slot * kSlotBytes,
                                      static_cast<char*>(deviceSlots_) + p.slot * kSlotBytes, kSlotBytes,
                                      cudaMemcpyDeviceToHost, stream_));
+  if (deviceBad_ != nullptr) {
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostBad_, deviceBad_, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_));
+    SPCCL_CUDA_CHECK(cudaMemsetAsync(deviceBad_, 0, sizeof(uint32_t), stream_));
+  }
   const cudaError_t err = cudaStreamSynchronize(stream_);
   for (const Pending& p : pending_) {
     if (err != cudaSuccess) break;
@@ -87,6 +94,12 @@ Status CudaExecutor::settle() {
   }
   pending_.clear();
   SPCCL_CUDA_CHECK(err);
+  if (hostBad_ != nullptr && *hostBad_ != 0) {
+    *hostBad_ = 0;
+    return remoteError(
+        "a peer's fixed-capacity pairs had an index out of range or out of order (found by an earlier call's "
+        "accumulation; that pair was not applied)");
+  }
   return Status::ok();
 }
 
@@ -108,6 +121,34 @@ Status CudaExecutor::kthLargestMagnitude(const void* send, spcclDataType_t type,
   return enqueueKth(send, type, residual, n, k, Result::kThreshold, out);
 }
 
+// ThresholdStats in executor memory is the kernels' ThresholdOut.
+static_assert(sizeof(ThresholdStats) == sizeof(ThresholdOut) && offsetof(ThresholdStats, tauKey) == 0 &&
+                  offsetof(ThresholdStats, above) == offsetof(ThresholdOut, above) &&
+                  offsetof(ThresholdStats, finite) == offsetof(ThresholdOut, finite),
+              "ThresholdStats and cuda::ThresholdOut must share a layout");
+static_assert(sizeof(PairCounts) == sizeof(SelectCounts) && offsetof(PairCounts, selected) == 0 &&
+                  offsetof(PairCounts, finiteSelected) == offsetof(SelectCounts, finiteSelected),
+              "PairCounts and cuda::SelectCounts must share a layout");
+
+Status CudaExecutor::kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual,
+                                                 size_t n, uint64_t k, ThresholdStats* inMemory) {
+  const size_t ws = thresholdWorkspaceBytes(n);
+  if (thresholdWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&thresholdWorkspace_, ws));
+  return cuda::kthLargestMagnitude(send, type, residual, n, k, reinterpret_cast<ThresholdOut*>(inMemory),
+                                   thresholdWorkspace_.ptr, thresholdWorkspace_.bytes, stream_);
+}
+
+Status CudaExecutor::accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire,
+                                     uint64_t capacity, const uint64_t* count, float* out, size_t n) {
+  if (deviceBad_ == nullptr) {
+    SPCCL_CUDA_CHECK(cudaMalloc(&deviceBad_, sizeof(uint32_t)));
+    SPCCL_CUDA_CHECK(cudaMemset(deviceBad_, 0, sizeof(uint32_t)));
+    SPCCL_CUDA_CHECK(cudaHostAlloc(&hostBad_, sizeof(uint32_t), cudaHostAllocDefault));
+    *hostBad_ = 0;
+  }
+  return cuda::unpackAccumulate(indices, values, wire, capacity, count, out, 0, n, deviceBad_, stream_);
+}
+
 Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   // cuda::selectPack packs fp8 with the scale of its own tau rule only.
   if (s.scaleExp != 0) return invalidArgument("cuda executor: selectPack with a given fp8 scale has no kernel");
@@ -119,7 +160,8 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   }
   void* dev = nullptr;
   size_t slot = 0;
-  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(SelectCounts), &dev, &slot));
+  if (s.countsOut != nullptr) dev = s.countsOut;  // stays in device memory
+  else SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(SelectCounts), &dev, &slot));
   SelectArgs a{};
   a.send = s.send;
   a.inType = s.inType;
@@ -128,6 +170,8 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   a.n = s.n;
   a.tauKey = s.tauKey;
   a.tieBudget = s.tieBudget;
+  a.threshold = reinterpret_cast<const ThresholdOut*>(s.threshold);
+  a.tieCapacity = s.tieCapacity;
   a.capacity = s.capacity;
   a.keepOverflow = s.keepOverflow;
   a.wireType = s.wireType;
@@ -135,7 +179,7 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   a.values = s.values;
   a.result = static_cast<SelectCounts*>(dev);
   SPCCL_RETURN_IF_ERROR(cuda::selectPack(a, selectWorkspace_.ptr, selectWorkspace_.bytes, stream_));
-  pending_.push_back(Pending{slot, Result::kSelect, out});
+  if (s.countsOut == nullptr) pending_.push_back(Pending{slot, Result::kSelect, out});
   return Status::ok();
 }
 

@@ -1,5 +1,5 @@
-// Dense wire values into the fp32 accumulator (kernels/cuda/accumulate.cu's twin;
-// pairs streams are decoded by codec/codec.h's reduceStreams).
+// Wire values into the fp32 accumulator (kernels/cuda/accumulate.cu's twin;
+// pairs streams are decoded by codec/codec.h's reduceStreams, raw pair slots here).
 #include "kernels/host/host_kernels.h"
 
 #include <cstdint>
@@ -15,6 +15,17 @@ using namespace detail;
 void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst, int scaleExp) {
   withWire(vt, [&](auto wire) {
     for (uint64_t i = 0; i < len; ++i) dst[i] += core::loadWireValue(values, i, decltype(wire)::value, scaleExp);
+  });
+}
+
+bool accumulatePairs(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* out, size_t n) {
+  return withWire(vt, [&](auto wire) {
+    for (uint64_t i = 0; i < nnz; ++i) {
+      const uint32_t index = indices[i];
+      if (index >= n || (i > 0 && index <= indices[i - 1])) return false;
+      out[index] += core::loadWireValue(values, i, decltype(wire)::value, 0);
+    }
+    return true;
   });
 }
 

@@ -98,10 +98,22 @@ Status HostExecutor::kthLargestMagnitude(const void* send, spcclDataType_t type,
   return Status::ok();
 }
 
+Status HostExecutor::kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual,
+                                                 size_t n, uint64_t k, ThresholdStats* inMemory) {
+  return kthLargestMagnitude(send, type, residual, n, k, inMemory);
+}
+
 namespace {
 
+// Called inside an executor call: spec.threshold is readable there.
 SelectArgs hostArgs(const SelectSpec& s) {
-  return SelectArgs{s.send,     s.inType,  s.residualIn, s.residualOut,  s.n,       s.tauKey, s.tieBudget, s.capacity,
+  uint32_t tauKey = s.tauKey;
+  uint64_t tieBudget = s.tieBudget;
+  if (s.threshold != nullptr) {
+    tauKey = s.threshold->tauKey;
+    tieBudget = s.tieCapacity > s.threshold->above ? s.tieCapacity - s.threshold->above : 0;
+  }
+  return SelectArgs{s.send,     s.inType,  s.residualIn, s.residualOut,  s.n,       tauKey, tieBudget, s.capacity,
                     s.wireType, s.indices, s.values,     s.keepOverflow, s.scaleExp};
 }
 
@@ -110,7 +122,18 @@ SelectArgs hostArgs(const SelectSpec& s) {
 Status HostExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   Open open(*this);
   const SelectResult r = host::selectPack(hostArgs(s));
-  *out = SelectStats{r.selected, r.finiteSelected, r.maxFiniteKey};
+  if (s.countsOut != nullptr) *s.countsOut = PairCounts{r.selected, r.finiteSelected};
+  else *out = SelectStats{r.selected, r.finiteSelected, r.maxFiniteKey};
+  return Status::ok();
+}
+
+Status HostExecutor::accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire,
+                                     uint64_t capacity, const uint64_t* count, float* out, size_t n) {
+  Open open(*this);
+  if (!host::accumulatePairs(indices, values, wire, std::min(*count, capacity), out, n))
+    return remoteError(
+        "a peer's fixed-capacity pairs have an index out of range or out of order; the pairs before it were "
+        "applied");
   return Status::ok();
 }
 

@@ -35,7 +35,11 @@ class HostExecutor final : public Executor {
 
   Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
                              ThresholdStats* out) override;
+  Status kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual, size_t n,
+                                     uint64_t k, ThresholdStats* inMemory) override;
   Status selectPack(const SelectSpec& spec, SelectStats* out) override;
+  Status accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire, uint64_t capacity,
+                         const uint64_t* count, float* out, size_t n) override;
   Status reselect(const SelectSpec& spec, uint64_t nnz, uint64_t k, uint64_t capacity, ReselectStats* out) override;
   Status maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,
                       uint32_t* maxKey) override;

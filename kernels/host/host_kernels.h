@@ -116,6 +116,11 @@ void flushResidual(const float* v, float* residual, float* out, size_t n);
 // x[i] /= divisor (cuda::divideFloats).
 void divideFloats(float* x, size_t n, float divisor);
 
+// out[indices[i]] += values[i] for i < nnz wire pairs (not fp8) from a peer
+// (cuda::unpackAccumulate's twin): stops at the first index past n or not
+// above the one before it, and returns false; true when every pair applied.
+bool accumulatePairs(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz, float* out,
+                     size_t n);
 // dst[i] += values[i] for len wire values.
 void denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, int scaleExp = 0);
 

@@ -84,6 +84,85 @@ TEST(CudaExecutor, SameBitsAsTheHostExecutor) {
   }
 }
 
+// The fixed-capacity operations (the policy's whole sequence on one rank):
+// an estimate left in executor memory, a pass into fewer slots than it
+// selects (overflow kept in the residual), counts in executor memory, and
+// the slots summed into zeros with the count read on the executor.
+struct FixedOutcome {
+  PairCounts counts{};
+  std::vector<uint32_t> indices;
+  std::vector<float> values, residual, sum;
+};
+
+Status runFixed(Executor& ex, const std::vector<float>& v, uint64_t k, uint64_t capacity, FixedOutcome* o) {
+  const size_t n = v.size();
+  ExecMemory send, tau, counts, indices, values, residual, acc;
+  SPCCL_RETURN_IF_ERROR(send.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(send.get(), v.data(), n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(tau.ensure(ex, sizeof(ThresholdStats)));
+  SPCCL_RETURN_IF_ERROR(counts.ensure(ex, sizeof(PairCounts)));
+  SPCCL_RETURN_IF_ERROR(indices.ensure(ex, capacity * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(values.ensure(ex, capacity * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(residual.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(acc.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.fill(indices.get(), 0xff, capacity * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(
+      ex.kthLargestMagnitudeInMemory(send.get(), spcclFloat32, nullptr, n, k, tau.get<ThresholdStats>()));
+  SelectSpec spec{send.get(),
+                  spcclFloat32,
+                  nullptr,
+                  residual.get<float>(),
+                  n,
+                  0,
+                  0,
+                  capacity,
+                  core::ValueType::kFloat32,
+                  indices.get<uint32_t>(),
+                  values.get()};
+  spec.keepOverflow = true;
+  spec.threshold = tau.get<ThresholdStats>();
+  spec.tieCapacity = capacity;
+  spec.countsOut = counts.get<PairCounts>();
+  SelectStats unused;
+  SPCCL_RETURN_IF_ERROR(ex.selectPack(spec, &unused));
+  SPCCL_RETURN_IF_ERROR(ex.fill(acc.get(), 0, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.accumulatePairs(indices.get<uint32_t>(), values.get(), core::ValueType::kFloat32, capacity,
+                                           &counts.get<PairCounts>()->selected, acc.get<float>(), n));
+  o->indices.resize(capacity);
+  o->values.resize(capacity);
+  o->residual.resize(n);
+  o->sum.resize(n);
+  SPCCL_RETURN_IF_ERROR(ex.toHost(&o->counts, counts.get(), sizeof(PairCounts)));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->indices.data(), indices.get(), capacity * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->values.data(), values.get(), capacity * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->residual.data(), residual.get(), n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->sum.data(), acc.get(), n * sizeof(float)));
+  return ex.settle();
+}
+
+TEST(CudaExecutor, FixedCapacityOperationsSameBitsAsTheHostExecutor) {
+  SPCCL_REQUIRE_DEVICE();
+  std::mt19937 g(12);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (size_t n : {size_t{1000}, size_t{1} << 20}) {
+    std::vector<float> v(n);
+    for (float& x : v) x = d(g);
+    const uint64_t k = n / 50, capacity = n / 100;  // overflows
+    host::HostExecutor hostEx;
+    cuda::CudaExecutor cudaEx;
+    FixedOutcome h, c;
+    STATUS_ASSERT(runFixed(hostEx, v, k, capacity, &h));
+    STATUS_ASSERT(runFixed(cudaEx, v, k, capacity, &c));
+    EXPECT_GT(h.counts.selected, capacity) << n;
+    EXPECT_EQ(c.counts.selected, h.counts.selected) << n;
+    EXPECT_EQ(c.counts.finiteSelected, h.counts.finiteSelected) << n;
+    EXPECT_EQ(c.indices, h.indices) << n;
+    EXPECT_EQ(std::memcmp(c.values.data(), h.values.data(), capacity * sizeof(float)), 0) << n;
+    EXPECT_EQ(std::memcmp(c.residual.data(), h.residual.data(), n * sizeof(float)), 0) << n;
+    EXPECT_EQ(std::memcmp(c.sum.data(), h.sum.data(), n * sizeof(float)), 0) << n;
+  }
+}
+
 // Needs no device: the refusal happens before any CUDA call.
 TEST(CudaExecutor, HostOnlyStepsFailWithTheirName) {
   cuda::CudaExecutor ex;

@@ -121,6 +121,94 @@ TEST_P(HostExecutorTest, HostOnlyAndWithMemoryRunTheirFunction) {
   EXPECT_GE(a.bytes(), size_t{1} << 16);
 }
 
+// The fixed-capacity operations: an estimate left in executor memory drives
+// the pass as the same tau given by value does; a pass that overflows its
+// slots keeps the overflow in the residual and leaves its counts in
+// executor memory; accumulatePairs sums the first min(count, capacity)
+// pairs and refuses a peer's index out of range.
+TEST_P(HostExecutorTest, FixedCapacityOperations) {
+  host::HostExecutor ex(GetParam());
+  const size_t n = 70000;
+  const std::vector<float> v = randomFloats(n, 5);
+  const uint64_t k = 700, capacity = 500;  // fewer slots than k: the pass overflows
+  ExecMemory send, tau, counts, indices, values, residual, acc;
+  ASSERT_TRUE(send.ensure(ex, n * sizeof(float)).isOk());
+  ASSERT_TRUE(ex.fromHost(send.get(), v.data(), n * sizeof(float)).isOk());
+  ASSERT_TRUE(tau.ensure(ex, sizeof(ThresholdStats)).isOk());
+  ASSERT_TRUE(counts.ensure(ex, sizeof(PairCounts)).isOk());
+  ASSERT_TRUE(indices.ensure(ex, capacity * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(values.ensure(ex, capacity * sizeof(float)).isOk());
+  ASSERT_TRUE(residual.ensure(ex, n * sizeof(float)).isOk());
+  ASSERT_TRUE(acc.ensure(ex, n * sizeof(float)).isOk());
+  ASSERT_TRUE(
+      ex.kthLargestMagnitudeInMemory(send.get(), spcclFloat32, nullptr, n, k, tau.get<ThresholdStats>()).isOk());
+  SelectSpec spec{send.get(),
+                  spcclFloat32,
+                  nullptr,
+                  residual.get<float>(),
+                  n,
+                  0,
+                  0,
+                  capacity,
+                  core::ValueType::kFloat32,
+                  indices.get<uint32_t>(),
+                  values.get()};
+  spec.keepOverflow = true;
+  spec.threshold = tau.get<ThresholdStats>();
+  spec.tieCapacity = capacity;
+  spec.countsOut = counts.get<PairCounts>();
+  SelectStats untouched{12345, 0, 0};
+  ASSERT_TRUE(ex.selectPack(spec, &untouched).isOk());
+  EXPECT_EQ(untouched.selected, 12345u);  // the counts went to executor memory
+
+  std::vector<uint32_t> scratch, refIdx(capacity);
+  std::vector<float> refVal(capacity), refRes(n);
+  const host::ThresholdResult th = host::kthLargestMagnitude(v.data(), spcclFloat32, nullptr, n, k, &scratch);
+  const host::SelectArgs a{v.data(),
+                           spcclFloat32,
+                           nullptr,
+                           refRes.data(),
+                           n,
+                           th.tauKey,
+                           capacity > th.above ? capacity - th.above : 0,
+                           capacity,
+                           core::ValueType::kFloat32,
+                           refIdx.data(),
+                           refVal.data(),
+                           true};
+  const host::SelectResult r = host::selectPack(a);
+  ASSERT_GT(r.selected, capacity);
+  PairCounts got{};
+  std::vector<uint32_t> gotIdx(capacity);
+  std::vector<float> gotVal(capacity), gotRes(n);
+  ASSERT_TRUE(ex.toHost(&got, counts.get(), sizeof got).isOk());
+  ASSERT_TRUE(ex.toHost(gotIdx.data(), indices.get(), capacity * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(ex.toHost(gotVal.data(), values.get(), capacity * sizeof(float)).isOk());
+  ASSERT_TRUE(ex.toHost(gotRes.data(), residual.get(), n * sizeof(float)).isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  EXPECT_EQ(got.selected, r.selected);
+  EXPECT_EQ(got.finiteSelected, r.finiteSelected);
+  EXPECT_EQ(gotIdx, refIdx);
+  EXPECT_EQ(std::memcmp(gotVal.data(), refVal.data(), capacity * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(gotRes.data(), refRes.data(), n * sizeof(float)), 0);
+
+  ASSERT_TRUE(ex.fill(acc.get(), 0, n * sizeof(float)).isOk());
+  ASSERT_TRUE(ex.accumulatePairs(indices.get<uint32_t>(), values.get(), core::ValueType::kFloat32, capacity,
+                                 &counts.get<PairCounts>()->selected, acc.get<float>(), n)
+                  .isOk());
+  std::vector<float> gotAcc(n), refAcc(n, 0.0f);
+  for (uint64_t i = 0; i < capacity; ++i) refAcc[refIdx[i]] += refVal[i];
+  ASSERT_TRUE(ex.toHost(gotAcc.data(), acc.get(), n * sizeof(float)).isOk());
+  EXPECT_EQ(std::memcmp(gotAcc.data(), refAcc.data(), n * sizeof(float)), 0);
+
+  const uint32_t outOfRange = static_cast<uint32_t>(n);
+  ASSERT_TRUE(ex.fromHost(indices.get<uint32_t>() + 3, &outOfRange, sizeof outOfRange).isOk());
+  EXPECT_EQ(ex.accumulatePairs(indices.get<uint32_t>(), values.get(), core::ValueType::kFloat32, capacity,
+                               &counts.get<PairCounts>()->selected, acc.get<float>(), n)
+                .code(),
+            spcclRemoteError);
+}
+
 INSTANTIATE_TEST_SUITE_P(PlainAndGuarded, HostExecutorTest, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Guarded" : "Plain"; });
 
