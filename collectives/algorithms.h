@@ -62,6 +62,9 @@ struct Workspace {
   // Streams sent, received and staged, and split's owner sums, in executor
   // memory (collectives on the executor); the vectors below serve the rest.
   ExecMemory sendStream, recvStream, stageStream, rangeSums, sizeSend, sizeRecv;
+  // SPCCL_CAPACITY_MODE=fixed: every rank's capacity slots of indices and
+  // values and its PairCounts, in rank order (fixedSlots).
+  ExecMemory fixedIndices, fixedValues, fixedCounts;
   std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
   std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank;
@@ -137,6 +140,21 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 }
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
+
+// The allgather algorithm's fixed-capacity policy (SPCCL_CAPACITY_MODE=fixed):
+// each rank's selection is written straight into its slots (fixedSlots:
+// `capacity` indices and values, pads index 0xffffffff, and its PairCounts,
+// all executor memory), every rank's slots go to every rank in fixed sizes,
+// and each rank sums the first min(selected, capacity) pairs of every rank in
+// rank order. Nothing depends on a count the host would have to read.
+struct FixedSlots {
+  uint32_t* indices;
+  void* values;
+  PairCounts* counts;
+};
+Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
+                  FixedSlots* mine);
+Status sparseAllgatherFixed(uint64_t capacity, ReduceContext* ctx);
 
 Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx);
 

@@ -68,4 +68,47 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
   return ex.hostOnly("the allgather algorithm's stream decoder and sum", reduce);
 }
 
+Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
+                  FixedSlots* mine) {
+  const size_t p = static_cast<size_t>(ranks), me = static_cast<size_t>(rank);
+  SPCCL_RETURN_IF_ERROR(ws.fixedIndices.ensure(ex, p * capacity * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ws.fixedValues.ensure(ex, p * capacity * valueBytes));
+  SPCCL_RETURN_IF_ERROR(ws.fixedCounts.ensure(ex, p * sizeof(PairCounts)));
+  mine->indices = ws.fixedIndices.get<uint32_t>() + me * capacity;
+  mine->values = ws.fixedValues.get<unsigned char>() + me * capacity * valueBytes;
+  mine->counts = ws.fixedCounts.get<PairCounts>() + me;
+  // Pads: slots past the selection carry no stale pairs of an earlier call.
+  return ex.fill(mine->indices, 0xff, capacity * sizeof(uint32_t));
+}
+
+Status sparseAllgatherFixed(uint64_t capacity, ReduceContext* ctx) {
+  Transport& t = *ctx->transport;
+  Executor& ex = *ctx->exec;
+  Workspace& ws = *ctx->ws;
+  const int p = t.size(), me = t.rank();
+  const uint32_t vb = core::wireValueBytes(ctx->wire);
+  auto* indices = ws.fixedIndices.get<uint32_t>();
+  auto* values = ws.fixedValues.get<unsigned char>();
+  auto* counts = ws.fixedCounts.get<PairCounts>();
+  const size_t idxBytes = capacity * sizeof(uint32_t), valBytes = capacity * vb;
+  const auto exchange = [&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(t.allGather(indices + static_cast<size_t>(me) * capacity, idxBytes, indices));
+    SPCCL_RETURN_IF_ERROR(t.allGather(values + static_cast<size_t>(me) * valBytes, valBytes, values));
+    return t.allGather(counts + me, sizeof(PairCounts), counts);
+  };
+  SPCCL_RETURN_IF_ERROR(ex.withMemory(exchange));
+  ctx->bytesSent += static_cast<uint64_t>(p - 1) * (idxBytes + valBytes + sizeof(PairCounts));
+  SPCCL_RETURN_IF_ERROR(ex.fill(ctx->out, 0, ctx->count * sizeof(float)));
+  for (int r = 0; r < p; ++r) {
+    const Status st =
+        ex.accumulatePairs(indices + static_cast<size_t>(r) * capacity, values + static_cast<size_t>(r) * valBytes,
+                           ctx->wire, capacity, &counts[r].selected, ctx->out, ctx->count);
+    if (!st.isOk()) {
+      SPCCL_RETURN_IF_ERROR(ex.fill(ctx->out, 0, ctx->count * sizeof(float)));
+      return Status{st.code(), formatString("rank %d: %s", r, st.message().c_str())};
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace spccl

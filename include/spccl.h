@@ -167,10 +167,11 @@ typedef struct {
                                 or fewer than thresholdMinFraction*k (re-estimated in that call), and the
                                 first compressed call after a dense one that sent the residual */
   uint64_t lastSelected;     /* last allreduce: entries this rank sent, the pairs it selected (NaN/Inf
-                                included) when compressed, count when exact or dense; 0 on an NCCL
-                                communicator in SPCCL_DEVICE_MODE=fixed (the count stays on the device) */
-  float lastThreshold;       /* last allreduce: the tau it selected with; 0 when exact or dense, and on
-                                NCCL communicators (tau stays on the device) */
+                                included) when compressed, count when exact or dense; 0 in
+                                SPCCL_CAPACITY_MODE=fixed (the count stays in executor memory) */
+  float lastThreshold;       /* last allreduce: the tau it selected with; 0 when exact or dense, on
+                                NCCL communicators (tau stays on the device) and in
+                                SPCCL_CAPACITY_MODE=fixed */
   int lastAlgorithm;         /* last allreduce: the SPCCL_ALGO_* it took, SPCCL_ALGO_ALLGATHER or
                                 SPCCL_ALGO_SPLIT when compressed, SPCCL_ALGO_DENSE when exact or dense
                                 (never SPCCL_ALGO_AUTO: 0 only before the first allreduce) */

@@ -4,7 +4,7 @@
  * memory, enqueued on the cudaStream_t passed as `stream` (NULL: the legacy
  * default stream), with NCCL moving the bytes and the selection, packing and
  * unpacking done by spccl's CUDA kernels. See docs/GPU.md for the two modes
- * of the compressed allreduce (SPCCL_DEVICE_MODE=exact|fixed).
+ * of the compressed allreduce (SPCCL_CAPACITY_MODE=exact|fixed).
  *
  * Needs a build with SPCCL_WITH_NCCL (the default where CUDA and NCCL are
  * found); the header includes <nccl.h>, so compile with NCCL's and CUDA's

@@ -15,12 +15,12 @@
 // feedback keyed per buffer), everything else is NCCL's exact allreduce.
 // Never touched: grouped calls (spccl's exchange cannot join the caller's
 // group), calls on a stream being captured into a CUDA graph unless
-// SPCCL_DEVICE_MODE=fixed (the exact mode synchronises with the host), and
+// SPCCL_CAPACITY_MODE=fixed (the exact mode synchronises with the host), and
 // ncclAllGather/ncclAlltoAll (spccl runs them exactly on device buffers, so
 // forwarding them is the same result without the detour). See the README,
 // "Use it without changing your code".
 //
-// Settings (SPCCL_INTERCEPT, SPCCL_DEVICE_MODE, SPCCL_DEBUG) are read at the
+// Settings (SPCCL_INTERCEPT, SPCCL_CAPACITY_MODE, SPCCL_DEBUG) are read at the
 // first ncclAllReduce, by spccl's own parameter table compiled in
 // (intercept_env.h): an invalid SPCCL_* environment passes every call to NCCL
 // unchanged, with a WARN line when SPCCL_INTERCEPT is set.
@@ -59,7 +59,7 @@ const Settings& settings() {
     const spccl::Status env = spccl::loadParamsFromEnv(&p);
     if (env.isOk()) {
       r.allreduce = (p.intercept & spccl::kInterceptAllreduce) != 0;
-      r.fixedMode = p.deviceMode == spccl::kDeviceModeFixed;
+      r.fixedMode = p.capacityMode == spccl::kCapacityModeFixed;
     } else if (intercept != nullptr && intercept[0] != '\0') {
       std::fprintf(stderr,
                    "SPCCL WARN libspccl_nccl.so: invalid SPCCL_* environment, every call goes to NCCL "

@@ -89,9 +89,9 @@ class NcclTransport final : public Transport {
     char text[512];
     std::snprintf(text, sizeof text,
                   "NCCL %d.%d.%d on device buffers, one GPU a rank (rank 0: device %d, %s, sm_%d%d), "
-                  "one non-blocking stream; SPCCL_DEVICE_MODE=%s",
+                  "one non-blocking stream; SPCCL_CAPACITY_MODE=%s",
                   version / 10000, version / 100 % 100, version % 100, device_, prop.name, prop.major, prop.minor,
-                  std::getenv("SPCCL_DEVICE_MODE") ? std::getenv("SPCCL_DEVICE_MODE") : "exact (default)");
+                  std::getenv("SPCCL_CAPACITY_MODE") ? std::getenv("SPCCL_CAPACITY_MODE") : "exact (default)");
     return text;
   }
   spcclComm_t comm() const override { return comm_; }

@@ -122,8 +122,8 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
       c->id = registry().nextId++;
       registry().comms[c.get()] = c->id;
     }
-    SPCCL_INFO(c->rank, "spccl %s, NCCL transport, %d ranks, device mode %s, host SIMD %s", SPCCL_VERSION_STRING,
-               c->ranks, params.deviceMode == kDeviceModeFixed ? "fixed" : "exact",
+    SPCCL_INFO(c->rank, "spccl %s, NCCL transport, %d ranks, capacity mode %s, host SIMD %s", SPCCL_VERSION_STRING,
+               c->ranks, params.capacityMode == kCapacityModeFixed ? "fixed" : "exact",
                host::hostSimdName(host::hostSimd()));
     SPCCL_INFO(c->rank, "cost model (defaults, SPCCL_NET_* over them; no SPCCL_CALIBRATE on NCCL): %s",
                describeCostModel(c->costModel).c_str());

@@ -80,6 +80,8 @@ struct spcclCompressor {
   spccl::ExecMemory residual[2];
   int current = 0;
   uint32_t tauKey = 0;
+  // SPCCL_CAPACITY_MODE=fixed: tau's estimate stays in executor memory.
+  spccl::ExecMemory threshold;
   uint64_t callIndex = 0;
   uint64_t callUpdates = 0;  // exact tau estimations in the current call
   // The next compressed call re-estimates tau whatever the schedule says: a
@@ -155,6 +157,11 @@ struct spcclCompressor {
   // (over the capacity or starving the selection); the caller puts the tau
   // it had before back if the call is refused. Untouched otherwise.
   spccl::Status select(const void* sendbuff, uint64_t* nnz, bool* offSchedule);
+  // SPCCL_CAPACITY_MODE=fixed: the same rule into capacity slots, the
+  // overflow kept in the residual, tau estimated on the schedule only, and
+  // nothing read back on the host.
+  spccl::Status selectFixed(const void* sendbuff, const spccl::FixedSlots& slots);
+  uint64_t fixedCapacity() const;  // its slots per rank: pairCapacity(), at most count
   spccl::Status estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                                   uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after

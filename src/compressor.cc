@@ -207,6 +207,46 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSch
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
 
+uint64_t spcclCompressor::fixedCapacity() const {
+  return std::min<uint64_t>(pairCapacity(), std::max<size_t>(count, 1));
+}
+
+Status spcclCompressor::selectFixed(const void* sendbuff, const FixedSlots& slots) {
+  const uint64_t capacity = fixedCapacity();
+  const bool ef = config.errorFeedback != 0;
+  Executor& ex = *executor;
+  if (ef) SPCCL_RETURN_IF_ERROR(ensureResidual());
+  SPCCL_RETURN_IF_ERROR(threshold.ensure(ex, sizeof(ThresholdStats)));
+  auto* tau = threshold.get<ThresholdStats>();
+  const float* residualIn = ef ? residual[current].get<float>() : nullptr;
+  const bool estimated = takeEstimateDue();
+  if (estimated) {
+    SPCCL_RETURN_IF_ERROR(ex.kthLargestMagnitudeInMemory(sendbuff, dataType, residualIn, count, selectCount(), tau));
+    ++callUpdates;
+  }
+  SelectSpec a{sendbuff,
+               dataType,
+               residualIn,
+               ef ? residual[1 - current].get<float>() : nullptr,
+               count,
+               0,
+               0,
+               capacity,
+               toValueType(config.wireValueType),
+               slots.indices,
+               slots.values};
+  a.keepOverflow = true;
+  a.threshold = tau;
+  // Right after an estimate, ties at tau fill the capacity in index order;
+  // with a stored tau every tie goes (select()'s rule).
+  a.tieCapacity = estimated ? capacity : std::numeric_limits<uint64_t>::max();
+  a.countsOut = slots.counts;
+  SelectStats unused;
+  SPCCL_RETURN_IF_ERROR(ex.selectPack(a, &unused));
+  ++callIndex;
+  return Status::ok();
+}
+
 Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* out, bool sendResidual) {
   ++callIndex;
   const bool flush = config.errorFeedback && sendResidual;
@@ -392,10 +432,17 @@ spcclCompressor::~spcclCompressor() {
 
 Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* recvbuff, spcclRedOp_t op,
                                     int algorithm) {
+  // Fixed capacity runs every sparse algorithm as allgather's fixed policy.
+  const bool fixed = comm->params.capacityMode == kCapacityModeFixed && algorithm != SPCCL_ALGO_DENSE;
+  if (fixed) algorithm = SPCCL_ALGO_ALLGATHER;
   const AllreduceAlgorithm& algo = *findAllreduceAlgorithm(algorithm);
   const int p = t.size();
-  const uint64_t seq = comm->seq++;
   const core::ValueType wire = toValueType(config.wireValueType);
+  if (fixed && wire == core::ValueType::kFloat8e4m3)
+    return invalidUsage(
+        "SPCCL_CAPACITY_MODE=fixed does not take fp8 wire values (their scale is chosen from counts read on the "
+        "host): use fp32, fp16 or bf16, or the exact mode");
+  const uint64_t seq = comm->seq++;
   callUpdates = 0;
   // fp32 results accumulate straight into the user's buffer (the input has
   // been consumed by the fused pass first, so in-place is safe).
@@ -409,11 +456,16 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   uint64_t nnz = 0;
   const uint32_t storedTau = tauKey;  // what a refused call that re-estimated off the schedule goes back to
   bool offSchedule = false;
+  FixedSlots slots{};
+  if (fixed)
+    SPCCL_RETURN_IF_ERROR(
+        fixedSlots(ex, comm->workspace, p, t.rank(), fixedCapacity(), core::wireValueBytes(wire), &slots));
   if (algo.sparse) {
     const Stopwatch watch(comm->params.profile);
-    SPCCL_RETURN_IF_ERROR(select(sendbuff, &nnz, &offSchedule));
+    SPCCL_RETURN_IF_ERROR(fixed ? selectFixed(sendbuff, slots) : select(sendbuff, &nnz, &offSchedule));
     profile.selection += watch.seconds();
   }
+  if (fixed) nnz = fixedCapacity();  // the slots sent, what the descriptors agree on
 
   CallDescriptor mine{kStreamMagic,
                       static_cast<uint8_t>(algorithm),
@@ -427,8 +479,9 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   // the descriptor (split exchanges its sizes itself).
   mine.density = config.density;
   if (config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;
+  if (fixed) mine.flags |= kCallFixed;
   IndexEncoding encoding = IndexEncoding::kCoo32;
-  if (algo.announcesStream) {
+  if (algo.announcesStream && !fixed) {
     size_t bytes = 0;
     SPCCL_RETURN_IF_ERROR(ex.hostOnly("the compressed allreduce's index encoding", [&]() -> Status {
       encoding = choosePairsEncoding(comm->params.indexEncoding, comm->pairIndices.get<uint32_t>(), nnz, 0, count, wire,
@@ -499,12 +552,18 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
       ctx.streamBytesPerRank = streamBytes.data();
       ctx.myEncoding = encoding;
     }
-    const SparseContribution pairs{comm->pairIndices.get<uint32_t>(), comm->pairValues.get(), nnz};
-    SPCCL_RETURN_IF_ERROR(algo.run(pairs, &ctx));
+    if (fixed) {
+      SPCCL_RETURN_IF_ERROR(sparseAllgatherFixed(nnz, &ctx));
+    } else {
+      const SparseContribution pairs{comm->pairIndices.get<uint32_t>(), comm->pairValues.get(), nnz};
+      SPCCL_RETURN_IF_ERROR(algo.run(pairs, &ctx));
+    }
     if (algorithm == SPCCL_ALGO_SPLIT && autoShape) autoShape->mergedPerRange = static_cast<double>(ctx.mergedNnz) / p;
     call.bytesSent += ctx.bytesSent;
-    call.lastSelected = nnz;
-    call.lastThreshold = core::bitsFloat(tauKey);
+    // Fixed: the count and tau stay in executor memory (reading them would
+    // be the synchronisation the mode avoids on a device).
+    call.lastSelected = fixed ? 0 : nnz;
+    call.lastThreshold = fixed ? 0.0f : core::bitsFloat(tauKey);
   }
   if (op == spcclAvg) SPCCL_RETURN_IF_ERROR(ex.divideFloats(out, count, static_cast<float>(p)));
   if (dataType != spcclFloat32) SPCCL_RETURN_IF_ERROR(ex.storeFloats(out, count, dataType, recvbuff));

@@ -165,10 +165,12 @@ constexpr ParamSpec kParamSpecs[] = {
      "has; avx512 = AVX-512 (F, BW, DQ, VL) and AVX2; avx2 = AVX2 alone; either an error where the CPU lacks it; "
      "baseline = the build's own (SSE2 on x86-64). Every choice selects the same entries.",
      [](Params* p, double v) { p->hostSimd = static_cast<int>(v); }},
-    {"SPCCL_DEVICE_MODE", ParamType::kChoice, "exact", 0, 0, false, "exact|fixed",
-     "Device buffers (NCCL): exact = one small device-to-host copy per call sizes the exchange; fixed = "
-     "capacity-factor x k slots per rank, no host synchronisation, CUDA-graph capturable (docs/GPU.md).",
-     [](Params* p, double v) { p->deviceMode = static_cast<int>(v); }},
+    {"SPCCL_CAPACITY_MODE", ParamType::kChoice, "exact", 0, 0, false, "exact|fixed",
+     "How the compressed allreduce sizes its pair exchange: exact = each rank's exact pairs (on device buffers "
+     "one small device-to-host copy per call); fixed = capacity-factor x k slots per rank, the overflow kept in "
+     "the residual, tau re-estimated on the schedule only, no host synchronisation (CUDA-graph capturable on "
+     "device buffers; docs/ALGORITHMS.md).",
+     [](Params* p, double v) { p->capacityMode = static_cast<int>(v); }},
     {"SPCCL_GUARD_EXECUTOR", ParamType::kBool, "0", 0, 1, false, nullptr,
      "Testing only: 1 keeps the memory the host executor owns inaccessible (PROT_NONE) outside the executor's own "
      "calls, so collective code that reads it directly, as it could not read device memory on a GPU, faults at "
@@ -389,7 +391,7 @@ std::string describeParams(const Params& p) {
          " SPCCL_INTERCEPT=" + interceptNames(p.intercept) +
          formatString(" SPCCL_ROWS_ERROR_BOUND=%g SPCCL_ROWS_ERROR_RELATIVE=%d SPCCL_ROWS_ERROR_DECAY=%g",
                       static_cast<double>(p.rowsErrorBound), p.rowsErrorRelative ? 1 : 0, p.rowsErrorDecay) +
-         " SPCCL_DEVICE_MODE=" + choiceName("SPCCL_DEVICE_MODE", p.deviceMode) +
+         " SPCCL_CAPACITY_MODE=" + choiceName("SPCCL_CAPACITY_MODE", p.capacityMode) +
          " SPCCL_CHECKSUM=" + (p.checksum ? "1" : "0") +
          " SPCCL_TEST_CORRUPT_STREAMS=" + std::to_string(p.testCorruptStreams) +
          " SPCCL_INDEX_ENCODING=" + kIndexEncodingNames[p.indexEncoding] +

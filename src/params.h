@@ -47,7 +47,7 @@ struct Params : CollectiveSettings {
   float allgatherDensity = 1.0f;
   bool checksum = false;            // SPCCL_CHECKSUM: CRC32C on every stream
   uint64_t testCorruptStreams = 0;  // SPCCL_TEST_CORRUPT_STREAMS (test hook)
-  int deviceMode = 0;               // kDeviceMode*: compressed allreduce on device buffers
+  int capacityMode = 0;             // kCapacityMode*: how the compressed allreduce sizes its pair exchange
   bool guardExecutor = false;       // the host executor's memory PROT_NONE outside its calls
   int hostSimd = 0;                 // kHostSimd*: the host kernels' vector instructions
 };
@@ -63,9 +63,9 @@ constexpr int kHostSimdBaseline = 3;
 // avx2 where the CPU lacks it is an error that names what is missing.
 Status resolveHostSimd(int setting, bool (*available)(host::HostSimd), host::HostSimd* out);
 
-// SPCCL_DEVICE_MODE (choice order).
-constexpr int kDeviceModeExact = 0;
-constexpr int kDeviceModeFixed = 1;
+// SPCCL_CAPACITY_MODE (choice order).
+constexpr int kCapacityModeExact = 0;
+constexpr int kCapacityModeFixed = 1;
 
 // SPCCL_INTERCEPT: the collectives the interposers hand to spccl (libspccl_nccl.so: allreduce only).
 constexpr unsigned kInterceptAllreduce = 1;

@@ -87,7 +87,7 @@ class NcclTransport final : public Transport {
   // serve every call whatever its stream, so a call first waits for the
   // event the previous call's end recorded on its stream. Neither
   // happens on a stream capturing a graph (a wait would join the captures;
-  // SPCCL_DEVICE_MODE=fixed graphs are captured and replayed by the caller,
+  // SPCCL_CAPACITY_MODE=fixed graphs are captured and replayed by the caller,
   // who orders them).
   Status beginCall(cudaStream_t s);
   void endCall();

@@ -13,7 +13,7 @@
 //   stale tau selected more than the capacity (or whose NaN/Inf overflowed
 //   its slots) redoes its pass, and every rank sees that from the records,
 //   so all ranks run the extra round together.
-// fixed mode (SPCCL_DEVICE_MODE=fixed): every rank sends exactly capacity
+// fixed mode (SPCCL_CAPACITY_MODE=fixed): every rank sends exactly capacity
 //   slots (padded with kPadIndex), the records travel in the same NCCL group,
 //   and a one-block kernel turns them into per-rank counts. No host
 //   synchronisation and no allocation after the first call: capturable in a
@@ -158,7 +158,7 @@ Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStre
     // -0.0 (adding +0.0 would make it +0.0), and two passes are saved. Not in
     // fixed mode: a graph may replay this call after calls outside it filled
     // the residual, so the flush is always captured.
-    if (!s.residualZero || c->comm->params.deviceMode == kDeviceModeFixed) {
+    if (!s.residualZero || c->comm->params.capacityMode == kCapacityModeFixed) {
       float* r = s.residual[s.current].get<float>();
       SPCCL_RETURN_IF_ERROR(cuda::denseAccumulate(r, core::ValueType::kFloat32, c->count, acc, stream));
       SPCCL_CUDA_CHECK(cudaMemsetAsync(r, 0, c->count * sizeof(float), stream));
@@ -452,7 +452,7 @@ uint32_t takeReported(spcclComm* comm) {
 Status asyncFailure(uint32_t bits) {
   if (bits & cuda::kAsyncMismatch)
     return invalidUsage(
-        "an earlier fixed-capacity compressed allreduce (SPCCL_DEVICE_MODE=fixed) was called "
+        "an earlier fixed-capacity compressed allreduce (SPCCL_CAPACITY_MODE=fixed) was called "
         "inconsistently across ranks (count, datatype, op, algorithm, wire type, density or call "
         "order): its output was left zero and the compressor state is undefined");
   return remoteError(
@@ -498,7 +498,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   // exchange; fixed mode never comes back to the host, so it looks now, but
   // not while capturing a graph: a rank whose device has not yet counted the
   // previous verdict would capture the call where another leaves it out.
-  if (comm.params.deviceMode == kDeviceModeFixed && !t.capturing())
+  if (comm.params.capacityMode == kCapacityModeFixed && !t.capturing())
     SPCCL_RETURN_IF_ERROR(takeReportedAsyncError(&comm));
   if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
   SPCCL_RETURN_IF_ERROR(initCompressor(c));
@@ -539,7 +539,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;
   call.denseBytes = denseBytesPerCall(p, c->count, c->dataType);
   call.lastAlgorithm = algorithm;
-  if (comm.params.deviceMode == kDeviceModeFixed)
+  if (comm.params.capacityMode == kCapacityModeFixed)
     SPCCL_RETURN_IF_ERROR(fixedModeCall(c, send, acc, mine, algorithm, stream, &call));
   else SPCCL_RETURN_IF_ERROR(exactModeCall(c, send, acc, mine, algorithm, stream, &call));
   SPCCL_RETURN_IF_ERROR(finishReduce(c, acc, recv, op, stream));

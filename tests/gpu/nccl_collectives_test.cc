@@ -79,9 +79,9 @@ class NcclWorld : public ::testing::Test {
   }
   // A second spccl communicator over the same NCCL one, in fixed mode.
   void makeFixed() {
-    setenv("SPCCL_DEVICE_MODE", "fixed", 1);
+    setenv("SPCCL_CAPACITY_MODE", "fixed", 1);
     const spcclResult_t r = spcclCommInitNccl(&devFixed_, nccl_);
-    unsetenv("SPCCL_DEVICE_MODE");
+    unsetenv("SPCCL_CAPACITY_MODE");
     ASSERT_EQ(spcclSuccess, r) << spcclGetLastError(nullptr);
   }
 

@@ -288,7 +288,7 @@ TEST(Params, InvalidValuesNameTheVariable) {
       {"SPCCL_INTERCEPT",
        {"allreduc", "allreduce,", ",", "1", "allreduce;alltoall", "allreduce ,alltoall", "on", "all,off",
         "off,off,all"}},
-      {"SPCCL_DEVICE_MODE", {"capacity", "fixed,exact", "1", "graph"}},
+      {"SPCCL_CAPACITY_MODE", {"capacity", "fixed,exact", "1", "graph"}},
       {"SPCCL_INDEX_ENCODING", {"varint", "coo32", "2", "auto,delta", "rle"}},
       {"SPCCL_HOST_SIMD", {"avx", "sse2", "1", "avx512,baseline", "none"}},
       {"SPCCL_ROWS_CODEC", {"int4", "e4m3", "1", "wire,int8", "none", "fp32"}},
