@@ -14,10 +14,12 @@
 // compressors of density 1 (the library's exact path), so both runs' bytes
 // come from the same counters (spcclCommGetStats). docs/DLRM.md has the rest.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -33,6 +35,13 @@ namespace {
 using dlrm::Config;
 using dlrm::RunResult;
 
+// The compressed run's defaults beyond Config's: docs/DLRM.md's frontier point
+// (DP 0.001, hot rows seen in 64 or more bags per step, top 7 of 64 entries
+// in fp8, merged table updates), the one that met the goal there.
+constexpr int kDefaultHotRows = 1000000;  // per table: every id above --hot-min-count
+const char* const kDefaultRowsCodec = "fp8";
+const char* const kRowsCodecs[] = {"wire", "int8", "bounded", "fp16", "bf16", "fp8"};
+
 struct Options {
   Config config;
   std::string tableSizes = "300:1000000";
@@ -43,7 +52,10 @@ struct Options {
   uint64_t maxRows = 2000000;
   double evalFraction = 0.1;
   bool compare = false, sweep = false, dense = false, checkSingle = false;
-  bool embUpdateGiven = false;
+  bool embUpdateGiven = false, hotRowsGiven = false;
+  std::string rowsCodec;  // SPCCL_ROWS_CODEC for the spccl communicator
+  bool rowsCodecGiven = false;
+  std::string rowsCodecFrom;  // "--rows-codec", "SPCCL_ROWS_CODEC", "default"
   std::vector<float> sweepDp{1.0f, 0.1f, 0.01f, 0.001f};
   std::vector<float> sweepMp{1.0f, 0.5f, 0.25f, 0.125f, 0.0625f};
   std::string csv = "dlrm_sweep.csv", png = "dlrm_sweep.png";
@@ -66,15 +78,19 @@ const char* kUsage =
     "  --steps N              (default 500)\n"
     "  --optimizer sgd|adagrad (default adagrad; row-wise Adagrad for the tables)\n"
     "  --lr X, --emb-lr X     MLP and embedding learning rates (default 0.01, 0.05)\n"
-    "  --dp-density X         fraction of MLP gradient entries sent (default 0.01)\n"
-    "  --mp-density X         fraction of each embedding row sent (default 0.0625 = 4 of 64)\n"
+    "  --dp-density X         fraction of MLP gradient entries sent (default 0.001)\n"
+    "  --mp-density X         fraction of each embedding row sent (default 0.109375 = 7 of 64)\n"
+    "  --rows-codec wire|int8|bounded|fp16|bf16|fp8  values of the embedding rows sent (SPCCL_ROWS_CODEC of the\n"
+    "                         spccl communicator, docs/ENV.md; default fp8, or SPCCL_ROWS_CODEC when it is set)\n"
     "  --tau-interval N       calls between exact threshold estimations (default 100)\n"
     "  --emb-update per-sample|merged  table updates once per occurrence in sample order, or once per\n"
-    "                         distinct id on its summed gradient (default per-sample; merged with --hot-rows)\n"
+    "                         distinct id on its summed gradient (default merged, dense runs included)\n"
     "  --hot-rows N           replicate each table's N most frequent ids on every rank: only bags with a\n"
     "                         cold id cross the alltoall, hot rows' gradients go through the row-sparse\n"
-    "                         allreduce (exact; default 0 = off; --compare: the compressed run only)\n"
-    "  --hot-min-count C      an id is hot only if seen at least C times (default 1)\n"
+    "                         allreduce (exact; 0 = off; default 1000000 in compressed runs with merged\n"
+    "                         updates, 0 in dense runs; --compare: the compressed run only)\n"
+    "  --hot-min-count C      an id is hot only if seen at least C times (default 4096: in 64 or more bags\n"
+    "                         per step of 1024 samples)\n"
     "  --hot-sample N         training samples counted to pick the hot ids (default 65536)\n"
     "  --dense                exact collectives only (the baseline)\n"
     "  --seed S, --eval-samples N, --print-every N (default 1, 32768, 50)\n"
@@ -211,6 +227,11 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     } else if (a == "--mp-density") {
       if (!num(a, v, 1e-9, 1, &x)) return false;
       c.mpDensity = static_cast<float>(x);
+    } else if (a == "--rows-codec") {
+      if (std::find(std::begin(kRowsCodecs), std::end(kRowsCodecs), v) == std::end(kRowsCodecs))
+        return *error = "--rows-codec " + v + ": wire, int8, bounded, fp16, bf16 or fp8", false;
+      o->rowsCodec = v;
+      o->rowsCodecGiven = true;
     } else if (a == "--emb-update") {
       if (v == "merged") c.mergedUpdates = true;
       else if (v == "per-sample") c.mergedUpdates = false;
@@ -219,6 +240,7 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     } else if (a == "--hot-rows") {
       if (!num(a, v, 0, 1e8, &x)) return false;
       c.hotRows = static_cast<int>(x);
+      o->hotRowsGiven = true;
     } else if (a == "--hot-min-count") {
       if (!num(a, v, 1, 1e9, &x)) return false;
       c.hotMinCount = static_cast<int>(x);
@@ -280,6 +302,10 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     *error = "the top MLP's last size must be 1 (one logit)";
     return false;
   }
+  // Hot rows are part of the compressed run's defaults. A dense run (the
+  // baseline; --check-single checks one) replicates none unless asked, and
+  // --emb-update per-sample, which hot rows cannot use, turns the default off.
+  if (!o->hotRowsGiven && !o->dense && !o->checkSingle && c.mergedUpdates) c.hotRows = kDefaultHotRows;
   if (c.hotRows > 0) {
     // Hot rows' gradients arrive summed over the batch: one update per row.
     if (o->embUpdateGiven && !c.mergedUpdates) {
@@ -365,11 +391,10 @@ int runCompare(const Options& o, const dlrm::Source& src, Env& env) {
         "calls",
         env.ranks, o.config.batch, o.config.steps, o.config.tableSizes.size(), o.config.dim,
         static_cast<double>(o.config.dpDensity), static_cast<double>(o.config.mpDensity), o.config.tauInterval);
-    if (o.config.hotRows > 0) std::printf(", hot rows %d per table (compressed run)", o.config.hotRows);
-    if (o.config.mergedUpdates) std::printf(", merged table updates");
-    const char* codec = std::getenv("SPCCL_ROWS_CODEC");
-    if (codec != nullptr && *codec != '\0') std::printf(", SPCCL_ROWS_CODEC=%s", codec);
-    std::printf("\n");
+    if (o.config.hotRows > 0)
+      std::printf(", hot rows %d per table seen >= %d times (compressed run)", o.config.hotRows, o.config.hotMinCount);
+    std::printf(", %s table updates, rows codec %s\n", o.config.mergedUpdates ? "merged" : "per-sample",
+                o.rowsCodec.c_str());
     std::printf("| %-28s | %14s | %14s | %14s |\n", "", "dense", "compressed", "ratio / diff");
     std::printf("|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(16, '-').c_str(),
                 std::string(16, '-').c_str(), std::string(16, '-').c_str());
@@ -573,6 +598,8 @@ int runCheckSingle(const Options& o, const dlrm::Source& src, Env& env) {
   return status;
 }
 
+int runWithComm(Options& o, Env& env);
+
 int runMain(int argc, char** argv, Env& env) {
   Options o;
   std::string error;
@@ -589,6 +616,46 @@ int runMain(int argc, char** argv, Env& env) {
     return 2;
   }
   o.config.compressed = !o.dense;
+
+  // The rows codec is a communicator parameter, read from the environment
+  // when the communicator is created: the flag wins, then the user's
+  // SPCCL_ROWS_CODEC, then the default.
+  const char* fromEnv = std::getenv("SPCCL_ROWS_CODEC");
+  const bool envSet = fromEnv != nullptr && *fromEnv != '\0';
+  if (o.rowsCodecGiven) {
+    o.rowsCodecFrom = "--rows-codec";
+    if (env.rank == 0 && envSet && o.rowsCodec != fromEnv)
+      std::printf("dlrm: --rows-codec %s overrides SPCCL_ROWS_CODEC=%s from the environment\n", o.rowsCodec.c_str(),
+                  fromEnv);
+  } else if (envSet) {
+    o.rowsCodec = fromEnv;
+    o.rowsCodecFrom = "SPCCL_ROWS_CODEC";
+    if (env.rank == 0)
+      std::printf(
+          "dlrm: rows codec %s from SPCCL_ROWS_CODEC in the environment (no --rows-codec given; the default is %s)\n",
+          fromEnv, kDefaultRowsCodec);
+  } else {
+    o.rowsCodec = kDefaultRowsCodec;
+    o.rowsCodecFrom = "default";
+  }
+  if (setenv("SPCCL_ROWS_CODEC", o.rowsCodec.c_str(), 1) != 0) {
+    std::fprintf(stderr, "dlrm: setenv(SPCCL_ROWS_CODEC): %s\n", std::strerror(errno));
+    return 1;
+  }
+  const spcclResult_t created = spcclCommInitMPI(&env.comm, MPI_COMM_WORLD);
+  if (created != spcclSuccess) {
+    std::fprintf(stderr, "rank %d: spcclCommInitMPI: %s: %s\n", env.rank, spcclGetErrorString(created),
+                 spcclGetLastError(nullptr));
+    return 1;
+  }
+  const int status = runWithComm(o, env);
+  spcclCommDestroy(env.comm);
+  env.comm = nullptr;
+  return status;
+}
+
+int runWithComm(Options& o, Env& env) {
+  std::string error;
 
   dlrm::SyntheticConfig sc;
   sc.seed = o.config.seed;
@@ -665,8 +732,24 @@ int runMain(int argc, char** argv, Env& env) {
     for (int s : o.config.bottom) std::printf("-%d", s);
     std::printf(", top MLP %d", o.config.dim + (o.tables + 1) * o.tables / 2);
     for (int s : o.config.top) std::printf("-%d", s);
-    std::printf(", %s, data: %s\n", o.config.optimizer == dlrm::Optimizer::kSgd ? "SGD" : "Adagrad",
+    std::printf(", %s, rows codec %s (%s), data: %s\n", o.config.optimizer == dlrm::Optimizer::kSgd ? "SGD" : "Adagrad",
+                o.rowsCodec.c_str(), o.rowsCodecFrom.c_str(),
                 o.data.empty() ? "synthetic (planted teacher)" : o.data.c_str());
+    if (!o.sweep && !o.checkSingle) {
+      if (o.dense) {
+        std::printf("dlrm: dense run (exact collectives), %s table updates",
+                    o.config.mergedUpdates ? "merged" : "per-sample");
+      } else {
+        std::printf("dlrm: %s: DP density %g, MP density %g", o.compare ? "compressed run" : "compressed",
+                    static_cast<double>(o.config.dpDensity), static_cast<double>(o.config.mpDensity));
+        if (o.config.hotRows > 0)
+          std::printf(", hot rows: up to %d per table seen >= %d times in the first %llu samples", o.config.hotRows,
+                      o.config.hotMinCount, static_cast<unsigned long long>(o.config.hotSample));
+        else std::printf(", no hot rows");
+        std::printf(", %s table updates", o.config.mergedUpdates ? "merged" : "per-sample");
+      }
+      std::printf("\n");
+    }
     const std::vector<int> owner = dlrm::assignTables(o.config.tableSizes, env.ranks);
     std::vector<long long> rows(static_cast<size_t>(env.ranks), 0);
     std::vector<int> count(static_cast<size_t>(env.ranks), 0);
@@ -700,16 +783,7 @@ int main(int argc, char** argv) {
   Env env;
   MPI_Comm_rank(MPI_COMM_WORLD, &env.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &env.ranks);
-  int status = 0;
-  const spcclResult_t r = spcclCommInitMPI(&env.comm, MPI_COMM_WORLD);
-  if (r != spcclSuccess) {
-    std::fprintf(stderr, "rank %d: spcclCommInitMPI: %s: %s\n", env.rank, spcclGetErrorString(r),
-                 spcclGetLastError(nullptr));
-    status = 1;
-  } else {
-    status = runMain(argc, argv, env);
-    spcclCommDestroy(env.comm);
-  }
+  const int status = runMain(argc, argv, env);
   MPI_Finalize();
   return status;
 }

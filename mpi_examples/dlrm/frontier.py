@@ -56,10 +56,15 @@ def to_bytes(s):
     return float(value) * UNITS[unit]
 
 
-def run(args, name, env, extra, seed, dense):
+def run(args, name, env, extra, seed, dense, base):
+    # Every setting explicit, not the program's defaults: the update rule of
+    # the method's baseline, no hot rows unless the method has them, and the
+    # rows codec of its environment (wire when it sets none).
+    explicit = BASELINES[base] + ([] if "--hot-rows" in extra else ["--hot-rows", "0"])
+    explicit += ["--rows-codec", env.get("SPCCL_ROWS_CODEC", "wire")]
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np), args.dlrm, "--steps",
            str(args.steps), "--eval-samples", str(args.eval_samples), "--dp-density", str(args.dp_density), "--seed",
-           str(seed), "--print-every", "0"] + (["--dense"] if dense else []) + extra
+           str(seed), "--print-every", "0"] + (["--dense"] if dense else []) + explicit + extra
     e = dict(os.environ)
     e.update(env)
     print(f"[{name}, seed {seed}] {' '.join(f'{k}={v}' for k, v in env.items())} {' '.join(cmd)}", flush=True)
@@ -122,7 +127,7 @@ def main():
         for base in needed:
             name = "dense, " + base + " updates"
             if not have(name, seed):
-                r = run(args, name, {}, BASELINES[base], seed, dense=True)
+                r = run(args, name, {}, [], seed, dense=True, base=base)
                 if r:
                     rows.append(r)
                     save()
@@ -131,7 +136,7 @@ def main():
         for seed in seeds:
             if name in failed or have(name, seed):
                 continue
-            r = run(args, name, env, extra, seed, dense=False)
+            r = run(args, name, env, extra, seed, dense=False, base=base)
             if r:
                 rows.append(r)
                 save()
