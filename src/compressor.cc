@@ -224,23 +224,12 @@ Status spcclCompressor::selectFixed(const void* sendbuff, const FixedSlots& slot
     SPCCL_RETURN_IF_ERROR(ex.kthLargestMagnitudeInMemory(sendbuff, dataType, residualIn, count, selectCount(), tau));
     ++callUpdates;
   }
-  SelectSpec a{sendbuff,
-               dataType,
-               residualIn,
-               ef ? residual[1 - current].get<float>() : nullptr,
-               count,
-               0,
-               0,
-               capacity,
-               toValueType(config.wireValueType),
-               slots.indices,
-               slots.values};
-  a.keepOverflow = true;
-  a.threshold = tau;
   // Right after an estimate, ties at tau fill the capacity in index order;
   // with a stored tau every tie goes (select()'s rule).
-  a.tieCapacity = estimated ? capacity : std::numeric_limits<uint64_t>::max();
-  a.countsOut = slots.counts;
+  const SelectSpec a =
+      fixedCapacitySpec(sendbuff, dataType, residualIn, ef ? residual[1 - current].get<float>() : nullptr, count,
+                        capacity, estimated ? capacity : std::numeric_limits<uint64_t>::max(),
+                        toValueType(config.wireValueType), tau, slots.indices, slots.values, slots.counts);
   SelectStats unused;
   SPCCL_RETURN_IF_ERROR(ex.selectPack(a, &unused));
   ++callIndex;

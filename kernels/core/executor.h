@@ -72,6 +72,22 @@ struct SelectSpec {
   PairCounts* countsOut = nullptr;
 };
 
+// The fixed-capacity pass (SPCCL_CAPACITY_MODE=fixed): tau from executor
+// memory, `capacity` slots, the overflow kept whole in the residual, the
+// counts left in executor memory. tieCapacity: the capacity right after an
+// estimate, else no limit (select()'s rule).
+inline SelectSpec fixedCapacitySpec(const void* send, spcclDataType_t type, const float* residualIn, float* residualOut,
+                                    size_t n, uint64_t capacity, uint64_t tieCapacity, core::ValueType wire,
+                                    const ThresholdStats* threshold, uint32_t* indices, void* values,
+                                    PairCounts* counts) {
+  SelectSpec a{send, type, residualIn, residualOut, n, 0, 0, capacity, wire, indices, values};
+  a.keepOverflow = true;
+  a.threshold = threshold;
+  a.tieCapacity = tieCapacity;
+  a.countsOut = counts;
+  return a;
+}
+
 struct SelectStats {
   uint64_t selected = 0;        // all pairs the rule selected, counted past the capacity
   uint64_t finiteSelected = 0;  // the part the capacity factor limits

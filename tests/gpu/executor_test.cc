@@ -108,21 +108,9 @@ Status runFixed(Executor& ex, const std::vector<float>& v, uint64_t k, uint64_t 
   SPCCL_RETURN_IF_ERROR(ex.fill(indices.get(), 0xff, capacity * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(
       ex.kthLargestMagnitudeInMemory(send.get(), spcclFloat32, nullptr, n, k, tau.get<ThresholdStats>()));
-  SelectSpec spec{send.get(),
-                  spcclFloat32,
-                  nullptr,
-                  residual.get<float>(),
-                  n,
-                  0,
-                  0,
-                  capacity,
-                  core::ValueType::kFloat32,
-                  indices.get<uint32_t>(),
-                  values.get()};
-  spec.keepOverflow = true;
-  spec.threshold = tau.get<ThresholdStats>();
-  spec.tieCapacity = capacity;
-  spec.countsOut = counts.get<PairCounts>();
+  const SelectSpec spec = fixedCapacitySpec(send.get(), spcclFloat32, nullptr, residual.get<float>(), n, capacity,
+                                            capacity, core::ValueType::kFloat32, tau.get<ThresholdStats>(),
+                                            indices.get<uint32_t>(), values.get(), counts.get<PairCounts>());
   SelectStats unused;
   SPCCL_RETURN_IF_ERROR(ex.selectPack(spec, &unused));
   SPCCL_RETURN_IF_ERROR(ex.fill(acc.get(), 0, n * sizeof(float)));

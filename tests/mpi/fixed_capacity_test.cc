@@ -63,6 +63,15 @@ std::vector<unsigned char> asBuffer(const std::vector<float>& v, spcclDataType_t
   return b;
 }
 
+// The env defaults with this density and capacity factor.
+spcclCompressConfig_t configWith(float density, float capacityFactor) {
+  spcclCompressConfig_t config;
+  EXPECT_EQ(spcclCompressConfigInit(&config), spcclSuccess);
+  config.density = density;
+  config.capacityFactor = capacityFactor;
+  return config;
+}
+
 // Slots per rank: capacityFactor x k, at most n.
 uint64_t capacityOf(size_t n, float density, float factor) {
   const uint64_t k = std::max<uint64_t>(1, selectionSize(n, density));
@@ -90,14 +99,11 @@ TEST(FixedCapacity, SameBitsAsExactWhereNothingOverflows) {
         for (int ef : {1, 0}) {
           SCOPED_TRACE(std::string(typeName(type)) + " wire " + typeName(wire) + " " + opName(op) + " ef " +
                        std::to_string(ef));
-          spcclCompressConfig_t config;
-          ASSERT_EQ(spcclCompressConfigInit(&config), spcclSuccess);
-          config.density = density;
+          spcclCompressConfig_t config = configWith(density, factor);
           config.thresholdInterval = 3;  // stored taus between the estimates
           config.errorFeedback = ef;
           config.algorithm = SPCCL_ALGO_ALLGATHER;
           config.wireValueType = wire;
-          config.capacityFactor = factor;
           Compressor a(exact.c, n, type, config), b(fixed.c, n, type, config);
           std::vector<unsigned char> outA(n * typeSize(type)), outB(outA.size());
           for (int call = 0; call < 6; ++call) {
@@ -135,10 +141,7 @@ TEST(FixedCapacity, OverflowWaitsInTheResidual) {
   ModeComm exact("exact"), fixed("fixed");
   const size_t n = 20000;
   const int p = worldSize();
-  spcclCompressConfig_t config;
-  ASSERT_EQ(spcclCompressConfigInit(&config), spcclSuccess);
-  config.density = 0.01f;
-  config.capacityFactor = 1.0f;
+  spcclCompressConfig_t config = configWith(0.01f, 1.0f);
   config.thresholdInterval = 1000;  // one estimate, at the first call
   config.thresholdWarmup = 0;
   config.errorFeedback = 1;
@@ -165,10 +168,7 @@ TEST(FixedCapacity, NonFiniteEntriesAreSent) {
   ModeComm fixed("fixed");
   const size_t n = 5000;
   const int me = worldRank();
-  spcclCompressConfig_t config;
-  ASSERT_EQ(spcclCompressConfigInit(&config), spcclSuccess);
-  config.density = 0.01f;
-  config.capacityFactor = 2.0f;
+  const spcclCompressConfig_t config = configWith(0.01f, 2.0f);
   Compressor b(fixed.c, n, spcclFloat32, config);
   std::vector<float> in = gaussian(n, seedFor(7, me)), out(n);
   if (me == 0) in[17] = std::nanf("");
@@ -184,9 +184,7 @@ TEST(FixedCapacity, NonFiniteEntriesAreSent) {
 TEST(FixedCapacity, MixedModesAreRefusedOnEveryRank) {
   ModeComm mixed(worldRank() == 0 ? "fixed" : "exact");
   const size_t n = 5000;
-  spcclCompressConfig_t config;
-  ASSERT_EQ(spcclCompressConfigInit(&config), spcclSuccess);
-  config.density = 0.01f;
+  spcclCompressConfig_t config = configWith(0.01f, 2.0f);
   config.algorithm = SPCCL_ALGO_ALLGATHER;
   Compressor c(mixed.c, n, spcclFloat32, config);
   std::vector<float> in = gaussian(n, seedFor(8, worldRank())), out(n);
@@ -201,9 +199,7 @@ TEST(FixedCapacity, MixedModesAreRefusedOnEveryRank) {
 TEST(FixedCapacity, Fp8WireIsRefused) {
   ModeComm fixed("fixed");
   const size_t n = 5000;
-  spcclCompressConfig_t config;
-  ASSERT_EQ(spcclCompressConfigInit(&config), spcclSuccess);
-  config.density = 0.01f;
+  spcclCompressConfig_t config = configWith(0.01f, 2.0f);
   config.wireValueType = spcclFloat8e4m3;
   Compressor c(fixed.c, n, spcclFloat32, config);
   std::vector<float> in(n, 1.0f), out(n);

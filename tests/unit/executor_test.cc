@@ -142,21 +142,9 @@ TEST_P(HostExecutorTest, FixedCapacityOperations) {
   ASSERT_TRUE(acc.ensure(ex, n * sizeof(float)).isOk());
   ASSERT_TRUE(
       ex.kthLargestMagnitudeInMemory(send.get(), spcclFloat32, nullptr, n, k, tau.get<ThresholdStats>()).isOk());
-  SelectSpec spec{send.get(),
-                  spcclFloat32,
-                  nullptr,
-                  residual.get<float>(),
-                  n,
-                  0,
-                  0,
-                  capacity,
-                  core::ValueType::kFloat32,
-                  indices.get<uint32_t>(),
-                  values.get()};
-  spec.keepOverflow = true;
-  spec.threshold = tau.get<ThresholdStats>();
-  spec.tieCapacity = capacity;
-  spec.countsOut = counts.get<PairCounts>();
+  const SelectSpec spec = fixedCapacitySpec(send.get(), spcclFloat32, nullptr, residual.get<float>(), n, capacity,
+                                            capacity, core::ValueType::kFloat32, tau.get<ThresholdStats>(),
+                                            indices.get<uint32_t>(), values.get(), counts.get<PairCounts>());
   SelectStats untouched{12345, 0, 0};
   ASSERT_TRUE(ex.selectPack(spec, &untouched).isOk());
   EXPECT_EQ(untouched.selected, 12345u);  // the counts went to executor memory
