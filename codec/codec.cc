@@ -25,16 +25,7 @@ size_t denseStreamBytes(uint64_t len, ValueType vt) {
 
 namespace {
 
-// Gap j of sorted indices: the first from rangeBegin, then from the previous index + 1.
-inline uint64_t gapAt(const uint32_t* indices, uint64_t j, uint64_t rangeBegin) {
-  return j == 0 ? indices[0] - rangeBegin : static_cast<uint64_t>(indices[j]) - indices[j - 1] - 1;
-}
-
-size_t deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin) {
-  size_t total = 0;
-  for (uint64_t j = 0; j < nnz; ++j) total += varintBytes(gapAt(indices, j, rangeBegin));
-  return total;
-}
+using core::deltaGap;
 
 size_t bitmapIndexBytes(uint64_t len) { return static_cast<size_t>((len + 7) / 8); }
 
@@ -48,7 +39,7 @@ size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz,
                          ValueType vt) {
   switch (e) {
     case IndexEncoding::kDelta:
-      return compactStreamBytes(nnz, deltaIndexBytes(indices, nnz, rangeBegin), vt);
+      return compactStreamBytes(nnz, host::deltaIndexBytes(indices, nnz, rangeBegin), vt);
     case IndexEncoding::kBitmap:
       return compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
     default:
@@ -56,25 +47,38 @@ size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz,
   }
 }
 
-IndexEncoding choosePairsEncoding(int setting, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
-                                  uint64_t rangeEnd, ValueType vt, size_t* bytes) {
+bool pairsEncodingNeedsDeltaBytes(int setting, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd, ValueType vt) {
+  if (setting == kIndexEncodingDelta) return true;
+  if (setting != kIndexEncodingAuto) return false;
+  // The varints take >= 1 byte per index: skipped where that cannot win.
+  const size_t bitmap = compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
+  return compactStreamBytes(nnz, nnz, vt) < std::min(pairsStreamBytes(nnz, vt), bitmap);
+}
+
+IndexEncoding choosePairsEncodingFromDeltaBytes(int setting, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                                                ValueType vt, uint64_t deltaIndexBytes, size_t* bytes) {
+  const size_t coo = pairsStreamBytes(nnz, vt);
+  const size_t bitmap = compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
+  const bool delta = pairsEncodingNeedsDeltaBytes(setting, nnz, rangeBegin, rangeEnd, vt);
+  const size_t deltaBytes = delta ? compactStreamBytes(nnz, deltaIndexBytes, vt) : 0;
   IndexEncoding best = IndexEncoding::kCoo32;
-  if (setting == kIndexEncodingDelta) best = IndexEncoding::kDelta;
-  if (setting == kIndexEncodingBitmap) best = IndexEncoding::kBitmap;
-  size_t bestBytes = encodedPairsBytes(best, indices, nnz, rangeBegin, rangeEnd, vt);
-  if (setting == kIndexEncodingAuto) {
-    // The bitmap's size needs no pass over the indices; the varints' one
-    // does, and is skipped when it cannot win (>= 1 byte per index).
-    const size_t bitmap = encodedPairsBytes(IndexEncoding::kBitmap, indices, nnz, rangeBegin, rangeEnd, vt);
-    const size_t deltaFloor = compactStreamBytes(nnz, nnz, vt);
-    if (deltaFloor < std::min(bestBytes, bitmap)) {
-      const size_t delta = encodedPairsBytes(IndexEncoding::kDelta, indices, nnz, rangeBegin, rangeEnd, vt);
-      if (delta < bestBytes) best = IndexEncoding::kDelta, bestBytes = delta;
-    }
+  size_t bestBytes = coo;
+  if (setting == kIndexEncodingDelta) best = IndexEncoding::kDelta, bestBytes = deltaBytes;
+  if (setting == kIndexEncodingBitmap) best = IndexEncoding::kBitmap, bestBytes = bitmap;
+  if (setting == kIndexEncodingAuto) {  // the smallest; ties: coo, delta, bitmap
+    if (delta && deltaBytes < bestBytes) best = IndexEncoding::kDelta, bestBytes = deltaBytes;
     if (bitmap < bestBytes) best = IndexEncoding::kBitmap, bestBytes = bitmap;
   }
   *bytes = bestBytes;
   return best;
+}
+
+IndexEncoding choosePairsEncoding(int setting, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                                  uint64_t rangeEnd, ValueType vt, size_t* bytes) {
+  const uint64_t delta = pairsEncodingNeedsDeltaBytes(setting, nnz, rangeBegin, rangeEnd, vt)
+                             ? host::deltaIndexBytes(indices, nnz, rangeBegin)
+                             : 0;
+  return choosePairsEncodingFromDeltaBytes(setting, nnz, rangeBegin, rangeEnd, vt, delta, bytes);
 }
 
 size_t maxPairsStreamBytes(uint64_t nnz, uint64_t len, ValueType vt) {
@@ -133,7 +137,7 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
     off += vbytes;
     if (info.encoding == IndexEncoding::kDelta) {
       for (uint64_t j = 0; j < info.nnz; ++j)
-        off = static_cast<size_t>(putVarint(p + off, gapAt(indices, j, info.rangeBegin)) - p);
+        off = static_cast<size_t>(putVarint(p + off, deltaGap(indices, j, info.rangeBegin)) - p);
     } else {  // kBitmap
       const size_t mapBytes = bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
       std::memset(p + off, 0, mapBytes);

@@ -78,15 +78,8 @@ constexpr size_t kCrcOffset = 12;
 constexpr size_t alignStream(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 
 // LEB128 varints (delta indices, bounded rows' bases): 7 bits a byte, low
-// first, the high bit set on every byte but the last.
-inline uint32_t varintBytes(uint64_t v) {
-  uint32_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
+// first, the high bit set on every byte but the last (core::varintBytes of them).
+using core::varintBytes;
 inline unsigned char* putVarint(unsigned char* p, uint64_t v) {
   while (v >= 0x80) {
     *p++ = static_cast<unsigned char>(v | 0x80);
@@ -121,6 +114,13 @@ size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz,
 // bitmap, in that order).
 IndexEncoding choosePairsEncoding(int setting, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
                                   uint64_t rangeEnd, core::ValueType vt, size_t* bytes);
+// The same choice in two steps, for indices the host cannot read (executor
+// memory): whether it needs the delta encoding's index bytes (a pass over the
+// indices: Executor::deltaIndexBytes), then the choice from that count.
+bool pairsEncodingNeedsDeltaBytes(int setting, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                                  core::ValueType vt);
+IndexEncoding choosePairsEncodingFromDeltaBytes(int setting, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                                                core::ValueType vt, uint64_t deltaIndexBytes, size_t* bytes);
 // The most bytes an honest pairs stream of nnz pairs over a range of `len`
 // can take in any encoding (receivers bound announced sizes with it).
 size_t maxPairsStreamBytes(uint64_t nnz, uint64_t len, core::ValueType vt);

@@ -141,6 +141,12 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
 
+// choosePairsEncoding for nnz sorted indices in [0, count) held in executor
+// memory: the delta encoding's size from Executor::deltaIndexBytes (one
+// settle(), only where the setting may pick it).
+Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices, uint64_t nnz, uint64_t count,
+                             core::ValueType wire, IndexEncoding* encoding, size_t* bytes);
+
 // The allgather algorithm's fixed-capacity policy (SPCCL_CAPACITY_MODE=fixed):
 // each rank's selection is written straight into its slots (fixedSlots:
 // `capacity` indices and values, pads index 0xffffffff, and its PairCounts,

@@ -92,10 +92,8 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   // size: it travels in the descriptor.
   size_t pairsBytes = 0;
   IndexEncoding encoding = IndexEncoding::kCoo32;
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's index encoding", [&]() -> Status {
-    encoding = choosePairsEncoding(comm.settings->indexEncoding, indices, nnz, 0, n, wire, &pairsBytes);
-    return Status::ok();
-  }));
+  SPCCL_RETURN_IF_ERROR(
+      choosePairsEncodingOn(ex, comm.settings->indexEncoding, indices, nnz, n, wire, &encoding, &pairsBytes));
   const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
   CallDescriptor mine = allGatherTopKDescriptor(seq, n, type, wire, nnz, density);
   mine.streamBytes = sendDense ? denseStreamBytes(n, wire) : pairsBytes;

@@ -68,6 +68,17 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
   return ex.hostOnly("the allgather algorithm's stream decoder and sum", reduce);
 }
 
+Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices, uint64_t nnz, uint64_t count,
+                             core::ValueType wire, IndexEncoding* encoding, size_t* bytes) {
+  uint64_t deltaBytes = 0;
+  if (pairsEncodingNeedsDeltaBytes(setting, nnz, 0, count, wire)) {
+    SPCCL_RETURN_IF_ERROR(ex.deltaIndexBytes(indices, nnz, 0, &deltaBytes));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+  }
+  *encoding = choosePairsEncodingFromDeltaBytes(setting, nnz, 0, count, wire, deltaBytes, bytes);
+  return Status::ok();
+}
+
 Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
                   FixedSlots* mine) {
   const size_t p = static_cast<size_t>(ranks), me = static_cast<size_t>(rank);

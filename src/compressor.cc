@@ -472,11 +472,8 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   IndexEncoding encoding = IndexEncoding::kCoo32;
   if (algo.announcesStream && !fixed) {
     size_t bytes = 0;
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly("the compressed allreduce's index encoding", [&]() -> Status {
-      encoding = choosePairsEncoding(comm->params.indexEncoding, comm->pairIndices.get<uint32_t>(), nnz, 0, count, wire,
-                                     &bytes);
-      return Status::ok();
-    }));
+    SPCCL_RETURN_IF_ERROR(choosePairsEncodingOn(ex, comm->params.indexEncoding, comm->pairIndices.get<uint32_t>(), nnz,
+                                                count, wire, &encoding, &bytes));
     mine.streamBytes = bytes;
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;

@@ -368,6 +368,23 @@ SPCCL_HOST_DEVICE float storeWireValueBounded(void* section, uint64_t i, float v
   return loadWireValue(section, i, t, scaleExp);
 }
 
+// Bytes of v as an LEB128 varint (7 bits a byte): codec/codec.h writes them;
+// the executors count a delta stream's index bytes with it.
+SPCCL_HOST_DEVICE uint32_t varintBytes(uint64_t v) {
+  uint32_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// Gap j of sorted indices in the delta encoding: the first from rangeBegin,
+// then from the previous index + 1.
+SPCCL_HOST_DEVICE uint64_t deltaGap(const uint32_t* indices, uint64_t j, uint64_t rangeBegin) {
+  return j == 0 ? indices[0] - rangeBegin : static_cast<uint64_t>(indices[j]) - indices[j - 1] - 1;
+}
+
 // roundToWire with the same bound.
 SPCCL_HOST_DEVICE float roundToWireBounded(float v, ValueType t, int scaleExp, float bound) {
   uint32_t slot = 0;

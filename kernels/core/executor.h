@@ -141,6 +141,10 @@ class Executor {
   // selectPack's SelectSpec::threshold: no host synchronisation.
   virtual Status kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual, size_t n,
                                              uint64_t k, ThresholdStats* inMemory) = 0;
+  // Bytes of the delta index encoding's varint gaps of nnz sorted indices
+  // from rangeBegin (*bytes, a host value, valid after settle()): what an
+  // index-encoding choice needs from indices the host cannot read.
+  virtual Status deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* bytes) = 0;
   // out[index] += value for the first min(*count, capacity) pairs of one
   // rank's slots (count in executor memory: a PairCounts::selected). The
   // slots came from a peer: an index past n, or indices not strictly

@@ -3,6 +3,7 @@
 // the host's, in the host's order), user float buffers <-> fp32, and the
 // average's division.
 // Plus the host-side helpers of the CUDA back end (errors, device queries).
+#include <cub/block/block_reduce.cuh>
 #include <cstdio>
 #include <string>
 
@@ -133,6 +134,20 @@ __global__ void __launch_bounds__(kThreads) flushKernel(const float* v, float* r
   }
 }
 
+// Each block sums its gaps' varint bytes and adds them to *total (integer
+// atomics: the order does not change the sum).
+__global__ void __launch_bounds__(kThreads)
+    deltaBytesKernel(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, unsigned long long* total) {
+  using Reduce = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  unsigned long long mine = 0;
+  for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; j < nnz; j += stride)
+    mine += core::varintBytes(core::deltaGap(indices, j, rangeBegin));
+  const unsigned long long block = Reduce(temp).Sum(mine);
+  if (threadIdx.x == 0 && block != 0) atomicAdd(total, block);
+}
+
 __global__ void __launch_bounds__(kThreads) divideKernel(float* x, uint64_t n, float divisor) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
@@ -153,6 +168,18 @@ Status unpackAccumulate(const uint32_t* indices, const void* values, core::Value
     unpackKernel<decltype(wire)::value>
         <<<grid, kThreads, 0, stream>>>(indices, values, nnz, nnzDevice, acc, accBase, accLen, badStream);
   });
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* total,
+                       cudaStream_t stream) {
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(uint64_t), stream));
+  if (nnz == 0) return Status::ok();
+  if (indices == nullptr || total == nullptr) return invalidArgument("deltaIndexBytes: null buffer");
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "atomicAdd on the 64-bit total");
+  deltaBytesKernel<<<detail::gridFor(nnz, kThreads * 8u, 8), kThreads, 0, stream>>>(
+      indices, nnz, rangeBegin, reinterpret_cast<unsigned long long*>(total));
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

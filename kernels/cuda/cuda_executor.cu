@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -90,6 +91,9 @@ Status CudaExecutor::settle() {
       case Result::kMaxKey:
         *static_cast<uint32_t*>(p.out) = static_cast<const ThresholdOut*>(h)->tauKey;
         break;
+      case Result::kCount:
+        std::memcpy(p.out, h, sizeof(uint64_t));
+        break;
     }
   }
   pending_.clear();
@@ -136,6 +140,15 @@ Status CudaExecutor::kthLargestMagnitudeInMemory(const void* send, spcclDataType
   if (thresholdWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&thresholdWorkspace_, ws));
   return cuda::kthLargestMagnitude(send, type, residual, n, k, reinterpret_cast<ThresholdOut*>(inMemory),
                                    thresholdWorkspace_.ptr, thresholdWorkspace_.bytes, stream_);
+}
+
+Status CudaExecutor::deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* bytes) {
+  void* dev = nullptr;
+  size_t slot = 0;
+  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(uint64_t), &dev, &slot));
+  SPCCL_RETURN_IF_ERROR(cuda::deltaIndexBytes(indices, nnz, rangeBegin, static_cast<uint64_t*>(dev), stream_));
+  pending_.push_back(Pending{slot, Result::kCount, bytes});
+  return Status::ok();
 }
 
 Status CudaExecutor::accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire,

@@ -132,6 +132,10 @@ constexpr uint32_t kPadIndex = 0xffffffffu;
 Status unpackAccumulate(const uint32_t* indices, const void* values, core::ValueType vt, uint64_t nnz,
                         const uint64_t* nnzDevice, float* acc, uint64_t accBase, uint64_t accLen, uint32_t* badStream,
                         cudaStream_t stream);
+// *total (device) = bytes of the delta encoding's varint gaps of nnz sorted
+// indices from rangeBegin (host::deltaIndexBytes' twin).
+Status deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* total,
+                       cudaStream_t stream);
 // dst[i] += values[i] for len wire values.
 Status denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, cudaStream_t stream);
 

@@ -18,6 +18,12 @@ void denseAccumulate(const void* values, ValueType vt, uint64_t len, float* dst,
   });
 }
 
+uint64_t deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin) {
+  uint64_t total = 0;
+  for (uint64_t j = 0; j < nnz; ++j) total += core::varintBytes(core::deltaGap(indices, j, rangeBegin));
+  return total;
+}
+
 bool accumulatePairs(const uint32_t* indices, const void* values, ValueType vt, uint64_t nnz, float* out, size_t n) {
   return withWire(vt, [&](auto wire) {
     for (uint64_t i = 0; i < nnz; ++i) {

@@ -127,6 +127,12 @@ Status HostExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   return Status::ok();
 }
 
+Status HostExecutor::deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* bytes) {
+  Open open(*this);
+  *bytes = host::deltaIndexBytes(indices, nnz, rangeBegin);
+  return Status::ok();
+}
+
 Status HostExecutor::accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire,
                                      uint64_t capacity, const uint64_t* count, float* out, size_t n) {
   Open open(*this);

@@ -38,6 +38,7 @@ class HostExecutor final : public Executor {
   Status kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual, size_t n,
                                      uint64_t k, ThresholdStats* inMemory) override;
   Status selectPack(const SelectSpec& spec, SelectStats* out) override;
+  Status deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* bytes) override;
   Status accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire, uint64_t capacity,
                          const uint64_t* count, float* out, size_t n) override;
   Status reselect(const SelectSpec& spec, uint64_t nnz, uint64_t k, uint64_t capacity, ReselectStats* out) override;

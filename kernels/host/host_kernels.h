@@ -116,6 +116,9 @@ void flushResidual(const float* v, float* residual, float* out, size_t n);
 // x[i] /= divisor (cuda::divideFloats).
 void divideFloats(float* x, size_t n, float divisor);
 
+// Bytes of the delta encoding's varint gaps of nnz sorted indices from
+// rangeBegin (cuda::deltaIndexBytes' twin).
+uint64_t deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin);
 // out[indices[i]] += values[i] for i < nnz wire pairs (not fp8) from a peer
 // (cuda::unpackAccumulate's twin): stops at the first index past n or not
 // above the one before it, and returns false; true when every pair applied.

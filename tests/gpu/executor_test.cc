@@ -17,6 +17,7 @@ struct Outcome {
   std::vector<uint32_t> indices;
   std::vector<unsigned char> values;  // the fp16 wire values of the selection
   uint32_t maxKey = 0;
+  uint64_t deltaBytes = 0;         // the selection's delta index encoding
   std::vector<unsigned char> fp8;  // every input as fp8 codes with the max rule's scale
 };
 
@@ -46,6 +47,8 @@ Status run(Executor& ex, const std::vector<float>& v, uint64_t k, Outcome* o) {
   SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(send.get(), spcclFloat32, nullptr, n, &o->maxKey));
   SPCCL_RETURN_IF_ERROR(ex.settle());
   const uint64_t kept = std::min(o->selection.selected, slots);
+  SPCCL_RETURN_IF_ERROR(ex.deltaIndexBytes(indices.get<uint32_t>(), kept, 0, &o->deltaBytes));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
   o->indices.resize(kept);
   o->values.resize(kept * 2);
   o->fp8.resize(n);
@@ -80,6 +83,7 @@ TEST(CudaExecutor, SameBitsAsTheHostExecutor) {
     EXPECT_EQ(c.indices, h.indices) << n;
     EXPECT_EQ(c.values, h.values) << n;
     EXPECT_EQ(c.maxKey, h.maxKey) << n;
+    EXPECT_EQ(c.deltaBytes, h.deltaBytes) << n;
     EXPECT_EQ(c.fp8, h.fp8) << n;
   }
 }

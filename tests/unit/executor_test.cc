@@ -79,6 +79,12 @@ TEST_P(HostExecutorTest, OperationsEqualTheHostKernels) {
   EXPECT_EQ(gotIdx, refIdx);
   EXPECT_EQ(gotVal, refVal);
 
+  uint64_t deltaBytes = 0;
+  ASSERT_TRUE(ex.deltaIndexBytes(indices.get<uint32_t>(), r.selected, 0, &deltaBytes).isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  EXPECT_EQ(deltaBytes, host::deltaIndexBytes(refIdx.data(), r.selected, 0));
+  EXPECT_GT(deltaBytes, r.selected);  // gaps of about n / k: two-byte varints among them
+
   uint32_t maxKey = 0;
   ASSERT_TRUE(ex.maxFiniteKey(send.get(), spcclFloat32, nullptr, n, &maxKey).isOk());
   ASSERT_TRUE(ex.settle().isOk());
