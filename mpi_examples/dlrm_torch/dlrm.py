@@ -373,9 +373,9 @@ class Run:
         dp_sent = dp_dense = 0
         for st in self.states:
             h = st.stats()
-            # the hook's exact warm-up step goes straight to MPI: not in the communicator's count
-            dp_sent += h["bytes_sent"] - st._dense["bytes_sent"]
-            dp_dense += h["dense_bytes"] - st._dense["dense_bytes"]
+            # the hook's exact warm-up steps (if any) go straight to MPI: not in the communicator's count
+            dp_sent += h["bytes_sent"] - h["exact_bytes"]
+            dp_dense += h["dense_bytes"] - h["exact_bytes"]
         return np.array([s["bytes_sent"] - dp_sent, s["dense_bytes"] - dp_dense], dtype=np.float64)
 
     def dp_bytes(self):

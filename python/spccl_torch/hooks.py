@@ -26,6 +26,17 @@ _WIRE = {
 _COUNTERS = ("calls", "compressed_calls", "bytes_sent", "dense_bytes")
 
 
+class _Bucket:
+    """One bucket layout (its parameters, in the buffer's order) and its compressor."""
+
+    def __init__(self, params, numel, comp):
+        self.params = params
+        self.key = tuple(id(p) for p in params)
+        self.sizes = [p.numel() for p in params]
+        self.numel = numel
+        self.comp = comp
+
+
 class DCTState:
     """Settings and per-bucket state of :func:`dct_hook`.
 
@@ -33,63 +44,111 @@ class DCTState:
     threshold_interval: re-estimate the threshold tau every this many steps.
     wire_dtype: value type on the wire: "fp32", "fp16", "bf16" or "fp8"
         (rounding error goes back to the residual).
-    start_iter: steps allreduced exactly before compression starts. DDP rebuilds
-        its buckets after the first step, so compressors (keyed by bucket index)
-        are created from step ``start_iter`` (at least 1) on.
+    start_iter: steps allreduced exactly before compression starts (default 0:
+        compressed from the first step). Compressors are keyed by bucket index and
+        the bucket's parameters: when DDP rebuilds its buckets after the first step,
+        the residuals of the old layout are split by parameter and enter the new
+        buckets' next gradients, so no gradient entry is lost.
     """
 
-    def __init__(self, process_group=None, density=0.01, threshold_interval=1000, wire_dtype="fp32", start_iter=1):
+    def __init__(self, process_group=None, density=0.01, threshold_interval=1000, wire_dtype="fp32", start_iter=0):
         if not 0.0 < density <= 1.0:
             raise ValueError(f"density must be in (0, 1], got {density}")
         if threshold_interval < 1:
             raise ValueError(f"threshold_interval must be >= 1, got {threshold_interval}")
         if wire_dtype not in _WIRE:
             raise ValueError(f"wire_dtype must be one of fp32, fp16, bf16, fp8, got {wire_dtype!r}")
+        if int(start_iter) < 0:
+            raise ValueError(f"start_iter must be >= 0, got {start_iter}")
         self.process_group = process_group
         self.density = float(density)
         self.threshold_interval = int(threshold_interval)
         self.wire_dtype = wire_dtype
-        self.start_iter = max(1, int(start_iter))
+        self.start_iter = int(start_iter)
         self.iter = 0
-        self._compressors = {}  # bucket index -> (numel, _C.Compressor)
+        self._compressors = {}  # bucket index -> _Bucket
         self._pending_residual = {}  # bucket index -> residual loaded from a checkpoint
-        self._dense = dict.fromkeys(_COUNTERS, 0)  # exact warm-up steps and earlier runs
+        self._param_residual = {}  # id(parameter) -> (parameter, residual) of a replaced layout
+        self._exact = dict.fromkeys(_COUNTERS, 0)  # exact warm-up steps (straight to MPI)
+        self._retired = dict.fromkeys(_COUNTERS, 0)  # compressors of replaced layouts, earlier runs
 
     def _group(self):
         return self.process_group if self.process_group is not None else dist.distributed_c10d._get_default_group()
 
-    def _compressor(self, index, numel):
+    def _retire(self, index):
+        """Drops bucket index's compressor, keeping its counts and, split by
+        parameter, its residual for the buckets that hold those parameters next."""
+        b = self._compressors.pop(index)
+        s = b.comp.stats()
+        for k in _COUNTERS:
+            self._retired[k] += s[k]
+        if sum(b.sizes) != b.numel:
+            warnings.warn(f"spccl dct_hook: bucket {index}'s parameters do not tile its buffer; its residual is dropped")
+            return
+        for p, r in zip(b.params, b.comp.residual(b.numel).split(b.sizes)):
+            prev = self._param_residual.get(id(p))
+            self._param_residual[id(p)] = (p, r if prev is None else prev[1] + r)
+
+    def _bucket(self, index, bucket, numel):
+        """The compressor of this bucket, and the residual its first call must add
+        (None when there is none): a new layout (the first compressed step, DDP's
+        rebuild) takes over the residuals of the layouts it replaces."""
         from . import backend_of
 
+        params = bucket.parameters()
+        key = tuple(id(p) for p in params)
         entry = self._compressors.get(index)
-        if entry is not None and entry[0] == numel:
-            return entry[1]
-        if entry is not None:
-            warnings.warn(f"spccl dct_hook: bucket {index} changed size ({entry[0]} -> {numel}); its residual is dropped")
-            self._keep_counts(entry[1])
+        if entry is not None and entry.key == key and entry.numel == numel:
+            return entry.comp, None
+        mine = set(key)
+        for j in [j for j, b in self._compressors.items() if j == index or mine.intersection(b.key)]:
+            self._retire(j)
         comp = _C.Compressor(backend_of(self._group()), self.density, self.threshold_interval, _WIRE[self.wire_dtype])
-        self._compressors[index] = (numel, comp)
-        return comp
-
-    def _keep_counts(self, comp):
-        s = comp.stats()
-        for k in _COUNTERS:
-            self._dense[k] += s[k]
+        b = _Bucket(params, numel, comp)
+        self._compressors[index] = b
+        carried = None
+        if sum(b.sizes) == numel and any(k in self._param_residual for k in key):
+            carried = torch.cat([self._param_residual.pop(id(p), (p, torch.zeros(p.numel())))[1].reshape(-1)
+                                 for p in params])
+        loaded = self._pending_residual.pop(index, None)
+        if loaded is not None:
+            if loaded.numel() == numel:
+                loaded = loaded.reshape(-1)
+                carried = loaded if carried is None else carried + loaded
+            else:
+                warnings.warn(f"spccl dct_hook: checkpointed residual of bucket {index} has another size; dropped")
+        return comp, carried
 
     def stats(self):
         """Totals over the buckets: calls, compressed_calls, bytes_sent (this rank,
         per receiving rank, as spccl counts them) and dense_bytes (what the dense
-        allreduce sends: 2(P-1)/P * bytes), exact warm-up steps included."""
-        total = dict(self._dense)
-        for _, comp in self._compressors.values():
-            s = comp.stats()
+        allreduce sends: 2(P-1)/P * bytes), exact warm-up steps included; and
+        exact_calls and exact_bytes, the warm-up steps' share (sent by MPI, not
+        counted by the communicator)."""
+        total = {k: self._exact[k] + self._retired[k] for k in _COUNTERS}
+        for b in self._compressors.values():
+            s = b.comp.stats()
             for k in _COUNTERS:
                 total[k] += s[k]
+        total["exact_calls"] = self._exact["calls"]
+        total["exact_bytes"] = self._exact["bytes_sent"]
         return total
+
+    def parameter_residuals(self):
+        """{parameter: its error-feedback residual (fp32, flat)}: what this rank has
+        not sent yet, by parameter, over every bucket."""
+        out = {}
+        for b in self._compressors.values():
+            if sum(b.sizes) == b.numel:
+                for p, r in zip(b.params, b.comp.residual(b.numel).split(b.sizes)):
+                    out[p] = r
+        for p, r in self._param_residual.values():
+            out[p] = out[p] + r if p in out else r
+        return out
 
     def state_dict(self):
         """Settings, step count, counters and each bucket's error-feedback residual."""
-        residuals = {i: comp.residual(n) for i, (n, comp) in self._compressors.items()}
+        residuals = {i: b.comp.residual(b.numel) for i, b in self._compressors.items()}
         residuals.update({i: r for i, r in self._pending_residual.items() if i not in residuals})
         return {
             "density": self.density,
@@ -113,8 +172,12 @@ class DCTState:
         self.start_iter = int(sd["start_iter"])
         self.iter = int(sd["iter"])
         self._compressors = {}
+        self._param_residual = {}
         self._pending_residual = {int(i): r.clone() for i, r in sd["residuals"].items()}
-        self._dense = {k: int(sd["stats"][k]) for k in _COUNTERS}
+        st = sd["stats"]
+        self._exact = {"calls": int(st.get("exact_calls", 0)), "compressed_calls": 0,
+                       "bytes_sent": int(st.get("exact_bytes", 0)), "dense_bytes": int(st.get("exact_bytes", 0))}
+        self._retired = {k: int(st[k]) - self._exact[k] for k in _COUNTERS}
 
 
 def dct_hook(state: DCTState, bucket):
@@ -124,23 +187,17 @@ def dct_hook(state: DCTState, bucket):
     world = group.size()
     buf = bucket.buffer()
     index = bucket.index()
-    # Steps before start_iter are exact (DDP rebuilds its buckets after step 0).
     step = state.iter
     if bucket.is_last():
         state.iter += 1
     if step < state.start_iter:
         dense = 2 * (world - 1) * buf.numel() * buf.element_size() // world
-        state._dense["calls"] += 1
-        state._dense["bytes_sent"] += dense
-        state._dense["dense_bytes"] += dense
+        for k, v in (("calls", 1), ("bytes_sent", dense), ("dense_bytes", dense)):
+            state._exact[k] += v
         fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
         return fut.then(lambda f: f.value()[0].div_(world))
-    comp = state._compressor(index, buf.numel())
-    residual = state._pending_residual.pop(index, None)
-    if residual is not None:
-        if residual.numel() == buf.numel():
-            buf.add_(residual.to(buf.dtype).view_as(buf))
-        else:
-            warnings.warn(f"spccl dct_hook: checkpointed residual of bucket {index} has another size; dropped")
+    comp, carried = state._bucket(index, bucket, buf.numel())
+    if carried is not None:
+        buf.add_(carried.to(buf.dtype).view_as(buf))
     fut = comp.allreduce(buf, False).get_future()
     return fut.then(lambda f: f.value()[0].div_(world))
