@@ -93,6 +93,8 @@ def build_parser():
                    help="fraction of each embedding row sent (alltoall_rows)")
     t.add_argument("--tau-interval", type=ranged(int, 1, 1000000000), default=100,
                    help="steps between exact threshold estimations")
+    t.add_argument("--dp-exact-steps", type=ranged(int, 0, 1000000000), default=0,
+                   help="DCT hook: first steps allreduced exactly before compression starts (its start_iter)")
     t.add_argument("--bucket-mb", type=ranged(float, 0, 1024, lo_open=True), default=None,
                    help="DDP's bucket size in MiB (default: DDP's, 25 with a first bucket of 1): one "
                         "compressor per bucket; a size below the smallest parameter gives one bucket, and "
@@ -324,7 +326,8 @@ class Run:
         self.states = []
         for m in (self.bottom, self.top):
             if compressed:
-                st = spccl_torch.hooks.DCTState(density=a.dp_density, threshold_interval=a.tau_interval)
+                st = spccl_torch.hooks.DCTState(density=a.dp_density, threshold_interval=a.tau_interval,
+                                                start_iter=a.dp_exact_steps)
                 m.register_comm_hook(st, _dct_sum_hook)
                 self.states.append(st)
             else:
