@@ -126,6 +126,12 @@ def build_parser():
                    help="--compare: the compressed run sends fewer MP bytes and fewer DP bytes per step")
     c.add_argument("--parity-tol", type=ranged(float, 0, 1), default=1e-4,
                    help="--check-single: max |p_P - p_1| over the held-out probabilities")
+    x = p.add_argument_group("testing only (negative controls of --check-single: it must report FAILED)")
+    x.add_argument("--inject-routing-bug", action="store_true",
+                   help="send each sample's embedding rows to the next rank's samples (gradients come back "
+                        "the same wrong way), in the P-rank runs only")
+    x.add_argument("--inject-reference-offset", type=ranged(float, -1, 1), default=0.0, metavar="X",
+                   help="add X to the 1-process reference's output bias (every logit) before it trains")
     return p
 
 
@@ -154,6 +160,8 @@ def parse_args(argv):
             p.error("--max-auc-diff and --expect-fewer-bytes check --compare's two runs: add --compare")
         if a.check_single and a.parity_steps > a.steps:
             p.error(f"--parity-steps {a.parity_steps} is more than --steps {a.steps}")
+        if a.inject_reference_offset != 0.0 and not a.check_single:
+            p.error("--inject-reference-offset perturbs --check-single's reference: add --check-single")
     elif a.bag != 1:
         p.error("--write-tsv needs --bag 1 (Criteo rows have one id per column)")
     return a
@@ -363,6 +371,8 @@ class Run:
         torch = self.torch
         n = batch.n
         local = n // self.world
+        if self.a.inject_routing_bug:  # testing only: block j carries rank j-1's samples' rows
+            send = send.view(self.world, -1, self.a.dim).roll(1, 0).reshape(send.shape)
         recv = self.exchange(send)
         emb = recv.view(self.world, local, self.max_owned, self.a.dim).permute(1, 0, 2, 3)
         emb = emb.reshape(local, self.world * self.max_owned, self.a.dim)[:, self.table_pos]
@@ -511,6 +521,9 @@ def single_reference(torch, a, source):
     accum = [torch.zeros(s) for s in a.sizes]
     bottom = make_mlp(torch, [dlrm_data.DENSE_FEATURES] + a.bottom_mlp, True, a.seed * 2 + 1)
     top = make_mlp(torch, [a.dim + (a.tables + 1) * a.tables // 2] + a.top_mlp, False, a.seed * 2 + 2)
+    if a.inject_reference_offset != 0.0:  # testing only: the reference no longer matches
+        with torch.no_grad():
+            top[len(top) - 1].bias[0] += a.inject_reference_offset  # every logit moves by X
     params = list(bottom.parameters()) + list(top.parameters())
     opt = torch.optim.Adagrad(params, lr=a.lr, eps=1e-8) if a.optimizer == "adagrad" else \
         torch.optim.SGD(params, lr=a.lr)

@@ -23,6 +23,7 @@ CASES = [
     (["--compare", "--dense"], "--compare runs the exact baseline itself: drop --dense"),
     (["--max-auc-diff", "0.1"], "check --compare's two runs: add --compare"),
     (["--check-single", "--steps", "10", "--parity-steps", "20"], "--parity-steps 20 is more than --steps 10"),
+    (["--inject-reference-offset", "0.001"], "--inject-reference-offset perturbs --check-single's reference"),
     (["--optimizer", "adam"], "argument --optimizer: invalid choice: 'adam'"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--batch", "250"], "--batch 250 is not divisible by the 4 ranks"),
@@ -43,7 +44,8 @@ r = subprocess.run([sys.executable, DLRM, "--batch", "250"], env=dict(env, OMPI_
 if r.returncode != 2 or r.stderr:
     failures.append(f"rank 1: exit {r.returncode}, stderr {r.stderr!r}; expected 2 and nothing")
 r = subprocess.run([sys.executable, DLRM, "--help"], capture_output=True, text=True)
-for flag in ("--compare", "--check-single", "--dp-density", "--mp-density", "--progress", "--write-tsv"):
+for flag in ("--compare", "--check-single", "--dp-density", "--mp-density", "--dp-exact-steps", "--progress",
+             "--write-tsv", "--inject-routing-bug", "--inject-reference-offset"):
     if r.returncode != 0 or flag not in r.stdout:
         failures.append(f"--help: exit {r.returncode}, {flag} not listed")
 if failures:
