@@ -83,7 +83,8 @@ class DCTState:
         for k in _COUNTERS:
             self._retired[k] += s[k]
         if sum(b.sizes) != b.numel:
-            warnings.warn(f"spccl dct_hook: bucket {index}'s parameters do not tile its buffer; its residual is dropped")
+            warnings.warn(f"spccl dct_hook: bucket {index}'s parameters do not tile its buffer; "
+                          "its residual is dropped")
             return
         for p, r in zip(b.params, b.comp.residual(b.numel).split(b.sizes)):
             prev = self._param_residual.get(id(p))
