@@ -70,9 +70,10 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
     else if (d.op != ref.op) field = "op", got = d.op, want = ref.op;
     else if (d.algorithm != ref.algorithm) field = "algorithm", got = d.algorithm, want = ref.algorithm;
     else if (d.valueType != ref.valueType) field = "wire value type", got = d.valueType, want = ref.valueType;
+    else if ((d.flags ^ ref.flags) & kCallAuto)
+      field = "auto flag (SPCCL_ALGO=auto against a named algorithm)", got = d.flags, want = ref.flags;
     else if (d.flags != ref.flags)
-      field = "flags (SPCCL_ALGO=auto against a named algorithm, or SPCCL_CAPACITY_MODE=fixed against exact)",
-      got = d.flags, want = ref.flags;
+      field = "capacity mode flag (SPCCL_CAPACITY_MODE=fixed against exact)", got = d.flags, want = ref.flags;
     else if ((ref.flags & kCallFixed) && d.nnz != ref.nnz)
       field = "fixed capacity (capacityFactor x k slots)", got = d.nnz, want = ref.nnz;
     else if (nnzIsShape && d.nnz != ref.nnz) field = "row length", got = d.nnz, want = ref.nnz;
