@@ -314,7 +314,7 @@ void Trainer::layoutRows(const Batch& batch, bool training) {
   }
 }
 
-bool Trainer::forwardExchange(const Batch& batch, bool training, std::string* error) {
+bool Trainer::forwardExchange(const Batch& batch, bool training, bool exact, std::string* error) {
   layoutRows(batch, training);
   const int dim = config_.dim;
   const int local = batch.n / ranks_;
@@ -341,13 +341,28 @@ bool Trainer::forwardExchange(const Batch& batch, bool training, std::string* er
   spcclResult_t r = spcclSuccess;
   if (rowsPerPeer == 0) {
     // Every bag of the batch is hot: nothing to send (every rank knows it).
-  } else if (config_.compressed && config_.mpDensity < 1.0f) {
+  } else if (config_.compressed && config_.mpDensity < 1.0f && !exact) {
     r = spcclAlltoAllRowsCompressed(send_.data(), recv_.data(), rowsPerPeer, static_cast<size_t>(dim), spcclFloat32,
                                     config_.mpDensity, training ? &selection_ : nullptr, comm_, nullptr);
     if (r != spcclSuccess) return fail("spcclAlltoAllRowsCompressed", r, error);
   } else {
+    spcclStats_t before{}, after{};
+    spcclCommGetStats(comm_, &before);
     r = spcclAlltoAll(send_.data(), recv_.data(), rowsPerPeer * dim, spcclFloat32, comm_, nullptr);
     if (r != spcclSuccess) return fail("spcclAlltoAll", r, error);
+    spcclCommGetStats(comm_, &after);
+    // Exact means every entry of every row in fp32: spcclAlltoAll compresses
+    // when SPCCL_ALLTOALL_DENSITY < 1 is set, so check what it did.
+    const uint64_t block = static_cast<uint64_t>(rowsPerPeer) * static_cast<uint64_t>(dim) * sizeof(float);
+    const uint64_t expect = static_cast<uint64_t>(ranks_ - 1) * block;
+    // (Recorded, not returned: evaluate() fails on every rank together.)
+    if (exact && exactMismatch_.empty() &&
+        (after.compressedCalls != before.compressedCalls || after.bytesSent - before.bytesSent != expect ||
+         after.denseBytes - before.denseBytes != expect))
+      exactMismatch_ = "the exact exchange was not exact: spcclAlltoAll sent " +
+                       std::to_string(after.bytesSent - before.bytesSent) + " bytes in " +
+                       std::to_string(after.compressedCalls - before.compressedCalls) + " compressed calls, expected " +
+                       std::to_string(expect) + " bytes uncompressed (is SPCCL_ALLTOALL_DENSITY set?)";
   }
   exchangeSeconds_ = MPI_Wtime() - t0;
   // Unpack into emb_ (local x tables*dim, table-major per sample): the cold
@@ -504,7 +519,7 @@ bool Trainer::step(int s, double* lossSum, Bytes* bytes, Timing* timing, std::st
   unsigned long long m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0;
   spcclCommGetStats(comm_, &st0);
   if (monitor_) m0 = monitor_->sent();
-  if (!forwardExchange(batch, true, error)) return false;
+  if (!forwardExchange(batch, true, false, error)) return false;
   if (monitor_) m1 = monitor_->sent();
   spcclCommGetStats(comm_, &st1);
   timing->mp += exchangeSeconds_;
@@ -579,18 +594,25 @@ bool Trainer::step(int s, double* lossSum, Bytes* bytes, Timing* timing, std::st
   return true;
 }
 
-bool Trainer::evaluate(RunResult* result, std::string* error) {
+bool Trainer::evaluate(RunResult* result, bool exact, std::string* error) {
   const uint64_t total = source_.evalSize() / ranks_ * ranks_;
   if (total == 0) {
     *error = "no held-out samples to evaluate (need at least one per rank)";
     return false;
   }
-  std::vector<float> labels, mine, all;
+  std::vector<float> labels, mine, all, exactProbs;
+  std::vector<float>& probs = exact ? exactProbs : result->evalProbs;
   Batch batch;
+  spcclStats_t st0{}, st1{};
+  double mpBytes = 0, mpDense = 0;
   for (uint64_t first = 0; first < total;) {
     const int n = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(config_.batch), total - first));
     source_.eval(first, n, &batch);
-    if (!forwardExchange(batch, false, error)) return false;
+    spcclCommGetStats(comm_, &st0);
+    if (!forwardExchange(batch, false, exact, error)) return false;
+    spcclCommGetStats(comm_, &st1);
+    mpBytes += static_cast<double>(st1.bytesSent - st0.bytesSent);
+    mpDense += static_cast<double>(st1.denseBytes - st0.denseBytes);
     const int local = n / ranks_;
     forwardLocal(batch, rank_ * local);
     const Matrix& logits = top_.layers().back().output;
@@ -605,14 +627,14 @@ bool Trainer::evaluate(RunResult* result, std::string* error) {
     if (rank_ == 0)
       for (int j = 0; j < ranks_; ++j)
         for (int i = 0; i < local; ++i) {
-          result->evalProbs.push_back(all[static_cast<size_t>(j) * 2 * local + i]);
+          probs.push_back(all[static_cast<size_t>(j) * 2 * local + i]);
           labels.push_back(all[static_cast<size_t>(j) * 2 * local + local + i]);
         }
     first += static_cast<uint64_t>(n);
   }
-  double metrics[5] = {0, 0, 0, -1, 0};
+  double metrics[7] = {0, 0, 0, -1, 0, 0, 0};
   if (rank_ == 0) {
-    const std::vector<float>& p = result->evalProbs;
+    const std::vector<float>& p = probs;
     double ll = 0, correct = 0, positives = 0;
     for (size_t i = 0; i < p.size(); ++i) {
       const double q = std::min(std::max(static_cast<double>(p[i]), 1e-7), 1.0 - 1e-7);
@@ -624,10 +646,31 @@ bool Trainer::evaluate(RunResult* result, std::string* error) {
     metrics[1] = ll / static_cast<double>(p.size());
     metrics[2] = correct / static_cast<double>(p.size());
     metrics[4] = positives / static_cast<double>(p.size());
-    const std::vector<float> teacher = source_.evalTeacherScores(0, static_cast<int>(total));
-    if (!teacher.empty()) metrics[3] = computeAuc(teacher, labels);
+    if (!exact) {
+      const std::vector<float> teacher = source_.evalTeacherScores(0, static_cast<int>(total));
+      if (!teacher.empty()) metrics[3] = computeAuc(teacher, labels);
+    }
+  }
+  int mismatch = exactMismatch_.empty() ? 0 : 1, anyMismatch = 0;
+  MPI_Allreduce(&mismatch, &anyMismatch, 1, MPI_INT, MPI_MAX, mpiComm_);
+  if (anyMismatch) {
+    *error = mismatch ? exactMismatch_ : "another rank's exact exchange was not exact";
+    return false;
   }
   MPI_Bcast(metrics, 5, MPI_DOUBLE, 0, mpiComm_);
+  const double evalBytes[2] = {mpBytes, mpDense};
+  MPI_Allreduce(evalBytes, &metrics[5], 2, MPI_DOUBLE, MPI_SUM, mpiComm_);
+  if (exact) {
+    result->servedExactDone = true;
+    result->servedExact.auc = metrics[0];
+    result->servedExact.logloss = metrics[1];
+    result->servedExact.accuracy = metrics[2];
+    result->servedExact.mpBytes = metrics[5] / ranks_;
+    result->servedExact.mpDense = metrics[6] / ranks_;
+    return true;
+  }
+  result->evalMpBytes = metrics[5] / ranks_;
+  result->evalMpDense = metrics[6] / ranks_;
   result->auc = metrics[0];
   result->logloss = metrics[1];
   result->accuracy = metrics[2];
@@ -762,7 +805,9 @@ RunResult Trainer::run(const std::string& label) {
     result.padShare = rowsSent_ > 0 ? 1.0 - rowsUsed_ / rowsSent_ : 0.0;
     MPI_Allreduce(&loopSeconds, &result.stepSeconds, 1, MPI_DOUBLE, MPI_MAX, mpiComm_);
     result.stepSeconds /= std::max(config_.steps, 1);
-    ok = evaluate(&result, &error);
+    ok = evaluate(&result, false, &error);
+    // Trained with a lossy exchange: the same model served exactly as well.
+    if (ok && config_.compressed && config_.mpDensity < 1.0f) ok = evaluate(&result, true, &error);
     int bad = ok ? 0 : 1, anyBad = 0;
     MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, mpiComm_);
     if (anyBad && ok) {

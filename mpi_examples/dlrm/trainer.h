@@ -89,10 +89,25 @@ struct Timing {
   double mp = 0, dp = 0;
 };
 
+// The held-out evaluation's metrics, and the MP bytes its exchange sent
+// (per rank, summed over the evaluation's batches, averaged over ranks).
+struct Served {
+  double auc = 0, logloss = 0, accuracy = 0;
+  double mpBytes = 0, mpDense = 0;
+};
+
 struct RunResult {
   bool ok = false;
   std::string error;
+  // Held-out metrics served the way the model was trained: through the
+  // training's exchange, compressed when training was.
   double auc = 0, logloss = 0, accuracy = 0, teacherAuc = -1, positiveRate = 0;
+  double evalMpBytes = 0, evalMpDense = 0;
+  // A run trained with a lossy embedding exchange is also evaluated with the
+  // exact one (spcclAlltoAll, every entry in fp32; hot rows as in training,
+  // they are exact): the same trained model, served without compression.
+  bool servedExactDone = false;
+  Served servedExact;
   double finalTrainLoss = 0;
   double stepSeconds = 0;  // slowest rank's training-loop time / steps
   Timing comm;
@@ -135,9 +150,14 @@ class Trainer {
   void updateOwned(const Batch& batch);
   bool updateHot(const Batch& batch, std::string* error);
   bool step(int s, double* lossSum, Bytes* bytes, Timing* timing, std::string* error);
-  bool forwardExchange(const Batch& batch, bool training, std::string* error);
+  // exact: the exact alltoall whatever the training used (checked: no
+  // compressed call, bytes = the dense count of the block).
+  bool forwardExchange(const Batch& batch, bool training, bool exact, std::string* error);
   void forwardLocal(const Batch& batch, int firstLocal);
-  bool evaluate(RunResult* result, std::string* error);
+  // The held-out set through the training's exchange (exact = false: into
+  // result's metrics and evalProbs) or through the exact one (into
+  // result->servedExact).
+  bool evaluate(RunResult* result, bool exact, std::string* error);
   void checksums(RunResult* result);
   bool fail(const char* what, spcclResult_t r, std::string* error);
 
@@ -167,6 +187,7 @@ class Trainer {
   size_t rowsPerPeer_ = 0;
   std::vector<uint8_t> cold_;   // [g * tables + t]: the bag has a cold id (hot rows on)
   double exchangeSeconds_ = 0;  // the last forward alltoall
+  std::string exactMismatch_;   // set when an exact exchange was not (forwardExchange)
   double bagsSeen_ = 0, hotBags_ = 0, rowsSent_ = 0, rowsUsed_ = 0;  // training steps only
 
   // Hot rows: key = hotOffset_[t] + slot; hotSlot_[t][id] = slot or -1.
