@@ -154,6 +154,7 @@ Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices,
 // and each rank sums the first min(selected, capacity) pairs of every rank in
 // rank order. Nothing depends on a count the host would have to read.
 struct FixedSlots {
+  uint64_t capacity;  // slots per rank
   uint32_t* indices;
   void* values;
   PairCounts* counts;

@@ -82,6 +82,7 @@ Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices,
 Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
                   FixedSlots* mine) {
   const size_t p = static_cast<size_t>(ranks), me = static_cast<size_t>(rank);
+  mine->capacity = capacity;
   SPCCL_RETURN_IF_ERROR(ws.fixedIndices.ensure(ex, p * capacity * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(ws.fixedValues.ensure(ex, p * capacity * valueBytes));
   SPCCL_RETURN_IF_ERROR(ws.fixedCounts.ensure(ex, p * sizeof(PairCounts)));

@@ -212,7 +212,7 @@ uint64_t spcclCompressor::fixedCapacity() const {
 }
 
 Status spcclCompressor::selectFixed(const void* sendbuff, const FixedSlots& slots) {
-  const uint64_t capacity = fixedCapacity();
+  const uint64_t capacity = slots.capacity;
   const bool ef = config.errorFeedback != 0;
   Executor& ex = *executor;
   if (ef) SPCCL_RETURN_IF_ERROR(ensureResidual());
@@ -454,7 +454,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     SPCCL_RETURN_IF_ERROR(fixed ? selectFixed(sendbuff, slots) : select(sendbuff, &nnz, &offSchedule));
     profile.selection += watch.seconds();
   }
-  if (fixed) nnz = fixedCapacity();  // the slots sent, what the descriptors agree on
+  if (fixed) nnz = slots.capacity;  // the slots sent, what the descriptors agree on
 
   CallDescriptor mine{kStreamMagic,
                       static_cast<uint8_t>(algorithm),
