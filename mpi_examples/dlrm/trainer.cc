@@ -408,6 +408,21 @@ void updateRow(Optimizer optimizer, float lr, int dim, const float* g, float* w,
   for (int d = 0; d < dim; ++d) w[d] -= step * g[d];
 }
 
+// Adds a gradient row to key's sum: sums in first-seen key order in rows,
+// pos[key] its position (-1: not yet; the caller resets the keys it set).
+template <typename Key>
+void addToKeyedSum(Key key, const float* grad, int dim, std::vector<int32_t>* pos, std::vector<Key>* keys,
+                   std::vector<float>* rows) {
+  int32_t& p = (*pos)[static_cast<size_t>(key)];
+  if (p < 0) {
+    p = static_cast<int32_t>(keys->size());
+    keys->push_back(key);
+    rows->resize(rows->size() + static_cast<size_t>(dim), 0.0f);
+  }
+  float* acc = &(*rows)[static_cast<size_t>(p) * static_cast<size_t>(dim)];
+  for (int d = 0; d < dim; ++d) acc[d] += grad[d];
+}
+
 }  // namespace
 
 // Sparse row updates of the owned tables from the gradients received for the
@@ -443,16 +458,8 @@ void Trainer::updateOwned(const Batch& batch) {
     if (mergedPos_.size() < static_cast<size_t>(table.rows)) mergedPos_.resize(static_cast<size_t>(table.rows), -1);
     mergedIds_.clear();
     merged_.clear();
-    forEachOccurrence([&](int32_t id, const float* grad) {
-      int32_t& p = mergedPos_[static_cast<size_t>(id)];
-      if (p < 0) {
-        p = static_cast<int32_t>(mergedIds_.size());
-        mergedIds_.push_back(id);
-        merged_.resize(merged_.size() + dim, 0.0f);
-      }
-      float* acc = &merged_[static_cast<size_t>(p) * dim];
-      for (int d = 0; d < dim; ++d) acc[d] += grad[d];
-    });
+    forEachOccurrence(
+        [&](int32_t id, const float* grad) { addToKeyedSum(id, grad, dim, &mergedPos_, &mergedIds_, &merged_); });
     for (size_t p = 0; p < mergedIds_.size(); ++p) {
       const int32_t id = mergedIds_[p];
       mergedPos_[static_cast<size_t>(id)] = -1;
@@ -475,15 +482,7 @@ bool Trainer::updateHot(const Batch& batch, std::string* error) {
         const int32_t slot = hotSlot_[t][static_cast<size_t>(batch.id(rank_ * local_ + i, t, k))];
         if (slot < 0) continue;
         const int64_t key = hotOffset_[t] + slot;
-        int32_t& p = hotPos_[static_cast<size_t>(key)];
-        if (p < 0) {
-          p = static_cast<int32_t>(hotKeys_.size());
-          hotKeys_.push_back(key);
-          hotGrad_.resize(hotGrad_.size() + dim, 0.0f);
-        }
-        float* acc = &hotGrad_[static_cast<size_t>(p) * dim];
-        const float* g = demb_.row(i).data() + static_cast<size_t>(t) * dim;
-        for (int d = 0; d < dim; ++d) acc[d] += g[d];
+        addToKeyedSum(key, demb_.row(i).data() + static_cast<size_t>(t) * dim, dim, &hotPos_, &hotKeys_, &hotGrad_);
       }
   for (int64_t key : hotKeys_) hotPos_[static_cast<size_t>(key)] = -1;
   if (config_.injectHotBug && ranks_ > 1) {
