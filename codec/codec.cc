@@ -10,6 +10,7 @@
 
 #include "include/spccl.h"
 #include "kernels/host/host_kernels.h"
+#include "kernels/host/sections.h"
 
 namespace spccl {
 
@@ -27,8 +28,6 @@ namespace {
 
 using core::deltaGap;
 
-size_t bitmapIndexBytes(uint64_t len) { return static_cast<size_t>((len + 7) / 8); }
-
 size_t compactStreamBytes(uint64_t nnz, size_t indexBytes, ValueType vt) {
   return alignStream(sizeof(StreamHeader) + nnz * core::wireValueBytes(vt) + indexBytes);
 }
@@ -41,7 +40,7 @@ size_t encodedPairsBytes(IndexEncoding e, const uint32_t* indices, uint64_t nnz,
     case IndexEncoding::kDelta:
       return compactStreamBytes(nnz, host::deltaIndexBytes(indices, nnz, rangeBegin), vt);
     case IndexEncoding::kBitmap:
-      return compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
+      return compactStreamBytes(nnz, host::bitmapIndexBytes(rangeEnd - rangeBegin), vt);
     default:
       return pairsStreamBytes(nnz, vt);
   }
@@ -51,14 +50,14 @@ bool pairsEncodingNeedsDeltaBytes(int setting, uint64_t nnz, uint64_t rangeBegin
   if (setting == kIndexEncodingDelta) return true;
   if (setting != kIndexEncodingAuto) return false;
   // The varints take >= 1 byte per index: skipped where that cannot win.
-  const size_t bitmap = compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
+  const size_t bitmap = compactStreamBytes(nnz, host::bitmapIndexBytes(rangeEnd - rangeBegin), vt);
   return compactStreamBytes(nnz, nnz, vt) < std::min(pairsStreamBytes(nnz, vt), bitmap);
 }
 
 IndexEncoding choosePairsEncodingFromDeltaBytes(int setting, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                                                 ValueType vt, uint64_t deltaIndexBytes, size_t* bytes) {
   const size_t coo = pairsStreamBytes(nnz, vt);
-  const size_t bitmap = compactStreamBytes(nnz, bitmapIndexBytes(rangeEnd - rangeBegin), vt);
+  const size_t bitmap = compactStreamBytes(nnz, host::bitmapIndexBytes(rangeEnd - rangeBegin), vt);
   const bool delta = pairsEncodingNeedsDeltaBytes(setting, nnz, rangeBegin, rangeEnd, vt);
   const size_t deltaBytes = delta ? compactStreamBytes(nnz, deltaIndexBytes, vt) : 0;
   IndexEncoding best = IndexEncoding::kCoo32;
@@ -83,7 +82,7 @@ IndexEncoding choosePairsEncoding(int setting, const uint32_t* indices, uint64_t
 
 size_t maxPairsStreamBytes(uint64_t nnz, uint64_t len, ValueType vt) {
   return std::max({pairsStreamBytes(nnz, vt), compactStreamBytes(nnz, 5 * nnz, vt),
-                   compactStreamBytes(nnz, bitmapIndexBytes(len), vt)});
+                   compactStreamBytes(nnz, host::bitmapIndexBytes(len), vt)});
 }
 
 namespace {
@@ -117,51 +116,57 @@ bool knownValueType(uint8_t v) {
 
 }  // namespace
 
-size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues) {
-  auto* p = static_cast<unsigned char*>(dst);
+StreamHeader pairsHeader(const StreamInfo& info) {
   StreamHeader h = makeHeader(info, StreamKind::kPairs, info.nnz);
   h.indexEncoding = static_cast<uint8_t>(info.encoding);
+  return h;
+}
+
+size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const StreamHeader h = pairsHeader(info);
   std::memcpy(p, &h, sizeof h);
-  size_t off = sizeof h;
+  const PairsLayout l = pairsLayout(info, 0);
+  if (info.nnz > 0)  // empty vectors may hand over NULL: memcpy(NULL, 0) is undefined
+    std::memcpy(p + l.valuesOffset, wireValues, info.nnz * core::wireValueBytes(info.valueType));
+  const size_t used =
+      sizeof h + info.nnz * core::wireValueBytes(info.valueType) +
+      host::encodeIndexSection(info.encoding, indices, info.nnz, info.rangeBegin, info.rangeEnd, p + l.indexOffset);
+  const size_t total = alignStream(used);
+  zeroPad(p, used, total);
+  return total;
+}
+
+PairsLayout pairsLayout(const StreamInfo& info, uint64_t deltaIndexBytes) {
   const size_t vbytes = info.nnz * core::wireValueBytes(info.valueType);
+  PairsLayout l{};
   if (info.encoding == IndexEncoding::kCoo32) {
-    const size_t ibytes = info.nnz * sizeof(uint32_t);
-    if (info.nnz > 0) {  // empty vectors may hand over NULL: memcpy(NULL, 0) is undefined
-      std::memcpy(p + off, indices, ibytes);
-      std::memcpy(p + off + ibytes, wireValues, vbytes);
-    }
-    off += ibytes + vbytes;
+    l.indexOffset = sizeof(StreamHeader);
+    l.indexBytes = info.nnz * sizeof(uint32_t);
+    l.valuesOffset = l.indexOffset + l.indexBytes;
   } else {
     // Compact encodings: values first (they keep their alignment), then the index bytes.
-    if (info.nnz > 0) std::memcpy(p + off, wireValues, vbytes);
-    off += vbytes;
-    if (info.encoding == IndexEncoding::kDelta) {
-      for (uint64_t j = 0; j < info.nnz; ++j)
-        off = static_cast<size_t>(putVarint(p + off, deltaGap(indices, j, info.rangeBegin)) - p);
-    } else {  // kBitmap
-      const size_t mapBytes = bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
-      std::memset(p + off, 0, mapBytes);
-      // Indices ascend: build each 64-position word in a register, store it once (little-endian bytes).
-      const auto store = [&](uint64_t word, uint64_t w) {
-        std::memcpy(p + off + w * 8, &word, std::min<size_t>(8, mapBytes - w * 8));
-      };
-      uint64_t word = 0, w = 0;
-      for (uint64_t j = 0; j < info.nnz; ++j) {
-        const uint64_t bit = indices[j] - info.rangeBegin;
-        if (bit / 64 != w) {
-          if (word != 0) store(word, w);
-          word = 0;
-          w = bit / 64;
-        }
-        word |= uint64_t{1} << (bit % 64);
-      }
-      if (word != 0) store(word, w);
-      off += mapBytes;
-    }
+    l.valuesOffset = sizeof(StreamHeader);
+    l.indexOffset = l.valuesOffset + vbytes;
+    l.indexBytes = info.encoding == IndexEncoding::kDelta ? static_cast<size_t>(deltaIndexBytes)
+                                                          : host::bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
   }
-  const size_t total = alignStream(off);
-  zeroPad(p, off, total);
-  return total;
+  l.bytes = alignStream(sizeof(StreamHeader) + vbytes + l.indexBytes);
+  return l;
+}
+
+Status encodePairsOn(Executor& ex, void* dst, size_t bytes, const StreamInfo& info, const uint32_t* indices,
+                     const void* wireValues) {
+  auto* p = static_cast<unsigned char*>(dst);
+  // The pad after the sections stays zero: the last 8 bytes are zeroed
+  // first and the sections, enqueued after, overwrite their part of them.
+  if (bytes > sizeof(StreamHeader)) SPCCL_RETURN_IF_ERROR(ex.fill(p + bytes - 8, 0, 8));
+  const StreamHeader h = pairsHeader(info);
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(p, &h, sizeof h));
+  const PairsLayout l = pairsLayout(info, 0);
+  if (info.nnz > 0)
+    SPCCL_RETURN_IF_ERROR(ex.copy(p + l.valuesOffset, wireValues, info.nnz * core::wireValueBytes(info.valueType)));
+  return ex.encodeIndices(info.encoding, indices, info.nnz, info.rangeBegin, info.rangeEnd, p + l.indexOffset);
 }
 
 size_t encodeDense(void* dst, const StreamInfo& info, const float* values, float* decoded) {
@@ -194,6 +199,25 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
   SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   StreamHeader h;
   std::memcpy(&h, data, sizeof h);
+  SPCCL_RETURN_IF_ERROR(parseStreamHeader(h, data, bytes, e, peer, out));
+  if (out->kind != StreamKind::kPairs) return Status::ok();
+  return indexCheckStatus(host::checkIndexSection(*out), *out, bytes, peer);
+}
+
+namespace {
+
+Status badLayout(int peer, const char* what, uint64_t nnz, size_t bytes, uint64_t len) {
+  return remoteError(formatString("stream from rank %d: %s (%llu pairs, %zu bytes, range of %llu)", peer, what,
+                                  static_cast<unsigned long long>(nnz), bytes, static_cast<unsigned long long>(len)));
+}
+
+}  // namespace
+
+Status parseStreamHeader(const StreamHeader& h, const void* data, size_t bytes, const StreamExpect& e, int peer,
+                         StreamView* out) {
+  if (bytes < sizeof(StreamHeader) || data == nullptr)
+    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its %zu-byte header", peer, bytes,
+                                    sizeof(StreamHeader)));
   if (h.magic != kStreamMagic || h.version != kStreamVersion)
     return remoteError(formatString("stream from rank %d has bad magic 0x%08x or version %u", peer, h.magic,
                                     static_cast<unsigned>(h.version)));
@@ -250,6 +274,8 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
       return remoteError(formatString("dense stream from rank %d is %zu bytes, expected %zu", peer, bytes,
                                       denseStreamBytes(len, e.valueType)));
     out->kind = StreamKind::kDense;
+    out->dense = true;
+    out->indexMinBytes = out->indexMaxBytes = 0;
     out->nnz = len;
     out->encoding = IndexEncoding::kCoo32;
     out->indexBytes = nullptr;
@@ -271,68 +297,58 @@ Status parseStream(const void* data, size_t bytes, const StreamExpect& e, int pe
     return remoteError(formatString("stream from rank %d claims %llu pairs in %zu bytes for a range of %llu", peer,
                                     static_cast<unsigned long long>(h.nnz), bytes,
                                     static_cast<unsigned long long>(len)));
-  auto badIndex = [&](uint64_t i, uint64_t j) {
-    return remoteError(
-        formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
-                     "or not increasing",
-                     peer, static_cast<unsigned long long>(i), static_cast<unsigned long long>(j),
-                     static_cast<unsigned long long>(e.rangeBegin), static_cast<unsigned long long>(e.rangeEnd)));
-  };
-  auto badLayout = [&](const char* what) {
-    return remoteError(formatString("stream from rank %d: %s (%llu pairs, %zu bytes, range of %llu)", peer, what,
-                                    static_cast<unsigned long long>(h.nnz), bytes,
-                                    static_cast<unsigned long long>(len)));
-  };
+  const auto badSize = [&](const char* what) { return badLayout(peer, what, h.nnz, bytes, len); };
   out->kind = StreamKind::kPairs;
+  out->dense = false;
   out->nnz = h.nnz;
   out->encoding = enc;
   out->indices = nullptr;
   out->indexBytes = nullptr;
+  out->indexMinBytes = out->indexMaxBytes = 0;
+  out->values = base + sizeof h;
   if (enc == IndexEncoding::kCoo32) {
-    const auto* idx = reinterpret_cast<const uint32_t*>(base + sizeof h);
-    uint64_t prev = 0;
-    for (uint64_t j = 0; j < h.nnz; ++j) {
-      const uint64_t i = idx[j];
-      if (i < e.rangeBegin || i >= e.rangeEnd || (j > 0 && i <= prev)) return badIndex(i, j);
-      prev = i;
-    }
-    out->indices = idx;
+    out->indices = reinterpret_cast<const uint32_t*>(base + sizeof h);
     out->values = base + sizeof h + h.nnz * sizeof(uint32_t);
     return Status::ok();
   }
+  // The index section ends where the stream's 8-byte alignment allows.
   const size_t indexStart = sizeof h + vbytes;
-  size_t end = indexStart;  // one past the index section
-  if (enc == IndexEncoding::kDelta) {
-    uint64_t index = e.rangeBegin;
-    for (uint64_t j = 0; j < h.nnz; ++j) {
-      const unsigned char* at = base + end;
-      uint32_t gap = 0;
-      if (!readVarint32(&at, base + bytes, &gap))
-        return badLayout("truncated index varints, or an index gap of more than 32 bits");
-      end = static_cast<size_t>(at - base);
-      index += gap + (j > 0 ? 1 : 0);  // <= 2^33 + range end: no overflow
-      if (index >= e.rangeEnd) return badIndex(index, j);
-    }
-  } else {  // kBitmap
-    const size_t mapBytes = bitmapIndexBytes(len);
-    if (bytes - indexStart < mapBytes) return badLayout("truncated index bitmap");
-    end = indexStart + mapBytes;
-    uint64_t set = 0;
-    for (size_t b = 0; b < mapBytes; b += 8) {  // 8 bytes a popcount; the last word zero-filled
-      uint64_t word = 0;
-      std::memcpy(&word, base + indexStart + b, std::min<size_t>(8, mapBytes - b));
-      set += static_cast<uint64_t>(__builtin_popcountll(word));
-    }
-    const unsigned tail = static_cast<unsigned>(len % 8);
-    if (tail != 0 && (base[end - 1] >> tail) != 0) return badLayout("index bitmap bits past the range");
-    if (set != h.nnz) return badLayout("index bitmap with another number of bits set than pairs");
-  }
-  if (alignStream(end) != bytes) return badLayout("index section and stream size disagree");
-  for (size_t b = end; b < bytes; ++b)
-    if (base[b] != 0) return badLayout("non-zero padding");
+  if (bytes % 8 != 0) return badSize("index section and stream size disagree");
   out->indexBytes = base + indexStart;
-  out->values = base + sizeof h;
+  out->indexMaxBytes = bytes - indexStart;
+  out->indexMinBytes = bytes - 7 > indexStart ? bytes - 7 - indexStart : 0;
+  if (enc == IndexEncoding::kBitmap) {
+    const size_t mapBytes = host::bitmapIndexBytes(len);
+    if (mapBytes > out->indexMaxBytes) return badSize("truncated index bitmap");
+    if (mapBytes < out->indexMinBytes) return badSize("index section and stream size disagree");
+  }
   return Status::ok();
+}
+
+Status indexCheckStatus(const IndexCheck& c, const WireSection& s, size_t bytes, int peer) {
+  const uint64_t len = s.rangeEnd - s.rangeBegin;
+  const auto bad = [&](const char* what) { return badLayout(peer, what, s.nnz, bytes, len); };
+  switch (c.fault) {
+    case IndexFault::kNone:
+      return Status::ok();
+    case IndexFault::kBadIndex:
+      return remoteError(
+          formatString("stream from rank %d: index %llu at position %llu is out of range [%llu, %llu) "
+                       "or not increasing",
+                       peer, static_cast<unsigned long long>(c.index), static_cast<unsigned long long>(c.position),
+                       static_cast<unsigned long long>(s.rangeBegin), static_cast<unsigned long long>(s.rangeEnd)));
+    case IndexFault::kVarint:
+      return bad("truncated index varints, or an index gap of more than 32 bits");
+    case IndexFault::kSectionSize:
+      return bad("index section and stream size disagree");
+    case IndexFault::kPadding:
+      return bad("non-zero padding");
+    case IndexFault::kBitmapPastRange:
+      return bad("index bitmap bits past the range");
+    case IndexFault::kBitmapCount:
+      return bad("index bitmap with another number of bits set than pairs");
+  }
+  return bad("unknown index fault");
 }
 
 CallDescriptor exactAllReduceDescriptor(uint64_t seq, uint64_t count, int dataType, int op) {
@@ -355,91 +371,6 @@ CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t
                         seq,
                         count,
                         0};
-}
-
-namespace {
-
-// acc[i - accBase] += value for the cursor's pairs below `end`, the value
-// type fixed at compile time (the per-pair switch stays out of the loop).
-template <core::ValueType kVt>
-void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float* acc, uint64_t accBase) {
-  const void* values = v.values;
-  const int scaleExp = v.scaleExp;
-  cursor.until(
-      end, [=](uint64_t index, uint64_t j) { acc[index - accBase] += core::loadWireValue(values, j, kVt, scaleExp); });
-}
-
-void addPairsBelow(PairCursor& cursor, const StreamView& v, uint64_t end, float* acc, uint64_t accBase) {
-  switch (v.valueType) {
-    case core::ValueType::kFloat16:
-      return addPairsBelow<core::ValueType::kFloat16>(cursor, v, end, acc, accBase);
-    case core::ValueType::kBfloat16:
-      return addPairsBelow<core::ValueType::kBfloat16>(cursor, v, end, acc, accBase);
-    case core::ValueType::kFloat8e4m3:
-      return addPairsBelow<core::ValueType::kFloat8e4m3>(cursor, v, end, acc, accBase);
-    default:
-      return addPairsBelow<core::ValueType::kFloat32>(cursor, v, end, acc, accBase);
-  }
-}
-
-}  // namespace
-
-void accumulateStream(const StreamView& v, float* acc, uint64_t accBase) {
-  if (v.kind == StreamKind::kDense) {
-    host::denseAccumulate(v.values, v.valueType, v.nnz, acc + (v.rangeBegin - accBase), v.scaleExp);
-  } else if (v.kind == StreamKind::kPairs) {
-    PairCursor cursor(v);
-    addPairsBelow(cursor, v, ~uint64_t{0}, acc, accBase);
-  }
-}
-
-bool zeroThenScatter(uint64_t pairs, uint64_t len) { return pairs * kScatterBelow < len; }
-
-void storeStream(const StreamView& v, float* out, uint64_t outBase) {
-  float* range = out + (v.rangeBegin - outBase);
-  const uint64_t len = v.rangeEnd - v.rangeBegin;
-  if (v.kind != StreamKind::kPairs || zeroThenScatter(v.nnz, len)) {  // dense: a sequential pass either way
-    std::fill(range, range + len, 0.0f);
-    accumulateStream(v, out, outBase);
-    return;
-  }
-  uint64_t next = 0;  // range[0, next) written
-  forEachPair(v, [&](uint64_t index, uint64_t j) {
-    const uint64_t at = index - v.rangeBegin;  // > next - 1: indices strictly increase (parseStream)
-    std::fill(range + next, range + at, 0.0f);
-    range[at] = 0.0f + core::loadWireValue(v.values, j, v.valueType, v.scaleExp);  // -0 becomes +0, as in a sum
-    next = at + 1;
-  });
-  std::fill(range + next, range + len, 0.0f);
-}
-
-void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
-                   std::vector<PairCursor>* cursors) {
-  if (count == 0) return;
-  const uint64_t b = views[0].rangeBegin, e = views[0].rangeEnd;
-  uint64_t pairs = 0;
-  for (size_t r = 0; r < count; ++r) pairs += views[r].nnz;  // a dense stream's nnz is its length
-  if (zeroThenScatter(pairs, e - b)) {
-    std::fill(acc + (b - accBase), acc + (e - accBase), 0.0f);
-    for (size_t r = 0; r < count; ++r) accumulateStream(views[r], acc, accBase);
-    return;
-  }
-  cursors->clear();
-  for (size_t r = 0; r < count; ++r) cursors->emplace_back(views[r]);
-  constexpr uint64_t kBlock = 4096;  // 16 KiB of output
-  for (uint64_t c = b; c < e; c += kBlock) {
-    const uint64_t ce = c + kBlock < e ? c + kBlock : e;
-    std::fill(acc + (c - accBase), acc + (ce - accBase), 0.0f);
-    for (size_t r = 0; r < count; ++r) {
-      const StreamView& v = views[r];
-      if (v.kind == StreamKind::kDense) {
-        const auto* values = static_cast<const unsigned char*>(v.values) + (c - b) * core::wireValueBytes(v.valueType);
-        host::denseAccumulate(values, v.valueType, ce - c, acc + (c - accBase), v.scaleExp);
-      } else {
-        addPairsBelow((*cursors)[r], v, ce, acc, accBase);
-      }
-    }
-  }
 }
 
 // ---- CRC32C ----
@@ -543,6 +474,55 @@ void Integrity::seal(void* stream, size_t bytes) {
     --corruptLeft;
     p[bytes / 2] ^= 0x10;
   }
+}
+
+Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t bytes) {
+  if (integrity == nullptr || (!integrity->checksum && integrity->corruptLeft == 0)) return Status::ok();
+  return ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
+    integrity->seal(stream, bytes);
+    return Status::ok();
+  });
+}
+
+Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
+                       size_t count, const StreamExpect& expect, float* out, uint64_t outBase,
+                       StreamsScratch* scratch) {
+  const auto fail = [&](const Status& st) -> Status {
+    SPCCL_RETURN_IF_ERROR(
+        ex.fill(out + (expect.rangeBegin - outBase), 0, (expect.rangeEnd - expect.rangeBegin) * sizeof(float)));
+    return st;
+  };
+  scratch->headers.assign(count, StreamHeader{});
+  scratch->views.resize(count);
+  scratch->sections.resize(count);
+  scratch->checks.resize(count);
+  bool sealed = false;
+  for (size_t r = 0; r < count; ++r)
+    if (sizes[r] >= sizeof(StreamHeader))
+      SPCCL_RETURN_IF_ERROR(ex.toHost(&scratch->headers[r], data + offsets[r], sizeof(StreamHeader)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  for (size_t r = 0; r < count; ++r) sealed = sealed || (scratch->headers[r].reserved0 & kChecksumFlag) != 0;
+  if (sealed) {
+    const Status st = ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
+      for (size_t r = 0; r < count; ++r)
+        SPCCL_RETURN_IF_ERROR(verifyStream(data + offsets[r], sizes[r], static_cast<int>(r)));
+      return Status::ok();
+    });
+    if (!st.isOk()) return fail(st);
+  }
+  for (size_t r = 0; r < count; ++r) {
+    const Status st = parseStreamHeader(scratch->headers[r], data + offsets[r], sizes[r], expect, static_cast<int>(r),
+                                        &scratch->views[r]);
+    if (!st.isOk()) return fail(st);
+    scratch->sections[r] = scratch->views[r];
+  }
+  SPCCL_RETURN_IF_ERROR(ex.reduceSections(scratch->sections.data(), count, out, outBase, scratch->checks.data()));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  for (size_t r = 0; r < count; ++r) {
+    const Status st = indexCheckStatus(scratch->checks[r], scratch->sections[r], sizes[r], static_cast<int>(r));
+    if (!st.isOk()) return fail(st);
+  }
+  return Status::ok();
 }
 
 Status verifyStream(const void* data, size_t bytes, int peer) {

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "kernels/core/elementwise.h"
+#include "kernels/core/executor.h"
 #include "kernels/core/status.h"
+#include "kernels/core/wire_section.h"
 
 namespace spccl {
 
@@ -34,10 +36,6 @@ constexpr uint16_t kStreamVersion = 2;
 // carry this version, so a reader that predates the codec refuses them, and
 // the default streams stay as they were.
 constexpr uint16_t kStreamVersionRowsCodec = 3;
-
-// kCoo32: global uint32 positions. kRowN: positions inside a row, N bits.
-// kDelta: varint gaps; kBitmap: a bit per position of the range (pairs only).
-enum class IndexEncoding : uint8_t { kCoo32 = 1, kRow8 = 2, kRow16 = 3, kRow32 = 4, kDelta = 5, kBitmap = 6 };
 
 // SPCCL_INDEX_ENCODING (choice order): auto picks, per stream, the smallest
 // of coo, delta and bitmap from exact sizes computed before encoding.
@@ -77,31 +75,10 @@ constexpr size_t kCrcOffset = 12;
 
 constexpr size_t alignStream(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 
-// LEB128 varints (delta indices, bounded rows' bases): 7 bits a byte, low
-// first, the high bit set on every byte but the last (core::varintBytes of them).
+// LEB128 varints (delta indices, bounded rows' bases): kernels/core/wire_section.h.
+using core::putVarint;
+using core::readVarint32;
 using core::varintBytes;
-inline unsigned char* putVarint(unsigned char* p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<unsigned char>(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<unsigned char>(v);
-  return p;
-}
-// One varint of at most 32 bits from [*p, end): false if it runs past end
-// or holds more than 32 bits; *p moves past it.
-inline bool readVarint32(const unsigned char** p, const unsigned char* end, uint32_t* value) {
-  uint64_t v = 0;
-  for (int shift = 0;; shift += 7) {
-    if (*p >= end) return false;
-    const unsigned char b = *(*p)++;
-    if (shift == 28 && (b & 0xf0) != 0) return false;
-    v |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) break;
-  }
-  *value = static_cast<uint32_t>(v);
-  return true;
-}
 
 // A pairs stream with 32-bit indices (kCoo32).
 size_t pairsStreamBytes(uint64_t nnz, core::ValueType vt);
@@ -205,23 +182,29 @@ struct StreamInfo {
 // the wire type). `dst` must hold encodedPairsBytes(info.encoding, ...).
 // Returns bytes written.
 size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues);
+// Where a pairs stream's sections lie, and its size (kDelta: given the
+// index bytes, Executor::deltaIndexBytes).
+struct PairsLayout {
+  size_t valuesOffset, indexOffset, indexBytes, bytes;
+};
+PairsLayout pairsLayout(const StreamInfo& info, uint64_t deltaIndexBytes);
+StreamHeader pairsHeader(const StreamInfo& info);
+// encodePairs with indices, values and dst in executor memory: the header
+// from the host, the sections written by the executor. `bytes`: the
+// stream's size (choosePairsEncodingOn's).
+Status encodePairsOn(Executor& ex, void* dst, size_t bytes, const StreamInfo& info, const uint32_t* indices,
+                     const void* wireValues);
 // Writes a dense stream of fp32 values converted to the wire type (fp8: with
 // info.scaleExp); `decoded` (optional) receives what receivers will decode.
 // Returns bytes written.
 size_t encodeDense(void* dst, const StreamInfo& info, const float* values, float* decoded);
 size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code);
 
-// A validated view of a received stream.
-struct StreamView {
+// A validated view of a received stream: its sections (pairs or a dense
+// range, summed by kernels/host/sections.h or Executor::reduceSections),
+// its kind and, for an error marker, the sender's status.
+struct StreamView : WireSection {
   StreamKind kind;
-  uint64_t nnz;
-  IndexEncoding encoding;           // kPairs
-  const uint32_t* indices;          // kPairs in kCoo32 (nullptr otherwise)
-  const unsigned char* indexBytes;  // kPairs in kDelta or kBitmap: the validated index section
-  const void* values;               // kPairs and kDense
-  core::ValueType valueType;
-  int scaleExp;  // fp8: the validated scale exponent; else 0
-  uint64_t rangeBegin, rangeEnd;
   spcclResult_t peerStatus;  // kError
 };
 
@@ -229,119 +212,14 @@ struct StreamView {
 // index order and bounds. `peer` names the sender in messages.
 Status parseStream(const void* data, size_t bytes, const StreamExpect& expect, int peer, StreamView* out);
 
-// Walks the pairs of a validated kPairs stream in index order, whatever its
-// index encoding, and can stop at a position and resume there: the blocked
-// reduction below takes every stream a block at a time.
-class PairCursor {
- public:
-  explicit PairCursor(const StreamView& v) : v_(&v) {
-    if (v.nnz == 0) return;
-    if (v.encoding == IndexEncoding::kDelta) {
-      p_ = v.indexBytes;
-      index_ = v.rangeBegin + readVarint(p_);
-    } else if (v.encoding == IndexEncoding::kBitmap) {
-      mapBytes_ = (v.rangeEnd - v.rangeBegin + 7) / 8;
-      bits_ = loadWord(0);
-    }
-  }
-  // Calls f(index, j) for the j-th pair, for every pair not yet visited
-  // whose index is below `end`, and stops before the first at or past it.
-  // The state is copied into locals for the loop and written back after it,
-  // so it stays in registers while f stores floats.
-  template <typename F>
-  void until(uint64_t end, F&& f) {
-    const uint64_t nnz = v_->nnz;
-    uint64_t j = j_;
-    if (v_->encoding == IndexEncoding::kCoo32) {
-      const uint32_t* indices = v_->indices;
-      for (; j < nnz && indices[j] < end; ++j) f(static_cast<uint64_t>(indices[j]), j);
-    } else if (v_->encoding == IndexEncoding::kDelta) {
-      uint64_t index = index_;
-      const unsigned char* p = p_;
-      while (j < nnz && index < end) {
-        f(index, j);
-        if (++j < nnz) index += readVarint(p) + 1;
-      }
-      index_ = index;
-      p_ = p;
-    } else {  // kBitmap: 64 positions a (little-endian) word; parseStream checked no bit lies past the range
-      uint64_t bits = bits_, byte = byte_;
-      while (j < nnz) {
-        if (bits == 0) {
-          if (byte + 8 >= mapBytes_) break;  // cannot happen in a validated stream: nnz bits are set
-          byte += 8;
-          bits = loadWord(byte);
-          continue;
-        }
-        const uint64_t index = v_->rangeBegin + byte * 8 + static_cast<uint64_t>(__builtin_ctzll(bits));
-        if (index >= end) break;
-        f(index, j++);
-        bits &= bits - 1;
-      }
-      bits_ = bits;
-      byte_ = byte;
-    }
-    j_ = j;
-  }
-
- private:
-  static uint64_t readVarint(const unsigned char*& p) {
-    uint64_t value = 0;
-    for (int shift = 0;; shift += 7) {
-      const unsigned char b = *p++;
-      value |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return value;
-    }
-  }
-  uint64_t loadWord(uint64_t byte) const {
-    uint64_t bits = 0;
-    std::memcpy(&bits, v_->indexBytes + byte, static_cast<size_t>(mapBytes_ - byte < 8 ? mapBytes_ - byte : 8));
-    return bits;
-  }
-
-  const StreamView* v_;
-  uint64_t j_ = 0;                               // pairs visited
-  uint64_t index_ = 0;                           // kDelta: the index of pair j_
-  const unsigned char* p_ = nullptr;             // kDelta: the varint after pair j_'s
-  uint64_t mapBytes_ = 0, byte_ = 0, bits_ = 0;  // kBitmap: the word at byte_, its unvisited bits
-};
-
-// Calls f(index, j) for the j-th pair of a validated kPairs stream, in index
-// order, whatever its index encoding.
-template <typename F>
-void forEachPair(const StreamView& v, F&& f) {
-  PairCursor(v).until(~uint64_t{0}, f);
-}
-
-// acc[i - accBase] += value for every entry of a validated stream.
-void accumulateStream(const StreamView& view, float* acc, uint64_t accBase);
-// Below one pair per kScatterBelow elements of the range, zeroing the range
-// (memset's streaming stores, no line read) and adding the pairs where they
-// fall (a cache miss each) is cheaper than a pass that fetches every line;
-// above it the pass wins. host_kernel_bench's unpackAdd/unpackBlock rows at
-// --density 0.0003-0.004 (4 streams of 2k pairs) cross at about 1 in 125.
-constexpr uint64_t kScatterBelow = 128;
-bool zeroThenScatter(uint64_t pairs, uint64_t len);
-
-// The same bits as zeroing out[rangeBegin - outBase, rangeEnd - outBase) and
-// then accumulateStream(view, out, outBase) (0.0f + value at the entries,
-// +0 between them). Dense enough (zeroThenScatter false): in one pass front
-// to back, no second visit to lines the zeroing has already evicted.
-// kPairs and kDense streams.
-void storeStream(const StreamView& view, float* out, uint64_t outBase);
-// The same bits as zeroing acc over the streams' common range and then
-// accumulateStream of views[0], views[1], ... in that order (every element's
-// sum starts from +0 and adds in stream order). Dense enough (all the
-// streams' pairs together): in blocks small enough to stay in the
-// first-level cache, so each output line is fetched once and the streams
-// are read front to back alongside. kPairs and kDense streams, all over the
-// same [rangeBegin, rangeEnd). `cursors` is scratch. Where two NaNs meet,
-// which payload the sum keeps is the compiler's operand order (x86 passes
-// the first operand's); both ways add pairs in the same loop as
-// accumulateStream (addPairsBelow), and every rank runs the same code on the
-// same bytes.
-void reduceStreams(const StreamView* views, size_t count, float* acc, uint64_t accBase,
-                   std::vector<PairCursor>* cursors);
+// parseStream in two steps, for streams in executor memory: the header (a
+// copy of the stream's first bytes) checked on the host, out's sections
+// pointing into the stream at `data` (not read); then the index section,
+// checked where the stream lies (host::checkIndexSection,
+// Executor::reduceSections), its finding put into words by indexCheckStatus.
+Status parseStreamHeader(const StreamHeader& header, const void* data, size_t bytes, const StreamExpect& expect,
+                         int peer, StreamView* out);
+Status indexCheckStatus(const IndexCheck& check, const WireSection& s, size_t bytes, int peer);
 
 // ---- Row streams (alltoall rows, backward values, row-sparse id rows) ----
 // Same 56 bytes as StreamHeader; the five trailing words mean, per kind:
@@ -628,5 +506,26 @@ inline void sealStream(Integrity* integrity, void* stream, size_t bytes) {
 
 // Checks the CRC of a stream that carries kChecksumFlag; other streams pass.
 Status verifyStream(const void* data, size_t bytes, int peer);
+
+// sealStream for a stream in executor memory. The CRC has no device kernel
+// yet: with SPCCL_CHECKSUM on, it runs on the host executor only.
+Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t bytes);
+
+// Scratch of reduceStreamsOn, grown only (no allocation once warm).
+struct StreamsScratch {
+  std::vector<StreamHeader> headers;
+  std::vector<StreamView> views;
+  std::vector<WireSection> sections;
+  std::vector<IndexCheck> checks;
+};
+// parseStream and host::reduceSections for streams in executor memory:
+// stream r (from rank r) at data + offsets[r], sizes[r] bytes, pairs or
+// dense (no error markers), each checked as parseStream checks it; where all
+// pass, out over expect's range = their sum in rank order (the bits of
+// host::reduceSections); where one fails, that range of out is zeroed and
+// the first failure, in rank order, returned. The headers come to the host;
+// the bodies are read by the executor only.
+Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
+                       size_t count, const StreamExpect& expect, float* out, uint64_t outBase, StreamsScratch* scratch);
 
 }  // namespace spccl

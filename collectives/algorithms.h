@@ -13,6 +13,7 @@
 #include "kernels/core/elementwise.h"
 #include "kernels/core/executor.h"
 #include "codec/codec.h"
+#include "kernels/host/sections.h"
 #include "collectives/cost_model.h"
 #include "collectives/agreement.h"
 #include "kernels/core/status.h"
@@ -71,8 +72,10 @@ struct Workspace {
   std::vector<uint32_t> rangeIndices;
   std::vector<float> rangeValues;  // split's owner: rangeSums at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;
-  std::vector<StreamView> views;  // received streams, parsed, for reduceStreams
-  std::vector<PairCursor> cursors;
+  std::vector<StreamView> views;      // received streams, parsed, for host::reduceSections
+  std::vector<WireSection> sections;  // the views' sections
+  std::vector<host::PairCursor> cursors;
+  StreamsScratch streams;                // reduceStreamsOn's
   std::vector<IndexEncoding> encodings;  // split stage 1: one per owner
   // The row-sparse allreduce's id/row lists (collectives/rowsparse_allreduce.cc),
   // in its accumulation type.

@@ -15,6 +15,7 @@
 #include "collectives/other_collectives.h"
 #include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
+#include "kernels/host/sections.h"
 #include "collectives/context.h"
 #include "kernels/core/types.h"
 
@@ -141,7 +142,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
     for (int r = 0; r < p; ++r) {
       StreamView view;
       SPCCL_RETURN_IF_ERROR(parseStream(recv + ws.offsets[r], ws.sizes[r], expect, r, &view));
-      storeStream(view, floats, 0);
+      host::storeSection(view, floats, 0);
       // Every value came from an fp16 block: one a bf16 or fp8 wire rounded
       // above fp16's range (65504 -> 65536) arrives as 65504, never as Inf.
       if (type == spcclFloat16)

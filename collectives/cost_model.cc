@@ -28,8 +28,8 @@ constexpr double kSizeWord = 8;  // one uint64 size per peer
 // split owner (key, nth_element, drop pass).
 constexpr double kPickBytes = 256;
 constexpr double kReselectBytes = 384;
-// Received pairs, per pair beyond its own bytes (codec.h reduceStreams and
-// storeStream, host_kernel_bench's unpack rows at densities 0.0001-0.05):
+// Received pairs, per pair beyond its own bytes (host::reduceSections and
+// storeSection, host_kernel_bench's unpack rows at densities 0.0001-0.05):
 // the blocked pass decodes and adds each in the first-level cache; below
 // one pair in kScatterBelow elements each lands on a line memset has left
 // in memory, a read-modify-write that waits on the miss.
@@ -75,7 +75,8 @@ double selectPassBytes(double n, double elemBytes, double k) {
 }
 
 double reduceBytes(double pairs, double span, double pairBytes) {
-  if (pairs * static_cast<double>(kScatterBelow) < span) return 2.0 * span + pairs * (pairBytes + kScatteredPairBytes);
+  if (pairs * static_cast<double>(host::kScatterBelow) < span)
+    return 2.0 * span + pairs * (pairBytes + kScatteredPairBytes);
   return 4.0 * span + pairs * (pairBytes + kBlockedPairBytes);
 }
 

@@ -33,39 +33,21 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
   SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, total));
   auto* send = ws.sendStream.get<unsigned char>();
   auto* recv = ws.recvStream.get<unsigned char>();
-  const auto encode = [&]() -> Status {
-    StreamInfo info{
-        ctx->count,        0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
-        StreamKind::kPairs};
-    info.encoding = ctx->streamBytesPerRank ? ctx->myEncoding : IndexEncoding::kCoo32;
-    info.scaleExp = ctx->scaleExp;
-    if (encodePairs(send, info, mine.indices, mine.values) != ws.sizes[me])
-      return internalError("allgather: the encoded stream differs from its announced size");
-    sealStream(ctx->integrity, send, ws.sizes[me]);
-    return Status::ok();
-  };
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the allgather algorithm's stream encoder", encode));
+  StreamInfo info{ctx->count,        0, ctx->count, mine.nnz, ctx->seq, static_cast<uint8_t>(ctx->algorithm), ctx->wire,
+                  StreamKind::kPairs};
+  info.encoding = ctx->streamBytesPerRank ? ctx->myEncoding : IndexEncoding::kCoo32;
+  info.scaleExp = ctx->scaleExp;
+  SPCCL_RETURN_IF_ERROR(encodePairsOn(ex, send, ws.sizes[me], info, mine.indices, mine.values));
+  SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, ctx->integrity, send, ws.sizes[me]));
   SPCCL_RETURN_IF_ERROR(
       ex.withMemory([&] { return t.allGatherV(send, ws.sizes[me], recv, ws.sizes.data(), ws.offsets.data()); }));
   ctx->bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
 
-  // Every stream covers the whole buffer: all are parsed, then summed in
-  // rank order a cache-sized block of the output at a time.
-  const auto reduce = [&]() -> Status {
-    const StreamExpect expect{ctx->count, 0,    ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
-                              ctx->wire,  false};
-    ws.views.resize(p);
-    for (int r = 0; r < p; ++r) {
-      const Status st = parseStream(recv + ws.offsets[r], ws.sizes[r], expect, r, &ws.views[r]);
-      if (!st.isOk()) {
-        std::fill(ctx->out, ctx->out + ctx->count, 0.0f);
-        return st;
-      }
-    }
-    reduceStreams(ws.views.data(), ws.views.size(), ctx->out, 0, &ws.cursors);
-    return Status::ok();
-  };
-  return ex.hostOnly("the allgather algorithm's stream decoder and sum", reduce);
+  // Every stream covers the whole buffer: all are checked, then summed in rank order.
+  const StreamExpect expect{ctx->count, 0,    ctx->count, ctx->seq, static_cast<uint8_t>(ctx->algorithm),
+                            ctx->wire,  false};
+  return reduceStreamsOn(ex, recv, ws.offsets.data(), ws.sizes.data(), static_cast<size_t>(p), expect, ctx->out, 0,
+                         &ws.streams);
 }
 
 Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices, uint64_t nnz, uint64_t count,

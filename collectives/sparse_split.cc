@@ -28,6 +28,7 @@
 
 #include "collectives/algorithms.h"
 #include "codec/codec.h"
+#include "kernels/host/sections.h"
 #include "kernels/host/host_kernels.h"
 
 namespace spccl {
@@ -276,7 +277,10 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     ws.views.resize(p);
     for (int r = 0; r < p && local.isOk(); ++r)
       local = parseStream(recv + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &ws.views[r]);
-    if (local.isOk()) reduceStreams(ws.views.data(), ws.views.size(), sums, myBegin, &ws.cursors);
+    if (local.isOk()) {
+      ws.sections.assign(ws.views.begin(), ws.views.end());
+      host::reduceSections(ws.sections.data(), ws.sections.size(), sums, myBegin, &ws.cursors);
+    }
     const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
     if (local.isOk()) {
       SPCCL_RETURN_IF_ERROR(encodeOwnerRange(ex, ownerInfo, sums, ctx->residual, ws, ctx->indexEncoding,
@@ -330,7 +334,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
         std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);
         continue;
       }
-      storeStream(view, ctx->out, 0);
+      host::storeSection(view, ctx->out, 0);
       ctx->mergedNnz += view.nnz;
     }
     return Status::ok();

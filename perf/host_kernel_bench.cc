@@ -13,7 +13,7 @@
 //               AVX2); all must keep the same positions (checked)
 //   unpackAdd   the allgather algorithm's unpack of 4 received streams (each 2k pairs over the
 //               whole buffer, varint gaps, as the stored tau sends them): zero the 4n-byte output,
-//               then add every stream; unpackBlock: codec.h reduceStreams, what the algorithm
+//               then add every stream; unpackBlock: host::reduceSections, what the algorithm
 //               runs (the same sums a 16 KiB block of the output at a time, or as unpackAdd
 //               below one pair in kScatterBelow elements). Bytes: the output, 4n, once. Both
 //               must give the same bits (checked).
@@ -32,6 +32,7 @@
 
 #include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
+#include "kernels/host/sections.h"
 #include "size_arg.h"
 
 namespace {
@@ -181,10 +182,13 @@ int main(int argc, char** argv) {
   std::vector<float>& unpacked = residualOut;  // selectPack's output: rewritten by it on every round anyway
   const auto unpackAdd = [&] {
     std::fill(copy.begin(), copy.end(), 0.0f);
-    for (const spccl::StreamView& v : views) spccl::accumulateStream(v, copy.data(), 0);
+    for (const spccl::StreamView& v : views) spccl::host::accumulateSection(v, copy.data(), 0);
   };
-  std::vector<spccl::PairCursor> cursors;
-  const auto unpackBlock = [&] { spccl::reduceStreams(views.data(), views.size(), unpacked.data(), 0, &cursors); };
+  std::vector<spccl::host::PairCursor> cursors;
+  const std::vector<spccl::WireSection> sections(views.begin(), views.end());
+  const auto unpackBlock = [&] {
+    spccl::host::reduceSections(sections.data(), sections.size(), unpacked.data(), 0, &cursors);
+  };
 
   spccl::host::ThresholdResult radix = thr;
   std::vector<double> tCopies, tSelects, tThresholds, tRadix, tRows, tAdds, tBlocks;

@@ -21,6 +21,7 @@
 #include "include/spccl.h"
 #include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
+#include "kernels/host/sections.h"
 #include "src/log.h"
 #include "src/params.h"
 #include "transport/transport.h"
@@ -119,7 +120,7 @@ std::string calibrationCachePath(const std::string& dir, const std::string& key,
 
 namespace {
 constexpr const char* kCacheMagic = "spccl-cost-model";
-constexpr int kCacheVersion = 2;        // 2: unpack_s_per_byte of reduceStreams (blocked), not of memset and scatter
+constexpr int kCacheVersion = 2;  // 2: unpack_s_per_byte of host::reduceSections (blocked), not of memset and scatter
 constexpr off_t kCacheMaxBytes = 4096;  // the file spccl writes is about 200 bytes
 
 bool validModel(const CostModel& m) {
@@ -287,7 +288,7 @@ void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
                      values.data()};
   std::vector<double> selectTimes, unpackTimes;
   std::vector<unsigned char> stream;
-  std::vector<PairCursor> cursors;
+  std::vector<host::PairCursor> cursors;
   uint64_t nnz = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const Clock::time_point t0 = Clock::now();
@@ -302,7 +303,8 @@ void timeLocalPasses(int rank, double* selectPerByte, double* unpackPerByte) {
     const StreamExpect expect{n, 0, n, 0, SPCCL_ALGO_ALLGATHER, info.valueType, false};
     if (!parseStream(stream.data(), stream.size(), expect, rank, &view).isOk()) continue;  // cannot happen
     const Clock::time_point t1 = Clock::now();
-    reduceStreams(&view, 1, acc.data(), 0, &cursors);
+    const WireSection section = view;
+    host::reduceSections(&section, 1, acc.data(), 0, &cursors);
     unpackTimes.push_back(since(t1));
   }
   // Per byte as modelTerms counts them, so the model's terms times these

@@ -20,6 +20,7 @@
 #include "include/spccl.h"
 #include "kernels/core/elementwise.h"
 #include "kernels/core/status.h"
+#include "kernels/core/wire_section.h"
 
 namespace spccl {
 
@@ -172,6 +173,27 @@ class Executor {
   // residual. out may equal v, or overlap it (the host runs in the order that
   // reads every v[i] before it is overwritten).
   virtual Status flushResidual(const float* v, float* residual, float* out, size_t n) = 0;
+
+  // Streams. copy: dst = src, both executor memory, not overlapping.
+  virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+  // The index section of nnz strictly increasing indices in [rangeBegin,
+  // rangeEnd) in encoding e at dst: kCoo32 the indices, kDelta their varint
+  // gaps (deltaIndexBytes of them), kBitmap (rangeEnd - rangeBegin + 7) / 8
+  // bytes.
+  virtual Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                               uint64_t rangeEnd, unsigned char* dst) = 0;
+  // Received sections (host structs over executor memory), all over the
+  // same [rangeBegin, rangeEnd): checks[r] gets what checking section r's
+  // indices found (host structs, valid after settle()); where every check
+  // passes, out[i - outBase] over the range = +0 plus each section's value
+  // at i, added in section order (rank order: every rank adds the same
+  // floats in the same order). Where one fails, the range of out holds no
+  // meaningful values (the caller zeroes it), and nothing is written outside it.
+  virtual Status reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
+                                IndexCheck* checks) = 0;
+  // Arrays of a type derived from WireSection would be read with the wrong stride.
+  template <typename T, typename = std::enable_if_t<!std::is_same_v<T, WireSection>>>
+  Status reduceSections(const T* sections, size_t count, float* out, uint64_t outBase, IndexCheck* checks) = delete;
 
   // fn touches executor memory through something that may (the transport
   // handing it to MPI or NCCL).

@@ -117,7 +117,7 @@ Status kthLargestMagnitude(const void* send, spcclDataType_t inType, const float
                            ThresholdOut* out, void* workspace, size_t workspaceBytes, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
-// Accumulation of received streams (host: codec.h accumulateStream / host::denseAccumulate)
+// Accumulation of received streams (host: host::accumulateSection / host::denseAccumulate)
 // ---------------------------------------------------------------------------
 
 // Marks an unused slot of a fixed-capacity pairs stream; such slots are

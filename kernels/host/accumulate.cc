@@ -1,5 +1,5 @@
 // Wire values into the fp32 accumulator (kernels/cuda/accumulate.cu's twin;
-// pairs streams are decoded by codec/codec.h's reduceStreams, raw pair slots here).
+// pairs streams are decoded by sections.cc's reduceSections, raw pair slots here).
 #include "kernels/host/host_kernels.h"
 
 #include <cstdint>

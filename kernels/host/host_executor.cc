@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/host/host_kernels.h"
+#include "kernels/host/sections.h"
 
 namespace spccl::host {
 
@@ -140,6 +141,31 @@ Status HostExecutor::accumulatePairs(const uint32_t* indices, const void* values
     return remoteError(
         "a peer's fixed-capacity pairs have an index out of range or out of order; the pairs before it were "
         "applied");
+  return Status::ok();
+}
+
+Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
+  Open open(*this);
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  return Status::ok();
+}
+
+Status HostExecutor::encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                                   uint64_t rangeEnd, unsigned char* dst) {
+  Open open(*this);
+  host::encodeIndexSection(e, indices, nnz, rangeBegin, rangeEnd, dst);
+  return Status::ok();
+}
+
+Status HostExecutor::reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
+                                    IndexCheck* checks) {
+  Open open(*this);
+  bool ok = true;
+  for (size_t r = 0; r < count; ++r) {
+    checks[r] = sections[r].dense ? IndexCheck{IndexFault::kNone, 0, 0} : host::checkIndexSection(sections[r]);
+    ok = ok && checks[r].fault == IndexFault::kNone;
+  }
+  if (ok) host::reduceSections(sections, count, out, outBase, &cursors_);
   return Status::ok();
 }
 

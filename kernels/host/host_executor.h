@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/executor.h"
+#include "kernels/host/sections.h"
 
 namespace spccl::host {
 
@@ -50,6 +51,12 @@ class HostExecutor final : public Executor {
   Status divideFloats(float* x, size_t n, float divisor) override;
   Status flushResidual(const float* v, float* residual, float* out, size_t n) override;
 
+  Status copy(void* dst, const void* src, size_t bytes) override;
+  Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                       unsigned char* dst) override;
+  Status reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
+                        IndexCheck* checks) override;
+
   Status withMemory(StatusFn fn) override;
   Status hostOnly(const char* what, StatusFn fn) override;
 
@@ -68,8 +75,9 @@ class HostExecutor final : public Executor {
 
   bool guarded_;
   int depth_ = 0;
-  std::vector<ExecBuffer> mapped_;  // guarded allocations, page-rounded
-  std::vector<uint32_t> scratch_;   // kthLargestMagnitude's and reselect's candidates
+  std::vector<ExecBuffer> mapped_;   // guarded allocations, page-rounded
+  std::vector<PairCursor> cursors_;  // reduceSections' scratch
+  std::vector<uint32_t> scratch_;    // kthLargestMagnitude's and reselect's candidates
 };
 
 }  // namespace spccl::host

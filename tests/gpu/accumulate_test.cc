@@ -22,7 +22,7 @@ std::vector<unsigned char> wireValues(const std::vector<float>& f, core::ValueTy
 }
 
 // acc[index - base] += value for each pair, in pair order: what the host
-// path's accumulateStream does with a 32-bit-index stream.
+// path's host::accumulateSection does with a 32-bit-index stream.
 void hostUnpack(const std::vector<uint32_t>& idx, const std::vector<unsigned char>& vals, core::ValueType vt,
                 std::vector<float>& acc, uint64_t base) {
   for (size_t j = 0; j < idx.size(); ++j) acc[idx[j] - base] += core::loadWireValue(vals.data(), j, vt, 0);

@@ -14,6 +14,7 @@
 #include "collectives/agreement.h"
 #include "collectives/algorithms.h"
 #include "codec/codec.h"
+#include "kernels/host/sections.h"
 #include "tests/unit/unit_util.h"
 
 namespace spccl::test {
@@ -113,7 +114,7 @@ void expectViewInside(const StreamView& v, const std::vector<unsigned char>& s, 
       ASSERT_LE(v.indexBytes, hi);
     }
     uint64_t prev = 0, seen = 0;
-    forEachPair(v, [&](uint64_t index, uint64_t j) {
+    host::forEachPair(v, [&](uint64_t index, uint64_t j) {
       EXPECT_EQ(j, seen++);
       EXPECT_GE(index, e.rangeBegin);
       EXPECT_LT(index, e.rangeEnd);
@@ -140,7 +141,7 @@ constexpr Shape kShapes[] = {
     {"empty_subrange", 7, 7, 7, 0},
 };
 
-// storeStream against its definition, computed here from the originals:
+// host::storeSection against its definition, computed here from the originals:
 // over the stream's range 0.0f + each decoded value at its index (so a -0
 // value lands as +0) and +0 between; nothing outside the range written.
 void expectStore(const StreamView& view, const Pairs& p, ValueType vt, uint64_t outBase) {
@@ -148,7 +149,7 @@ void expectStore(const StreamView& view, const Pairs& p, ValueType vt, uint64_t 
   std::fill(want.begin() + static_cast<std::ptrdiff_t>(p.begin - outBase),
             want.begin() + static_cast<std::ptrdiff_t>(p.end - outBase), 0.0f);
   for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j] - outBase] = 0.0f + refRoundToWire(p.values[j], vt);
-  storeStream(view, got.data(), outBase);
+  host::storeSection(view, got.data(), outBase);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(sameFloat(got[i], want[i])) << "out[" << i << "]";
 }
 
@@ -184,7 +185,7 @@ TEST(Codec, PairsRoundTripEveryValueType) {
       for (uint64_t accBase : {uint64_t{0}, s.begin}) {
         std::vector<float> acc(s.count - accBase + 1, 0.5f), want = acc;
         for (uint64_t j = 0; j < s.nnz; ++j) want[p.indices[j] - accBase] += refRoundToWire(p.values[j], vt);
-        accumulateStream(view, acc.data(), accBase);
+        host::accumulateSection(view, acc.data(), accBase);
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
         expectStore(view, p, vt, accBase);
       }
@@ -237,13 +238,13 @@ TEST(Codec, CompactPairsRoundTrip) {
         ASSERT_EQ(view.nnz, p.indices.size());
         expectViewInside(view, stream, e);
         std::vector<uint64_t> got;
-        forEachPair(view, [&](uint64_t index, uint64_t) { got.push_back(index); });
+        host::forEachPair(view, [&](uint64_t index, uint64_t) { got.push_back(index); });
         ASSERT_EQ(got.size(), p.indices.size());
         for (size_t j = 0; j < got.size(); ++j) ASSERT_EQ(got[j], p.indices[j]) << "pair " << j;
         if (p.count > (uint64_t{1} << 24)) continue;  // no dense accumulator for the 2^32 range
         std::vector<float> acc(p.count + 1, 0.25f), want = acc;
         for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j]] += refRoundToWire(p.values[j], vt);
-        accumulateStream(view, acc.data(), 0);
+        host::accumulateSection(view, acc.data(), 0);
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
         expectStore(view, p, vt, 0);
         expectStore(view, p, vt, p.begin);
@@ -252,12 +253,12 @@ TEST(Codec, CompactPairsRoundTrip) {
   }
 }
 
-// reduceStreams against zeroing and accumulateStream (itself checked against
+// host::reduceSections against zeroing and accumulateSection (itself checked against
 // the originals above) in stream order: pairs in each index encoding, dense,
 // empty, NaN/Inf/-0 among the values, ranges shorter and longer than its
 // block and not aligned to it; nothing outside the range written. Both of
 // its ways: streams dense enough for the blocked pass, and sparse ones
-// (fewer than one pair in kScatterBelow elements) that are scattered.
+// (fewer than one pair in host::kScatterBelow elements) that are scattered.
 TEST(Codec, ReduceStreamsEqualsZeroThenAccumulate) {
   auto g = rng(59);
   struct Range {
@@ -294,15 +295,16 @@ TEST(Codec, ReduceStreamsEqualsZeroThenAccumulate) {
           pairs += views[r].nnz;
         }
         if (len > 10000) {
-          ASSERT_EQ(zeroThenScatter(pairs, len), sparse) << pairs << " pairs";
+          ASSERT_EQ(host::zeroThenScatter(pairs, len), sparse) << pairs << " pairs";
         }
         for (uint64_t accBase : {uint64_t{0}, rg.begin}) {
           std::vector<float> want(rg.count - accBase + 2, 3.5f), got = want;
           std::fill(want.begin() + static_cast<std::ptrdiff_t>(rg.begin - accBase),
                     want.begin() + static_cast<std::ptrdiff_t>(rg.end - accBase), 0.0f);
-          for (const StreamView& v : views) accumulateStream(v, want.data(), accBase);
-          std::vector<PairCursor> cursors;
-          reduceStreams(views.data(), views.size(), got.data(), accBase, &cursors);
+          for (const StreamView& v : views) host::accumulateSection(v, want.data(), accBase);
+          std::vector<host::PairCursor> cursors;
+          const std::vector<WireSection> sections(views.begin(), views.end());
+          host::reduceSections(sections.data(), sections.size(), got.data(), accBase, &cursors);
           for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(sameFloat(got[i], want[i])) << "acc[" << i << "]";
         }
       }
@@ -425,11 +427,11 @@ TEST(Codec, DenseRoundTripEveryValueType) {
         expectViewInside(view, stream, e);
         std::vector<float> acc(s.count + 2, 1.0f), want = acc;
         for (uint64_t i = 0; i < len; ++i) want[s.begin + i] += decoded[i];
-        accumulateStream(view, acc.data(), 0);
+        host::accumulateSection(view, acc.data(), 0);
         for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
         std::vector<float> out(s.count + 2, 1.0f), wantOut = out;
         for (uint64_t i = 0; i < len; ++i) wantOut[s.begin + i] = 0.0f + decoded[i];
-        storeStream(view, out.data(), 0);
+        host::storeSection(view, out.data(), 0);
         for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(sameFloat(out[i], wantOut[i])) << "out[" << i << "]";
       }
     }
@@ -804,7 +806,7 @@ TEST(CodecFp8, ScaledPairsAndDenseRoundTrip) {
       expectViewInside(view, buf, e);
       std::vector<float> acc(p.count, 0.0f), want(p.count, 0.0f);
       for (size_t j = 0; j < p.indices.size(); ++j) want[p.indices[j]] += refRoundToWire(p.values[j], vt, s);
-      accumulateStream(view, acc.data(), 0);
+      host::accumulateSection(view, acc.data(), 0);
       for (size_t i = 0; i < acc.size(); ++i) ASSERT_TRUE(sameFloat(acc[i], want[i])) << "acc[" << i << "]";
     }
     // Dense, with what receivers decode.
@@ -820,7 +822,7 @@ TEST(CodecFp8, ScaledPairsAndDenseRoundTrip) {
     ASSERT_TRUE(parseStream(buf.data(), buf.size(), expectFor(d, vt, true), 0, &view).isOk());
     EXPECT_EQ(view.scaleExp, s);
     std::vector<float> acc(5000, 0.0f);
-    accumulateStream(view, acc.data(), 0);
+    host::accumulateSection(view, acc.data(), 0);
     for (size_t i = 0; i < 3000; ++i) {
       ASSERT_TRUE(sameFloat(decoded[i], refRoundToWire(dense[i], vt, s))) << i;
       ASSERT_TRUE(sameFloat(acc[1000 + i], 0.0f + decoded[i])) << i;

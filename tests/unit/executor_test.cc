@@ -9,8 +9,10 @@
 #include <random>
 #include <vector>
 
+#include "codec/codec.h"
 #include "kernels/host/host_executor.h"
 #include "kernels/host/host_kernels.h"
+#include "kernels/host/sections.h"
 
 namespace spccl::test {
 namespace {
@@ -201,6 +203,101 @@ TEST_P(HostExecutorTest, FixedCapacityOperations) {
                                &counts.get<PairCounts>()->selected, acc.get<float>(), n)
                 .code(),
             spcclRemoteError);
+}
+
+// Streams encoded and summed through the executor (the collectives' path)
+// are the bytes and the bits of the codec's host functions, and a corrupt
+// stream gets parseStream's verdict.
+TEST_P(HostExecutorTest, StreamsThroughTheExecutor) {
+  host::HostExecutor ex(GetParam());
+  std::mt19937 g(9);
+  const uint64_t count = 5000, b = 1000, e = 4000, len = e - b;
+  for (core::ValueType vt : {core::ValueType::kFloat32, core::ValueType::kFloat16, core::ValueType::kBfloat16,
+                             core::ValueType::kFloat8e4m3}) {
+    for (IndexEncoding enc : {IndexEncoding::kCoo32, IndexEncoding::kDelta, IndexEncoding::kBitmap}) {
+      SCOPED_TRACE(testing::Message() << "value type " << static_cast<int>(vt) << " encoding "
+                                      << static_cast<int>(enc));
+      const StreamExpect expect{count, b, e, 42, SPCCL_ALGO_ALLGATHER, vt, false};
+      std::vector<std::vector<unsigned char>> want;
+      std::vector<size_t> sizes, offsets;
+      size_t total = 0;
+      ExecMemory idx, val, streams, out;
+      for (uint64_t keep : {uint64_t{0}, uint64_t{17}, uint64_t{900}}) {  // empty, sparse, dense enough to block
+        std::vector<uint32_t> indices;
+        for (uint64_t i = b; i < e; ++i)
+          if (std::uniform_int_distribution<uint64_t>(0, len - 1)(g) < keep)
+            indices.push_back(static_cast<uint32_t>(i));
+        const std::vector<float> v = randomFloats(indices.size() + 12, static_cast<uint32_t>(keep));
+        std::vector<unsigned char> wire(indices.size() * core::wireValueBytes(vt));
+        for (size_t j = 0; j < indices.size(); ++j) core::storeWireValue(wire.data(), j, v[j], vt, -2);
+        StreamInfo info{count, b, e, indices.size(), 42, SPCCL_ALGO_ALLGATHER, vt, StreamKind::kPairs};
+        info.encoding = enc;
+        info.scaleExp = vt == core::ValueType::kFloat8e4m3 ? -2 : 0;
+        const size_t bytes = encodedPairsBytes(enc, indices.data(), indices.size(), b, e, vt);
+        std::vector<unsigned char> ref(bytes);
+        ASSERT_EQ(encodePairs(ref.data(), info, indices.data(), wire.data()), bytes);
+        // Through the executor, into memory full of junk: every byte must be written.
+        ASSERT_TRUE(idx.ensure(ex, indices.size() * sizeof(uint32_t) + 4).isOk());
+        ASSERT_TRUE(val.ensure(ex, wire.size() + 4).isOk());
+        ASSERT_TRUE(streams.ensure(ex, bytes).isOk());
+        ASSERT_TRUE(ex.fill(streams.get(), 0xa5, bytes).isOk());
+        ASSERT_TRUE(ex.fromHost(idx.get(), indices.data(), indices.size() * sizeof(uint32_t)).isOk());
+        ASSERT_TRUE(ex.fromHost(val.get(), wire.data(), wire.size()).isOk());
+        ASSERT_TRUE(encodePairsOn(ex, streams.get(), bytes, info, idx.get<uint32_t>(), val.get()).isOk());
+        std::vector<unsigned char> got(bytes);
+        ASSERT_TRUE(ex.toHost(got.data(), streams.get(), bytes).isOk());
+        ASSERT_TRUE(ex.settle().isOk());
+        EXPECT_EQ(got, ref) << "keep " << keep;
+        want.push_back(ref);
+        sizes.push_back(bytes);
+        offsets.push_back(total);
+        total += bytes;
+      }
+      // All three in executor memory, summed in rank order.
+      std::vector<unsigned char> all;
+      for (const auto& w : want) all.insert(all.end(), w.begin(), w.end());
+      ASSERT_TRUE(streams.ensure(ex, total).isOk());
+      ASSERT_TRUE(ex.fromHost(streams.get(), all.data(), total).isOk());
+      ASSERT_TRUE(out.ensure(ex, count * sizeof(float)).isOk());
+      std::vector<StreamView> views(want.size());
+      for (size_t r = 0; r < want.size(); ++r)
+        ASSERT_TRUE(parseStream(all.data() + offsets[r], sizes[r], expect, static_cast<int>(r), &views[r]).isOk());
+      const std::vector<WireSection> sections(views.begin(), views.end());
+      std::vector<float> ref(count, 7.0f), got(count);
+      std::vector<host::PairCursor> cursors;
+      host::reduceSections(sections.data(), sections.size(), ref.data(), 0, &cursors);
+      StreamsScratch scratch;
+      ASSERT_TRUE(ex.fill(out.get(), 0, count * sizeof(float)).isOk());
+      ASSERT_TRUE(ex.fromHost(out.get(), ref.data(), b * sizeof(float)).isOk());  // outside the range: untouched
+      ASSERT_TRUE(reduceStreamsOn(ex, streams.get<unsigned char>(), offsets.data(), sizes.data(), sizes.size(), expect,
+                                  out.get<float>(), 0, &scratch)
+                      .isOk());
+      ASSERT_TRUE(ex.toHost(got.data(), out.get(), count * sizeof(float)).isOk());
+      ASSERT_TRUE(ex.settle().isOk());
+      std::fill(ref.begin() + static_cast<std::ptrdiff_t>(e), ref.end(), 0.0f);
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), count * sizeof(float)), 0);
+
+      // Stream 2 corrupted (coo: its first index past the range; compact
+      // encodings: its last byte, a cut varint, extra bits or padding set):
+      // parseStream's verdict, the range zeroed.
+      if (enc == IndexEncoding::kCoo32) {
+        const auto past = static_cast<uint32_t>(e);
+        std::memcpy(all.data() + offsets[2] + sizeof(StreamHeader), &past, sizeof past);
+      } else {
+        all[offsets[2] + sizes[2] - 1] = 0xff;
+      }
+      const Status parsed = parseStream(all.data() + offsets[2], sizes[2], expect, 2, &views[2]);
+      EXPECT_FALSE(parsed.isOk());
+      ASSERT_TRUE(ex.fromHost(streams.get(), all.data(), total).isOk());
+      const Status st = reduceStreamsOn(ex, streams.get<unsigned char>(), offsets.data(), sizes.data(), sizes.size(),
+                                        expect, out.get<float>(), 0, &scratch);
+      EXPECT_EQ(st.code(), parsed.code());
+      EXPECT_EQ(st.message(), parsed.message());
+      ASSERT_TRUE(ex.toHost(got.data(), out.get(), count * sizeof(float)).isOk());
+      ASSERT_TRUE(ex.settle().isOk());
+      for (uint64_t i = b; i < e; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndGuarded, HostExecutorTest, ::testing::Bool(),
