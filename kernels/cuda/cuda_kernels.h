@@ -26,6 +26,7 @@
 #include "include/spccl.h"
 #include "kernels/core/elementwise.h"
 #include "kernels/core/status.h"
+#include "kernels/core/wire_section.h"
 
 namespace spccl::cuda {
 
@@ -138,6 +139,42 @@ Status deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegi
                        cudaStream_t stream);
 // dst[i] += values[i] for len wire values.
 Status denseAccumulate(const void* values, core::ValueType vt, uint64_t len, float* dst, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// Stream sections (host: codec/codec.cc encodePairs' index section,
+// parseStream's index walk and reduceStreams; kernels/cuda/sections.cu)
+// ---------------------------------------------------------------------------
+
+// Scratch of encodeIndices (kDelta's varint offsets and their scan).
+size_t encodeIndicesWorkspaceBytes(IndexEncoding e, uint64_t nnz);
+// The index section of nnz strictly increasing indices in [rangeBegin,
+// rangeEnd) at dst (no alignment needed): kCoo32 the indices, kDelta the
+// LEB128 varints of their core::deltaGap back to back, kBitmap
+// (rangeEnd - rangeBegin + 7) / 8 bytes, bit i of byte i / 8 (LSB first) set
+// for index rangeBegin + i. The same bytes as codec/codec.cc encodePairs.
+Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                     unsigned char* dst, void* workspace, size_t workspaceBytes, cudaStream_t stream);
+
+// What checking one received section found, in device memory: the lowest
+// fault key reported (kNoSectionFault: none) and, for a bad index, the index.
+struct SectionCheck {
+  unsigned long long key;
+  uint64_t index;
+};
+constexpr unsigned long long kNoSectionFault = ~0ull;
+// The host's IndexCheck of a SectionCheck copied back.
+IndexCheck sectionCheckResult(const SectionCheck& check);
+
+// Checks a section's arguments (not its indices: those are the peer's) and
+// gives the scratch addSection needs for it.
+Status sectionWorkspaceBytes(const WireSection& s, size_t* bytes);
+// Checks section s's indices into *check (first fault in the host walk's
+// order: parseStream) and, where they pass, adds its values into
+// out[i - outBase] over [s.rangeBegin, s.rangeEnd); a section that fails
+// adds nothing, decided on the device. Sections added one after another on
+// one stream sum in that order, as reduceStreams does.
+Status addSection(const WireSection& s, float* out, uint64_t outBase, SectionCheck* check, void* workspace,
+                  size_t workspaceBytes, cudaStream_t stream);
 
 // fp32 <-> user float buffers (fp32, fp16, bf16): host::loadFloats / storeFloats.
 Status loadFloats(const void* src, spcclDataType_t type, size_t n, float* dst, cudaStream_t stream);
