@@ -15,10 +15,13 @@ namespace spccl::cuda {
 CudaExecutor::~CudaExecutor() {
   release(&thresholdWorkspace_);
   release(&selectWorkspace_);
+  release(&sectionWorkspace_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
   if (deviceBad_ != nullptr) cudaFree(deviceBad_);
   if (hostBad_ != nullptr) cudaFreeHost(hostBad_);
+  if (deviceChecks_ != nullptr) cudaFree(deviceChecks_);
+  if (hostChecks_ != nullptr) cudaFreeHost(hostChecks_);
 }
 
 Status CudaExecutor::grow(ExecBuffer* b, size_t bytes) {
@@ -68,6 +71,18 @@ Status CudaExecutor::settle() {
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(hostSlots_) + p.slot * kSlotBytes,
                                      static_cast<char*>(deviceSlots_) + p.slot * kSlotBytes, kSlotBytes,
                                      cudaMemcpyDeviceToHost, stream_));
+  if (!pendingChecks_.empty()) {
+    if (hostCheckCapacity_ < pendingChecks_.size()) {
+      if (hostChecks_ != nullptr) cudaFreeHost(hostChecks_);
+      hostChecks_ = nullptr;
+      hostCheckCapacity_ = 0;
+      SPCCL_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&hostChecks_),
+                                     deviceCheckCapacity_ * sizeof(SectionCheck), cudaHostAllocDefault));
+      hostCheckCapacity_ = deviceCheckCapacity_;
+    }
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostChecks_, deviceChecks_, pendingChecks_.size() * sizeof(SectionCheck),
+                                     cudaMemcpyDeviceToHost, stream_));
+  }
   if (deviceBad_ != nullptr) {
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostBad_, deviceBad_, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_));
     SPCCL_CUDA_CHECK(cudaMemsetAsync(deviceBad_, 0, sizeof(uint32_t), stream_));
@@ -97,6 +112,9 @@ Status CudaExecutor::settle() {
     }
   }
   pending_.clear();
+  if (err == cudaSuccess)
+    for (size_t i = 0; i < pendingChecks_.size(); ++i) *pendingChecks_[i] = sectionCheckResult(hostChecks_[i]);
+  pendingChecks_.clear();
   SPCCL_CUDA_CHECK(err);
   if (hostBad_ != nullptr && *hostBad_ != 0) {
     *hostBad_ = 0;
@@ -225,6 +243,72 @@ Status CudaExecutor::divideFloats(float* x, size_t n, float divisor) {
 
 Status CudaExecutor::flushResidual(const float* v, float* residual, float* out, size_t n) {
   return cuda::flushResidual(v, residual, out, n, stream_);
+}
+
+Status CudaExecutor::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) SPCCL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return Status::ok();
+}
+
+Status CudaExecutor::encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
+                                   uint64_t rangeEnd, unsigned char* dst) {
+  const size_t ws = encodeIndicesWorkspaceBytes(e, nnz);
+  if (sectionWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&sectionWorkspace_, ws));
+  return cuda::encodeIndices(e, indices, nnz, rangeBegin, rangeEnd, dst, sectionWorkspace_.ptr, sectionWorkspace_.bytes,
+                             stream_);
+}
+
+Status CudaExecutor::reserveChecks(size_t more) {
+  const size_t need = pendingChecks_.size() + more;
+  if (need <= deviceCheckCapacity_) return Status::ok();
+  const size_t capacity = std::max({need, 2 * deviceCheckCapacity_, size_t{64}});
+  SectionCheck* grown = nullptr;
+  SPCCL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&grown), capacity * sizeof(SectionCheck)));
+  if (!pendingChecks_.empty()) {
+    // The findings not yet settled move over; the old slots are freed once
+    // the copy (and whatever still writes them) has run.
+    const cudaError_t copied = cudaMemcpyAsync(grown, deviceChecks_, pendingChecks_.size() * sizeof(SectionCheck),
+                                               cudaMemcpyDeviceToDevice, stream_);
+    const cudaError_t synced = copied == cudaSuccess ? cudaStreamSynchronize(stream_) : copied;
+    if (synced != cudaSuccess) {
+      cudaFree(grown);
+      SPCCL_CUDA_CHECK(synced);
+    }
+  }
+  if (deviceChecks_ != nullptr) cudaFree(deviceChecks_);
+  deviceChecks_ = grown;
+  deviceCheckCapacity_ = capacity;
+  return Status::ok();
+}
+
+Status CudaExecutor::reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
+                                    IndexCheck* checks) {
+  if (count == 0) return Status::ok();
+  if (sections == nullptr || checks == nullptr) return invalidArgument("reduceSections: null sections or checks");
+  const uint64_t begin = sections[0].rangeBegin, end = sections[0].rangeEnd;
+  if (begin < outBase) return invalidArgument("reduceSections: the range starts before out");
+  if (end > begin && out == nullptr) return invalidArgument("reduceSections: null out");
+  // Every argument is checked before anything is enqueued, and the scratch
+  // grown once: the sections then run back to back on the stream.
+  size_t ws = 0;
+  for (size_t r = 0; r < count; ++r) {
+    if (sections[r].rangeBegin != begin || sections[r].rangeEnd != end)
+      return invalidArgument("reduceSections: the sections cover different ranges");
+    size_t bytes = 0;
+    SPCCL_RETURN_IF_ERROR(sectionWorkspaceBytes(sections[r], &bytes));
+    ws = std::max(ws, bytes);
+  }
+  if (sectionWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&sectionWorkspace_, ws));
+  SPCCL_RETURN_IF_ERROR(reserveChecks(count));
+  // +0 first, then each section in order: the host's sum, bit for bit.
+  if (end > begin)
+    SPCCL_CUDA_CHECK(cudaMemsetAsync(out + (begin - outBase), 0, (end - begin) * sizeof(float), stream_));
+  for (size_t r = 0; r < count; ++r) {
+    SPCCL_RETURN_IF_ERROR(addSection(sections[r], out, outBase, deviceChecks_ + pendingChecks_.size(),
+                                     sectionWorkspace_.ptr, sectionWorkspace_.bytes, stream_));
+    pendingChecks_.push_back(&checks[r]);
+  }
+  return Status::ok();
 }
 
 Status CudaExecutor::hostOnly(const char* what, StatusFn) {

@@ -49,6 +49,11 @@ class CudaExecutor final : public Executor {
   Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) override;
   Status divideFloats(float* x, size_t n, float divisor) override;
   Status flushResidual(const float* v, float* residual, float* out, size_t n) override;
+  Status copy(void* dst, const void* src, size_t bytes) override;
+  Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
+                       unsigned char* dst) override;
+  Status reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
+                        IndexCheck* checks) override;
 
   Status withMemory(StatusFn fn) override { return fn(); }
   Status hostOnly(const char* what, StatusFn fn) override;
@@ -65,9 +70,11 @@ class CudaExecutor final : public Executor {
   Status resultSlot(size_t bytes, void** device, size_t* slot);
   Status enqueueKth(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k, Result kind,
                     void* out);
+  Status reserveChecks(size_t more);
 
   cudaStream_t stream_ = nullptr;
   ExecBuffer thresholdWorkspace_, selectWorkspace_;
+  ExecBuffer sectionWorkspace_;  // encodeIndices' and reduceSections' scratch
   size_t selectWorkspaceN_ = 0;
   // Per-settle result slots, 64 bytes each: device and pinned host.
   static constexpr size_t kSlotBytes = 64, kSlots = 64;
@@ -78,6 +85,15 @@ class CudaExecutor final : public Executor {
   // cleared at settle().
   uint32_t* deviceBad_ = nullptr;
   uint32_t* hostBad_ = nullptr;
+  // reduceSections' findings, one per section since the last settle(): a
+  // device slot each (as many as a call brings, unlike the fixed result
+  // slots: a section per rank), copied to pinned memory and converted into
+  // the caller's IndexCheck at settle().
+  SectionCheck* deviceChecks_ = nullptr;
+  size_t deviceCheckCapacity_ = 0;
+  SectionCheck* hostChecks_ = nullptr;
+  size_t hostCheckCapacity_ = 0;
+  std::vector<IndexCheck*> pendingChecks_;
 };
 
 }  // namespace spccl::cuda
