@@ -1,11 +1,17 @@
 // The CUDA executor against the host executor (kernels/core/executor.h): the
 // same sequence of operations, the sparsified allgather's, gives the same
-// bits; and a host-only step refuses to run on the device.
+// bits; the stream operations (index sections, the checked rank-ordered sum)
+// give the same bytes, sums and findings; and a host-only step refuses to
+// run on the device.
 #include <cstring>
+#include <deque>
+#include <string>
 #include <vector>
 
+#include "codec/codec.h"
 #include "kernels/cuda/cuda_executor.h"
 #include "kernels/host/host_executor.h"
+#include "kernels/host/host_kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace spccl::gputest {
@@ -153,6 +159,532 @@ TEST(CudaExecutor, FixedCapacityOperationsSameBitsAsTheHostExecutor) {
     EXPECT_EQ(std::memcmp(c.residual.data(), h.residual.data(), n * sizeof(float)), 0) << n;
     EXPECT_EQ(std::memcmp(c.sum.data(), h.sum.data(), n * sizeof(float)), 0) << n;
   }
+}
+
+// ---- Stream sections ----
+
+const char* encodingName(IndexEncoding e) {
+  return e == IndexEncoding::kCoo32 ? "coo32" : e == IndexEncoding::kDelta ? "delta" : "bitmap";
+}
+
+const char* valueName(core::ValueType t) { return t == core::ValueType::kFloat8e4m3 ? "fp8" : wireName(t); }
+
+struct IndexSet {
+  std::string name;
+  uint64_t begin, end;
+  std::vector<uint32_t> indices;  // sorted, distinct, in [begin, end)
+};
+
+// `count` random positions of [lo, hi) plus `also`, sorted and distinct.
+std::vector<uint32_t> randomIndices(uint64_t lo, uint64_t hi, uint64_t count, std::mt19937_64& g,
+                                    std::vector<uint64_t> also = {}) {
+  std::vector<uint32_t> v;
+  for (uint64_t a : also) v.push_back(static_cast<uint32_t>(a));
+  for (uint64_t k = 0; k < count; ++k) v.push_back(static_cast<uint32_t>(lo + g() % (hi - lo)));
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// Each position of [begin, end) with probability p.
+std::vector<uint32_t> bernoulliIndices(uint64_t begin, uint64_t end, double p, std::mt19937_64& g) {
+  std::bernoulli_distribution keep(p);
+  std::vector<uint32_t> v;
+  for (uint64_t i = begin; i < end; ++i)
+    if (keep(g)) v.push_back(static_cast<uint32_t>(i));
+  return v;
+}
+
+constexpr uint64_t kGapRange = uint64_t{1} << 23;  // room for gaps of more than 2^21 (4-byte varints)
+
+std::vector<IndexSet> indexSets(std::mt19937_64& g) {
+  std::vector<IndexSet> sets;
+  sets.push_back({"empty", 100, 1100, {}});
+  sets.push_back({"one", 7, 1007, {500}});
+  sets.push_back({"both_ends", 1000, 3000, randomIndices(1001, 2999, 30, g, {1000, 2999})});
+  sets.push_back({"small", 0, 5000, randomIndices(0, 5000, 20, g)});
+  sets.push_back({"dense", 3, 4099, bernoulliIndices(3, 4099, 0.7, g)});
+  sets.push_back({"full", 5, 70, bernoulliIndices(5, 70, 1.0, g)});
+  // A gap past 2^21 stays: the random ones lie in the upper half.
+  sets.push_back({"gaps", 1, 1 + kGapRange,
+                  randomIndices(1 + kGapRange / 2, kGapRange, 50, g, {1, 1 + (uint64_t{1} << 21) + 9, kGapRange})});
+  // 5-byte varints (gaps past 2^28), up to the largest index: no bitmap.
+  sets.push_back({"huge", 5, 0xffffffffull, {5 + (1u << 21) + 3, (1u << 21) + (1u << 28) + 20, 0xfffffffeu}});
+  return sets;
+}
+
+// The index section of these indices as codec/codec.cc encodePairs writes
+// it: the reference for every byte.
+std::vector<unsigned char> codecIndexSection(IndexEncoding e, const std::vector<uint32_t>& idx, uint64_t begin,
+                                             uint64_t end) {
+  const uint64_t nnz = idx.size();
+  StreamInfo info{};
+  info.denseCount = end;
+  info.rangeBegin = begin;
+  info.rangeEnd = end;
+  info.nnz = nnz;
+  info.valueType = core::ValueType::kFloat8e4m3;  // one byte a value: the index section follows them
+  info.kind = StreamKind::kPairs;
+  info.encoding = e;
+  const std::vector<unsigned char> values(nnz + 1, 0);
+  std::vector<unsigned char> stream(sizeof(StreamHeader) + nnz * 5 + (end - begin + 7) / 8 + 16);
+  encodePairs(stream.data(), info, idx.data(), values.data());
+  const size_t at = sizeof(StreamHeader) + (e == IndexEncoding::kCoo32 ? 0 : nnz);
+  const size_t bytes = e == IndexEncoding::kCoo32   ? nnz * sizeof(uint32_t)
+                       : e == IndexEncoding::kDelta ? host::deltaIndexBytes(idx.data(), nnz, begin)
+                                                    : (end - begin + 7) / 8;
+  return std::vector<unsigned char>(stream.begin() + at, stream.begin() + at + bytes);
+}
+
+// encodeIndices at an odd offset of a poisoned buffer: the section and the
+// bytes around it come back.
+constexpr size_t kOddOffset = 3, kGuardBytes = 8;
+
+Status encodeOn(Executor& ex, IndexEncoding e, const IndexSet& s, size_t bytes, std::vector<unsigned char>* out) {
+  const uint64_t nnz = s.indices.size();
+  const size_t total = kOddOffset + bytes + kGuardBytes;
+  ExecMemory indices, dst;
+  SPCCL_RETURN_IF_ERROR(indices.ensure(ex, std::max<size_t>(nnz, 1) * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(dst.ensure(ex, total));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(indices.get(), s.indices.data(), nnz * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ex.fill(dst.get(), 0xa5, total));
+  SPCCL_RETURN_IF_ERROR(
+      ex.encodeIndices(e, indices.get<uint32_t>(), nnz, s.begin, s.end, dst.get<unsigned char>() + kOddOffset));
+  out->resize(total);
+  SPCCL_RETURN_IF_ERROR(ex.toHost(out->data(), dst.get(), total));
+  return ex.settle();
+}
+
+TEST(CudaExecutorSections, EncodeIndicesSameBytesAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  SCOPED_TRACE(seedTrace());
+  std::mt19937_64 g = rngFor("EncodeIndicesSameBytesAsTheHost");
+  host::HostExecutor hostEx;
+  cuda::CudaExecutor cudaEx;
+  for (const IndexSet& s : indexSets(g)) {
+    for (IndexEncoding e : {IndexEncoding::kCoo32, IndexEncoding::kDelta, IndexEncoding::kBitmap}) {
+      if (e == IndexEncoding::kBitmap && s.end - s.begin > kGapRange) continue;  // a 512 MiB map
+      SCOPED_TRACE(s.name + " " + encodingName(e));
+      const std::vector<unsigned char> want = codecIndexSection(e, s.indices, s.begin, s.end);
+      std::vector<unsigned char> h, c;
+      STATUS_ASSERT(encodeOn(hostEx, e, s, want.size(), &h));
+      STATUS_ASSERT(encodeOn(cudaEx, e, s, want.size(), &c));
+      EXPECT_EQ(c, h);
+      ASSERT_EQ(c.size(), kOddOffset + want.size() + kGuardBytes);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), c.begin() + kOddOffset)) << "not encodePairs' bytes";
+      for (size_t i = 0; i < kOddOffset; ++i) EXPECT_EQ(c[i], 0xa5) << "written before dst";
+      for (size_t i = kOddOffset + want.size(); i < c.size(); ++i) EXPECT_EQ(c[i], 0xa5) << "written past the section";
+    }
+  }
+}
+
+TEST(CudaExecutorSections, CopySameBytesAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  std::vector<unsigned char> src(1000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  auto run = [&](Executor& ex, std::vector<unsigned char>* out) -> Status {
+    ExecMemory a, b;
+    SPCCL_RETURN_IF_ERROR(a.ensure(ex, src.size()));
+    SPCCL_RETURN_IF_ERROR(b.ensure(ex, src.size()));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(a.get(), src.data(), src.size()));
+    SPCCL_RETURN_IF_ERROR(ex.fill(b.get(), 0, src.size()));
+    SPCCL_RETURN_IF_ERROR(ex.copy(b.get<unsigned char>() + 5, a.get<unsigned char>() + 1, 900));
+    SPCCL_RETURN_IF_ERROR(ex.copy(b.get(), a.get(), 0));
+    out->resize(src.size());
+    SPCCL_RETURN_IF_ERROR(ex.toHost(out->data(), b.get(), src.size()));
+    return ex.settle();
+  };
+  host::HostExecutor hostEx;
+  cuda::CudaExecutor cudaEx;
+  std::vector<unsigned char> h, c;
+  STATUS_ASSERT(run(hostEx, &h));
+  STATUS_ASSERT(run(cudaEx, &c));
+  EXPECT_EQ(c, h);
+  EXPECT_TRUE(std::equal(src.begin() + 1, src.begin() + 901, c.begin() + 5));
+}
+
+// A section as the test builds it in host memory; upload() gives the
+// executor's WireSection over copies of it.
+struct TestSection {
+  bool dense = false;
+  IndexEncoding encoding = IndexEncoding::kCoo32;
+  uint64_t nnz = 0;
+  std::vector<uint32_t> indices;          // kCoo32
+  std::vector<uint32_t> pairs;            // the pairs' indices whatever the encoding (the expected sum)
+  std::vector<unsigned char> indexBytes;  // kDelta, kBitmap: the section, then what follows up to maxBytes
+  size_t minBytes = 0;
+  std::vector<unsigned char> values;  // nnz wire values
+  core::ValueType valueType = core::ValueType::kFloat32;
+  int scaleExp = 0;
+};
+
+std::vector<unsigned char> wireValues(uint64_t n, core::ValueType vt, int scaleExp, std::mt19937_64& g) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<unsigned char> v(n * core::wireValueBytes(vt) + 4);
+  for (uint64_t j = 0; j < n; ++j) core::storeWireValue(v.data(), j, d(g) * 8.0f, vt, scaleExp);
+  return v;
+}
+
+// Pairs in encoding e, followed by `pad` zero bytes (the stream's padding),
+// ending at or after `minBytes`.
+TestSection pairsSection(IndexEncoding e, const std::vector<uint32_t>& idx, uint64_t begin, uint64_t end,
+                         core::ValueType vt, int scaleExp, std::mt19937_64& g) {
+  TestSection t;
+  t.encoding = e;
+  t.nnz = idx.size();
+  t.valueType = vt;
+  t.scaleExp = scaleExp;
+  t.values = wireValues(t.nnz, vt, scaleExp, g);
+  t.pairs = idx;
+  if (e == IndexEncoding::kCoo32) {
+    t.indices = idx;
+    return t;
+  }
+  t.indexBytes = codecIndexSection(e, idx, begin, end);
+  const size_t size = t.indexBytes.size();
+  t.minBytes = size - std::min<size_t>(size, g() % 8);
+  t.indexBytes.resize(size + g() % 8, 0);
+  return t;
+}
+
+TestSection denseSection(uint64_t len, core::ValueType vt, int scaleExp, std::mt19937_64& g) {
+  TestSection t;
+  t.dense = true;
+  t.nnz = len;
+  t.valueType = vt;
+  t.scaleExp = scaleExp;
+  t.values = wireValues(len, vt, scaleExp, g);
+  return t;
+}
+
+template <typename T>
+Status uploadVector(Executor& ex, std::deque<ExecMemory>& mem, const std::vector<T>& v, const T** at) {
+  ExecMemory& m = mem.emplace_back();
+  SPCCL_RETURN_IF_ERROR(m.ensure(ex, std::max<size_t>(v.size(), 1) * sizeof(T)));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(m.get(), v.data(), v.size() * sizeof(T)));
+  *at = m.get<const T>();
+  return Status::ok();
+}
+
+struct SumOutcome {
+  std::vector<float> out;  // outBase .. rangeEnd + kOutGuard
+  std::vector<IndexCheck> checks;
+};
+constexpr uint64_t kOutGuard = 5;
+
+// reduceSections over [begin, end) into an out that starts a few elements
+// before the range and ends a few after it, all of it poisoned first.
+Status sumOn(Executor& ex, const std::vector<TestSection>& sections, uint64_t begin, uint64_t end, SumOutcome* o) {
+  std::deque<ExecMemory> mem;
+  std::vector<WireSection> wire;
+  for (const TestSection& t : sections) {
+    WireSection w{};
+    w.dense = t.dense;
+    w.nnz = t.nnz;
+    w.encoding = t.encoding;
+    w.indices = nullptr;
+    w.indexBytes = nullptr;
+    if (!t.dense && t.encoding == IndexEncoding::kCoo32)
+      SPCCL_RETURN_IF_ERROR(uploadVector(ex, mem, t.indices, &w.indices));
+    if (!t.dense && t.encoding != IndexEncoding::kCoo32)
+      SPCCL_RETURN_IF_ERROR(uploadVector(ex, mem, t.indexBytes, &w.indexBytes));
+    w.indexMinBytes = t.minBytes;
+    w.indexMaxBytes = t.indexBytes.size();
+    const unsigned char* values = nullptr;
+    SPCCL_RETURN_IF_ERROR(uploadVector(ex, mem, t.values, &values));
+    w.values = values;
+    w.valueType = t.valueType;
+    w.scaleExp = t.scaleExp;
+    w.rangeBegin = begin;
+    w.rangeEnd = end;
+    wire.push_back(w);
+  }
+  const uint64_t outBase = begin - std::min<uint64_t>(begin, 3);
+  const size_t n = end + kOutGuard - outBase;
+  ExecMemory out;
+  SPCCL_RETURN_IF_ERROR(out.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.fill(out.get(), 0x7f, n * sizeof(float)));  // 3.39e38: never a sum here
+  o->checks.assign(sections.size(), IndexCheck{IndexFault::kBitmapCount, 12345, 6789});
+  SPCCL_RETURN_IF_ERROR(ex.reduceSections(wire.data(), wire.size(), out.get<float>(), outBase, o->checks.data()));
+  o->out.resize(n);
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->out.data(), out.get(), n * sizeof(float)));
+  return ex.settle();
+}
+
+// The fault, and for a bad index where it is, the same (the other fields
+// say nothing for the other faults).
+void expectSameCheck(const IndexCheck& c, const IndexCheck& h, size_t r) {
+  EXPECT_EQ(static_cast<int>(c.fault), static_cast<int>(h.fault)) << "section " << r;
+  if (c.fault == IndexFault::kBadIndex && h.fault == IndexFault::kBadIndex) {
+    EXPECT_EQ(c.index, h.index) << "section " << r;
+    EXPECT_EQ(c.position, h.position) << "section " << r;
+  }
+}
+
+// Sums out of range must not be written by either executor: the elements
+// before and after the range keep their poison.
+void expectGuardsKept(const SumOutcome& o, uint64_t begin, uint64_t end, uint64_t outBase) {
+  uint32_t poison;
+  std::memset(&poison, 0x7f, sizeof poison);
+  for (uint64_t i = outBase; i < begin; ++i) EXPECT_EQ(bitsOf(o.out[i - outBase]), poison) << "before the range";
+  for (uint64_t i = end; i < end + kOutGuard; ++i) EXPECT_EQ(bitsOf(o.out[i - outBase]), poison) << "past the range";
+}
+
+struct SumCase {
+  std::string name;
+  uint64_t begin, end;
+  std::vector<TestSection> sections;
+};
+
+void compareSums(const SumCase& sc, bool expectPass) {
+  SCOPED_TRACE(sc.name);
+  host::HostExecutor hostEx;
+  cuda::CudaExecutor cudaEx;
+  SumOutcome h, c;
+  STATUS_ASSERT(sumOn(hostEx, sc.sections, sc.begin, sc.end, &h));
+  STATUS_ASSERT(sumOn(cudaEx, sc.sections, sc.begin, sc.end, &c));
+  ASSERT_EQ(c.checks.size(), sc.sections.size());
+  bool pass = true;
+  for (size_t r = 0; r < c.checks.size(); ++r) {
+    expectSameCheck(c.checks[r], h.checks[r], r);
+    pass = pass && c.checks[r].fault == IndexFault::kNone;
+  }
+  EXPECT_EQ(pass, expectPass);
+  const uint64_t outBase = sc.begin - std::min<uint64_t>(sc.begin, 3);
+  expectGuardsKept(c, sc.begin, sc.end, outBase);
+  expectGuardsKept(h, sc.begin, sc.end, outBase);
+  if (!pass) return;  // the range holds no meaningful values
+  // +0, then each section's values in order.
+  std::vector<float> want(c.out.size());
+  std::memset(want.data(), 0x7f, want.size() * sizeof(float));
+  std::fill(want.begin() + static_cast<std::ptrdiff_t>(sc.begin - outBase),
+            want.begin() + static_cast<std::ptrdiff_t>(sc.end - outBase), 0.0f);
+  for (const TestSection& t : sc.sections)
+    for (uint64_t j = 0; j < t.nnz; ++j)
+      want[(t.dense ? sc.begin + j : t.pairs[j]) - outBase] +=
+          core::loadWireValue(t.values.data(), j, t.valueType, t.scaleExp);
+  EXPECT_EQ(firstFloatMismatch(c.out.data(), want.data(), want.size()), want.size()) << "not the sum in order";
+  ASSERT_EQ(c.out.size(), h.out.size());
+  const size_t at = firstFloatMismatch(c.out.data(), h.out.data(), c.out.size());
+  EXPECT_EQ(at, c.out.size()) << "first differing element " << at + outBase;
+}
+
+TEST(CudaExecutorSections, ReduceSectionsSameSumsAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  SCOPED_TRACE(seedTrace());
+  std::mt19937_64 g = rngFor("ReduceSectionsSameSumsAsTheHost");
+  const IndexEncoding encodings[3] = {IndexEncoding::kCoo32, IndexEncoding::kDelta, IndexEncoding::kBitmap};
+  struct Range {
+    uint64_t begin, end;
+  };
+  // A length that is not a multiple of 8 (the bitmap's last byte), and one
+  // with gaps past 2^21.
+  for (Range rg : {Range{1000, 1000 + 4093}, Range{1, 1 + kGapRange}}) {
+    const uint64_t len = rg.end - rg.begin;
+    for (core::ValueType vt : {core::ValueType::kFloat32, core::ValueType::kFloat16, core::ValueType::kBfloat16,
+                               core::ValueType::kFloat8e4m3}) {
+      const int scaleExp = vt == core::ValueType::kFloat8e4m3 ? -4 : 0;
+      for (size_t count = 1; count <= 4; ++count) {
+        for (int trial = 0; trial < 3; ++trial) {
+          SumCase sc{std::string(valueName(vt)) + " len " + std::to_string(len) + " x" + std::to_string(count) +
+                         " trial " + std::to_string(trial),
+                     rg.begin,
+                     rg.end,
+                     {}};
+          for (size_t r = 0; r < count; ++r) {
+            if (count >= 2 && r == 1) {  // one dense section among the pairs
+              sc.sections.push_back(denseSection(len, vt, scaleExp, g));
+              continue;
+            }
+            std::vector<uint32_t> idx;  // kind 0: none
+            const size_t kind = (r + static_cast<size_t>(trial)) % 4;
+            if (kind == 1) idx = randomIndices(rg.begin, rg.end, 1 + g() % 3, g);
+            if (kind == 2) idx = randomIndices(rg.begin + 1, rg.end - 1, 40, g, {rg.begin, rg.end - 1});
+            if (kind == 3)
+              idx =
+                  len <= 8192 ? bernoulliIndices(rg.begin, rg.end, 0.6, g) : randomIndices(rg.begin, rg.end, 20000, g);
+            const IndexEncoding e = encodings[(r + count + static_cast<size_t>(trial)) % 3];
+            sc.sections.push_back(pairsSection(e, idx, rg.begin, rg.end, vt, scaleExp, g));
+          }
+          compareSums(sc, true);
+        }
+      }
+    }
+  }
+}
+
+// Delta index bytes of idx with the varint of position p replaced by `bad`.
+std::vector<unsigned char> deltaWithVarint(const std::vector<uint32_t>& idx, size_t p, uint64_t begin, uint64_t end,
+                                           const std::vector<unsigned char>& bad) {
+  const std::vector<uint32_t> head(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(p));
+  std::vector<unsigned char> bytes = codecIndexSection(IndexEncoding::kDelta, head, begin, end);
+  bytes.insert(bytes.end(), bad.begin(), bad.end());
+  bytes.resize(bytes.size() + (idx.size() - p - 1), 0);  // the rest: gaps of 0, never reached
+  return bytes;
+}
+
+TEST(CudaExecutorSections, CorruptSectionsSameFindingsAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  SCOPED_TRACE(seedTrace());
+  std::mt19937_64 g = rngFor("CorruptSectionsSameFindingsAsTheHost");
+  const uint64_t b = 1000, e = 1000 + 4093, len = e - b;
+  const core::ValueType vt = core::ValueType::kFloat16;
+  // Well below the range's end: moving the last index to it takes a 2-byte varint.
+  const std::vector<uint32_t> idx = randomIndices(b + 1, e - 200, 100, g, {b + 2});
+  const uint64_t nnz = idx.size(), p = nnz / 2;
+  struct Corrupt {
+    std::string name;
+    TestSection section;
+    IndexFault fault;
+    uint64_t index = 0, position = 0;  // kBadIndex
+  };
+  std::vector<Corrupt> cases;
+  auto coo = [&](const std::vector<uint32_t>& v) { return pairsSection(IndexEncoding::kCoo32, v, b, e, vt, 0, g); };
+  {
+    std::vector<uint32_t> v = idx;
+    v[p] = static_cast<uint32_t>(e + 5);
+    cases.push_back({"coo past the range", coo(v), IndexFault::kBadIndex, e + 5, p});
+    v = idx;
+    v[0] = static_cast<uint32_t>(b - 1);
+    cases.push_back({"coo before the range", coo(v), IndexFault::kBadIndex, b - 1, 0});
+    v = idx;
+    v[p] = v[p - 1];
+    cases.push_back({"coo repeated", coo(v), IndexFault::kBadIndex, v[p], p});
+    v = idx;
+    std::swap(v[p], v[p + 1]);
+    cases.push_back({"coo decreasing", coo(v), IndexFault::kBadIndex, v[p + 1], p + 1});
+  }
+  auto delta = [&](std::vector<unsigned char> bytes, size_t minBytes) {
+    TestSection t = pairsSection(IndexEncoding::kDelta, idx, b, e, vt, 0, g);
+    t.indexBytes = std::move(bytes);
+    t.minBytes = minBytes;
+    return t;
+  };
+  const std::vector<unsigned char> valid = codecIndexSection(IndexEncoding::kDelta, idx, b, e);
+  {
+    std::vector<uint32_t> v = idx;
+    v.back() = static_cast<uint32_t>(e + 3);  // its gap still decodes
+    cases.push_back({"delta past the range", pairsSection(IndexEncoding::kDelta, v, b, e, vt, 0, g),
+                     IndexFault::kBadIndex, e + 3, nnz - 1});
+    // The last index far from the one before: a varint of 2 bytes, cut.
+    v = idx;
+    v.back() = static_cast<uint32_t>(e - 1);
+    std::vector<unsigned char> bytes = codecIndexSection(IndexEncoding::kDelta, v, b, e);
+    ASSERT_NE(bytes[bytes.size() - 2] & 0x80, 0) << "the last varint must be multi-byte";
+    bytes.pop_back();
+    TestSection cut = pairsSection(IndexEncoding::kDelta, v, b, e, vt, 0, g);
+    cut.indexBytes = bytes;
+    cut.minBytes = 0;
+    cases.push_back({"delta truncated varint", cut, IndexFault::kVarint});
+    cases.push_back({"delta 6-byte varint",
+                     delta(deltaWithVarint(idx, p, b, e, {0x80, 0x80, 0x80, 0x80, 0x80, 0x00}), 0),
+                     IndexFault::kVarint});
+    cases.push_back({"delta gap past 32 bits", delta(deltaWithVarint(idx, p, b, e, {0xff, 0xff, 0xff, 0xff, 0x1f}), 0),
+                     IndexFault::kVarint});
+    std::vector<unsigned char> padded = valid;
+    padded.insert(padded.end(), {0, 0, 7, 0});
+    cases.push_back({"delta non-zero padding", delta(padded, valid.size()), IndexFault::kPadding});
+    padded = valid;
+    padded.insert(padded.end(), {0, 0, 0, 0});
+    cases.push_back({"delta ends before its minimum", delta(padded, valid.size() + 2), IndexFault::kSectionSize});
+    cases.push_back({"delta empty but non-zero bytes",
+                     [&] {
+                       TestSection t = pairsSection(IndexEncoding::kDelta, {}, b, e, vt, 0, g);
+                       t.indexBytes = {0, 3, 0};
+                       t.minBytes = 0;
+                       return t;
+                     }(),
+                     IndexFault::kPadding});
+  }
+  auto bitmap = [&](std::vector<unsigned char> bytes, uint64_t n) {
+    TestSection t = pairsSection(IndexEncoding::kBitmap, idx, b, e, vt, 0, g);
+    t.indexBytes = std::move(bytes);
+    t.minBytes = 0;
+    t.nnz = n;
+    t.values = wireValues(n, vt, 0, g);
+    return t;
+  };
+  {
+    const std::vector<unsigned char> map = codecIndexSection(IndexEncoding::kBitmap, idx, b, e);
+    ASSERT_NE(len % 8, 0u);
+    std::vector<unsigned char> m = map;
+    m.back() = static_cast<unsigned char>(m.back() | (1u << (len % 8)));
+    cases.push_back({"bitmap bit past the range", bitmap(m, nnz + 1), IndexFault::kBitmapPastRange});
+    cases.push_back({"bitmap count too high", bitmap(map, nnz + 1), IndexFault::kBitmapCount});
+    cases.push_back({"bitmap count too low", bitmap(map, nnz - 1), IndexFault::kBitmapCount});
+    m = map;
+    m.insert(m.end(), {0, 0x40, 0});
+    cases.push_back({"bitmap non-zero padding", bitmap(m, nnz), IndexFault::kPadding});
+  }
+  host::HostExecutor hostEx;
+  cuda::CudaExecutor cudaEx;
+  for (const Corrupt& k : cases) {
+    // Alone, and between valid sections (the others still pass).
+    for (bool among : {false, true}) {
+      SCOPED_TRACE(k.name + (among ? " among others" : " alone"));
+      SumCase sc{k.name, b, e, {}};
+      if (among) sc.sections.push_back(pairsSection(IndexEncoding::kDelta, idx, b, e, vt, 0, g));
+      sc.sections.push_back(k.section);
+      if (among) sc.sections.push_back(denseSection(len, vt, 0, g));
+      const size_t at = among ? 1 : 0;
+      SumOutcome h, c;
+      STATUS_ASSERT(sumOn(hostEx, sc.sections, b, e, &h));
+      STATUS_ASSERT(sumOn(cudaEx, sc.sections, b, e, &c));
+      for (size_t r = 0; r < sc.sections.size(); ++r) {
+        expectSameCheck(c.checks[r], h.checks[r], r);
+        EXPECT_EQ(static_cast<int>(c.checks[r].fault), static_cast<int>(r == at ? k.fault : IndexFault::kNone))
+            << "section " << r;
+      }
+      if (k.fault == IndexFault::kBadIndex) {
+        EXPECT_EQ(c.checks[at].index, k.index);
+        EXPECT_EQ(c.checks[at].position, k.position);
+      }
+      expectGuardsKept(c, b, e, b - 3);
+      expectGuardsKept(h, b, e, b - 3);
+    }
+  }
+}
+
+// Several calls before one settle(), more sections than a first allocation
+// of check slots holds: every finding reaches its own IndexCheck.
+TEST(CudaExecutorSections, ManySectionsBeforeOneSettle) {
+  SPCCL_REQUIRE_DEVICE();
+  SCOPED_TRACE(seedTrace());
+  std::mt19937_64 g = rngFor("ManySectionsBeforeOneSettle");
+  const uint64_t b = 0, e = 512;
+  const core::ValueType vt = core::ValueType::kFloat32;
+  std::vector<TestSection> sections;
+  std::vector<IndexFault> want;
+  for (int r = 0; r < 50; ++r) {
+    std::vector<uint32_t> idx = randomIndices(b, e, 10, g);
+    if (r % 7 == 3) idx.back() = static_cast<uint32_t>(e + r);
+    sections.push_back(pairsSection(IndexEncoding::kCoo32, idx, b, e, vt, 0, g));
+    want.push_back(r % 7 == 3 ? IndexFault::kBadIndex : IndexFault::kNone);
+  }
+  cuda::CudaExecutor ex;
+  std::deque<ExecMemory> mem;
+  std::vector<WireSection> wire;
+  for (const TestSection& t : sections) {
+    WireSection w{};
+    w.nnz = t.nnz;
+    w.encoding = t.encoding;
+    STATUS_ASSERT(uploadVector(ex, mem, t.indices, &w.indices));
+    const unsigned char* values = nullptr;
+    STATUS_ASSERT(uploadVector(ex, mem, t.values, &values));
+    w.values = values;
+    w.valueType = vt;
+    w.rangeBegin = b;
+    w.rangeEnd = e;
+    wire.push_back(w);
+  }
+  ExecMemory out;
+  STATUS_ASSERT(out.ensure(ex, e * sizeof(float)));
+  std::vector<IndexCheck> checks(3 * wire.size());
+  for (size_t call = 0; call < 3; ++call)  // 150 sections: past the first 64 slots
+    STATUS_ASSERT(ex.reduceSections(wire.data(), wire.size(), out.get<float>(), 0, checks.data() + call * wire.size()));
+  STATUS_ASSERT(ex.settle());
+  for (size_t i = 0; i < checks.size(); ++i)
+    EXPECT_EQ(static_cast<int>(checks[i].fault), static_cast<int>(want[i % want.size()])) << i;
 }
 
 // Needs no device: the refusal happens before any CUDA call.
