@@ -227,12 +227,13 @@ std::vector<unsigned char> codecIndexSection(IndexEncoding e, const std::vector<
   info.kind = StreamKind::kPairs;
   info.encoding = e;
   const std::vector<unsigned char> values(nnz + 1, 0);
-  std::vector<unsigned char> stream(sizeof(StreamHeader) + nnz * 5 + (end - begin + 7) / 8 + 16);
+  const size_t mapBytes = e == IndexEncoding::kBitmap ? (end - begin + 7) / 8 : 0;
+  std::vector<unsigned char> stream(sizeof(StreamHeader) + nnz * 5 + mapBytes + 16);
   encodePairs(stream.data(), info, idx.data(), values.data());
   const size_t at = sizeof(StreamHeader) + (e == IndexEncoding::kCoo32 ? 0 : nnz);
   const size_t bytes = e == IndexEncoding::kCoo32   ? nnz * sizeof(uint32_t)
                        : e == IndexEncoding::kDelta ? host::deltaIndexBytes(idx.data(), nnz, begin)
-                                                    : (end - begin + 7) / 8;
+                                                    : mapBytes;
   return std::vector<unsigned char>(stream.begin() + at, stream.begin() + at + bytes);
 }
 
@@ -303,8 +304,8 @@ TEST(CudaExecutorSections, CopySameBytesAsTheHost) {
   EXPECT_TRUE(std::equal(src.begin() + 1, src.begin() + 901, c.begin() + 5));
 }
 
-// A section as the test builds it in host memory; upload() gives the
-// executor's WireSection over copies of it.
+// A section as the test builds it in host memory; sumOn() hands the
+// executor a WireSection over copies of it in executor memory.
 struct TestSection {
   bool dense = false;
   IndexEncoding encoding = IndexEncoding::kCoo32;
@@ -325,8 +326,8 @@ std::vector<unsigned char> wireValues(uint64_t n, core::ValueType vt, int scaleE
   return v;
 }
 
-// Pairs in encoding e, followed by `pad` zero bytes (the stream's padding),
-// ending at or after `minBytes`.
+// Pairs in encoding e, their index section followed by a few zero bytes (the
+// stream's padding), indexMinBytes a few bytes below its end.
 TestSection pairsSection(IndexEncoding e, const std::vector<uint32_t>& idx, uint64_t begin, uint64_t end,
                          core::ValueType vt, int scaleExp, std::mt19937_64& g) {
   TestSection t;
