@@ -373,11 +373,9 @@ struct SumOutcome {
 };
 constexpr uint64_t kOutGuard = 5;
 
-// reduceSections over [begin, end) into an out that starts a few elements
-// before the range and ends a few after it, all of it poisoned first.
-Status sumOn(Executor& ex, const std::vector<TestSection>& sections, uint64_t begin, uint64_t end, SumOutcome* o) {
-  std::deque<ExecMemory> mem;
-  std::vector<WireSection> wire;
+// The executor's WireSections over copies of the sections in its memory (mem).
+Status uploadSections(Executor& ex, const std::vector<TestSection>& sections, uint64_t begin, uint64_t end,
+                      std::deque<ExecMemory>& mem, std::vector<WireSection>* wire) {
   for (const TestSection& t : sections) {
     WireSection w{};
     w.dense = t.dense;
@@ -398,8 +396,17 @@ Status sumOn(Executor& ex, const std::vector<TestSection>& sections, uint64_t be
     w.scaleExp = t.scaleExp;
     w.rangeBegin = begin;
     w.rangeEnd = end;
-    wire.push_back(w);
+    wire->push_back(w);
   }
+  return Status::ok();
+}
+
+// reduceSections over [begin, end) into an out that starts a few elements
+// before the range and ends a few after it, all of it poisoned first.
+Status sumOn(Executor& ex, const std::vector<TestSection>& sections, uint64_t begin, uint64_t end, SumOutcome* o) {
+  std::deque<ExecMemory> mem;
+  std::vector<WireSection> wire;
+  SPCCL_RETURN_IF_ERROR(uploadSections(ex, sections, begin, end, mem, &wire));
   const uint64_t outBase = begin - std::min<uint64_t>(begin, 3);
   const size_t n = end + kOutGuard - outBase;
   ExecMemory out;
@@ -665,19 +672,7 @@ TEST(CudaExecutorSections, ManySectionsBeforeOneSettle) {
   cuda::CudaExecutor ex;
   std::deque<ExecMemory> mem;
   std::vector<WireSection> wire;
-  for (const TestSection& t : sections) {
-    WireSection w{};
-    w.nnz = t.nnz;
-    w.encoding = t.encoding;
-    STATUS_ASSERT(uploadVector(ex, mem, t.indices, &w.indices));
-    const unsigned char* values = nullptr;
-    STATUS_ASSERT(uploadVector(ex, mem, t.values, &values));
-    w.values = values;
-    w.valueType = vt;
-    w.rangeBegin = b;
-    w.rangeEnd = e;
-    wire.push_back(w);
-  }
+  STATUS_ASSERT(uploadSections(ex, sections, b, e, mem, &wire));
   ExecMemory out;
   STATUS_ASSERT(out.ensure(ex, e * sizeof(float)));
   std::vector<IndexCheck> checks(3 * wire.size());
