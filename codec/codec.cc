@@ -185,6 +185,16 @@ size_t encodeDense(void* dst, const StreamInfo& info, const float* values, float
   return total;
 }
 
+Status encodeDenseOn(Executor& ex, void* dst, const StreamInfo& info, const float* values) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const StreamHeader h = makeHeader(info, StreamKind::kDense, 0);
+  const uint64_t len = info.rangeEnd - info.rangeBegin;
+  const size_t used = sizeof h + len * core::wireValueBytes(info.valueType), total = alignStream(used);
+  if (total > used) SPCCL_RETURN_IF_ERROR(ex.fill(p + used, 0, total - used));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(p, &h, sizeof h));
+  return ex.toWire(values, len, info.valueType, info.scaleExp, p + sizeof h);
+}
+
 size_t encodeError(void* dst, const StreamInfo& info, spcclResult_t code) {
   StreamHeader h = makeHeader(info, StreamKind::kError, 0);
   h.status = static_cast<uint8_t>(code);
@@ -485,8 +495,8 @@ Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t byt
 }
 
 Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
-                       size_t count, const StreamExpect& expect, float* out, uint64_t outBase,
-                       StreamsScratch* scratch) {
+                       size_t count, const StreamExpect& expect, float* out, uint64_t outBase, StreamsScratch* scratch,
+                       int firstPeer) {
   const auto fail = [&](const Status& st) -> Status {
     SPCCL_RETURN_IF_ERROR(
         ex.fill(out + (expect.rangeBegin - outBase), 0, (expect.rangeEnd - expect.rangeBegin) * sizeof(float)));
@@ -505,21 +515,22 @@ Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* of
   if (sealed) {
     const Status st = ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
       for (size_t r = 0; r < count; ++r)
-        SPCCL_RETURN_IF_ERROR(verifyStream(data + offsets[r], sizes[r], static_cast<int>(r)));
+        SPCCL_RETURN_IF_ERROR(verifyStream(data + offsets[r], sizes[r], firstPeer + static_cast<int>(r)));
       return Status::ok();
     });
     if (!st.isOk()) return fail(st);
   }
   for (size_t r = 0; r < count; ++r) {
-    const Status st = parseStreamHeader(scratch->headers[r], data + offsets[r], sizes[r], expect, static_cast<int>(r),
-                                        &scratch->views[r]);
+    const Status st = parseStreamHeader(scratch->headers[r], data + offsets[r], sizes[r], expect,
+                                        firstPeer + static_cast<int>(r), &scratch->views[r]);
     if (!st.isOk()) return fail(st);
     scratch->sections[r] = scratch->views[r];
   }
   SPCCL_RETURN_IF_ERROR(ex.reduceSections(scratch->sections.data(), count, out, outBase, scratch->checks.data()));
   SPCCL_RETURN_IF_ERROR(ex.settle());
   for (size_t r = 0; r < count; ++r) {
-    const Status st = indexCheckStatus(scratch->checks[r], scratch->sections[r], sizes[r], static_cast<int>(r));
+    const Status st =
+        indexCheckStatus(scratch->checks[r], scratch->sections[r], sizes[r], firstPeer + static_cast<int>(r));
     if (!st.isOk()) return fail(st);
   }
   return Status::ok();

@@ -194,6 +194,8 @@ StreamHeader pairsHeader(const StreamInfo& info);
 // stream's size (choosePairsEncodingOn's).
 Status encodePairsOn(Executor& ex, void* dst, size_t bytes, const StreamInfo& info, const uint32_t* indices,
                      const void* wireValues);
+// encodeDense with values and dst in executor memory (no `decoded`).
+Status encodeDenseOn(Executor& ex, void* dst, const StreamInfo& info, const float* values);
 // Writes a dense stream of fp32 values converted to the wire type (fp8: with
 // info.scaleExp); `decoded` (optional) receives what receivers will decode.
 // Returns bytes written.
@@ -519,13 +521,15 @@ struct StreamsScratch {
   std::vector<IndexCheck> checks;
 };
 // parseStream and host::reduceSections for streams in executor memory:
-// stream r (from rank r) at data + offsets[r], sizes[r] bytes, pairs or
+// stream r (from rank firstPeer + r) at data + offsets[r], sizes[r] bytes, pairs or
 // dense (no error markers), each checked as parseStream checks it; where all
 // pass, out over expect's range = their sum in rank order (the bits of
 // host::reduceSections); where one fails, that range of out is zeroed and
-// the first failure, in rank order, returned. The headers come to the host;
+// the first failure returned (the headers' before the index sections', each
+// in rank order). The headers come to the host;
 // the bodies are read by the executor only.
 Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
-                       size_t count, const StreamExpect& expect, float* out, uint64_t outBase, StreamsScratch* scratch);
+                       size_t count, const StreamExpect& expect, float* out, uint64_t outBase, StreamsScratch* scratch,
+                       int firstPeer = 0);
 
 }  // namespace spccl

@@ -117,43 +117,34 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   auto* send = ws.sendStream.get<unsigned char>();
   auto* recv = ws.recvStream.get<unsigned char>();
   auto* floats = mem.floats.get<float>();
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's stream encoder", [&]() -> Status {
-    StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
-    info.encoding = encoding;
-    info.scaleExp = scaleExp;
-    if (!sendDense) {
-      encodePairs(send, info, indices, values);
-    } else {
-      std::fill(floats, floats + n, 0.0f);
-      for (uint64_t j = 0; j < nnz; ++j) floats[indices[j]] = core::loadWireValue(values, j, wire, scaleExp);
-      info.kind = StreamKind::kDense;
-      encodeDense(send, info, floats, nullptr);
-    }
-    sealStream(&comm.integrity, send, ws.sizes[me]);
-    return Status::ok();
-  }));
+  StreamInfo info{n, 0, n, nnz, seq, 0, wire, StreamKind::kPairs};
+  info.encoding = encoding;
+  info.scaleExp = scaleExp;
+  if (!sendDense) {
+    SPCCL_RETURN_IF_ERROR(encodePairsOn(ex, send, ws.sizes[me], info, indices, values));
+  } else {  // the kept pairs scattered into zeros (a sum of one section), then sent dense
+    const WireSection kept{false, nnz, IndexEncoding::kCoo32, indices, nullptr, 0, 0, values, wire, scaleExp, 0, n};
+    IndexCheck ignored{};  // our own pairs
+    SPCCL_RETURN_IF_ERROR(ex.reduceSections(&kept, 1, floats, 0, &ignored));
+    info.kind = StreamKind::kDense;
+    SPCCL_RETURN_IF_ERROR(encodeDenseOn(ex, send, info, floats));
+  }
+  SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, &comm.integrity, send, ws.sizes[me]));
   SPCCL_RETURN_IF_ERROR(
       ex.withMemory([&] { return t.allGatherV(send, ws.sizes[me], recv, ws.sizes.data(), ws.offsets.data()); }));
 
   // The send block may be inside recvbuff (in place): it has been consumed.
-  // (Named: a status macro inside the status macro's argument would shadow.)
-  const auto decode = [&]() -> Status {
-    const StreamExpect expect{n, 0, n, seq, 0, wire, true};
-    for (int r = 0; r < p; ++r) {
-      StreamView view;
-      SPCCL_RETURN_IF_ERROR(parseStream(recv + ws.offsets[r], ws.sizes[r], expect, r, &view));
-      host::storeSection(view, floats, 0);
-      // Every value came from an fp16 block: one a bf16 or fp8 wire rounded
-      // above fp16's range (65504 -> 65536) arrives as 65504, never as Inf.
-      if (type == spcclFloat16)
-        for (size_t i = 0; i < n; ++i)
-          if (std::isfinite(floats[i]) && std::fabs(floats[i]) > core::kHalfMax)
-            floats[i] = std::copysign(core::kHalfMax, floats[i]);
-      host::storeFloats(floats, n, type, static_cast<char*>(recvbuff) + r * n * esize);
-    }
-    return Status::ok();
-  };
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("the sparsified allgather's stream decoder", decode));
+  const StreamExpect expect{n, 0, n, seq, 0, wire, true};
+  for (int r = 0; r < p; ++r) {  // rank r's stream alone: its block
+    SPCCL_RETURN_IF_ERROR(
+        reduceStreamsOn(ex, recv, &ws.offsets[r], &ws.sizes[r], 1, expect, floats, 0, &ws.streams, r));
+    void* block = static_cast<char*>(recvbuff) + r * n * esize;
+    // Every value came from an fp16 block: one a bf16 or fp8 wire rounded
+    // above fp16's range (65504 -> 65536) arrives as 65504, never as Inf:
+    // the wire's saturating fp16 rounding.
+    if (type == spcclFloat16) SPCCL_RETURN_IF_ERROR(ex.toWire(floats, n, core::ValueType::kFloat16, 0, block));
+    else SPCCL_RETURN_IF_ERROR(ex.storeFloats(floats, n, type, block));
+  }
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;

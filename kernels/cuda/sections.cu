@@ -87,18 +87,13 @@ uint64_t bitmapBytes(uint64_t rangeBegin, uint64_t rangeEnd) { return (rangeEnd 
 
 // ---- encoding ----
 
-// Byte k of gap j's varint at its offset: 7 bits a byte, low first, the high
-// bit set on every byte but the last (codec.h putVarint's bytes).
+// Gap j's varint at its offset.
 __global__ void __launch_bounds__(kThreads)
     writeVarintsKernel(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, const uint64_t* offsets,
                        unsigned char* dst) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; j < nnz; j += stride) {
-    const uint64_t gap = core::deltaGap(indices, j, rangeBegin);
-    const uint32_t len = core::varintBytes(gap);
-    unsigned char* p = dst + offsets[j];
-    for (uint32_t k = 0; k < len; ++k)
-      p[k] = static_cast<unsigned char>(((gap >> (7 * k)) & 0x7fu) | (k + 1 < len ? 0x80u : 0u));
+    core::putVarint(dst + offsets[j], core::deltaGap(indices, j, rangeBegin));
   }
 }
 
@@ -159,18 +154,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     if ((c & 0x80u) == 0 && v == nnz - 1 && i + 1 < minBytes) report(check, nnz, IndexFault::kSectionSize);
     if (i > 0 && (bytes[i - 1] & 0x80u) != 0) continue;  // not a varint's first byte
-    uint64_t gap = 0;
-    bool done = false;
-    for (uint32_t k = 0; k < 5 && i + k < maxBytes; ++k) {
-      const unsigned char b = bytes[i + k];
-      if (k == 4 && (b & 0xf0u) != 0) break;
-      gap |= static_cast<uint64_t>(b & 0x7fu) << (7 * k);
-      if ((b & 0x80u) == 0) {
-        done = true;
-        break;
-      }
-    }
-    if (done) gaps[v] = gap;
+    const unsigned char* p = bytes + i;
+    uint32_t gap = 0;
+    if (core::readVarint32(&p, bytes + maxBytes, &gap)) gaps[v] = gap;
     else report(check, v, IndexFault::kVarint);
   }
 }
