@@ -52,6 +52,9 @@ std::mutex& mpiMutex() {
 
 bool gWeInitializedMpi = false;
 bool gMpiFinalized = false;
+// A group was shut down while a call that timed out was still running: it
+// holds the MPI mutex, and MPI cannot be finalized.
+std::atomic<bool> gStuckCall{false};
 
 void checkMpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
@@ -79,34 +82,105 @@ void initMpiOnce() {
 }
 
 // ---------------------------------------------------------------------------
+// Timeouts. An MPI call cannot be cancelled: an operation that passed its
+// timeout leaves its call running on the group's worker (holding the MPI
+// mutex), so the group refuses every operation after it. GroupHealth is shared
+// by a group and its Work objects, which can outlive it.
+
+struct GroupHealth {
+  GroupHealth(int rank, int size, std::string name, std::chrono::milliseconds timeout)
+      : rank(rank), size(size), name(std::move(name)), timeout(timeout) {}
+  const int rank;
+  const int size;
+  const std::string name;
+  const std::chrono::milliseconds timeout;  // <= 0: none
+  std::mutex m;
+  std::condition_variable cv;  // wakes the watchdog and a waiting shutdown
+  std::string broken;          // why the group is unusable; empty while it is usable
+
+  std::string timedOut(const std::string& op, std::chrono::milliseconds t, const char* whose) const {
+    return c10::str("spccl: ", op, " on rank ", rank, " of ", size, " (process group ", name,
+                    ") did not complete within ", whose, " timeout of ", t.count(),
+                    " ms; an MPI call cannot be cancelled, so this process group is unusable from now on");
+  }
+  // Marks the group unusable (the first reason stays); true when this call did.
+  bool breakWith(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> g(m);
+      if (!broken.empty()) return false;
+      broken = why;
+    }
+    cv.notify_all();
+    return true;
+  }
+  std::string unusable(const char* title) {
+    std::lock_guard<std::mutex> g(m);
+    if (broken.empty()) return {};
+    return c10::str("spccl: ", title, " on an unusable process group (an earlier operation timed out): ", broken);
+  }
+};
+
+std::exception_ptr errorPtr(const std::string& msg) { return std::make_exception_ptr(std::runtime_error(msg)); }
+
+// ---------------------------------------------------------------------------
 // Work: finished by the worker thread (collectives) or the progress thread
-// (send/recv); wait() is Work's, getFuture() gives the output tensors.
+// (send/recv), or failed by the group's watchdog on a timeout; getFuture()
+// gives the output tensors.
 
 class SpcclWork : public Work {
  public:
-  SpcclWork(OpType type, std::vector<at::Tensor> outputs, const char* title)
+  SpcclWork(OpType type, std::vector<at::Tensor> outputs, const char* title, std::shared_ptr<GroupHealth> health)
       : Work(-1, type, title),
         outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+        health_(std::move(health)),
+        op_(std::strncmp(title, "spccl:", 6) == 0 ? title + 6 : title) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::chrono::milliseconds getTimeout() const override { return health_->timeout; }
 
+  // Without a timeout, Work's wait: the watchdog fails the work once the
+  // group's timeout has passed. With one, the same error from here.
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
+    if (timeout != ::kNoTimeout) {
+      bool done;
+      {
+        std::unique_lock<std::mutex> g(mutex_);
+        done = cv_.wait_for(g, timeout, [this] { return completed_; });
+      }
+      if (!done) {
+        std::string why = health_->timedOut(op_, timeout, "work.wait's");
+        if (fail(errorPtr(why))) health_->breakWith(why);
+      }
+    }
+    return Work::wait(::kNoTimeout);
+  }
+
+  // The first of succeed/fail counts: a call that completes after its work
+  // timed out leaves the error in place. The future completes before the
+  // work, so whoever sees the work done sees its future done.
   void succeed() {
+    if (done_.exchange(true)) return;
     future_->markCompleted(c10::IValue(outputs_));
     finish();
   }
-  void fail(std::exception_ptr e) {
+  bool fail(std::exception_ptr e) {
+    if (done_.exchange(true)) return false;
     future_->setError(e);
     finish(e);
+    return true;
   }
+  const std::string& op() const { return op_; }
   int sourceRank() const override { return source_; }
   int source_ = -1;
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<at::ivalue::Future> future_;
+  std::shared_ptr<GroupHealth> health_;
+  std::string op_;
+  std::atomic<bool> done_{false};
 };
 
 // ---------------------------------------------------------------------------
@@ -323,8 +397,8 @@ std::set<SpcclBackend*>& registry() {
 
 class SpcclBackend : public c10d::Backend {
  public:
-  SpcclBackend(int rank, int size, MPI_Comm comm)
-      : Backend(rank, size), comm_(comm) {
+  SpcclBackend(int rank, int size, MPI_Comm comm, std::string name, std::chrono::milliseconds timeout)
+      : Backend(rank, size), comm_(comm), health_(std::make_shared<GroupHealth>(rank, size, std::move(name), timeout)) {
     {
       std::lock_guard<std::mutex> g(mpiMutex());
       checkMpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -340,6 +414,7 @@ class SpcclBackend : public c10d::Backend {
     envAlltoall_ = a != nullptr && *a != '\0' && l != nullptr && *l != '\0';
     worker_ = std::thread([this] { workerLoop(); });
     progress_ = std::thread([this] { progressLoop(); });
+    watchdog_ = std::thread([this] { watchdogLoop(); });
     std::lock_guard<std::mutex> g(registryMutex());
     registry().insert(this);
   }
@@ -353,6 +428,10 @@ class SpcclBackend : public c10d::Backend {
   const std::string getBackendName() const override { return "spccl"; }
 
   // Stops the threads, fails what is still queued, frees the communicators.
+  // A call that timed out and is still running cannot be stopped: then the
+  // threads are left to it and the group is never freed (they use it; only a
+  // shutdown from the destructor cannot keep it), and no group frees its MPI
+  // communicators (the stuck call holds the MPI mutex).
   void shutdown() override {
     {
       std::lock_guard<std::mutex> g(queueMutex_);
@@ -361,8 +440,33 @@ class SpcclBackend : public c10d::Backend {
     }
     queueCv_.notify_all();
     p2pCv_.notify_all();
+    bool stuck;
+    {
+      // The watchdog still runs here: a call that hangs now times out too.
+      std::unique_lock<std::mutex> g(health_->m);
+      health_->cv.wait(g, [this] { return workerExited_ || (!health_->broken.empty() && inCall_); });
+      stuck = !workerExited_;
+      watchStop_ = true;
+    }
+    health_->cv.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    if (stuck) {
+      // The progress thread may wait for the MPI mutex the stuck call holds.
+      worker_.detach();
+      progress_.detach();
+      gStuckCall = true;
+      if (c10::raw::intrusive_ptr::use_count(this) > 0) c10::raw::intrusive_ptr::incref(this);
+      std::lock_guard<std::mutex> q(queueMutex_);
+      stopped_ = true;
+      return;
+    }
     if (worker_.joinable()) worker_.join();
     if (progress_.joinable()) progress_.join();
+    if (gStuckCall) {
+      std::lock_guard<std::mutex> q(queueMutex_);
+      stopped_ = true;
+      return;
+    }
     std::lock_guard<std::mutex> g(mpiMutex());
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -377,6 +481,12 @@ class SpcclBackend : public c10d::Backend {
   }
 
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
+  // True while a call that timed out is still in MPI.
+  bool stuck() {
+    std::lock_guard<std::mutex> g(health_->m);
+    return !health_->broken.empty() && inCall_;
+  }
 
   spcclComm_t spcclComm() const { return spccl_; }
   bool envAllreduce() const { return envAllreduce_; }
@@ -772,8 +882,9 @@ class SpcclBackend : public c10d::Backend {
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     TORCH_CHECK(dst >= 0 && dst < size_, "spccl send: destination rank ", dst, " out of range");
     TORCH_CHECK(tag >= 0 && tag <= 32767, "spccl send: tag ", tag, " out of range [0, 32767]");
+    checkUsable("send");
     auto op = std::make_shared<P2P>();
-    op->work = c10::make_intrusive<SpcclWork>(OpType::SEND, tensors, "spccl:send");
+    op->work = c10::make_intrusive<SpcclWork>(OpType::SEND, tensors, "spccl:send", health_);
     int64_t err = tensors.size() != 1 ? kListSize : checkTensors(tensors);
     op->header[0] = err;
     if (err == kOk) {
@@ -793,6 +904,7 @@ class SpcclBackend : public c10d::Backend {
       }
     }
     TORCH_CHECK(err == kOk, "spccl send to rank ", dst, ": ", localErrorText(err));
+    startClock(op->work);
     addP2P(op);
     return op->work;
   }
@@ -800,8 +912,9 @@ class SpcclBackend : public c10d::Backend {
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     TORCH_CHECK(src >= 0 && src < size_, "spccl recv: source rank ", src, " out of range");
     TORCH_CHECK(tag >= 0 && tag <= 32767, "spccl recv: tag ", tag, " out of range [0, 32767]");
+    checkUsable("recv");
     auto op = std::make_shared<P2P>();
-    op->work = c10::make_intrusive<SpcclWork>(OpType::RECV, tensors, "spccl:recv");
+    op->work = c10::make_intrusive<SpcclWork>(OpType::RECV, tensors, "spccl:recv", health_);
     op->work->source_ = src;
     op->isRecv = true;
     op->peer = src;
@@ -814,6 +927,7 @@ class SpcclBackend : public c10d::Backend {
       checkMpi(MPI_Irecv(op->header, 3, MPI_INT64_T, src, tag, p2pComm_, &r), "MPI_Irecv");
       op->requests.push_back(r);
     }
+    startClock(op->work);
     addP2P(op);
     return op->work;
   }
@@ -908,17 +1022,89 @@ class SpcclBackend : public c10d::Backend {
 
   c10::intrusive_ptr<Work> enqueue(OpType type, std::vector<at::Tensor> outputs, const char* title,
                                    std::function<void()> fn) {
-    auto work = c10::make_intrusive<SpcclWork>(type, std::move(outputs), title);
+    checkUsable(title + 6);
+    auto work = c10::make_intrusive<SpcclWork>(type, std::move(outputs), title, health_);
     {
       std::lock_guard<std::mutex> g(queueMutex_);
       TORCH_CHECK(!stopping_, "spccl: ", title, " on a process group that was shut down");
+      // The watchdog closed the queue after checkUsable above.
+      TORCH_CHECK(closed_.empty(), closed_);
       queue_.push_back(Job{work, std::move(fn)});
     }
     queueCv_.notify_one();
     return work;
   }
 
+  void checkUsable(const char* op) {
+    std::string why = health_->unusable(op);
+    TORCH_CHECK(why.empty(), why);
+  }
+
+  // ---- timeouts ------------------------------------------------------------
+  // A work's clock starts when its call starts (a collective taken from the
+  // queue, a send/recv posted); the watchdog fails it once the group's timeout
+  // has passed. Queued works need no clock: a timeout fails them all.
+
+  void startClock(const c10::intrusive_ptr<SpcclWork>& work) {
+    if (health_->timeout.count() <= 0) return;
+    {
+      std::lock_guard<std::mutex> g(health_->m);
+      active_.push_back({work, std::chrono::steady_clock::now() + health_->timeout});
+    }
+    health_->cv.notify_all();
+  }
+
+  void stopClock(const SpcclWork* work) {
+    std::lock_guard<std::mutex> g(health_->m);
+    active_.remove_if([work](const Clock& c) { return c.work.get() == work; });
+  }
+
+  void watchdogLoop() {
+    std::unique_lock<std::mutex> g(health_->m);
+    bool queueFailed = false;
+    for (;;) {
+      if (watchStop_) return;
+      auto now = std::chrono::steady_clock::now();
+      auto next = std::chrono::steady_clock::time_point::max();
+      for (auto& c : active_) {
+        if (health_->broken.empty() && c.deadline <= now && !c.work->isCompleted())
+          health_->broken = health_->timedOut(c.work->op(), health_->timeout, "the group's");
+        next = std::min(next, c.deadline);
+      }
+      if (!health_->broken.empty() && (!active_.empty() || !queueFailed)) {
+        // Fail what is running and what is queued; the group takes no more.
+        std::string why = health_->broken;
+        std::vector<c10::intrusive_ptr<SpcclWork>> victims;
+        for (auto& c : active_) victims.push_back(c.work);
+        active_.clear();
+        g.unlock();
+        if (!queueFailed) {
+          std::lock_guard<std::mutex> q(queueMutex_);
+          closed_ =
+              c10::str("spccl: process group ", health_->name, " is unusable (an earlier operation timed out): ", why);
+          for (auto& j : queue_) victims.push_back(j.work);
+          queue_.clear();
+          queueFailed = true;
+        }
+        for (auto& w : victims) w->fail(errorPtr(why));
+        g.lock();
+        continue;
+      }
+      if (next == std::chrono::steady_clock::time_point::max()) health_->cv.wait(g);
+      else health_->cv.wait_until(g, next);
+    }
+  }
+
   void workerLoop() {
+    runQueue();
+    {
+      std::lock_guard<std::mutex> g(health_->m);
+      workerExited_ = true;
+    }
+    health_->cv.notify_all();
+  }
+
+  void runQueue() {
     for (;;) {
       Job job;
       {
@@ -935,14 +1121,32 @@ class SpcclBackend : public c10d::Backend {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
-      std::exception_ptr err;
-      try {
-        std::lock_guard<std::mutex> g(mpiMutex());
-        ++seq_;
-        job.fn();
-      } catch (...) {
-        err = std::current_exception();
+      std::string broken;
+      {
+        std::lock_guard<std::mutex> g(health_->m);
+        broken = health_->broken;
+        inCall_ = broken.empty();
       }
+      if (!broken.empty()) {
+        job.work->fail(errorPtr(broken));
+        continue;
+      }
+      startClock(job.work);
+      std::exception_ptr err;
+      {
+        std::lock_guard<std::mutex> g(mpiMutex());
+        try {
+          ++seq_;
+          job.fn();
+        } catch (...) {
+          err = std::current_exception();
+        }
+        // Cleared under the MPI mutex: a thread that holds it next knows this
+        // group is out of its call (shutdown relies on that).
+        std::lock_guard<std::mutex> h(health_->m);
+        inCall_ = false;
+      }
+      stopClock(job.work.get());
       if (err) job.work->fail(err);
       else job.work->succeed();
     }
@@ -989,6 +1193,7 @@ class SpcclBackend : public c10d::Backend {
             err = std::current_exception();
           }
         }
+        stopClock(op->work.get());
         if (err) op->work->fail(err);
         else op->work->succeed();
       }
@@ -1187,6 +1392,7 @@ class SpcclBackend : public c10d::Backend {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::shared_ptr<GroupHealth> health_;
   MPI_Comm p2pComm_ = MPI_COMM_NULL;
   spcclComm_t spccl_ = nullptr;
   bool envAllreduce_ = false;
@@ -1204,6 +1410,18 @@ class SpcclBackend : public c10d::Backend {
   std::condition_variable p2pCv_;
   std::list<std::shared_ptr<P2P>> pending_;
   std::thread progress_;
+
+  // Timeouts: under health_->m.
+  struct Clock {
+    c10::intrusive_ptr<SpcclWork> work;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::list<Clock> active_;
+  bool inCall_ = false;
+  bool workerExited_ = false;
+  bool watchStop_ = false;
+  std::thread watchdog_;
+  std::string closed_;  // under queueMutex_: set once a timeout failed the queue
 };
 
 // ---------------------------------------------------------------------------
@@ -1214,7 +1432,8 @@ int envInt(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std::vector<int64_t> globalRanks) {
+c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std::vector<int64_t> globalRanks,
+                                               std::string name, int64_t timeoutMs) {
   MPI_Comm comm = MPI_COMM_NULL;
   {
     std::lock_guard<std::mutex> g(mpiMutex());
@@ -1250,7 +1469,8 @@ c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std
       TORCH_CHECK(r == groupRank, "spccl: new_group: MPI rank ", r, " in the group, torch says ", groupRank);
     }
   }
-  return c10::make_intrusive<SpcclBackend>(groupRank, groupSize, comm);
+  return c10::make_intrusive<SpcclBackend>(groupRank, groupSize, comm, std::move(name),
+                                           std::chrono::milliseconds(timeoutMs));
 }
 
 // At interpreter exit (registered from Python): stop every group's threads
@@ -1261,7 +1481,11 @@ void shutdownAll() {
     std::lock_guard<std::mutex> g(registryMutex());
     live.assign(registry().begin(), registry().end());
   }
+  // Checked first: a group shut down before the stuck one must not wait for the MPI mutex.
+  for (auto* b : live)
+    if (b->stuck()) gStuckCall = true;
   for (auto* b : live) b->shutdown();
+  if (gStuckCall) return;  // the stuck call holds the MPI mutex: the process ends without MPI_Finalize
   std::lock_guard<std::mutex> g(mpiMutex());
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -1350,7 +1574,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("env_allreduce", &SpcclBackend::envAllreduce)
       .def("env_alltoall", &SpcclBackend::envAlltoall);
   m.def("create_backend", &createBackend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("name"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>());
   m.def("shutdown_all", &shutdownAll, py::call_guard<py::gil_scoped_release>());
   py::class_<Compressor, std::shared_ptr<Compressor>>(m, "Compressor")
       .def(py::init<c10::intrusive_ptr<SpcclBackend>, float, int, int>())

@@ -22,7 +22,11 @@ _backends = {}
 
 
 def _create_backend(opts, backend_options):
-    backend = _C.create_backend(opts.group_rank, opts.group_size, list(opts.global_ranks_in_group))
+    # The group's timeout (init_process_group / new_group): an operation that has
+    # not completed within it fails, and the group is unusable after that.
+    timeout_ms = int(opts.timeout.total_seconds() * 1000) if opts.timeout is not None else 0
+    backend = _C.create_backend(opts.group_rank, opts.group_size, list(opts.global_ranks_in_group),
+                                str(opts.group_id), timeout_ms)
     _backends[str(opts.group_id)] = backend
     return backend
 
