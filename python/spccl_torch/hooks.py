@@ -67,8 +67,9 @@ class DCTState:
         self.start_iter = int(start_iter)
         self.iter = 0
         self._compressors = {}  # bucket index -> _Bucket
-        self._pending_residual = {}  # bucket index -> residual loaded from a checkpoint
-        self._param_residual = {}  # id(parameter) -> (parameter, residual) of a replaced layout
+        self._pending_residual = {}  # bucket index -> residual from a checkpoint saved by bucket index
+        # id(parameter) -> (parameter, residual) of a replaced layout or from a checkpoint
+        self._param_residual = {}
         self._exact = dict.fromkeys(_COUNTERS, 0)  # exact warm-up steps (straight to MPI)
         self._retired = dict.fromkeys(_COUNTERS, 0)  # compressors of replaced layouts, earlier runs
 
@@ -147,24 +148,46 @@ class DCTState:
             out[p] = out[p] + r if p in out else r
         return out
 
-    def state_dict(self):
-        """Settings, step count, counters and each bucket's error-feedback residual."""
-        residuals = {i: b.comp.residual(b.numel) for i, b in self._compressors.items()}
-        residuals.update({i: r for i, r in self._pending_residual.items() if i not in residuals})
-        return {
+    def state_dict(self, module=None):
+        """Settings, step count, counters and the error-feedback residual of each
+        parameter, keyed by the parameter's index in ``module.parameters()``: pass
+        the DDP model (or the module it wraps), needed once there are residuals.
+        The keys do not depend on DDP's bucket layout, which a fresh DDP does not
+        share with one that has rebuilt its buckets."""
+        residuals = self.parameter_residuals()
+        by_index = {}
+        if residuals:
+            if module is None:
+                raise ValueError("DCTState.state_dict(module): pass the DDP model; residuals are saved by the "
+                                 "parameter's index in module.parameters()")
+            index = {id(p): i for i, p in enumerate(module.parameters())}
+            for p, r in residuals.items():
+                if id(p) not in index:
+                    raise ValueError(f"DCTState.state_dict: a parameter of shape {tuple(p.shape)} with a residual "
+                                     "is not in the module given")
+                by_index[index[id(p)]] = r.clone()
+        sd = {
             "density": self.density,
             "threshold_interval": self.threshold_interval,
             "wire_dtype": self.wire_dtype if isinstance(self.wire_dtype, str) else str(self.wire_dtype),
             "start_iter": self.start_iter,
             "iter": self.iter,
             "stats": self.stats(),
-            "residuals": residuals,
+            "parameter_residuals": by_index,
         }
+        if self._pending_residual:  # loaded by bucket index and not used yet: kept as they came
+            sd["residuals"] = {i: r.clone() for i, r in self._pending_residual.items()}
+        return sd
 
-    def load_state_dict(self, sd):
-        """Restores a :meth:`state_dict`. The residuals are added to each bucket's
-        next gradient, which is what the compressor would have done with them; the
-        threshold is re-estimated at that first call."""
+    def load_state_dict(self, sd, module=None):
+        """Restores a :meth:`state_dict` into a fresh state, with ``module`` the DDP
+        model the state is used with (its parameters in the order of the saving
+        run's). Each parameter's residual is added to its entries of the next
+        gradient of whichever bucket holds it, which is what the compressor would
+        have done with it; the threshold is re-estimated at that first call.
+        A checkpoint keyed by bucket index (a "residuals" entry) is added to the
+        bucket of that index, right only where the saving run's bucket layout
+        equals this one's (only the size is checked)."""
         self.density = float(sd["density"])
         self.threshold_interval = int(sd["threshold_interval"])
         wire = sd["wire_dtype"]
@@ -174,7 +197,21 @@ class DCTState:
         self.iter = int(sd["iter"])
         self._compressors = {}
         self._param_residual = {}
-        self._pending_residual = {int(i): r.clone() for i, r in sd["residuals"].items()}
+        by_index = sd.get("parameter_residuals", {})
+        if by_index:
+            if module is None:
+                raise ValueError("DCTState.load_state_dict(sd, module): pass the DDP model; residuals are keyed "
+                                 "by the parameter's index in module.parameters()")
+            params = list(module.parameters())
+            for i, r in by_index.items():
+                i = int(i)
+                if not 0 <= i < len(params) or params[i].numel() != r.numel():
+                    have = f"{params[i].numel()} entries" if 0 <= i < len(params) else "no such parameter"
+                    raise ValueError(f"DCTState.load_state_dict: the residual of parameter {i} has {r.numel()} "
+                                     f"entries, the module has {have}: not the model the state was saved with")
+                p = params[i]
+                self._param_residual[id(p)] = (p, r.detach().to(torch.float32).reshape(-1).clone())
+        self._pending_residual = {int(i): r.clone() for i, r in sd.get("residuals", {}).items()}
         st = sd["stats"]
         self._exact = {"calls": int(st.get("exact_calls", 0)), "compressed_calls": 0,
                        "bytes_sent": int(st.get("exact_bytes", 0)), "dense_bytes": int(st.get("exact_bytes", 0))}
