@@ -521,9 +521,14 @@ Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* of
     if (!st.isOk()) return fail(st);
   }
   for (size_t r = 0; r < count; ++r) {
-    const Status st = parseStreamHeader(scratch->headers[r], data + offsets[r], sizes[r], expect,
-                                        firstPeer + static_cast<int>(r), &scratch->views[r]);
+    const int peer = firstPeer + static_cast<int>(r);
+    const Status st =
+        parseStreamHeader(scratch->headers[r], data + offsets[r], sizes[r], expect, peer, &scratch->views[r]);
     if (!st.isOk()) return fail(st);
+    if (scratch->views[r].kind == StreamKind::kError)  // expect.allowError: the sender failed its part
+      return fail(Status(scratch->views[r].peerStatus,
+                         formatString("rank %d failed its part of the call and sent an error marker (%s)", peer,
+                                      resultString(scratch->views[r].peerStatus))));
     scratch->sections[r] = scratch->views[r];
   }
   SPCCL_RETURN_IF_ERROR(ex.reduceSections(scratch->sections.data(), count, out, outBase, scratch->checks.data()));

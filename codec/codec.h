@@ -521,13 +521,14 @@ struct StreamsScratch {
   std::vector<IndexCheck> checks;
 };
 // parseStream and host::reduceSections for streams in executor memory:
-// stream r (from rank firstPeer + r) at data + offsets[r], sizes[r] bytes, pairs or
-// dense (no error markers), each checked as parseStream checks it; where all
-// pass, out over expect's range = their sum in rank order (the bits of
+// stream r (from rank firstPeer + r) at data + offsets[r], sizes[r] bytes,
+// pairs or dense, each checked as parseStream checks it (an error marker,
+// where expect allows one, fails with its sender's code); where all pass,
+// out over expect's range = their sum in rank order (the bits of
 // host::reduceSections); where one fails, that range of out is zeroed and
 // the first failure returned (the headers' before the index sections', each
-// in rank order). The headers come to the host;
-// the bodies are read by the executor only.
+// in rank order). The headers come to the host; the bodies are read by the
+// executor only.
 Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
                        size_t count, const StreamExpect& expect, float* out, uint64_t outBase, StreamsScratch* scratch,
                        int firstPeer = 0);

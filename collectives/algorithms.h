@@ -13,7 +13,6 @@
 #include "kernels/core/elementwise.h"
 #include "kernels/core/executor.h"
 #include "codec/codec.h"
-#include "kernels/host/sections.h"
 #include "collectives/cost_model.h"
 #include "collectives/agreement.h"
 #include "kernels/core/status.h"
@@ -72,10 +71,7 @@ struct Workspace {
   std::vector<uint32_t> rangeIndices;
   std::vector<float> rangeValues;  // split's owner: rangeSums at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;
-  std::vector<StreamView> views;      // received streams, parsed, for host::reduceSections
-  std::vector<WireSection> sections;  // the views' sections
-  std::vector<host::PairCursor> cursors;
-  StreamsScratch streams;                // reduceStreamsOn's
+  StreamsScratch streams;                // received streams' headers and sections (reduceStreamsOn)
   std::vector<IndexEncoding> encodings;  // split stage 1: one per owner
   // The row-sparse allreduce's id/row lists (collectives/rowsparse_allreduce.cc),
   // in its accumulation type.

@@ -15,7 +15,6 @@
 #include "collectives/other_collectives.h"
 #include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
-#include "kernels/host/sections.h"
 #include "collectives/context.h"
 #include "kernels/core/types.h"
 

@@ -9,6 +9,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
 #include "include/spccl.h"
+#include "kernels/host/sections.h"
 
 namespace spccl {
 

@@ -28,7 +28,6 @@
 
 #include "collectives/algorithms.h"
 #include "codec/codec.h"
-#include "kernels/host/sections.h"
 #include "kernels/host/host_kernels.h"
 
 namespace spccl {
@@ -270,17 +269,13 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   // Stage 3's stream (or an error marker) is encoded from the sums.
   SPCCL_RETURN_IF_ERROR(ws.rangeSums.ensure(ex, myLen * sizeof(float)));
   size_t myBytes = 0;
-  const auto sumAndEncode = [&]() -> Status {
-    const auto* recv = ws.recvStream.get<unsigned char>();
-    float* sums = ws.rangeSums.get<float>();
+  float* sums = ws.rangeSums.get<float>();
+  if (local.isOk()) {
     const StreamExpect pieceExpect{n, myBegin, myEnd, ctx->seq, algo, ctx->wire, false};
-    ws.views.resize(p);
-    for (int r = 0; r < p && local.isOk(); ++r)
-      local = parseStream(recv + ws.recvOffsets[r], ws.recvSizes[r], pieceExpect, r, &ws.views[r]);
-    if (local.isOk()) {
-      ws.sections.assign(ws.views.begin(), ws.views.end());
-      host::reduceSections(ws.sections.data(), ws.sections.size(), sums, myBegin, &ws.cursors);
-    }
+    local = reduceStreamsOn(ex, ws.recvStream.get<unsigned char>(), ws.recvOffsets.data(), ws.recvSizes.data(),
+                            static_cast<size_t>(p), pieceExpect, sums, myBegin, &ws.streams);
+  }
+  const auto encode = [&]() -> Status {
     const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
     if (local.isOk()) {
       SPCCL_RETURN_IF_ERROR(encodeOwnerRange(ex, ownerInfo, sums, ctx->residual, ws, ctx->indexEncoding,
@@ -292,7 +287,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     sealStream(ctx->integrity, ws.stageStream.get(), myBytes);
     return Status::ok();
   };
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's owner sum and stage-3 encoder", sumAndEncode));
+  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's owner re-selection and stage-3 encoder", encode));
 
   // Stage 3: allgather the reduced ranges (or an error marker).
   const uint64_t myBytes64 = myBytes;
@@ -320,26 +315,13 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   // (zeros between its entries), or zeroed when its stream is refused.
   Status remote;
   ctx->mergedNnz = 0;
-  const auto decode = [&]() -> Status {
-    const auto* recv = ws.recvStream.get<unsigned char>();
-    for (int r = 0; r < p; ++r) {
-      StreamView view;
-      const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true, true};
-      Status st = parseStream(recv + ws.recvOffsets[r], ws.recvSizes[r], expect, r, &view);
-      if (st.isOk() && view.kind == StreamKind::kError)
-        st = Status(view.peerStatus,
-                    formatString("split: owner rank %d rejected its input (%s)", r, resultString(view.peerStatus)));
-      if (!st.isOk()) {
-        if (remote.isOk()) remote = st;
-        std::fill(ctx->out + begin(r), ctx->out + begin(r + 1), 0.0f);
-        continue;
-      }
-      host::storeSection(view, ctx->out, 0);
-      ctx->mergedNnz += view.nnz;
-    }
-    return Status::ok();
-  };
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's stage-3 decoder", decode));
+  for (int r = 0; r < p; ++r) {
+    const StreamExpect expect{n, begin(r), begin(r + 1), ctx->seq, algo, ctx->wire, true, true};
+    const Status st = reduceStreamsOn(ex, ws.recvStream.get<unsigned char>(), &ws.recvOffsets[r], &ws.recvSizes[r], 1,
+                                      expect, ctx->out, 0, &ws.streams, r);
+    if (st.isOk()) ctx->mergedNnz += ws.streams.views[0].nnz;
+    else if (remote.isOk()) remote = st;
+  }
   return remote;
 }
 
