@@ -62,12 +62,13 @@ struct Workspace {
   // Streams sent, received and staged, and split's owner sums, in executor
   // memory (collectives on the executor); the vectors below serve the rest.
   ExecMemory sendStream, recvStream, stageStream, rangeSums, sizeSend, sizeRecv;
+  ExecMemory cutKeys, cutPoints;  // split stage 1: the owners' range starts, where they cut the selection
   // SPCCL_CAPACITY_MODE=fixed: every rank's capacity slots of indices and
   // values and its PairCounts, in rank order (fixedSlots).
   ExecMemory fixedIndices, fixedValues, fixedCounts;
   std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
-  std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank;
+  std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank, deltaBytes;
   std::vector<uint32_t> rangeIndices;
   std::vector<float> rangeValues;  // split's owner: rangeSums at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;

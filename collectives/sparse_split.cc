@@ -213,33 +213,40 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   std::vector<IndexEncoding>& encodings = ws.encodings;
   encodings.resize(p);
   const uint32_t valueBytes = core::wireValueBytes(ctx->wire);
-  const auto cutAndEncode = [&]() -> Status {
-    size_t total = 0;
-    for (int r = 0; r <= p; ++r)
-      starts[r] =
-          r == p
-              ? mine.nnz
-              : static_cast<uint64_t>(std::lower_bound(mine.indices, mine.indices + mine.nnz, begin(r)) - mine.indices);
-    for (int r = 0; r < p; ++r) {
-      encodings[r] = choosePairsEncoding(ctx->indexEncoding, mine.indices + starts[r], starts[r + 1] - starts[r],
-                                         begin(r), begin(r + 1), ctx->wire, &ws.sizes[r]);
-      ws.offsets[r] = total;
-      total += ws.sizes[r];
-    }
-    SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, total));
-    auto* send = ws.sendStream.get<unsigned char>();
-    for (int r = 0; r < p; ++r) {
-      StreamInfo info{n,        begin(r), begin(r + 1), starts[r + 1] - starts[r],
-                      ctx->seq, algo,     ctx->wire,    StreamKind::kPairs};
-      info.encoding = encodings[r];
-      info.scaleExp = ctx->scaleExp;
-      encodePairs(send + ws.offsets[r], info, mine.indices + starts[r],
-                  static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes);
-      sealStream(ctx->integrity, send + ws.offsets[r], ws.sizes[r]);
-    }
-    return Status::ok();
-  };
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's stage-1 cut and stream encoder", cutAndEncode));
+  // The cuts: where each owner's range starts in the sorted selection (n for the end).
+  SPCCL_RETURN_IF_ERROR(ws.cutKeys.ensure(ex, (p + 1) * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.cutPoints.ensure(ex, (p + 1) * sizeof(uint64_t)));
+  for (int r = 0; r <= p; ++r) starts[r] = begin(r);
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.cutKeys.get(), starts, (p + 1) * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(
+      ex.lowerBounds(mine.indices, mine.nnz, ws.cutKeys.get<uint64_t>(), p + 1, ws.cutPoints.get<uint64_t>()));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(starts, ws.cutPoints.get(), (p + 1) * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  // Each piece's index encoding, from its delta bytes where the choice needs them (one settle for all).
+  ws.deltaBytes.assign(p, 0);
+  for (int r = 0; r < p; ++r)
+    if (pairsEncodingNeedsDeltaBytes(ctx->indexEncoding, starts[r + 1] - starts[r], begin(r), begin(r + 1), ctx->wire))
+      SPCCL_RETURN_IF_ERROR(
+          ex.deltaIndexBytes(mine.indices + starts[r], starts[r + 1] - starts[r], begin(r), &ws.deltaBytes[r]));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  size_t total = 0;
+  for (int r = 0; r < p; ++r) {
+    encodings[r] = choosePairsEncodingFromDeltaBytes(ctx->indexEncoding, starts[r + 1] - starts[r], begin(r),
+                                                     begin(r + 1), ctx->wire, ws.deltaBytes[r], &ws.sizes[r]);
+    ws.offsets[r] = total;
+    total += ws.sizes[r];
+  }
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, total));
+  auto* send = ws.sendStream.get<unsigned char>();
+  for (int r = 0; r < p; ++r) {
+    StreamInfo info{n,        begin(r), begin(r + 1), starts[r + 1] - starts[r],
+                    ctx->seq, algo,     ctx->wire,    StreamKind::kPairs};
+    info.encoding = encodings[r];
+    info.scaleExp = ctx->scaleExp;
+    SPCCL_RETURN_IF_ERROR(encodePairsOn(ex, send + ws.offsets[r], ws.sizes[r], info, mine.indices + starts[r],
+                                        static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes));
+    SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, ctx->integrity, send + ws.offsets[r], ws.sizes[r]));
+  }
   for (int r = 0; r < p; ++r) ws.counts[r] = ws.sizes[r];
   SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
   SPCCL_RETURN_IF_ERROR(
@@ -296,14 +303,14 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
       ex.withMemory([&] { return t.allGather(ws.sizeSend.get(), sizeof myBytes64, ws.sizeRecv.get()); }));
   SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
   SPCCL_RETURN_IF_ERROR(ex.settle());
-  size_t total = 0;
+  size_t stageTotal = 0;
   for (int r = 0; r < p; ++r) {
     ws.recvSizes[r] =
         announcedSize(ws.recvCounts[r], maxStreamBytes(begin(r + 1) - begin(r), ctx->wire), r, "split stage 3", &local);
-    ws.recvOffsets[r] = total;
-    total += ws.recvSizes[r];
+    ws.recvOffsets[r] = stageTotal;
+    stageTotal += ws.recvSizes[r];
   }
-  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, total));
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, stageTotal));
   const Status gathered = ex.withMemory([&] {
     return t.allGatherV(ws.stageStream.get(), myBytes, ws.recvStream.get(), ws.recvSizes.data(), ws.recvOffsets.data());
   });

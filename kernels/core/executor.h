@@ -182,6 +182,10 @@ class Executor {
   // bytes.
   virtual Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin,
                                uint64_t rangeEnd, unsigned char* dst) = 0;
+  // out[i] = how many of the n sorted indices lie below keys[i], for
+  // `count` keys (keys and out in executor memory): where a sorted
+  // selection is cut into ranges.
+  virtual Status lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out) = 0;
   // Received sections (host structs over executor memory), all over the
   // same [rangeBegin, rangeEnd): checks[r] gets what checking section r's
   // indices found (host structs, valid after settle()); where every check

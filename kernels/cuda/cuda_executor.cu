@@ -281,6 +281,11 @@ Status CudaExecutor::reserveChecks(size_t more) {
   return Status::ok();
 }
 
+Status CudaExecutor::lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count,
+                                 uint64_t* out) {
+  return cuda::lowerBounds(sorted, n, keys, count, out, stream_);
+}
+
 Status CudaExecutor::reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
                                     IndexCheck* checks) {
   if (count == 0) return Status::ok();

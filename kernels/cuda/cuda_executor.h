@@ -54,6 +54,7 @@ class CudaExecutor final : public Executor {
                        unsigned char* dst) override;
   Status reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
                         IndexCheck* checks) override;
+  Status lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out) override;
 
   Status withMemory(StatusFn fn) override { return fn(); }
   Status hostOnly(const char* what, StatusFn fn) override;

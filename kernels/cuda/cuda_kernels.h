@@ -155,6 +155,10 @@ size_t encodeIndicesWorkspaceBytes(IndexEncoding e, uint64_t nnz);
 Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                      unsigned char* dst, void* workspace, size_t workspaceBytes, cudaStream_t stream);
 
+// out[i] = the number of the n sorted indices below keys[i] (std::lower_bound).
+Status lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out,
+                   cudaStream_t stream);
+
 // What checking one received section found, in device memory: the lowest
 // fault key reported (kNoSectionFault: none) and, for a bad index, the index.
 struct SectionCheck {

@@ -296,6 +296,34 @@ size_t encodeIndicesWorkspaceBytes(IndexEncoding e, uint64_t nnz) {
   return detail::alignUp(nnz * sizeof(uint64_t), kAlign) + exclusiveScanTempBytes<GapBytes>(nnz);
 }
 
+namespace {
+
+__global__ void __launch_bounds__(kThreads)
+    lowerBoundsKernel(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count; i += stride) {
+    uint64_t lo = 0, hi = n;  // the first position whose index is not below the key
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (sorted[mid] < keys[i]) lo = mid + 1;
+      else hi = mid;
+    }
+    out[i] = lo;
+  }
+}
+
+}  // namespace
+
+Status lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out,
+                   cudaStream_t stream) {
+  if (count == 0) return Status::ok();
+  if ((n > 0 && sorted == nullptr) || keys == nullptr || out == nullptr)
+    return invalidArgument("lowerBounds: null buffer");
+  lowerBoundsKernel<<<detail::gridFor(count, kThreads), kThreads, 0, stream>>>(sorted, n, keys, count, out);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                      unsigned char* dst, void* workspace, size_t workspaceBytes, cudaStream_t stream) {
   if (e != IndexEncoding::kCoo32 && e != IndexEncoding::kDelta && e != IndexEncoding::kBitmap)

@@ -157,6 +157,14 @@ Status HostExecutor::encodeIndices(IndexEncoding e, const uint32_t* indices, uin
   return Status::ok();
 }
 
+Status HostExecutor::lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count,
+                                 uint64_t* out) {
+  Open open(*this);
+  for (size_t i = 0; i < count; ++i)
+    out[i] = static_cast<uint64_t>(std::lower_bound(sorted, sorted + n, keys[i]) - sorted);
+  return Status::ok();
+}
+
 Status HostExecutor::reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
                                     IndexCheck* checks) {
   Open open(*this);

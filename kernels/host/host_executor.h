@@ -54,6 +54,7 @@ class HostExecutor final : public Executor {
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                        unsigned char* dst) override;
+  Status lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out) override;
   Status reduceSections(const WireSection* sections, size_t count, float* out, uint64_t outBase,
                         IndexCheck* checks) override;
 
