@@ -3,6 +3,7 @@
 // bits; the stream operations (index sections, the checked rank-ordered sum)
 // give the same bytes, sums and findings; and a host-only step refuses to
 // run on the device.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -302,6 +303,43 @@ TEST(CudaExecutorSections, CopySameBytesAsTheHost) {
   STATUS_ASSERT(run(cudaEx, &c));
   EXPECT_EQ(c, h);
   EXPECT_TRUE(std::equal(src.begin() + 1, src.begin() + 901, c.begin() + 5));
+}
+
+// Split's stage-1 cut: every key's lower bound in every index set, against
+// the host executor and std::lower_bound.
+TEST(CudaExecutorSections, LowerBoundsSameAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  SCOPED_TRACE(seedTrace());
+  std::mt19937_64 g = rngFor("LowerBoundsSameAsTheHost");
+  host::HostExecutor hostEx;
+  cuda::CudaExecutor cudaEx;
+  for (const IndexSet& s : indexSets(g)) {
+    SCOPED_TRACE(s.name);
+    std::vector<uint64_t> keys{0, s.begin, s.end, s.end + 1};
+    for (int i = 0; i < 300; ++i) keys.push_back(s.begin + g() % (s.end - s.begin + 1));
+    for (uint32_t i : s.indices) keys.push_back(i);  // a key equal to an index: that index is not below it
+    auto run = [&](Executor& ex, std::vector<uint64_t>* out) -> Status {
+      ExecMemory idx, k, o;
+      SPCCL_RETURN_IF_ERROR(idx.ensure(ex, s.indices.size() * sizeof(uint32_t) + 4));
+      SPCCL_RETURN_IF_ERROR(k.ensure(ex, keys.size() * sizeof(uint64_t)));
+      SPCCL_RETURN_IF_ERROR(o.ensure(ex, keys.size() * sizeof(uint64_t)));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(idx.get(), s.indices.data(), s.indices.size() * sizeof(uint32_t)));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(k.get(), keys.data(), keys.size() * sizeof(uint64_t)));
+      SPCCL_RETURN_IF_ERROR(
+          ex.lowerBounds(idx.get<uint32_t>(), s.indices.size(), k.get<uint64_t>(), keys.size(), o.get<uint64_t>()));
+      out->resize(keys.size());
+      SPCCL_RETURN_IF_ERROR(ex.toHost(out->data(), o.get(), keys.size() * sizeof(uint64_t)));
+      return ex.settle();
+    };
+    std::vector<uint64_t> h, c;
+    STATUS_ASSERT(run(hostEx, &h));
+    STATUS_ASSERT(run(cudaEx, &c));
+    EXPECT_EQ(c, h);
+    for (size_t i = 0; i < keys.size(); ++i)
+      ASSERT_EQ(h[i], static_cast<uint64_t>(std::lower_bound(s.indices.begin(), s.indices.end(), keys[i]) -
+                                            s.indices.begin()))
+          << "key " << keys[i];
+  }
 }
 
 // A section as the test builds it in host memory; sumOn() hands the

@@ -300,6 +300,26 @@ TEST_P(HostExecutorTest, StreamsThroughTheExecutor) {
   }
 }
 
+// Split's stage-1 cut: std::lower_bound of each key.
+TEST_P(HostExecutorTest, LowerBounds) {
+  host::HostExecutor ex(GetParam());
+  const std::vector<uint32_t> sorted{3, 4, 9, 100, 101, 5000};
+  const std::vector<uint64_t> keys{0, 3, 4, 5, 100, 102, 5000, 5001, uint64_t{1} << 40};
+  const std::vector<uint64_t> want{0, 0, 1, 2, 3, 5, 5, 6, 6};
+  ExecMemory idx, k, o;
+  ASSERT_TRUE(idx.ensure(ex, sorted.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(k.ensure(ex, keys.size() * sizeof(uint64_t)).isOk());
+  ASSERT_TRUE(o.ensure(ex, keys.size() * sizeof(uint64_t)).isOk());
+  ASSERT_TRUE(ex.fromHost(idx.get(), sorted.data(), sorted.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(ex.fromHost(k.get(), keys.data(), keys.size() * sizeof(uint64_t)).isOk());
+  ASSERT_TRUE(
+      ex.lowerBounds(idx.get<uint32_t>(), sorted.size(), k.get<uint64_t>(), keys.size(), o.get<uint64_t>()).isOk());
+  std::vector<uint64_t> got(keys.size());
+  ASSERT_TRUE(ex.toHost(got.data(), o.get(), keys.size() * sizeof(uint64_t)).isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  EXPECT_EQ(got, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(PlainAndGuarded, HostExecutorTest, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "Guarded" : "Plain"; });
 
