@@ -29,11 +29,6 @@ def job_dir():
     return d
 
 
-def job_port():
-    """A TCP port for env:// rendezvous, different per mpirun job."""
-    return 20000 + int(JOB) % 20000
-
-
 def init_spccl_and_gloo(name):
     """World group on spccl (file store) plus a separate gloo group for reference
     results and for agreeing on pass/fail."""
