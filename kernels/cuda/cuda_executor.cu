@@ -22,6 +22,7 @@ CudaExecutor::~CudaExecutor() {
   if (hostBad_ != nullptr) cudaFreeHost(hostBad_);
   if (deviceChecks_ != nullptr) cudaFree(deviceChecks_);
   if (hostChecks_ != nullptr) cudaFreeHost(hostChecks_);
+  if (reselectThreshold_ != nullptr) cudaFree(reselectThreshold_);
 }
 
 Status CudaExecutor::grow(ExecBuffer* b, size_t bytes) {
@@ -112,6 +113,9 @@ Status CudaExecutor::settle() {
     }
   }
   pending_.clear();
+  if (reselectOut_ != nullptr && err == cudaSuccess)
+    *reselectOut_ = ReselectStats{reselectSelect_.selected, reselectTau_.tauKey};
+  reselectOut_ = nullptr;
   if (err == cudaSuccess)
     for (size_t i = 0; i < pendingChecks_.size(); ++i) *pendingChecks_[i] = sectionCheckResult(hostChecks_[i]);
   pendingChecks_.clear();
@@ -214,9 +218,28 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   return Status::ok();
 }
 
-Status CudaExecutor::reselect(const SelectSpec&, uint64_t, uint64_t, uint64_t, ReselectStats*) {
-  // The device's exact mode re-estimates with a whole second pass instead.
-  return invalidUsage("a stale tau's re-selection from its candidates has no device kernel");
+Status CudaExecutor::reselect(const SelectSpec& s, uint64_t, uint64_t k, uint64_t capacity, ReselectStats* out) {
+  // No kernel over the candidates yet: a second pass over the whole buffer
+  // gives host::reselectCandidates' bits. The exact tau over the buffer is
+  // the candidates' (every entry outside them lies below the stale tau);
+  // the pass keeps |v| above it, NaN/Inf, and capacity - above ties lowest
+  // index first, which are candidates (the stale pass took a prefix of the
+  // ties, and more of them than this); it writes v - d inside, v outside,
+  // as the candidates' fix-up does. More work, the same result.
+  if (reselectThreshold_ == nullptr) SPCCL_CUDA_CHECK(cudaMalloc(&reselectThreshold_, sizeof(ThresholdStats)));
+  SPCCL_RETURN_IF_ERROR(kthLargestMagnitudeInMemory(s.send, s.inType, s.residualIn, s.n, k, reselectThreshold_));
+  SelectSpec again = s;
+  again.threshold = reselectThreshold_;
+  again.tieCapacity = capacity;
+  again.countsOut = nullptr;
+  SPCCL_RETURN_IF_ERROR(selectPack(again, &reselectSelect_));
+  void* dev = nullptr;
+  size_t slot = 0;
+  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(ThresholdOut), &dev, &slot));
+  SPCCL_CUDA_CHECK(cudaMemcpyAsync(dev, reselectThreshold_, sizeof(ThresholdOut), cudaMemcpyDeviceToDevice, stream_));
+  pending_.push_back(Pending{slot, Result::kThreshold, &reselectTau_});
+  reselectOut_ = out;
+  return Status::ok();
 }
 
 Status CudaExecutor::maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,

@@ -85,6 +85,12 @@ class CudaExecutor final : public Executor {
   // accumulatePairs' finding on a peer's pairs: set by the kernel, read and
   // cleared at settle().
   uint32_t* deviceBad_ = nullptr;
+  // reselect's second pass: its tau in device memory, its results on their
+  // way to *reselectOut_ at settle().
+  ThresholdStats* reselectThreshold_ = nullptr;
+  ThresholdStats reselectTau_{};
+  SelectStats reselectSelect_{};
+  ReselectStats* reselectOut_ = nullptr;
   uint32_t* hostBad_ = nullptr;
   // reduceSections' findings, one per section since the last settle(): a
   // device slot each (as many as a call brings, unlike the fixed result

@@ -4,6 +4,7 @@
 // give the same bytes, sums and findings; and a host-only step refuses to
 // run on the device.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -92,6 +93,80 @@ TEST(CudaExecutor, SameBitsAsTheHostExecutor) {
     EXPECT_EQ(c.maxKey, h.maxKey) << n;
     EXPECT_EQ(c.deltaBytes, h.deltaBytes) << n;
     EXPECT_EQ(c.fp8, h.fp8) << n;
+  }
+}
+
+// A stale tau's re-selection: a pass with a tau far below the k-th largest
+// captures too many candidates (ties among them: values repeat), then
+// reselect keeps capacity of them and fixes the residual. The CUDA executor
+// does it with a second pass over the buffer, the host over the candidates.
+struct ReselectOutcome {
+  ReselectStats stats;
+  std::vector<uint32_t> indices;
+  std::vector<unsigned char> values;
+  std::vector<float> residual;
+};
+
+Status runReselect(Executor& ex, const std::vector<float>& v, const std::vector<float>& residualIn, uint32_t staleKey,
+                   uint64_t k, ReselectOutcome* o) {
+  const size_t n = v.size();
+  ExecMemory send, resIn, resOut, indices, values;
+  SPCCL_RETURN_IF_ERROR(send.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(resIn.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(resOut.ensure(ex, n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(indices.ensure(ex, n * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(values.ensure(ex, n * 2));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(send.get(), v.data(), n * sizeof(float)));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(resIn.get(), residualIn.data(), n * sizeof(float)));
+  const SelectSpec spec{send.get(),
+                        spcclFloat32,
+                        resIn.get<float>(),
+                        resOut.get<float>(),
+                        n,
+                        staleKey,
+                        n,
+                        n,
+                        core::ValueType::kFloat16,
+                        indices.get<uint32_t>(),
+                        values.get()};
+  SelectStats first;
+  SPCCL_RETURN_IF_ERROR(ex.selectPack(spec, &first));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  if (first.selected <= k) return internalError("the stale pass did not overflow");
+  SPCCL_RETURN_IF_ERROR(ex.reselect(spec, first.selected, k, k, &o->stats));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  o->indices.resize(o->stats.selected);
+  o->values.resize(o->stats.selected * 2);
+  o->residual.resize(n);
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->indices.data(), indices.get(), o->indices.size() * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->values.data(), values.get(), o->values.size()));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(o->residual.data(), resOut.get(), n * sizeof(float)));
+  return ex.settle();
+}
+
+TEST(CudaExecutor, ReselectSameBitsAsTheHostExecutor) {
+  SPCCL_REQUIRE_DEVICE();
+  std::mt19937 g(13);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (size_t n : {size_t{5000}, size_t{1} << 20}) {
+    std::vector<float> v(n), r(n);
+    for (size_t i = 0; i < n; ++i) {
+      v[i] = std::round(d(g) * 8.0f) / 8.0f;  // coarse: many ties at any tau
+      r[i] = d(g) * 0.01f;
+    }
+    v[3] = std::numeric_limits<float>::quiet_NaN();
+    const uint64_t k = n / 50;
+    const uint32_t staleKey = core::magnitudeKey(0.5f);  // far more than k entries above it
+    host::HostExecutor hostEx;
+    cuda::CudaExecutor cudaEx;
+    ReselectOutcome h, c;
+    STATUS_ASSERT(runReselect(hostEx, v, r, staleKey, k, &h));
+    STATUS_ASSERT(runReselect(cudaEx, v, r, staleKey, k, &c));
+    EXPECT_EQ(c.stats.selected, h.stats.selected) << n;
+    EXPECT_EQ(c.stats.tauKey, h.stats.tauKey) << n;
+    EXPECT_EQ(c.indices, h.indices) << n;
+    EXPECT_EQ(c.values, h.values) << n;
+    EXPECT_EQ(std::memcmp(c.residual.data(), h.residual.data(), n * sizeof(float)), 0) << n;
   }
 }
 
