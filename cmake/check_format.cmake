@@ -2,7 +2,7 @@
 #
 #   cmake -DSOURCE_DIR=<repository root> [-DCLANG_FORMAT=clang-format-14] -P cmake/check_format.cmake
 #
-# Checks every .c, .cc, .h, .cu and .cuh file under SOURCE_DIR except build
+# Checks every .c, .cc, .cpp, .h, .cu and .cuh file under SOURCE_DIR except build
 # trees (build*/, python/build/) and the fuzz corpus. The version matters:
 # another clang-format may format the same file differently, so the check
 # uses the one named (Debian 12's clang-format is 14). To fix a file:
@@ -21,7 +21,7 @@ if(NOT EXISTS "${SOURCE_DIR}/.clang-format")
 endif()
 
 file(GLOB_RECURSE candidates RELATIVE "${SOURCE_DIR}"
-     "${SOURCE_DIR}/*.c" "${SOURCE_DIR}/*.cc" "${SOURCE_DIR}/*.h" "${SOURCE_DIR}/*.cu" "${SOURCE_DIR}/*.cuh")
+     "${SOURCE_DIR}/*.c" "${SOURCE_DIR}/*.cc" "${SOURCE_DIR}/*.cpp" "${SOURCE_DIR}/*.h" "${SOURCE_DIR}/*.cu" "${SOURCE_DIR}/*.cuh")
 set(files)
 foreach(f IN LISTS candidates)
   if(f MATCHES "^(build[^/]*|_build[^/]*|python/build|\\.git|tests/fuzz/corpus)/")

@@ -76,8 +76,7 @@ void initMpiOnce() {
   } else {
     MPI_Query_thread(&provided);
   }
-  TORCH_CHECK(provided >= MPI_THREAD_SERIALIZED,
-              "spccl: the MPI library gives thread level ", provided,
+  TORCH_CHECK(provided >= MPI_THREAD_SERIALIZED, "spccl: the MPI library gives thread level ", provided,
               ", the backend needs MPI_THREAD_SERIALIZED or higher");
 }
 
@@ -205,19 +204,30 @@ enum LocalError : int64_t {
 
 const char* localErrorText(int64_t e) {
   switch (e) {
-    case kNonContiguous: return "a tensor is not contiguous (call .contiguous() first)";
-    case kDtypeUnsupported: return "a tensor has a dtype spccl does not support";
+    case kNonContiguous:
+      return "a tensor is not contiguous (call .contiguous() first)";
+    case kDtypeUnsupported:
+      return "a tensor has a dtype spccl does not support";
     case kCudaTensor:
       return "a CUDA tensor: this build of spccl_torch moves CPU tensors only (no NCCL path)";
-    case kOtherDevice: return "a tensor is on a device other than the CPU";
-    case kSparse: return "a sparse tensor (only dense strided tensors are supported)";
-    case kShape: return "tensor sizes do not fit the operation (output/input/split sizes)";
-    case kRoot: return "the root rank is out of range";
-    case kListSize: return "a tensor list has the wrong length";
-    case kReduceOp: return "the reduction op is not supported for this dtype";
-    case kTooLarge: return "a message of 2 GiB or more (not supported)";
-    case kDtypeLocal: return "input and output tensors have different dtypes";
-    default: return "unknown error";
+    case kOtherDevice:
+      return "a tensor is on a device other than the CPU";
+    case kSparse:
+      return "a sparse tensor (only dense strided tensors are supported)";
+    case kShape:
+      return "tensor sizes do not fit the operation (output/input/split sizes)";
+    case kRoot:
+      return "the root rank is out of range";
+    case kListSize:
+      return "a tensor list has the wrong length";
+    case kReduceOp:
+      return "the reduction op is not supported for this dtype";
+    case kTooLarge:
+      return "a message of 2 GiB or more (not supported)";
+    case kDtypeLocal:
+      return "input and output tensors have different dtypes";
+    default:
+      return "unknown error";
   }
 }
 
@@ -227,8 +237,15 @@ int64_t checkTensor(const at::Tensor& t) {
   if (t.layout() != c10::kStrided) return kSparse;
   if (!t.is_contiguous()) return kNonContiguous;
   switch (t.scalar_type()) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kChar: case at::kByte: case at::kShort: case at::kInt: case at::kLong:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kChar:
+    case at::kByte:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
     case at::kBool:
       break;
     default:
@@ -264,27 +281,56 @@ int64_t reduceSpec(at::ScalarType dt, ReduceOp::RedOpType rop, ReduceSpec* s) {
   bool isFloat = at::isFloatingType(dt);
   bool isBool = dt == at::kBool;
   switch (dt) {
-    case at::kFloat: s->type = MPI_FLOAT; break;
-    case at::kDouble: s->type = MPI_DOUBLE; break;
-    case at::kHalf: case at::kBFloat16: s->type = MPI_FLOAT; s->viaFloat = true; break;
-    case at::kChar: s->type = MPI_INT8_T; break;
-    case at::kByte: s->type = MPI_UINT8_T; break;
-    case at::kShort: s->type = MPI_INT16_T; break;
-    case at::kInt: s->type = MPI_INT32_T; break;
-    case at::kLong: s->type = MPI_INT64_T; break;
-    case at::kBool: s->type = MPI_C_BOOL; break;
-    default: return kDtypeUnsupported;
+    case at::kFloat:
+      s->type = MPI_FLOAT;
+      break;
+    case at::kDouble:
+      s->type = MPI_DOUBLE;
+      break;
+    case at::kHalf:
+    case at::kBFloat16:
+      s->type = MPI_FLOAT;
+      s->viaFloat = true;
+      break;
+    case at::kChar:
+      s->type = MPI_INT8_T;
+      break;
+    case at::kByte:
+      s->type = MPI_UINT8_T;
+      break;
+    case at::kShort:
+      s->type = MPI_INT16_T;
+      break;
+    case at::kInt:
+      s->type = MPI_INT32_T;
+      break;
+    case at::kLong:
+      s->type = MPI_INT64_T;
+      break;
+    case at::kBool:
+      s->type = MPI_C_BOOL;
+      break;
+    default:
+      return kDtypeUnsupported;
   }
   switch (rop) {
-    case ReduceOp::SUM: s->op = isBool ? MPI_LOR : MPI_SUM; break;
+    case ReduceOp::SUM:
+      s->op = isBool ? MPI_LOR : MPI_SUM;
+      break;
     case ReduceOp::AVG:
       if (!isFloat) return kReduceOp;
       s->op = MPI_SUM;
       s->average = true;
       break;
-    case ReduceOp::PRODUCT: s->op = isBool ? MPI_LAND : MPI_PROD; break;
-    case ReduceOp::MIN: s->op = isBool ? MPI_LAND : MPI_MIN; break;
-    case ReduceOp::MAX: s->op = isBool ? MPI_LOR : MPI_MAX; break;
+    case ReduceOp::PRODUCT:
+      s->op = isBool ? MPI_LAND : MPI_PROD;
+      break;
+    case ReduceOp::MIN:
+      s->op = isBool ? MPI_LAND : MPI_MIN;
+      break;
+    case ReduceOp::MAX:
+      s->op = isBool ? MPI_LOR : MPI_MAX;
+      break;
     case ReduceOp::BAND:
       if (isFloat) return kReduceOp;
       s->op = isBool ? MPI_LAND : MPI_BAND;
@@ -305,17 +351,20 @@ int64_t reduceSpec(at::ScalarType dt, ReduceOp::RedOpType rop, ReduceSpec* s) {
 
 spcclDataType_t spcclType(at::ScalarType dt) {
   switch (dt) {
-    case at::kFloat: return spcclFloat32;
-    case at::kHalf: return spcclFloat16;
-    case at::kBFloat16: return spcclBfloat16;
-    case at::kDouble: return spcclFloat64;
-    default: return spcclFloat32;
+    case at::kFloat:
+      return spcclFloat32;
+    case at::kHalf:
+      return spcclFloat16;
+    case at::kBFloat16:
+      return spcclBfloat16;
+    case at::kDouble:
+      return spcclFloat64;
+    default:
+      return spcclFloat32;
   }
 }
 
-bool isSpcclFloat(at::ScalarType dt) {
-  return dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16;
-}
+bool isSpcclFloat(at::ScalarType dt) { return dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16; }
 
 int asInt(size_t v) { return static_cast<int>(v); }
 
@@ -344,23 +393,40 @@ enum Kind : int64_t {
 
 const char* kindName(int64_t k) {
   switch (k) {
-    case kAllreduce: return "all_reduce";
-    case kAllreduceCoalesced: return "all_reduce_coalesced";
-    case kBroadcast: return "broadcast";
-    case kReduce: return "reduce";
-    case kAllgather: return "all_gather";
-    case kAllgatherBase: return "all_gather_into_tensor";
-    case kReduceScatter: return "reduce_scatter";
-    case kReduceScatterBase: return "reduce_scatter_tensor";
-    case kAlltoallBase: return "all_to_all_single";
-    case kAlltoall: return "all_to_all";
-    case kBarrier: return "barrier";
-    case kGather: return "gather";
-    case kScatter: return "scatter";
-    case kCompressedAllreduce: return "compressed all_reduce (dct_hook)";
-    case kAlltoallRows: return "alltoall_rows";
-    case kAlltoallRowsBackward: return "alltoall_rows backward";
-    default: return "unknown collective";
+    case kAllreduce:
+      return "all_reduce";
+    case kAllreduceCoalesced:
+      return "all_reduce_coalesced";
+    case kBroadcast:
+      return "broadcast";
+    case kReduce:
+      return "reduce";
+    case kAllgather:
+      return "all_gather";
+    case kAllgatherBase:
+      return "all_gather_into_tensor";
+    case kReduceScatter:
+      return "reduce_scatter";
+    case kReduceScatterBase:
+      return "reduce_scatter_tensor";
+    case kAlltoallBase:
+      return "all_to_all_single";
+    case kAlltoall:
+      return "all_to_all";
+    case kBarrier:
+      return "barrier";
+    case kGather:
+      return "gather";
+    case kScatter:
+      return "scatter";
+    case kCompressedAllreduce:
+      return "compressed all_reduce (dct_hook)";
+    case kAlltoallRows:
+      return "alltoall_rows";
+    case kAlltoallRowsBackward:
+      return "alltoall_rows backward";
+    default:
+      return "unknown collective";
   }
 }
 
@@ -494,8 +560,7 @@ class SpcclBackend : public c10d::Backend {
 
   // ---- collectives ------------------------------------------------------
 
-  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& tensors,
-                                     const c10d::AllreduceOptions& opts) override {
+  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
     auto rop = opts.reduceOp.op_;
     return enqueue(OpType::ALLREDUCE, tensors, "spccl:all_reduce", [this, tensors, rop] {
       Desc d(size_);
@@ -517,8 +582,7 @@ class SpcclBackend : public c10d::Backend {
   c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                const c10d::AllreduceCoalescedOptions& opts) override {
     auto rop = opts.reduceOp.op_;
-    return enqueue(OpType::ALLREDUCE_COALESCED, tensors, "spccl:all_reduce_coalesced",
-                   [this, tensors, rop] {
+    return enqueue(OpType::ALLREDUCE_COALESCED, tensors, "spccl:all_reduce_coalesced", [this, tensors, rop] {
       Desc d(size_);
       d[fKind] = kAllreduceCoalesced;
       ReduceSpec spec;
@@ -545,8 +609,7 @@ class SpcclBackend : public c10d::Backend {
     });
   }
 
-  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors,
-                                     const c10d::BroadcastOptions& opts) override {
+  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
     int64_t root = opts.rootRank;
     return enqueue(OpType::BROADCAST, tensors, "spccl:broadcast", [this, tensors, root] {
       Desc d(size_);
@@ -560,13 +623,11 @@ class SpcclBackend : public c10d::Backend {
       d[fRoot] = root;
       agree(d, true);
       const at::Tensor& t = tensors[0];
-      checkMpi(MPI_Bcast(t.data_ptr(), asInt(t.nbytes()), MPI_BYTE, static_cast<int>(root), comm_),
-               "MPI_Bcast");
+      checkMpi(MPI_Bcast(t.data_ptr(), asInt(t.nbytes()), MPI_BYTE, static_cast<int>(root), comm_), "MPI_Bcast");
     });
   }
 
-  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors,
-                                  const c10d::ReduceOptions& opts) override {
+  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
     int64_t root = opts.rootRank;
     auto rop = opts.reduceOp.op_;
     return enqueue(OpType::REDUCE, tensors, "spccl:reduce", [this, tensors, root, rop] {
@@ -588,19 +649,16 @@ class SpcclBackend : public c10d::Backend {
       void* buf = work.data_ptr();
       int n = asInt(work.numel());
       if (rank_ == root) {
-        checkMpi(MPI_Reduce(MPI_IN_PLACE, buf, n, spec.type, spec.op, static_cast<int>(root), comm_),
-                 "MPI_Reduce");
+        checkMpi(MPI_Reduce(MPI_IN_PLACE, buf, n, spec.type, spec.op, static_cast<int>(root), comm_), "MPI_Reduce");
         if (spec.average) work.div_(size_);
         if (spec.viaFloat) t.copy_(work);
       } else {
-        checkMpi(MPI_Reduce(buf, nullptr, n, spec.type, spec.op, static_cast<int>(root), comm_),
-                 "MPI_Reduce");
+        checkMpi(MPI_Reduce(buf, nullptr, n, spec.type, spec.op, static_cast<int>(root), comm_), "MPI_Reduce");
       }
     });
   }
 
-  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                     std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                      const c10d::AllgatherOptions&) override {
     std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
     return enqueue(OpType::ALLGATHER, outs, "spccl:all_gather", [this, outs, inputs] {
@@ -692,8 +750,7 @@ class SpcclBackend : public c10d::Backend {
                                                 const c10d::ReduceScatterOptions& opts) override {
     auto rop = opts.reduceOp.op_;
     std::vector<at::Tensor> outs{output};
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, outs, "spccl:reduce_scatter_tensor",
-                   [this, output, input, rop] {
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, outs, "spccl:reduce_scatter_tensor", [this, output, input, rop] {
       Desc d(size_);
       d[fKind] = kReduceScatterBase;
       ReduceSpec spec;
@@ -709,45 +766,46 @@ class SpcclBackend : public c10d::Backend {
     });
   }
 
-  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                         std::vector<int64_t>& outputSplits,
-                                         std::vector<int64_t>& inputSplits,
-                                         const c10d::AllToAllOptions&) override {
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                                         std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions&) override {
     std::vector<at::Tensor> outs{output};
     return enqueue(OpType::ALLTOALL_BASE, outs, "spccl:all_to_all_single",
                    [this, output, input, outputSplits, inputSplits] {
-      Desc d(size_);
-      d[fKind] = kAlltoallBase;
-      d[fErr] = checkTensors({input, output});
-      if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
-      if (d[fErr] == kOk && (input.dim() == 0 || output.dim() == 0)) d[fErr] = kShape;
-      std::vector<int64_t> sendCounts, recvCounts;
-      if (d[fErr] == kOk) d[fErr] = splitCounts(input, inputSplits, &sendCounts);
-      if (d[fErr] == kOk) d[fErr] = splitCounts(output, outputSplits, &recvCounts);
-      if (d[fErr] == kOk)
-        for (int j = 0; j < size_; ++j) {
-          d.send(j) = sendCounts[j];
-          d.recv(j, size_) = recvCounts[j];
-        }
-      d[fDtype] = static_cast<int64_t>(input.scalar_type());
-      auto all = agree(d, false);
-      checkPairs(all, "all_to_all_single");
-      // The environment opt-in: equal blocks of floats go through spccl's
-      // drop-in alltoall, which compresses them row by row.
-      bool equal = true;
-      for (int r = 0; r < size_ && equal; ++r)
-        for (int j = 0; j < size_; ++j)
-          if (row(all, r)[kHeader + j] != row(all, 0)[kHeader]) { equal = false; break; }
-      at::Tensor in = input;
-      if (overlaps(input, output)) in = input.clone();
-      if (envAlltoall_ && equal && isSpcclFloat(input.scalar_type())) {
-        spcclCheck(spcclAlltoAll(in.data_ptr(), output.data_ptr(), static_cast<size_t>(sendCounts[0]),
-                                 spcclType(input.scalar_type()), spccl_, nullptr),
-                   "spcclAlltoAll");
-        return;
-      }
-      alltoallv(in.data_ptr(), sendCounts, output.data_ptr(), recvCounts, input.element_size());
-    });
+                     Desc d(size_);
+                     d[fKind] = kAlltoallBase;
+                     d[fErr] = checkTensors({input, output});
+                     if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
+                     if (d[fErr] == kOk && (input.dim() == 0 || output.dim() == 0)) d[fErr] = kShape;
+                     std::vector<int64_t> sendCounts, recvCounts;
+                     if (d[fErr] == kOk) d[fErr] = splitCounts(input, inputSplits, &sendCounts);
+                     if (d[fErr] == kOk) d[fErr] = splitCounts(output, outputSplits, &recvCounts);
+                     if (d[fErr] == kOk)
+                       for (int j = 0; j < size_; ++j) {
+                         d.send(j) = sendCounts[j];
+                         d.recv(j, size_) = recvCounts[j];
+                       }
+                     d[fDtype] = static_cast<int64_t>(input.scalar_type());
+                     auto all = agree(d, false);
+                     checkPairs(all, "all_to_all_single");
+                     // The environment opt-in: equal blocks of floats go through spccl's
+                     // drop-in alltoall, which compresses them row by row.
+                     bool equal = true;
+                     for (int r = 0; r < size_ && equal; ++r)
+                       for (int j = 0; j < size_; ++j)
+                         if (row(all, r)[kHeader + j] != row(all, 0)[kHeader]) {
+                           equal = false;
+                           break;
+                         }
+                     at::Tensor in = input;
+                     if (overlaps(input, output)) in = input.clone();
+                     if (envAlltoall_ && equal && isSpcclFloat(input.scalar_type())) {
+                       spcclCheck(spcclAlltoAll(in.data_ptr(), output.data_ptr(), static_cast<size_t>(sendCounts[0]),
+                                                spcclType(input.scalar_type()), spccl_, nullptr),
+                                  "spcclAlltoAll");
+                       return;
+                     }
+                     alltoallv(in.data_ptr(), sendCounts, output.data_ptr(), recvCounts, input.element_size());
+                   });
   }
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -794,8 +852,7 @@ class SpcclBackend : public c10d::Backend {
     });
   }
 
-  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                  std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::GatherOptions& opts) override {
     int64_t root = opts.rootRank;
     std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
@@ -834,8 +891,7 @@ class SpcclBackend : public c10d::Backend {
     });
   }
 
-  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs,
-                                   std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                    const c10d::ScatterOptions& opts) override {
     int64_t root = opts.rootRank;
     std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>() : inputs[0];
@@ -938,29 +994,29 @@ class SpcclBackend : public c10d::Backend {
   c10::intrusive_ptr<Work> compressedAllreduce(std::shared_ptr<void> owner, spcclCompressor_t* comp, at::Tensor t,
                                                float density, int interval, int wire, bool avg) {
     std::vector<at::Tensor> outs{t};
-    return enqueue(OpType::ALLREDUCE, outs, "spccl:dct_allreduce",
-                   [this, owner, comp, t, density, interval, wire, avg] {
-      Desc d(size_);
-      d[fKind] = kCompressedAllreduce;
-      d[fErr] = checkTensor(t);
-      if (d[fErr] == kOk && !isSpcclFloat(t.scalar_type())) d[fErr] = kDtypeUnsupported;
-      d[fDtype] = static_cast<int64_t>(t.scalar_type());
-      d[fNumel] = t.numel();
-      agree(d, true);
-      if (*comp == nullptr) {
-        spcclCompressConfig_t cfg;
-        spcclCheck(spcclCompressConfigInit(&cfg), "spcclCompressConfigInit");
-        cfg.density = density;
-        cfg.thresholdInterval = interval;
-        cfg.errorFeedback = 1;
-        cfg.wireValueType = static_cast<spcclDataType_t>(wire);
-        spcclCheck(spcclCompressorCreate(spccl_, static_cast<size_t>(t.numel()), spcclType(t.scalar_type()), &cfg,
-                                         comp),
-                   "spcclCompressorCreate");
-      }
-      spcclCheck(spcclAllReduceCompressed(t.data_ptr(), t.data_ptr(), avg ? spcclAvg : spcclSum, *comp, nullptr),
-                 "spcclAllReduceCompressed");
-    });
+    return enqueue(
+        OpType::ALLREDUCE, outs, "spccl:dct_allreduce", [this, owner, comp, t, density, interval, wire, avg] {
+          Desc d(size_);
+          d[fKind] = kCompressedAllreduce;
+          d[fErr] = checkTensor(t);
+          if (d[fErr] == kOk && !isSpcclFloat(t.scalar_type())) d[fErr] = kDtypeUnsupported;
+          d[fDtype] = static_cast<int64_t>(t.scalar_type());
+          d[fNumel] = t.numel();
+          agree(d, true);
+          if (*comp == nullptr) {
+            spcclCompressConfig_t cfg;
+            spcclCheck(spcclCompressConfigInit(&cfg), "spcclCompressConfigInit");
+            cfg.density = density;
+            cfg.thresholdInterval = interval;
+            cfg.errorFeedback = 1;
+            cfg.wireValueType = static_cast<spcclDataType_t>(wire);
+            spcclCheck(
+                spcclCompressorCreate(spccl_, static_cast<size_t>(t.numel()), spcclType(t.scalar_type()), &cfg, comp),
+                "spcclCompressorCreate");
+          }
+          spcclCheck(spcclAllReduceCompressed(t.data_ptr(), t.data_ptr(), avg ? spcclAvg : spcclSum, *comp, nullptr),
+                     "spcclAllReduceCompressed");
+        });
   }
 
   c10::intrusive_ptr<Work> alltoallRows(at::Tensor in, at::Tensor out, int64_t rowsPerPeer, int64_t rowLen,
@@ -972,8 +1028,7 @@ class SpcclBackend : public c10d::Backend {
       d[fErr] = checkTensors({in, out});
       if (d[fErr] == kOk && !isSpcclFloat(in.scalar_type())) d[fErr] = kDtypeUnsupported;
       if (d[fErr] == kOk && out.scalar_type() != in.scalar_type()) d[fErr] = kDtypeLocal;
-      if (d[fErr] == kOk && (in.numel() != size_ * rowsPerPeer * rowLen || out.numel() != in.numel()))
-        d[fErr] = kShape;
+      if (d[fErr] == kOk && (in.numel() != size_ * rowsPerPeer * rowLen || out.numel() != in.numel())) d[fErr] = kShape;
       d[fDtype] = static_cast<int64_t>(in.scalar_type());
       d[fNumel] = rowsPerPeer;
       d[fAux] = rowLen;
@@ -995,8 +1050,7 @@ class SpcclBackend : public c10d::Backend {
       d[fDtype] = static_cast<int64_t>(grad.scalar_type());
       d[fNumel] = grad.numel();
       agree(d, true);
-      spcclCheck(spcclAlltoAllRowsBackward(grad.data_ptr(), out.data_ptr(), sel, nullptr),
-                 "spcclAlltoAllRowsBackward");
+      spcclCheck(spcclAlltoAllRowsBackward(grad.data_ptr(), out.data_ptr(), sel, nullptr), "spcclAlltoAllRowsBackward");
     });
   }
 
@@ -1226,8 +1280,8 @@ class SpcclBackend : public c10d::Backend {
     // buffer when the data cannot be used, so the sender still completes).
     int64_t peerErr = op.header[0];
     if (peerErr != kOk) {
-      op.error = c10::str("spccl recv from rank ", op.peer, ": the sender's tensor was rejected: ",
-                          localErrorText(peerErr));
+      op.error =
+          c10::str("spccl recv from rank ", op.peer, ": the sender's tensor was rejected: ", localErrorText(peerErr));
       return true;
     }
     auto peerType = static_cast<at::ScalarType>(op.header[1]);
@@ -1274,7 +1328,8 @@ class SpcclBackend : public c10d::Backend {
       if (at(r, fKind) != at(0, fKind)) {
         std::ostringstream m;
         m << "spccl: ranks called different collectives:";
-        for (int q = 0; q < size_; ++q) m << " rank " << q << " " << kindName(at(q, fKind)) << (q + 1 < size_ ? "," : "");
+        for (int q = 0; q < size_; ++q)
+          m << " rank " << q << " " << kindName(at(q, fKind)) << (q + 1 < size_ ? "," : "");
         TORCH_CHECK(false, m.str());
       }
     std::ostringstream bad;
@@ -1364,9 +1419,8 @@ class SpcclBackend : public c10d::Backend {
     // which compresses the large ones with the SPCCL_* settings.
     if (allowSpccl && envAllreduce_ && isSpcclFloat(t.scalar_type()) &&
         (rop == ReduceOp::SUM || rop == ReduceOp::AVG)) {
-      spcclCheck(spcclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                spcclType(t.scalar_type()), rop == ReduceOp::AVG ? spcclAvg : spcclSum, spccl_,
-                                nullptr),
+      spcclCheck(spcclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), spcclType(t.scalar_type()),
+                                rop == ReduceOp::AVG ? spcclAvg : spcclSum, spccl_, nullptr),
                  "spcclAllReduce");
       return;
     }
@@ -1562,15 +1616,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace spccl_torch;
   py::module::import("torch.distributed");
   py::class_<SpcclBackend, c10d::Backend, c10::intrusive_ptr<SpcclBackend>>(m, "SpcclBackend")
-      .def("comm_stats", [](SpcclBackend& b) {
-        spcclStats_t s{};
-        {
-          py::gil_scoped_release nogil;
-          std::lock_guard<std::mutex> g(mpiMutex());
-          if (b.spcclComm() != nullptr) spcclCommGetStats(b.spcclComm(), &s);
-        }
-        return statsDict(s);
-      })
+      .def("comm_stats",
+           [](SpcclBackend& b) {
+             spcclStats_t s{};
+             {
+               py::gil_scoped_release nogil;
+               std::lock_guard<std::mutex> g(mpiMutex());
+               if (b.spcclComm() != nullptr) spcclCommGetStats(b.spcclComm(), &s);
+             }
+             return statsDict(s);
+           })
       .def("env_allreduce", &SpcclBackend::envAllreduce)
       .def("env_alltoall", &SpcclBackend::envAlltoall);
   m.def("create_backend", &createBackend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
