@@ -126,7 +126,7 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
   auto* p = static_cast<unsigned char*>(dst);
   const StreamHeader h = pairsHeader(info);
   std::memcpy(p, &h, sizeof h);
-  const PairsLayout l = pairsLayout(info, 0);
+  const PairsLayout l = pairsLayout(info);
   if (info.nnz > 0)  // empty vectors may hand over NULL: memcpy(NULL, 0) is undefined
     std::memcpy(p + l.valuesOffset, wireValues, info.nnz * core::wireValueBytes(info.valueType));
   const size_t used =
@@ -137,22 +137,11 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
   return total;
 }
 
-PairsLayout pairsLayout(const StreamInfo& info, uint64_t deltaIndexBytes) {
-  const size_t vbytes = info.nnz * core::wireValueBytes(info.valueType);
-  PairsLayout l{};
-  if (info.encoding == IndexEncoding::kCoo32) {
-    l.indexOffset = sizeof(StreamHeader);
-    l.indexBytes = info.nnz * sizeof(uint32_t);
-    l.valuesOffset = l.indexOffset + l.indexBytes;
-  } else {
-    // Compact encodings: values first (they keep their alignment), then the index bytes.
-    l.valuesOffset = sizeof(StreamHeader);
-    l.indexOffset = l.valuesOffset + vbytes;
-    l.indexBytes = info.encoding == IndexEncoding::kDelta ? static_cast<size_t>(deltaIndexBytes)
-                                                          : host::bitmapIndexBytes(info.rangeEnd - info.rangeBegin);
-  }
-  l.bytes = alignStream(sizeof(StreamHeader) + vbytes + l.indexBytes);
-  return l;
+PairsLayout pairsLayout(const StreamInfo& info) {
+  if (info.encoding == IndexEncoding::kCoo32)
+    return PairsLayout{sizeof(StreamHeader) + info.nnz * sizeof(uint32_t), sizeof(StreamHeader)};
+  // Compact encodings: values first (they keep their alignment), then the index bytes.
+  return PairsLayout{sizeof(StreamHeader), sizeof(StreamHeader) + info.nnz * core::wireValueBytes(info.valueType)};
 }
 
 Status encodePairsOn(Executor& ex, void* dst, size_t bytes, const StreamInfo& info, const uint32_t* indices,
@@ -163,7 +152,7 @@ Status encodePairsOn(Executor& ex, void* dst, size_t bytes, const StreamInfo& in
   if (bytes > sizeof(StreamHeader)) SPCCL_RETURN_IF_ERROR(ex.fill(p + bytes - 8, 0, 8));
   const StreamHeader h = pairsHeader(info);
   SPCCL_RETURN_IF_ERROR(ex.fromHost(p, &h, sizeof h));
-  const PairsLayout l = pairsLayout(info, 0);
+  const PairsLayout l = pairsLayout(info);
   if (info.nnz > 0)
     SPCCL_RETURN_IF_ERROR(ex.copy(p + l.valuesOffset, wireValues, info.nnz * core::wireValueBytes(info.valueType)));
   return ex.encodeIndices(info.encoding, indices, info.nnz, info.rangeBegin, info.rangeEnd, p + l.indexOffset);
