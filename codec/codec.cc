@@ -114,13 +114,25 @@ bool knownValueType(uint8_t v) {
          v == static_cast<uint8_t>(ValueType::kBfloat16) || v == static_cast<uint8_t>(ValueType::kFloat8e4m3);
 }
 
-}  // namespace
+// Where a pairs stream's value and index sections start.
+struct PairsLayout {
+  size_t valuesOffset, indexOffset;
+};
 
 StreamHeader pairsHeader(const StreamInfo& info) {
   StreamHeader h = makeHeader(info, StreamKind::kPairs, info.nnz);
   h.indexEncoding = static_cast<uint8_t>(info.encoding);
   return h;
 }
+
+PairsLayout pairsLayout(const StreamInfo& info) {
+  if (info.encoding == IndexEncoding::kCoo32)
+    return PairsLayout{sizeof(StreamHeader) + info.nnz * sizeof(uint32_t), sizeof(StreamHeader)};
+  // Compact encodings: values first (they keep their alignment), then the index bytes.
+  return PairsLayout{sizeof(StreamHeader), sizeof(StreamHeader) + info.nnz * core::wireValueBytes(info.valueType)};
+}
+
+}  // namespace
 
 size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues) {
   auto* p = static_cast<unsigned char*>(dst);
@@ -135,13 +147,6 @@ size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, c
   const size_t total = alignStream(used);
   zeroPad(p, used, total);
   return total;
-}
-
-PairsLayout pairsLayout(const StreamInfo& info) {
-  if (info.encoding == IndexEncoding::kCoo32)
-    return PairsLayout{sizeof(StreamHeader) + info.nnz * sizeof(uint32_t), sizeof(StreamHeader)};
-  // Compact encodings: values first (they keep their alignment), then the index bytes.
-  return PairsLayout{sizeof(StreamHeader), sizeof(StreamHeader) + info.nnz * core::wireValueBytes(info.valueType)};
 }
 
 Status encodePairsOn(Executor& ex, void* dst, size_t bytes, const StreamInfo& info, const uint32_t* indices,

@@ -182,12 +182,6 @@ struct StreamInfo {
 // the wire type). `dst` must hold encodedPairsBytes(info.encoding, ...).
 // Returns bytes written.
 size_t encodePairs(void* dst, const StreamInfo& info, const uint32_t* indices, const void* wireValues);
-// Where a pairs stream's value and index sections start.
-struct PairsLayout {
-  size_t valuesOffset, indexOffset;
-};
-PairsLayout pairsLayout(const StreamInfo& info);
-StreamHeader pairsHeader(const StreamInfo& info);
 // encodePairs with indices, values and dst in executor memory: the header
 // from the host, the sections written by the executor. `bytes`: the
 // stream's size (choosePairsEncodingOn's).

@@ -68,7 +68,7 @@ struct Workspace {
   ExecMemory fixedIndices, fixedValues, fixedCounts;
   std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
-  std::vector<uint64_t> counts, recvCounts, cuts, nnzPerRank, deltaBytes;
+  std::vector<uint64_t> counts, recvCounts, cuts, bounds, nnzPerRank, deltaBytes;
   std::vector<uint32_t> rangeIndices;
   std::vector<float> rangeValues;  // split's owner: rangeSums at rangeIndices, in the same order
   std::vector<uint64_t> reselectKeys;
@@ -141,9 +141,15 @@ inline uint64_t rangeBegin(uint64_t count, int p, int r) {
 
 Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx);
 
-// choosePairsEncoding for nnz sorted indices in [0, count) held in executor
-// memory: the delta encoding's size from Executor::deltaIndexBytes (one
-// settle(), only where the setting may pick it).
+// choosePairsEncoding for `pieces` runs of sorted indices held in executor
+// memory: piece r is indices[cuts[r], cuts[r + 1]) over the range
+// [bounds[r], bounds[r + 1]); the delta encoding's size from
+// Executor::deltaIndexBytes (into deltaBytes[r]; one settle() for all, only
+// where the setting may pick it). encodings and bytes get one entry a piece.
+Status choosePairsEncodingsOn(Executor& ex, int setting, const uint32_t* indices, const uint64_t* cuts,
+                              const uint64_t* bounds, size_t pieces, core::ValueType wire, uint64_t* deltaBytes,
+                              IndexEncoding* encodings, size_t* bytes);
+// The same for one run: nnz sorted indices in [0, count).
 Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices, uint64_t nnz, uint64_t count,
                              core::ValueType wire, IndexEncoding* encoding, size_t* bytes);
 

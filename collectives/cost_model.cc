@@ -29,8 +29,8 @@ constexpr double kSizeWord = 8;  // one uint64 size per peer
 // split owner (key, nth_element, drop pass).
 constexpr double kPickBytes = 256;
 constexpr double kReselectBytes = 384;
-// Received pairs, per pair beyond its own bytes (host::reduceSections and
-// storeSection, host_kernel_bench's unpack rows at densities 0.0001-0.05):
+// Received pairs, per pair beyond its own bytes (host::reduceSections,
+// host_kernel_bench's unpack rows at densities 0.0001-0.05):
 // the blocked pass decodes and adds each in the first-level cache; below
 // one pair in kScatterBelow elements each lands on a line memset has left
 // in memory, a read-modify-write that waits on the miss.

@@ -56,8 +56,8 @@ struct CostTerms {
 // and 256 per selected entry (its classification and packing).
 double selectPassBytes(double n, double elemBytes, double k);
 // Bytes-equivalent of summing `pairs` received pairs of pairBytes into a
-// zeroed output of `span` floats, the way host::reduceSections and
-// storeSection do it (kernels/host/sections.h): one blocked pass over the output (4 span; 40 a pair to
+// zeroed output of `span` floats, the way host::reduceSections does it
+// (kernels/host/sections.h): one blocked pass over the output (4 span; 40 a pair to
 // decode and add, beyond its bytes) or, below one pair in kScatterBelow
 // elements, memset's streaming stores (2 span) and a cache miss a pair (320).
 double reduceBytes(double pairs, double span, double pairBytes);

@@ -50,15 +50,29 @@ Status sparseAllgather(const SparseContribution& mine, ReduceContext* ctx) {
                          &ws.streams);
 }
 
+Status choosePairsEncodingsOn(Executor& ex, int setting, const uint32_t* indices, const uint64_t* cuts,
+                              const uint64_t* bounds, size_t pieces, core::ValueType wire, uint64_t* deltaBytes,
+                              IndexEncoding* encodings, size_t* bytes) {
+  bool counted = false;
+  for (size_t r = 0; r < pieces; ++r) {
+    deltaBytes[r] = 0;
+    const uint64_t nnz = cuts[r + 1] - cuts[r];
+    if (!pairsEncodingNeedsDeltaBytes(setting, nnz, bounds[r], bounds[r + 1], wire)) continue;
+    SPCCL_RETURN_IF_ERROR(ex.deltaIndexBytes(indices + cuts[r], nnz, bounds[r], &deltaBytes[r]));
+    counted = true;
+  }
+  if (counted) SPCCL_RETURN_IF_ERROR(ex.settle());
+  for (size_t r = 0; r < pieces; ++r)
+    encodings[r] = choosePairsEncodingFromDeltaBytes(setting, cuts[r + 1] - cuts[r], bounds[r], bounds[r + 1], wire,
+                                                     deltaBytes[r], &bytes[r]);
+  return Status::ok();
+}
+
 Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices, uint64_t nnz, uint64_t count,
                              core::ValueType wire, IndexEncoding* encoding, size_t* bytes) {
+  const uint64_t cuts[2] = {0, nnz}, bounds[2] = {0, count};
   uint64_t deltaBytes = 0;
-  if (pairsEncodingNeedsDeltaBytes(setting, nnz, 0, count, wire)) {
-    SPCCL_RETURN_IF_ERROR(ex.deltaIndexBytes(indices, nnz, 0, &deltaBytes));
-    SPCCL_RETURN_IF_ERROR(ex.settle());
-  }
-  *encoding = choosePairsEncodingFromDeltaBytes(setting, nnz, 0, count, wire, deltaBytes, bytes);
-  return Status::ok();
+  return choosePairsEncodingsOn(ex, setting, indices, cuts, bounds, 1, wire, &deltaBytes, encoding, bytes);
 }
 
 Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,

@@ -209,6 +209,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   ws.recvSizes.resize(p);
   ws.recvOffsets.resize(p);
   ws.cuts.resize(p + 1);
+  ws.bounds.resize(p + 1);
   uint64_t* starts = ws.cuts.data();  // rank r's piece is pairs [starts[r], starts[r+1])
   std::vector<IndexEncoding>& encodings = ws.encodings;
   encodings.resize(p);
@@ -216,23 +217,18 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
   // The cuts: where each owner's range starts in the sorted selection (n for the end).
   SPCCL_RETURN_IF_ERROR(ws.cutKeys.ensure(ex, (p + 1) * sizeof(uint64_t)));
   SPCCL_RETURN_IF_ERROR(ws.cutPoints.ensure(ex, (p + 1) * sizeof(uint64_t)));
-  for (int r = 0; r <= p; ++r) starts[r] = begin(r);
-  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.cutKeys.get(), starts, (p + 1) * sizeof(uint64_t)));
+  for (int r = 0; r <= p; ++r) ws.bounds[r] = begin(r);
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.cutKeys.get(), ws.bounds.data(), (p + 1) * sizeof(uint64_t)));
   SPCCL_RETURN_IF_ERROR(
       ex.lowerBounds(mine.indices, mine.nnz, ws.cutKeys.get<uint64_t>(), p + 1, ws.cutPoints.get<uint64_t>()));
   SPCCL_RETURN_IF_ERROR(ex.toHost(starts, ws.cutPoints.get(), (p + 1) * sizeof(uint64_t)));
   SPCCL_RETURN_IF_ERROR(ex.settle());
-  // Each piece's index encoding, from its delta bytes where the choice needs them (one settle for all).
-  ws.deltaBytes.assign(p, 0);
-  for (int r = 0; r < p; ++r)
-    if (pairsEncodingNeedsDeltaBytes(ctx->indexEncoding, starts[r + 1] - starts[r], begin(r), begin(r + 1), ctx->wire))
-      SPCCL_RETURN_IF_ERROR(
-          ex.deltaIndexBytes(mine.indices + starts[r], starts[r + 1] - starts[r], begin(r), &ws.deltaBytes[r]));
-  SPCCL_RETURN_IF_ERROR(ex.settle());
+  ws.deltaBytes.resize(p);
+  SPCCL_RETURN_IF_ERROR(choosePairsEncodingsOn(ex, ctx->indexEncoding, mine.indices, starts, ws.bounds.data(),
+                                               static_cast<size_t>(p), ctx->wire, ws.deltaBytes.data(),
+                                               encodings.data(), ws.sizes.data()));
   size_t total = 0;
   for (int r = 0; r < p; ++r) {
-    encodings[r] = choosePairsEncodingFromDeltaBytes(ctx->indexEncoding, starts[r + 1] - starts[r], begin(r),
-                                                     begin(r + 1), ctx->wire, ws.deltaBytes[r], &ws.sizes[r]);
     ws.offsets[r] = total;
     total += ws.sizes[r];
   }

@@ -134,24 +134,6 @@ void accumulateSection(const WireSection& v, float* acc, uint64_t accBase) {
 
 bool zeroThenScatter(uint64_t pairs, uint64_t len) { return pairs * kScatterBelow < len; }
 
-void storeSection(const WireSection& v, float* out, uint64_t outBase) {
-  float* range = out + (v.rangeBegin - outBase);
-  const uint64_t len = v.rangeEnd - v.rangeBegin;
-  if (v.dense || zeroThenScatter(v.nnz, len)) {  // dense: a sequential pass either way
-    std::fill(range, range + len, 0.0f);
-    accumulateSection(v, out, outBase);
-    return;
-  }
-  uint64_t next = 0;  // range[0, next) written
-  forEachPair(v, [&](uint64_t index, uint64_t j) {
-    const uint64_t at = index - v.rangeBegin;  // > next - 1: indices strictly increase (checkIndexSection)
-    std::fill(range + next, range + at, 0.0f);
-    range[at] = 0.0f + core::loadWireValue(v.values, j, v.valueType, v.scaleExp);  // -0 becomes +0, as in a sum
-    next = at + 1;
-  });
-  std::fill(range + next, range + len, 0.0f);
-}
-
 void reduceSections(const WireSection* views, size_t count, float* acc, uint64_t accBase,
                     std::vector<PairCursor>* cursors) {
   if (count == 0) return;

@@ -119,11 +119,6 @@ void accumulateSection(const WireSection& s, float* acc, uint64_t accBase);
 constexpr uint64_t kScatterBelow = 128;
 bool zeroThenScatter(uint64_t pairs, uint64_t len);
 
-// The same bits as zeroing out[rangeBegin - outBase, rangeEnd - outBase) and
-// then accumulateSection(s, out, outBase) (0.0f + value at the entries,
-// +0 between them). Dense enough (zeroThenScatter false): in one pass front
-// to back, no second visit to lines the zeroing has already evicted.
-void storeSection(const WireSection& s, float* out, uint64_t outBase);
 // The same bits as zeroing acc over the sections' common range and then
 // accumulateSection of sections[0], sections[1], ... in that order (every
 // element's sum starts from +0 and adds in section order). Dense enough (all
