@@ -4,6 +4,7 @@
 #include <string>
 
 #include "collectives/algorithms.h"
+#include "collectives/context.h"
 #include "include/spccl.h"
 
 namespace spccl {
@@ -105,10 +106,22 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
   return Status::ok();
 }
 
-Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all) {
-  all->resize(t.size());
-  SPCCL_RETURN_IF_ERROR(t.allGather(&mine, sizeof mine, all->data()));
-  return checkDescriptors(all->data(), t.size(), mine);
+size_t agreementBytes(const Executor& ex) { return ex.onDevice() ? kDeviceAgreementBytes : sizeof(CallDescriptor); }
+
+Status agreeOnCall(CollectiveContext& comm, Transport& t, const CallDescriptor& mine) {
+  const size_t p = static_cast<size_t>(t.size()), me = static_cast<size_t>(t.rank());
+  Executor& ex = *comm.executor;
+  const size_t bytes = agreementBytes(ex);
+  ExecMemory& staged = comm.exec.descriptors;
+  SPCCL_RETURN_IF_ERROR(staged.ensure(ex, p * bytes));
+  auto* all = staged.get<unsigned char>();
+  if (bytes > sizeof mine) SPCCL_RETURN_IF_ERROR(ex.fill(all + me * bytes, 0, bytes));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(all + me * bytes, &mine, sizeof mine));
+  SPCCL_RETURN_IF_ERROR(ex.withMemory([&] { return t.allGather(all + me * bytes, bytes, all); }));
+  comm.descriptors.resize(p);
+  for (size_t r = 0; r < p; ++r) SPCCL_RETURN_IF_ERROR(ex.toHost(&comm.descriptors[r], all + r * bytes, sizeof mine));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  return checkDescriptors(comm.descriptors.data(), t.size(), mine);
 }
 
 size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets) {

@@ -10,10 +10,13 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "kernels/core/executor.h"
 #include "kernels/core/status.h"
 #include "transport/transport.h"
 
 namespace spccl {
+
+struct CollectiveContext;  // collectives/context.h
 
 // Checks every rank's descriptor against this rank's. The result is the same
 // on every rank (all see the same descriptors): a mismatch is
@@ -21,10 +24,19 @@ namespace spccl {
 // For other collectives (op & kOtherCollective) nnz must match too.
 Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescriptor& mine);
 
-// Allgathers the descriptors and checks them (checkDescriptors): the
-// verdict is the same on every rank, so a mismatched call fails everywhere
-// before any stream moves.
-Status agreeOnCall(Transport& t, const CallDescriptor& mine, std::vector<CallDescriptor>* all);
+// Allgathers the descriptors into comm.descriptors and checks them
+// (checkDescriptors): the verdict is the same on every rank, so a mismatched
+// call fails everywhere before any stream moves. The descriptors travel
+// through the communicator's executor memory (an NCCL transport moves only
+// device memory); t is comm's transport, or a wrapper of it.
+Status agreeOnCall(CollectiveContext& comm, Transport& t, const CallDescriptor& mine);
+
+// Bytes of one rank's part of agreeOnCall's exchange: the descriptor, padded
+// with zeros on a device to the 96-byte call records of the device
+// collectives still written in src/nccl/, so that two different calls that
+// meet there exchange the same number of bytes too, and are refused.
+constexpr size_t kDeviceAgreementBytes = 96;
+size_t agreementBytes(const Executor& ex);
 
 // Offsets of streams laid end to end in one buffer; returns the total bytes.
 size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets);

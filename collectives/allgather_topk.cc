@@ -97,7 +97,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   const bool sendDense = denseStreamBytes(n, wire) < pairsBytes;
   CallDescriptor mine = allGatherTopKDescriptor(seq, n, type, wire, nnz, density);
   mine.streamBytes = sendDense ? denseStreamBytes(n, wire) : pairsBytes;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t, mine, &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(comm, t, mine));
 
   ws.sizes.resize(p);
   ws.offsets.resize(p);
@@ -148,7 +148,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * n * esize;
-  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + ws.sizes[me]);
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (agreementBytes(ex) + ws.sizes[me]);
   return Status::ok();
 }
 

@@ -277,9 +277,8 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   const bool int8 = codec == kRowsCodecInt8;        // values staged as fp32, coded per row by encodeRowsInt8
   const bool bounded = codec == kRowsCodecBounded;  // values staged as fp32, coded by encodeRowsBounded
 
-  SPCCL_RETURN_IF_ERROR(
-      agreeOnCall(t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep),
-                  &comm.descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(
+      comm, t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep)));
 
   // Select every row, block by block; positions and counts go to the selection.
   const std::shared_ptr<RowsPositions> held = comm.freeRowsPositions();
@@ -428,10 +427,9 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
   // already agreed on it. Nothing is fed back: the model-parallel exchange
   // keeps no residual, as with the fp16/bf16/fp8 wire types.
   const bool int8 = s.codec == kRowsCodecInt8;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(t,
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(comm, t,
                                     rowsCallDescriptor(Collective::kAlltoAllRowsBackward, seq, rowsPerPeer, rowLen,
-                                                       s.dataType, s.wire, s.codec, s.forwardSeq),
-                                    &comm.descriptors));
+                                                       s.dataType, s.wire, s.codec, s.forwardSeq)));
   // Every rank is in this backward of this selection's forward: the
   // selection is spent (a call refused above leaves it for a retry).
   s.used = true;

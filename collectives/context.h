@@ -65,10 +65,12 @@ struct CollectiveContext {
   // Declared before the ExecMemory it frees; shared with the communicator's
   // compressors, which may outlive it (their residuals are its memory).
   std::shared_ptr<Executor> executor;
-  // Executor memory of the sparsified allgather: the selected pairs, their
-  // values in fp32 (fp8 wire) and the decoded blocks.
+  // Executor memory of the sparsified allgather (the selected pairs, their
+  // values in fp32 for an fp8 wire, the decoded blocks) and of every call's
+  // descriptor exchange (agreeOnCall).
   struct {
     ExecMemory indices, values, staged, floats;
+    ExecMemory descriptors;
   } exec;
   const CollectiveSettings* settings = nullptr;  // the communicator's, for its life
   int rank = 0;

@@ -160,6 +160,7 @@ int chooseAlgorithm(const CostInputs& in, const CostModel& m) {
   const AllreduceAlgorithm* best = nullptr;
   double bestSeconds = 0;
   for (const AllreduceAlgorithm& a : allreduceAlgorithms()) {
+    if (!a.supports(AllreduceRequest{in.onDevice})) continue;
     const double seconds = modelSeconds(a.id, in, m);
     if (best == nullptr || seconds < bestSeconds || (seconds == bestSeconds && a.tieOrder < best->tieOrder))
       best = &a, bestSeconds = seconds;

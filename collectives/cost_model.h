@@ -25,6 +25,7 @@ struct CostInputs {
   double mergedPerRange = -1;  // measured pairs per owner range after merge; < 0: unknown
   int indexEncoding = 1;       // SPCCL_INDEX_ENCODING (codec.h kIndexEncoding*); 1 = coo, 32-bit indices
   double keepPerRange = 0;     // split's re-selection budget per owner range; 0: owners send all they merged
+  bool onDevice = false;       // the executor's: only the algorithms that support it are chosen
 };
 
 // Expected bytes per index of `nnz` sorted indices spread over a range of

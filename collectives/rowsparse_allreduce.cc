@@ -127,7 +127,7 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
   const uint32_t vb = sizeof(Acc);
   const uint64_t seq = comm.seq++;
   SPCCL_RETURN_IF_ERROR(
-      agreeOnCall(t, rowSparseDescriptor(comm.settings->rowSparseAlgorithm, seq, rowLen, type), &comm.descriptors));
+      agreeOnCall(comm, t, rowSparseDescriptor(comm.settings->rowSparseAlgorithm, seq, rowLen, type)));
 
   Workspace::RowSparseLists<Acc>& lists = listsOf<Acc>(ws);
   IdRows<Acc>& mine = lists.mine;

@@ -237,9 +237,9 @@ Status makeCompressor(spcclComm* comm, size_t count, spcclDataType_t type, const
   c->dataType = type;
   c->config = config;
   c->implicit = implicit;
-  c->executor = comm->executor;  // null on an NCCL communicator (the device path)
-  // The host residual buffers come with the first compressed call
-  // (spcclCompressor::ensureResidual); device compressors keep theirs on the device.
+  c->executor = comm->executor;  // host, or CUDA on an NCCL communicator
+  // The residual buffers come with the first compressed call
+  // (spcclCompressor::ensureResidual).
   *out = std::move(c);
   return Status::ok();
 }
@@ -277,7 +277,7 @@ Status spcclComm::exactAllReduce(const void* sendbuff, void* recvbuff, size_t co
   // Every rank agrees on the call first (codec.h exactAllReduceDescriptor), so
   // a mismatch fails everywhere rather than reaching MPI with other shapes.
   const uint64_t callSeq = seq++;
-  SPCCL_RETURN_IF_ERROR(agreeOnCall(*transport, exactAllReduceDescriptor(callSeq, count, type, op), &descriptors));
+  SPCCL_RETURN_IF_ERROR(agreeOnCall(*this, *transport, exactAllReduceDescriptor(callSeq, count, type, op)));
   if (count > 0) SPCCL_RETURN_IF_ERROR(transport->allReduceDense(sendbuff, recvbuff, count, type, op));
   *call = spcclStats_t{};
   call->calls = 1;

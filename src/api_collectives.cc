@@ -65,9 +65,8 @@ spcclResult_t spcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, 
                      call);
     }
     SPCCL_RETURN_IF_ERROR(checkHostMemory(*comm, true, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));
-    SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm->transport,
-                                      exactCollectiveDescriptor(Collective::kAlltoAll, comm->seq++, count, datatype),
-                                      &comm->descriptors));
+    SPCCL_RETURN_IF_ERROR(agreeOnCall(*comm, *comm->transport,
+                                      exactCollectiveDescriptor(Collective::kAlltoAll, comm->seq++, count, datatype)));
     const size_t block = count * dataTypeSize(datatype);
     return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
                      count ? comm->transport->allToAll(sendbuff, block, recvbuff) : Status::ok());
@@ -114,8 +113,7 @@ spcclResult_t spcclAllGather(const void* sendbuff, void* recvbuff, size_t sendco
                      call);
     }
     SPCCL_RETURN_IF_ERROR(agreeOnCall(
-        *comm->transport, exactCollectiveDescriptor(Collective::kAllGather, comm->seq++, sendcount, datatype),
-        &comm->descriptors));
+        *comm, *comm->transport, exactCollectiveDescriptor(Collective::kAllGather, comm->seq++, sendcount, datatype)));
     const size_t block = sendcount * dataTypeSize(datatype);
     return exactCall(comm, static_cast<uint64_t>(comm->ranks - 1) * block,
                      sendcount ? comm->transport->allGather(sendbuff, block, recvbuff) : Status::ok());

@@ -97,10 +97,11 @@ struct spcclCompressor {
   // a call with more NaN/Inf than slots. Its own, not the shared buffers'
   // size, so that a compressor selects alike with or without larger neighbours.
   uint64_t pairSlots = 0;
-  int scaleExp = 0;  // fp8 wire: the scale exponent this call's values were stored with
+  int scaleExp = 0;                // fp8 wire: the scale exponent this call's values were stored with
+  bool warnedUnsupported = false;  // said once that an algorithm not on this executor runs as allgather
   spcclStats_t stats{};
-  // Compressors of NCCL communicators keep their residual and scratch here
-  // (device memory) instead of in the host vectors above.
+  // SPCCL_CAPACITY_MODE=fixed on an NCCL communicator: the compressor's
+  // device state (src/nccl/device_collectives.cc) instead of the above.
   std::shared_ptr<spccl::DeviceCompressorState> device;
 
   // SPCCL_PROFILE: wall time of the compressed allreduce calls, printed (one
@@ -138,9 +139,8 @@ struct spcclCompressor {
   // starveBelow() = ceil(thresholdMinFraction * k) finite entries starved;
   // it then re-estimates and selects again, as a stored tau that selects more
   // than the capacity does. 0 (the default) never starves: DCT keeps tau
-  // between scheduled estimates. tau 0 already selects every non-zero. The
-  // device's exact mode carries each rank's starveBelow in its call record,
-  // so every rank judges every record by that rank's own setting.
+  // between scheduled estimates. tau 0 already selects every non-zero. Each
+  // rank applies its own setting to its own selection.
   uint64_t starveBelow() const;
   static bool starved(bool estimated, uint32_t usedTauKey, uint64_t finiteSelected, uint64_t below);
   // Split's re-selection budget per owner range, ceil(splitReselect * k / P),

@@ -255,8 +255,17 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
   }
   if (flush && !residualZero) {
     // v = send + residual travels exactly; nothing is left behind. One pass
-    // forms v and empties the residual (v may be out, or overlap it).
-    // Otherwise the residual is empty, or held back with its tau as they are.
+    // forms v and empties the residual (in place when v is out). Otherwise
+    // the residual is empty, or held back with its tau as they are.
+    const size_t bytes = count * sizeof(float);
+    if (sendNeedsMove(v, bytes, out, out, bytes)) {
+      // v overlaps out other than in place (sendbuff = recvbuff + 1, say): an
+      // elementwise pass on a device would read entries it already wrote. v
+      // goes through the spare residual first (the next selection rewrites it).
+      float* spare = residual[1 - current].get<float>();
+      SPCCL_RETURN_IF_ERROR(ex.copy(spare, v, bytes));
+      v = spare;
+    }
     SPCCL_RETURN_IF_ERROR(ex.flushResidual(v, residual[current].get<float>(), out, count));
     residualZero = true;
     v = out;
@@ -288,7 +297,8 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
                 core::wireValueBytes(wire),
                 a.mergedPerRange,
                 comm->modelSettings.indexEncoding,
-                static_cast<double>(modelKeepPerRange(ranks))};
+                static_cast<double>(modelKeepPerRange(ranks)),
+                executor->onDevice()};
   const int trials = comm->params.autoTrials;
   if (trials <= 0 || !a.firstCallDone) {  // the model's pick (with trials: the shape's first call's)
     *algorithm = chooseAlgorithm(in, comm->costModel);
@@ -329,9 +339,9 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   mine.density = config.density;
   mine.flags = kCallAuto;
   std::vector<CallDescriptor>& all = comm->descriptors;
-  const Status agreed = agreeOnCall(*comm->transport, mine, &all);
+  const Status agreed = agreeOnCall(*comm, *comm->transport, mine);
   // On the wire like the call's own descriptor: its bytes count in this call's bytesSent.
-  if (agreed.isOk()) autoExchangeBytes = static_cast<uint64_t>(ranks - 1) * sizeof(CallDescriptor);
+  if (agreed.isOk()) autoExchangeBytes = static_cast<uint64_t>(ranks - 1) * agreementBytes(*executor);
   if (!agreed.isOk()) {
     // Another rank is in another call, which took this seq: take it too, so
     // the ranks stay in step. Nothing advances: the next call of this shape
@@ -424,6 +434,15 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   // Fixed capacity runs every sparse algorithm as allgather's fixed policy.
   const bool fixed = comm->params.capacityMode == kCapacityModeFixed && algorithm != SPCCL_ALGO_DENSE;
   if (fixed) algorithm = SPCCL_ALGO_ALLGATHER;
+  Executor& ex = *executor;
+  if (!findAllreduceAlgorithm(algorithm)->supports(AllreduceRequest{ex.onDevice()})) {
+    // Parts of it have no device kernel yet: the same result, allgather's traffic.
+    if (!warnedUnsupported)
+      SPCCL_INFO(comm->rank, "%s executor: the %s algorithm runs as allgather (docs/GPU.md)", ex.name(),
+                 algorithmName(algorithm));
+    warnedUnsupported = true;
+    algorithm = SPCCL_ALGO_ALLGATHER;
+  }
   const AllreduceAlgorithm& algo = *findAllreduceAlgorithm(algorithm);
   const int p = t.size();
   const core::ValueType wire = toValueType(config.wireValueType);
@@ -435,7 +454,6 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   callUpdates = 0;
   // fp32 results accumulate straight into the user's buffer (the input has
   // been consumed by the fused pass first, so in-place is safe).
-  Executor& ex = *executor;
   float* out = static_cast<float*>(recvbuff);
   if (dataType != spcclFloat32) {
     SPCCL_RETURN_IF_ERROR(comm->accumulator.ensure(ex, count * sizeof(float)));
@@ -477,13 +495,12 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     mine.streamBytes = bytes;
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
-  const Status agreed = agreeOnCall(t, mine, &descriptors);
+  const Status agreed = agreeOnCall(*comm, t, mine);
   if (!agreed.isOk()) {
     // A refused call's input must not set the tau of the calls after it: a
-    // stale or starved tau it re-estimated goes back to the stored one (the
-    // device's exact mode re-estimates only once the records agree), so the
-    // next call applies the rule to its own input. A scheduled estimate
-    // stays, as on the device (the schedule counted this call).
+    // stale or starved tau it re-estimated goes back to the stored one, so
+    // the next call applies the rule to its own input. A scheduled estimate
+    // stays (the schedule counted this call).
     if (offSchedule) tauKey = storedTau;
     return agreed;
   }
@@ -501,7 +518,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   call.calls = 1;
   call.compressedCalls = algo.sparse;
   call.denseBytes = denseBytesPerCall(p, count, dataType);
-  call.bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor) + autoExchangeBytes;
+  call.bytesSent = static_cast<uint64_t>(p - 1) * agreementBytes(ex) + autoExchangeBytes;
   call.lastAlgorithm = algorithm;
   if (!algo.sparse) {
     // auto's dense trials hold the residual back (sending only the input is

@@ -32,7 +32,7 @@ std::vector<int> trialCandidates(const CostInputs& in, const CostModel& m) {
   // By modelled time, ties in chooseAlgorithm's order (the table's tieOrder).
   std::vector<std::tuple<double, int, int>> order;  // seconds, tieOrder, id
   for (const AllreduceAlgorithm& a : allreduceAlgorithms())
-    order.emplace_back(modelSeconds(a.id, in, m), a.tieOrder, a.id);
+    if (a.supports(AllreduceRequest{in.onDevice})) order.emplace_back(modelSeconds(a.id, in, m), a.tieOrder, a.id);
   std::sort(order.begin(), order.end());
   const double limit = kTrialPruneFactor * std::get<0>(order.front());
   std::vector<int> out;

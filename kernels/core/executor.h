@@ -170,8 +170,7 @@ class Executor {
   // x[i] /= divisor (the average).
   virtual Status divideFloats(float* x, size_t n, float divisor) = 0;
   // out[i] = v[i] + residual[i], residual[i] = 0: a dense call sends the
-  // residual. out may equal v, or overlap it (the host runs in the order that
-  // reads every v[i] before it is overwritten).
+  // residual. out equals v or does not overlap it.
   virtual Status flushResidual(const float* v, float* residual, float* out, size_t n) = 0;
 
   // Streams. copy: dst = src, both executor memory, not overlapping.

@@ -36,19 +36,9 @@ bool accumulatePairs(const uint32_t* indices, const void* values, ValueType vt, 
 }
 
 void flushResidual(const float* v, float* residual, float* out, size_t n) {
-  // out ahead of v inside it (out = v + 1, say): backwards, so that no v[j]
-  // is read after out[i] overwrote it.
-  const auto o = reinterpret_cast<uintptr_t>(out), x = reinterpret_cast<uintptr_t>(v);
-  if (o > x && o < x + n * sizeof(float)) {
-    for (size_t i = n; i-- > 0;) {
-      out[i] = v[i] + residual[i];
-      residual[i] = 0.0f;
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      out[i] = v[i] + residual[i];
-      residual[i] = 0.0f;
-    }
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = v[i] + residual[i];
+    residual[i] = 0.0f;
   }
 }
 

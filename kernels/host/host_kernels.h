@@ -110,8 +110,8 @@ const char* hostSimdName(HostSimd simd);  // "baseline", "avx2", "avx512"
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch);
 
-// out[i] = v[i] + residual[i], residual[i] = 0; out may equal or overlap v
-// (cuda::flushResidual takes out == v or disjoint).
+// out[i] = v[i] + residual[i], residual[i] = 0; out equals v or does not
+// overlap it (as cuda::flushResidual).
 void flushResidual(const float* v, float* residual, float* out, size_t n);
 // x[i] /= divisor (cuda::divideFloats).
 void divideFloats(float* x, size_t n, float divisor);

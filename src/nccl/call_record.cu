@@ -26,7 +26,7 @@ __global__ void writeHeaderKernel(CallRecord* dst, CallRecordHeader h, const Thr
     // Every kernel of earlier calls has finished (stream order; a call on
     // another stream waits for the previous call's end): their bits are in.
     dst->asyncErrors = pending != nullptr ? atomicExch(pending, 0u) : 0u;
-    dst->starveBelow = h.starveBelow;
+    dst->unused = 0;
   }
 }
 

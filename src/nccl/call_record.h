@@ -14,21 +14,21 @@
 namespace spccl::cuda {
 
 // What every rank publishes (one ncclAllGather) at the start of a
-// collective on device buffers that checks its call (the compressed
-// allreduce, and the rows, row-sparse and sparsified allgather calls through
-// agreeOnDevice): its call descriptor (codec/codec.h CallDescriptor, 48 bytes,
-// nnz and streamBytes unused by the allreduce), its pair capacity and slots,
-// whether it estimated tau in this round, selectPack's counts, which the
-// kernel writes straight into the record on the device, and the
-// asynchronous errors this rank's device recorded since its last record.
-// One size for every such call, so that two different calls that meet
-// exchange the same number of bytes and the check refuses them.
+// collective on device buffers that checks its call in src/nccl (the
+// fixed-capacity compressed allreduce, and the rows and row-sparse calls
+// through agreeOnDevice): its call descriptor (codec/codec.h CallDescriptor,
+// 48 bytes, nnz and streamBytes unused by the allreduce), its pair capacity
+// and slots, whether it estimated tau, selectPack's counts, which the kernel
+// writes straight into the record on the device, and the asynchronous
+// errors this rank's device recorded since its last record. One size for
+// every such call, and for the shared collectives' padded descriptors
+// (collectives/agreement.h), so that two different calls that meet exchange
+// the same number of bytes and the check refuses them.
 struct CallRecordHeader {
   unsigned char descriptor[48];
-  uint64_t capacity;     // pairs a rank may send (capacity factor x k)
-  uint64_t slots;        // pairs its buffers hold in this round
-  uint32_t estimated;    // 1: tau was estimated exactly in this round
-  uint32_t starveBelow;  // a stored tau selecting fewer finite entries starved (thresholdMinFraction)
+  uint64_t capacity;   // pairs a rank may send (capacity factor x k)
+  uint64_t slots;      // pairs its buffers hold in this round
+  uint32_t estimated;  // 1: tau was estimated exactly in this call
 };
 struct CallRecord {
   unsigned char descriptor[48];
@@ -38,7 +38,7 @@ struct CallRecord {
   uint32_t tauKey;  // the magnitude key this round selected with (0: every non-zero); not compared across ranks
   SelectCounts counts;
   uint32_t asyncErrors;  // kAsync* bits taken from this rank's pending word (below); not compared
-  uint32_t starveBelow;  // this rank's low-side bound (0: off, and in calls other than the allreduce); not compared
+  uint32_t unused;       // zero (the record stays 96 bytes)
 };
 static_assert(sizeof(CallRecord) == 96, "the call record is exchanged as 96 bytes");
 // Descriptor bytes every rank must agree on: [0, 24) (magic to count) and

@@ -1,25 +1,16 @@
-// Collectives on device buffers over NCCL. The compressed allreduce follows
-// the host compressor (src/compressor.cc) rule for rule: the same selection
-// count, capacity, schedule of exact tau estimates, tie budget, residual
-// double-buffering and commit point, the same call descriptor check, and the
-// same accumulation order (rank 0 first, into zeros), so for the same inputs
-// the device and host paths produce the same bits. What differs is how
-// sizes are learned (docs/GPU.md):
+// Collectives on device buffers over NCCL. The compressed allreduce's exact
+// mode (the default) is the host path's own code: the communicator's
+// compressor (src/compressor.cc) and algorithms (collectives/) run on a CUDA
+// executor (kernels/cuda/cuda_executor.h) over the NCCL transport, so the
+// two paths share every rule and produce the same bits (docs/GPU.md).
 //
-// exact mode (default): every rank publishes a 96-byte call record (its
-//   descriptor plus selectPack's counts, written by the kernel on the device)
-//   with one ncclAllGather; one device-to-host copy of the records and one
-//   stream synchronisation per call size the pair exchange. A rank whose
-//   stale tau selected more than the capacity (or whose NaN/Inf overflowed
-//   its slots) redoes its pass, and every rank sees that from the records,
-//   so all ranks run the extra round together.
-// fixed mode (SPCCL_CAPACITY_MODE=fixed): every rank sends exactly capacity
-//   slots (padded with kPadIndex), the records travel in the same NCCL group,
-//   and a one-block kernel turns them into per-rank counts. No host
-//   synchronisation and no allocation after the first call: capturable in a
-//   CUDA graph. Selected entries past the capacity stay in the residual, and
-//   a stored tau that selects too few is not seen (the counts never reach
-//   the host): tau follows the schedule only.
+// Fixed mode (SPCCL_CAPACITY_MODE=fixed), below, is still written here:
+// every rank sends exactly capacity slots (padded with kPadIndex), the call
+// records travel in the same NCCL group, and a one-block kernel turns them
+// into per-rank counts. No host synchronisation and no allocation after the
+// first call: capturable in a CUDA graph. Selected entries past the capacity
+// stay in the residual, and a stored tau that selects too few is not seen
+// (the counts never reach the host): tau follows the schedule only.
 #include "src/nccl/device_collectives.h"
 
 #include <algorithm>
@@ -31,6 +22,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "codec/codec.h"
+#include "collectives/other_collectives.h"
 #include "src/comm.h"
 #include "src/log.h"
 #include "src/nccl/device_state.h"
@@ -47,21 +39,17 @@ static_assert(offsetof(CallDescriptor, count) + sizeof(uint64_t) == cuda::kRecor
                       cuda::kRecordDensityOffset + cuda::kRecordDensityAndFlagsBytes,
               "kernels/cuda/cuda_kernels.h: the record bytes checked across ranks");
 
+// A fixed-mode compressor's device state.
 struct DeviceCompressorState {
   DeviceMemory residual[2];
   int current = 0;
-  bool residualZero = true;      // residual[current] is all +0.0 (the host compressor's flag)
-  DeviceMemory indices, values;  // exact mode: this rank's pairs
-  uint64_t slots = 0;
+  bool residualZero = true;  // residual[current] is all +0.0 (the host compressor's flag)
   DeviceMemory selectWorkspace, thresholdWorkspace, threshold;
   DeviceMemory records;                                 // ranks x CallRecord
-  PinnedMemory hostRecords;                             // exact mode: their copy
-  DeviceMemory recvIndices, recvValues;                 // exact mode: the peers' pairs
-  DeviceMemory fixedIndices, fixedValues, fixedCounts;  // fixed mode: ranks x capacity slots
+  DeviceMemory fixedIndices, fixedValues, fixedCounts;  // ranks x capacity slots
   DeviceMemory accumulator;                             // fp32 result for fp16/bf16 user buffers
   bool initialised = false;
   bool fixedReady = false;
-  bool warnedSplit = false;
 };
 
 namespace gpu {
@@ -86,7 +74,6 @@ Status initCompressor(spcclCompressor* c) {
   SPCCL_CUDA_CHECK(cudaMemset(s.threshold.get(), 0, sizeof(cuda::ThresholdOut)));
   const int p = c->comm->ranks;
   SPCCL_RETURN_IF_ERROR(s.records.ensure(static_cast<size_t>(p) * sizeof(cuda::CallRecord)));
-  SPCCL_RETURN_IF_ERROR(s.hostRecords.ensure(static_cast<size_t>(p) * sizeof(cuda::CallRecord)));
   if (c->dataType != spcclFloat32) SPCCL_RETURN_IF_ERROR(s.accumulator.ensure(n * sizeof(float)));
   SPCCL_CUDA_CHECK(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
   s.initialised = true;
@@ -170,138 +157,6 @@ Status denseAllReduce(spcclCompressor* c, const void* send, float* acc, cudaStre
   return transportOf(c->comm).allReduceDense(acc, acc, c->count, spcclFloat32, spcclSum);
 }
 
-Status exactModeCall(spcclCompressor* c, const void* send, float* acc, const CallDescriptor& mine, int algorithm,
-                     cudaStream_t stream, spcclStats_t* call) {
-  DeviceCompressorState& s = *c->device;
-  spcclComm& comm = *c->comm;
-  NcclTransport& t = transportOf(&comm);
-  const int p = comm.ranks, me = comm.rank;
-  const bool sparse = algorithm != SPCCL_ALGO_DENSE;
-  const core::ValueType wire = toValueType(c->config.wireValueType);
-  const uint32_t vb = core::wireValueBytes(wire);
-  const uint64_t capacity = c->pairCapacity();
-  auto* records = s.records.get<cuda::CallRecord>();
-  auto* host = s.hostRecords.get<cuda::CallRecord>();
-
-  if (sparse && s.slots == 0) {
-    s.slots = std::min<uint64_t>(c->count, capacity);
-    SPCCL_RETURN_IF_ERROR(s.indices.ensure(s.slots * sizeof(uint32_t)));
-    SPCCL_RETURN_IF_ERROR(s.values.ensure(s.slots * vb));
-  }
-  bool estimated = false;
-  bool estimateNow = sparse && c->takeEstimateDue();
-  // A sparse call counts once it has consulted the tau schedule, as the host
-  // compressor's select() does: a call refused at the record check below
-  // still counts, so both paths keep the same schedule after one.
-  if (sparse) ++c->callIndex;
-  bool selectNow = sparse;
-  uint64_t recordExchanges = 0;  // every round's records go on the wire: all count in bytesSent
-  for (int round = 0;; ++round) {
-    if (round == 4) return internalError("compressed allreduce: the selection did not settle in 4 rounds");
-    if (estimateNow) {
-      SPCCL_RETURN_IF_ERROR(estimate(c, send, stream));
-      estimated = true;
-      estimateNow = false;
-    }
-    if (selectNow) {
-      SPCCL_RETURN_IF_ERROR(selectInto(c, send, estimated, false, s.residual[1 - s.current].get<float>(), capacity,
-                                       s.slots, s.indices.get<uint32_t>(), s.values.get(), &records[me].counts,
-                                       stream));
-      selectNow = false;
-    } else if (!sparse && round == 0) {
-      SPCCL_CUDA_CHECK(cudaMemsetAsync(&records[me].counts, 0, sizeof(cuda::SelectCounts), stream));
-    }
-    const cuda::CallRecordHeader header = headerFor(mine, capacity, s.slots, estimated, c->starveBelow());
-    SPCCL_RETURN_IF_ERROR(cuda::writeCallRecordHeader(&records[me], header, s.threshold.get<cuda::ThresholdOut>(),
-                                                      comm.device->pendingDevice, stream));
-    SPCCL_RETURN_IF_ERROR(t.allGather(&records[me], sizeof(cuda::CallRecord), records));
-    ++recordExchanges;
-    SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, records, static_cast<size_t>(p) * sizeof(cuda::CallRecord),
-                                     cudaMemcpyDeviceToHost, stream));
-    SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-    SPCCL_RETURN_IF_ERROR(checkCallRecords(&comm, host, mine, /*selectedAsNnz=*/true));
-    bool anyRetry = false;
-    for (int r = 0; r < p; ++r) {
-      const cuda::CallRecord& rec = host[r];
-      // A stored tau that selected more than the capacity or starved the
-      // selection (fewer than the record's starveBelow: each rank's own
-      // thresholdMinFraction, as the capacity is its own capacityFactor) is
-      // re-estimated in this call.
-      const bool stale =
-          !rec.estimated && (rec.counts.finiteSelected > rec.capacity ||
-                             spcclCompressor::starved(false, rec.tauKey, rec.counts.finiteSelected, rec.starveBelow));
-      const bool overflow = rec.counts.selected > rec.slots;
-      anyRetry = anyRetry || (sparse && (stale || overflow));
-      if (r != me || !(stale || overflow) || !sparse) continue;
-      if (stale) {
-        estimateNow = true;  // exactly in this call, as the host compressor does
-      } else {
-        // NaN/Inf beyond the slots (rare): grow and redo. The stream is idle.
-        s.slots = rec.counts.selected;
-        SPCCL_RETURN_IF_ERROR(s.indices.ensure(s.slots * sizeof(uint32_t)));
-        SPCCL_RETURN_IF_ERROR(s.values.ensure(s.slots * vb));
-      }
-      selectNow = true;
-    }
-    if (!anyRetry) break;
-  }
-  // The call is consistent everywhere.
-  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord) * recordExchanges;
-  if (!sparse) {
-    SPCCL_RETURN_IF_ERROR(denseAllReduce(c, send, acc, stream));
-    call->bytesSent += call->denseBytes;
-    call->lastSelected = c->count;
-    return Status::ok();
-  }
-
-  // Allgather of the pairs: every rank's exact counts are known. The receive
-  // buffers are sized before the residual is committed, so a failed
-  // allocation leaves this compressor's state as the call found it.
-  std::vector<uint64_t>& nnz = c->comm->workspace.nnzPerRank;  // the communicator's per-call scratch
-  std::vector<uint64_t>& offset = c->comm->workspace.cuts;
-  nnz.resize(static_cast<size_t>(p));
-  offset.assign(static_cast<size_t>(p) + 1, 0);
-  for (int r = 0; r < p; ++r) {
-    nnz[r] = host[r].counts.selected;
-    offset[r + 1] = offset[r] + (r == me ? 0 : nnz[r]);
-  }
-  SPCCL_RETURN_IF_ERROR(s.recvIndices.ensure(offset[p] * sizeof(uint32_t)));
-  SPCCL_RETURN_IF_ERROR(s.recvValues.ensure(offset[p] * vb));
-  // Commit the residual the pass wrote.
-  if (c->config.errorFeedback) {
-    s.current = 1 - s.current;
-    s.residualZero = false;
-  }
-  auto* recvIdx = s.recvIndices.get<uint32_t>();
-  auto* recvVal = s.recvValues.get<unsigned char>();
-  ncclComm_t nc = t.nccl();
-  NcclGroup group(nc);
-  SPCCL_RETURN_IF_ERROR(group.start());
-  for (int q = 0; q < p; ++q) {
-    if (q == me) continue;
-    if (nnz[me] > 0) {
-      SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(s.indices.get(), nnz[me] * sizeof(uint32_t), ncclUint8, q, nc, stream), nc);
-      SPCCL_NCCL_CHECK_IN_GROUP(pncclSend(s.values.get(), nnz[me] * vb, ncclUint8, q, nc, stream), nc);
-    }
-    if (nnz[q] > 0) {
-      SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(recvIdx + offset[q], nnz[q] * sizeof(uint32_t), ncclUint8, q, nc, stream),
-                                nc);
-      SPCCL_NCCL_CHECK_IN_GROUP(pncclRecv(recvVal + offset[q] * vb, nnz[q] * vb, ncclUint8, q, nc, stream), nc);
-    }
-  }
-  SPCCL_RETURN_IF_ERROR(group.end());
-  SPCCL_CUDA_CHECK(cudaMemsetAsync(acc, 0, c->count * sizeof(float), stream));
-  for (int r = 0; r < p; ++r) {
-    const uint32_t* idx = r == me ? s.indices.get<uint32_t>() : recvIdx + offset[r];
-    const void* val = r == me ? s.values.get() : static_cast<const void*>(recvVal + offset[r] * vb);
-    SPCCL_RETURN_IF_ERROR(
-        cuda::unpackAccumulate(idx, val, wire, nnz[r], nullptr, acc, 0, c->count, comm.device->pendingDevice, stream));
-  }
-  call->bytesSent += static_cast<uint64_t>(p - 1) * nnz[me] * (sizeof(uint32_t) + vb);
-  call->lastSelected = nnz[me];
-  return Status::ok();
-}
-
 Status fixedModeCall(spcclCompressor* c, const void* send, float* acc, const CallDescriptor& mine, int algorithm,
                      cudaStream_t stream, spcclStats_t* call) {
   DeviceCompressorState& s = *c->device;
@@ -378,12 +233,18 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   // valid value), so auto's model is the same on every rank, as on an MPI
   // communicator. (SPCCL_CALIBRATE measures over MPI, host path only.)
   const bool root = t->rank() == 0;
-  double agreed[3] = {envOk ? 0.0 : static_cast<double>(t->size() - t->rank()), root ? comm->params.netGbps : -1.0,
-                      root ? comm->params.netLatencyUs : -1.0};
+  // Rank 0's settings that auto's model reads (ModelSettings) come the same way.
+  const Params& mine = comm->params;
+  double agreed[6] = {envOk ? 0.0 : static_cast<double>(t->size() - t->rank()),
+                      root ? mine.netGbps : -1.0,
+                      root ? mine.netLatencyUs : -1.0,
+                      root ? static_cast<double>(mine.indexEncoding) : -1.0,
+                      root ? (mine.errorFeedback ? 1.0 : 0.0) : -1.0,
+                      root ? static_cast<double>(mine.splitReselect) : -1.0};
   DeviceMemory flag;
   SPCCL_RETURN_IF_ERROR(flag.ensure(sizeof agreed));
   SPCCL_CUDA_CHECK(cudaMemcpy(flag.get(), agreed, sizeof agreed, cudaMemcpyHostToDevice));
-  SPCCL_NCCL_CHECK(pncclAllReduce(flag.get(), flag.get(), 3, ncclFloat64, ncclMax, nccl, nullptr), nccl);
+  SPCCL_NCCL_CHECK(pncclAllReduce(flag.get(), flag.get(), 6, ncclFloat64, ncclMax, nccl, nullptr), nccl);
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   SPCCL_CUDA_CHECK(cudaMemcpy(agreed, flag.get(), sizeof agreed, cudaMemcpyDeviceToHost));
   if (!envOk) return invalidUsage("this rank's SPCCL_* environment is invalid (see the log)");
@@ -396,6 +257,15 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   comm->params.netGbps = agreed[1];
   comm->params.netLatencyUs = agreed[2];
   comm->costModel = applyNetworkParams(CostModel{}, agreed[1], agreed[2]);
+  comm->modelSettings = ModelSettings{static_cast<int>(agreed[3]), agreed[4] != 0.0, static_cast<float>(agreed[5])};
+  if (comm->params.autoTrials > 0) {
+    // A call on a stream returns before its work has run: its host time is no trial's.
+    SPCCL_INFO(t->rank(),
+               "SPCCL_AUTO_TRIALS=%d: timed trials run on MPI communicators only; auto picks by the "
+               "model here",
+               comm->params.autoTrials);
+    comm->params.autoTrials = 0;
+  }
   comm->rank = t->rank();
   comm->ranks = t->size();
   int pageable = 0;
@@ -405,6 +275,9 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   }
   state->pageableAccess = pageable != 0;
   state->transport = t.get();
+  auto executor = std::make_shared<cuda::CudaExecutor>();
+  state->executor = executor.get();
+  comm->executor = std::move(executor);
   comm->transport = std::move(t);
   comm->onDevice = true;
   comm->device = std::move(state);
@@ -491,15 +364,16 @@ Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t coun
 
 Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spcclRedOp_t op, cudaStream_t stream) {
   spcclComm& comm = *c->comm;
+  if (comm.params.capacityMode != kCapacityModeFixed)  // the host path's compressor, on the CUDA executor
+    return onStream(&comm, stream, [&] { return c->allReduce(send, recv, op); });
   NcclTransport& t = transportOf(&comm);
   DeviceCall deviceCall(t);
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
-  // Exact mode learns of earlier calls' asynchronous errors from its record
-  // exchange; fixed mode never comes back to the host, so it looks now, but
-  // not while capturing a graph: a rank whose device has not yet counted the
-  // previous verdict would capture the call where another leaves it out.
-  if (comm.params.capacityMode == kCapacityModeFixed && !t.capturing())
-    SPCCL_RETURN_IF_ERROR(takeReportedAsyncError(&comm));
+  // Fixed mode never comes back to the host, so it looks for earlier calls'
+  // asynchronous errors now, but not while capturing a graph: a rank whose
+  // device has not yet counted the previous verdict would capture the call
+  // where another leaves it out.
+  if (!t.capturing()) SPCCL_RETURN_IF_ERROR(takeReportedAsyncError(&comm));
   if (!c->device) c->device = std::make_shared<DeviceCompressorState>();
   SPCCL_RETURN_IF_ERROR(initCompressor(c));
   DeviceCompressorState& s = *c->device;
@@ -510,19 +384,13 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
 
   int algorithm = c->config.algorithm;
   if (algorithm == SPCCL_ALGO_AUTO) {
-    CostInputs in{
-        p, c->count, c->selectCount(), static_cast<uint32_t>(dataTypeSize(c->dataType)), core::wireValueBytes(wire),
-        -1};
-    algorithm = chooseAlgorithm(in, comm.costModel);  // (4-byte indices on the device: the default)
+    CostInputs in{p, c->count, c->selectCount(), static_cast<uint32_t>(dataTypeSize(c->dataType)),
+                  core::wireValueBytes(wire)};
+    in.onDevice = true;
+    algorithm = chooseAlgorithm(in, comm.costModel);
   }
-  if (!findAllreduceAlgorithm(algorithm)->supports(AllreduceRequest{true})) {
-    // Not on the device yet: the same result, allgather's traffic.
-    if (!s.warnedSplit)
-      SPCCL_INFO(comm.rank, "device buffers: the %s algorithm runs as allgather (docs/GPU.md)",
-                 algorithmName(algorithm));
-    s.warnedSplit = true;
-    algorithm = SPCCL_ALGO_ALLGATHER;
-  }
+  // Fixed capacity runs every sparse algorithm as allgather's fixed policy (as on the host).
+  if (algorithm != SPCCL_ALGO_DENSE) algorithm = SPCCL_ALGO_ALLGATHER;
   float* acc = c->dataType == spcclFloat32 ? static_cast<float*>(recv) : s.accumulator.get<float>();
   CallDescriptor mine{kStreamMagic,
                       static_cast<uint8_t>(algorithm),
@@ -539,9 +407,7 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
   call.compressedCalls = algorithm != SPCCL_ALGO_DENSE;
   call.denseBytes = denseBytesPerCall(p, c->count, c->dataType);
   call.lastAlgorithm = algorithm;
-  if (comm.params.capacityMode == kCapacityModeFixed)
-    SPCCL_RETURN_IF_ERROR(fixedModeCall(c, send, acc, mine, algorithm, stream, &call));
-  else SPCCL_RETURN_IF_ERROR(exactModeCall(c, send, acc, mine, algorithm, stream, &call));
+  SPCCL_RETURN_IF_ERROR(fixedModeCall(c, send, acc, mine, algorithm, stream, &call));
   SPCCL_RETURN_IF_ERROR(finishReduce(c, acc, recv, op, stream));
   call.thresholdUpdates = c->callUpdates;
   addStats(&c->stats, call);
@@ -550,6 +416,11 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
               static_cast<unsigned long long>(seq), c->count, algorithmName(algorithm),
               static_cast<unsigned long long>(call.lastSelected), static_cast<unsigned long long>(call.bytesSent));
   return Status::ok();
+}
+
+Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,
+                     cudaStream_t stream, spcclStats_t* call) {
+  return onStream(comm, stream, [&] { return spccl::allGatherTopK(*comm, send, recv, n, type, density, call); });
 }
 
 Status allToAll(spcclComm* comm, const void* send, void* recv, size_t bytesPerPeer, cudaStream_t stream) {
@@ -571,7 +442,13 @@ Status copyResidual(const spcclCompressor* c, float* out) {
   if (bytes == 0) return Status::ok();
   DeviceGuard guard(static_cast<NcclTransport*>(c->comm->transport.get())->device());
   SPCCL_CUDA_CHECK(cudaDeviceSynchronize());
-  if (!c->device || !c->device->initialised || !c->config.errorFeedback) {  // no residual: zeros
+  const void* residual = nullptr;  // none yet, or no error feedback: zeros
+  if (c->config.errorFeedback) {
+    if (c->device)  // fixed mode
+      residual = c->device->initialised ? c->device->residual[c->device->current].get() : nullptr;
+    else residual = c->residual[c->current].get();
+  }
+  if (residual == nullptr) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, out) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
       SPCCL_CUDA_CHECK(cudaMemset(out, 0, bytes));
@@ -581,7 +458,7 @@ Status copyResidual(const spcclCompressor* c, float* out) {
     }
     return Status::ok();
   }
-  SPCCL_CUDA_CHECK(cudaMemcpy(out, c->device->residual[c->device->current].get(), bytes, cudaMemcpyDefault));
+  SPCCL_CUDA_CHECK(cudaMemcpy(out, residual, bytes, cudaMemcpyDefault));
   return Status::ok();
 }
 

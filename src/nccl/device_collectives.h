@@ -60,7 +60,8 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
 Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel, cudaStream_t stream,
                     spcclStats_t* call);
 
-// Sparsified allgather (SPCCL_ALLGATHER_DENSITY), the host path's selection.
+// Sparsified allgather (SPCCL_ALLGATHER_DENSITY): the host path's
+// (collectives/allgather_topk.cc) on the CUDA executor.
 Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,
                      cudaStream_t stream, spcclStats_t* call);
 

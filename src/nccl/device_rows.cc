@@ -23,20 +23,29 @@
 
 namespace spccl {
 
-Status checkCallRecords(spcclComm* comm, const cuda::CallRecord* records, const CallDescriptor& mine,
-                        bool selectedAsNnz) {
+static_assert(sizeof(cuda::CallRecord) == kDeviceAgreementBytes,
+              "the shared descriptor exchange pads to the device call records (collectives/agreement.h)");
+
+namespace {
+
+// The verdict on every rank's call record, back on the host (the same
+// records on every rank: the same verdict everywhere): an earlier call's
+// asynchronous error first (it happened first), then the call check. Fills
+// comm->descriptors from the records.
+Status checkCallRecords(spcclComm* comm, const cuda::CallRecord* records, const CallDescriptor& mine) {
   const int p = comm->ranks;
   std::vector<CallDescriptor>& all = comm->descriptors;  // the communicator's per-call scratch
   all.resize(static_cast<size_t>(p));
   uint32_t carried = 0;
   for (int r = 0; r < p; ++r) {
     std::memcpy(&all[r], records[r].descriptor, sizeof(CallDescriptor));
-    if (selectedAsNnz) all[r].nnz = records[r].counts.selected;
     carried |= records[r].asyncErrors;
   }
   SPCCL_RETURN_IF_ERROR(gpu::asyncErrorAfterExchange(comm, carried));
   return checkDescriptors(all.data(), p, mine);
 }
+
+}  // namespace
 
 Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream) {
   DeviceCommState& d = *comm->device;
@@ -47,15 +56,15 @@ Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t s
   SPCCL_RETURN_IF_ERROR(d.hostCallRecords.ensure(bytes));
   auto* host = d.hostCallRecords.get<cuda::CallRecord>();
   auto* dev = d.callRecords.get<cuda::CallRecord>();
-  // The compressed allreduce's record, counts zero: the descriptor (a kernel
-  // parameter) and this rank's pending asynchronous errors.
+  // A record with counts zero: the descriptor (a kernel parameter) and this
+  // rank's pending asynchronous errors.
   SPCCL_CUDA_CHECK(cudaMemsetAsync(dev + me, 0, sizeof(cuda::CallRecord), stream));
   SPCCL_RETURN_IF_ERROR(
       cuda::writeCallRecordHeader(dev + me, headerFor(mine, 0, 0, false), nullptr, d.pendingDevice, stream));
   SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(cuda::CallRecord), dev));
   SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return checkCallRecords(comm, host, mine, /*selectedAsNnz=*/false);
+  return checkCallRecords(comm, host, mine);
 }
 
 namespace gpu {

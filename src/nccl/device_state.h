@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cuda/cuda_executor.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "src/nccl/call_record.h"
 #include "codec/codec.h"
@@ -129,8 +130,9 @@ struct DeviceSelectionState {
 };
 
 struct DeviceCommState {
-  NcclTransport* transport = nullptr;  // owned by the comm
-  bool pageableAccess = false;         // the device reads pageable host memory (HMM, ATS): checkDeviceMemory passes all
+  NcclTransport* transport = nullptr;      // owned by the comm
+  cuda::CudaExecutor* executor = nullptr;  // the comm's (comm->executor), set to each call's stream
+  bool pageableAccess = false;  // the device reads pageable host memory (HMM, ATS): checkDeviceMemory passes all
   // Asynchronous errors (cuda_kernels.h): the pending bits on the device
   // (kernels or-in cuda::kAsync* bits, the next call record takes them), and
   // the fixed-capacity verdicts' counters in mapped host memory, with the
@@ -155,10 +157,6 @@ struct DeviceCommState {
   DeviceMemory mergedIds, mergedRows, mergedCount, allCounts, allIds, allRows, unionIds, unionRows, unionCount,
       mergeWorkspace;
   PinnedMemory hostRowSparse;
-  // Sparsified allgather scratch (grow-only): threshold, selection, pairs.
-  DeviceMemory agThreshold, agThresholdWorkspace, agSelectWorkspace, agCounts, agIndices, agValues, agRecvIndices,
-      agRecvValues, agAccumulator;
-  PinnedMemory agHost;
   // Host-side per-call scratch of those collectives, grown to the ranks on
   // the first call (no heap allocation after a shape's first call, as on the
   // host path): per-peer byte offsets and sizes (8 x ranks) and counts.
@@ -173,32 +171,31 @@ struct DeviceCommState {
 
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }
 
+// Runs fn, one of the shared collectives (collectives/, src/compressor.cc),
+// on the communicator's CUDA executor on the caller's stream, ordered after
+// the previous call (DeviceCall).
+template <typename F>
+Status onStream(spcclComm* comm, cudaStream_t stream, F&& fn) {
+  DeviceCall deviceCall(transportOf(comm));
+  SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
+  comm->device->executor->setStream(stream);
+  return fn();
+}
+
 // The record of a call with descriptor d (cuda::CallRecord's header).
-// starveBelow: the compressed allreduce's low-side bound (spcclCompressor::
-// starveBelow; 0 elsewhere), at most k < 2^32.
-inline cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated,
-                                        uint64_t starveBelow = 0) {
+inline cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
   cuda::CallRecordHeader h{};
   static_assert(sizeof(d) == sizeof(h.descriptor));
   std::memcpy(h.descriptor, &d, sizeof d);
   h.capacity = capacity;
   h.slots = slots;
   h.estimated = estimated ? 1u : 0u;
-  h.starveBelow = static_cast<uint32_t>(starveBelow);
   return h;
 }
 
-// The verdict on every rank's call record, back on the host (the same
-// records on every rank: the same verdict everywhere): an earlier call's
-// asynchronous error first (it happened first), then the call check. Fills
-// comm->descriptors from the records, nnz from the selection counts where
-// selectedAsNnz (the compressed allreduce).
-Status checkCallRecords(spcclComm* comm, const cuda::CallRecord* records, const CallDescriptor& mine,
-                        bool selectedAsNnz);
-
 // The descriptor allgather and check of the host path (agreeOnCall), over
 // NCCL on the caller's stream, as a call record (cuda::CallRecord, the
-// compressed allreduce's size) that also carries this rank's pending
+// fixed-mode allreduce's) that also carries this rank's pending
 // asynchronous errors; one synchronisation. Fills comm->descriptors; fails
 // alike on every rank on a mismatch or any rank's asynchronous error.
 Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream);

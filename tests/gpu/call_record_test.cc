@@ -20,7 +20,7 @@ TEST(GpuCallRecord, TakesAndClearsThePendingErrors) {
   cuda::CallRecordHeader h{};
   h.descriptor[0] = 7;
   h.capacity = 11;
-  h.starveBelow = 5;
+  h.slots = 5;
   std::vector<cuda::CallRecord> got;
   std::vector<uint32_t> w;
   STATUS_ASSERT(cuda::writeCallRecordHeader(rec.get(), h, nullptr, pending.get(), nullptr));
@@ -28,7 +28,8 @@ TEST(GpuCallRecord, TakesAndClearsThePendingErrors) {
   CUDA_ASSERT(rec.download(got));
   CUDA_ASSERT(pending.download(w));
   EXPECT_EQ(got[0].asyncErrors, cuda::kAsyncBadStream);
-  EXPECT_EQ(got[0].starveBelow, 5u);
+  EXPECT_EQ(got[0].slots, 5u);
+  EXPECT_EQ(got[0].unused, 0u) << "poisoned before: written";
   EXPECT_EQ(got[0].descriptor[0], 7);
   EXPECT_EQ(got[0].capacity, 11u);
   EXPECT_EQ(w[0], 0u) << "the pending bits are taken";

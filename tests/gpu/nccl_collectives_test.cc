@@ -264,8 +264,11 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
     ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(dc, &ds));
     ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(hc, &hs));
     ASSERT_EQ(ds.thresholdUpdates, hs.thresholdUpdates) << "tau estimated on different calls";
-    if (!fixedMode) {  // fixed mode keeps the count on the device
+    if (!fixedMode) {  // fixed mode keeps the count on the device, and sends whole slots
       ASSERT_EQ(ds.lastSelected, hs.lastSelected);
+      // The same descriptors and streams on the wire; the device pads its
+      // 48-byte descriptors to 96 bytes (collectives/agreement.h).
+      ASSERT_EQ(ds.bytesSent - hs.bytesSent, static_cast<uint64_t>(call + 1) * (ranks - 1) * (96 - 48));
     }
     if (cfg.shrink && !cfg.errorFeedback && call == calls - 1) {
       // Without error feedback a halved input starves the stored tau: with a
@@ -301,8 +304,8 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
   // A stored tau the input shrank away from: kept (thresholdMinFraction 0,
   // the default), or re-estimated in the call it starved, on both paths alike
   // (thresholdUpdates and lastSelected compared per call). The third setting
-  // differs by rank (0 on even ranks, 0.5 on odd): each record carries its
-  // rank's bound, so every rank runs the same rounds. Then the default
+  // differs by rank (0 on even ranks, 0.5 on odd): each rank applies its own
+  // bound to its own selection, before the descriptors are exchanged. Then the default
   // warm-up (estimates at calls 1, 2 and 4 too), at fractions 0 and 0.5.
   for (int ef : {0, 1})
     for (float fraction : {0.0f, 0.5f, rank_ % 2 ? 0.5f : 0.0f}) {
@@ -340,46 +343,6 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
                         ranks_);
         if (HasFatalFailure()) return;
       }
-}
-
-// bytesSent counts every call record this rank put on the wire (spccl.h:
-// headers and size exchanges included): a stale tau re-estimated in the call
-// sends the records a second time, and both exchanges count.
-TEST_F(NcclWorld, BytesSentCountsEveryRecordExchange) {
-  if (ranks_ < 2) GTEST_SKIP() << "needs 2 ranks (one rank sends nothing)";
-  const size_t n = 50001;
-  spcclCompressConfig_t c;
-  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
-  c.density = 0.01f;
-  c.thresholdInterval = 1000;  // estimated on call 0 only, unless stale
-  c.thresholdWarmup = 0;       // (the warm-up would estimate call 1 on the schedule)
-  c.errorFeedback = 0;
-  c.algorithm = SPCCL_ALGO_ALLGATHER;
-  c.wireValueType = spcclFloat32;
-  spcclCompressor_t dc = nullptr;
-  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev_, n, spcclFloat32, &c, &dc)) << spcclGetLastError(nullptr);
-  std::mt19937_64 g(99 + static_cast<uint64_t>(rank_));
-  std::normal_distribution<float> normal;
-  std::vector<float> in(n);
-  for (float& f : in) f = normal(g);
-  Dev<float> dSend(n), dRecv(n);
-  const uint64_t peers = static_cast<uint64_t>(ranks_ - 1), record = 96, pair = 4 + 4;
-  spcclStats_t before{}, after{};
-  for (int call = 0; call < 2; ++call) {
-    SCOPED_TRACE("call " + std::to_string(call));
-    if (call == 1)
-      for (float& f : in) f *= 4.0f;  // call 0's tau now selects about half the entries: stale
-    dSend.upload(in);
-    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(dc, &before));
-    ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, spcclSum, dc, stream_))
-        << spcclGetLastError(dev_);
-    CUDA_OK(cudaStreamSynchronize(stream_));
-    ASSERT_EQ(spcclSuccess, spcclCompressorGetStats(dc, &after));
-    ASSERT_EQ(after.thresholdUpdates - before.thresholdUpdates, 1u) << "set-up: tau estimated in this call";
-    const uint64_t exchanges = call == 0 ? 1 : 2;  // call 1: the stale round, then the re-estimated one
-    EXPECT_EQ(after.bytesSent - before.bytesSent, peers * (exchanges * record + after.lastSelected * pair));
-  }
-  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
 }
 
 // Calls on alternating streams with no synchronisation between them: each
@@ -946,6 +909,38 @@ TEST_F(NcclWorld, SparsifiedAllGatherMatchesHostPath) {
   EXPECT_GT(st.compressedCalls, 0u);
   EXPECT_EQ(spcclSuccess, spcclCommDestroy(d2));
   EXPECT_EQ(spcclSuccess, spcclCommDestroy(h2));
+}
+
+// The stream checksum has no device kernel: an NCCL communicator refuses
+// SPCCL_CHECKSUM=1 on every rank rather than fail its first compressed call.
+TEST_F(NcclWorld, ChecksumIsRefusedOnEveryRank) {
+  setenv("SPCCL_CHECKSUM", "1", 1);
+  spcclComm_t comm = nullptr;
+  const spcclResult_t r = spcclCommInitNccl(&comm, nccl_);
+  unsetenv("SPCCL_CHECKSUM");
+  EXPECT_EQ(spcclInvalidArgument, r);
+  EXPECT_EQ(nullptr, comm);
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(nullptr), "SPCCL_CHECKSUM")) << spcclGetLastError(nullptr);
+}
+
+// The index encodings run on the device too (the shared algorithms on the
+// CUDA executor): each gives the host path's bits and bytes.
+TEST_F(NcclWorld, IndexEncodingsMatchHostPathBitForBit) {
+  for (const char* encoding : {"coo", "delta", "bitmap", "auto"}) {
+    SCOPED_TRACE(encoding);
+    setenv("SPCCL_INDEX_ENCODING", encoding, 1);
+    spcclComm_t dev = nullptr, host = nullptr;
+    const spcclResult_t d = spcclCommInitNccl(&dev, nccl_);
+    const spcclResult_t h = spcclCommInitMPI(&host, MPI_COMM_WORLD);
+    unsetenv("SPCCL_INDEX_ENCODING");
+    ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
+    ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+    compareWithHost(dev, host, {spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 3, 100003, false}, 4,
+                    stream_, rank_, ranks_);
+    EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev));
+    EXPECT_EQ(spcclSuccess, spcclCommDestroy(host));
+    if (HasFatalFailure()) return;
+  }
 }
 
 TEST_F(NcclWorld, MismatchedCallsFailOnEveryRank) {
