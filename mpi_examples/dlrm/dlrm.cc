@@ -80,6 +80,8 @@ const char* kUsage =
     "  --lr X, --emb-lr X     MLP and embedding learning rates (default 0.01, 0.05)\n"
     "  --dp-density X         fraction of MLP gradient entries sent (default 0.001)\n"
     "  --mp-density X         fraction of each embedding row sent (default 0.109375 = 7 of 64)\n"
+    "  --mp-dense-steps N     the first N training steps exchange the embedding rows exactly (a dense\n"
+    "                         warm-up; default 0)\n"
     "  --rows-codec wire|int8|bounded|fp16|bf16|fp8  values of the embedding rows sent (SPCCL_ROWS_CODEC of the\n"
     "                         spccl communicator, docs/ENV.md; default fp8, or SPCCL_ROWS_CODEC when it is set)\n"
     "  --tau-interval N       calls between exact threshold estimations (default 100)\n"
@@ -229,6 +231,9 @@ bool parseArgs(int argc, char** argv, Options* o, std::string* error) {
     } else if (a == "--mp-density") {
       if (!num(a, v, 1e-9, 1, &x)) return false;
       c.mpDensity = static_cast<float>(x);
+    } else if (a == "--mp-dense-steps") {
+      if (!num(a, v, 0, 1e9, &x)) return false;
+      c.mpDenseSteps = static_cast<int>(x);
     } else if (a == "--rows-codec") {
       if (std::find(std::begin(kRowsCodecs), std::end(kRowsCodecs), v) == std::end(kRowsCodecs))
         return *error = "--rows-codec " + v + ": wire, int8, bounded, fp16, bf16 or fp8", false;
@@ -401,6 +406,7 @@ int runCompare(const Options& o, const dlrm::Source& src, Env& env) {
         static_cast<double>(o.config.dpDensity), static_cast<double>(o.config.mpDensity), o.config.tauInterval);
     if (o.config.hotRows > 0)
       std::printf(", hot rows %d per table seen >= %d times (compressed run)", o.config.hotRows, o.config.hotMinCount);
+    if (o.config.mpDenseSteps > 0) std::printf(", MP exact for the first %d steps", o.config.mpDenseSteps);
     std::printf(", %s table updates, rows codec %s\n", o.config.mergedUpdates ? "merged" : "per-sample",
                 o.rowsCodec.c_str());
     std::printf("| %-28s | %14s | %14s | %14s |\n", "", "dense", "compressed", "ratio / diff");

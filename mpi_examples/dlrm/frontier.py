@@ -43,6 +43,8 @@ METHODS = [
      "merged"),
     ("hot rows (4096) + top 7/64, fp8", {"SPCCL_ROWS_CODEC": "fp8"}, ["--mp-density", "0.109375"] + HOT + ["4096"],
      "merged"),
+    ("hot rows (4096) + top 7/64, fp8, exact first 20 steps", {"SPCCL_ROWS_CODEC": "fp8"},
+     ["--mp-density", "0.109375", "--mp-dense-steps", "20"] + HOT + ["4096"], "merged"),
 ]
 BASELINES = {"per-sample": ["--emb-update", "per-sample"], "merged": ["--emb-update", "merged"]}
 

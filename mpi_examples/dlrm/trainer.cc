@@ -518,7 +518,7 @@ bool Trainer::step(int s, double* lossSum, Bytes* bytes, Timing* timing, std::st
   unsigned long long m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0;
   spcclCommGetStats(comm_, &st0);
   if (monitor_) m0 = monitor_->sent();
-  if (!forwardExchange(batch, true, false, error)) return false;
+  if (!forwardExchange(batch, true, s < config_.mpDenseSteps, error)) return false;
   if (monitor_) m1 = monitor_->sent();
   spcclCommGetStats(comm_, &st1);
   timing->mp += exchangeSeconds_;

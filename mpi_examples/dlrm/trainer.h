@@ -37,6 +37,7 @@ struct Config {
   // dlrm.cc also turns the hot rows on for compressed runs.
   float dpDensity = 0.001f;
   float mpDensity = 0.109375f;
+  int mpDenseSteps = 0;  // a dense warm-up: the first steps exchange the embedding rows exactly
   int tauInterval = 100;
   uint64_t seed = 1;
   uint64_t evalSamples = 32768;
