@@ -27,7 +27,9 @@ extern "C" {
  * (ncclConfig_t.blocking = 0, even one still initialising) works too: where
  * NCCL answers ncclInProgress, spccl polls ncclCommGetAsyncError until the
  * operation is enqueued or has failed, so its calls return as they would on
- * a blocking communicator. */
+ * a blocking communicator. SPCCL_VALUE_TYPE=fp8 and SPCCL_CHECKSUM=1 have
+ * no device kernels yet: with either set it fails with spcclInvalidArgument
+ * on every rank (docs/GPU.md). */
 SPCCL_API spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl);
 
 #ifdef __cplusplus
