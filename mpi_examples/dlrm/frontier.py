@@ -45,6 +45,15 @@ METHODS = [
      "merged"),
     ("hot rows (4096) + top 7/64, fp8, exact first 20 steps", {"SPCCL_ROWS_CODEC": "fp8"},
      ["--mp-density", "0.109375", "--mp-dense-steps", "20"] + HOT + ["4096"], "merged"),
+    # The bound's schedules over the 300 steps (SPCCL_ROWS_ERROR_DECAY per bounded forward): 4% -> 1% and 1% -> 4%.
+    ("top 8/64, bounded 4% tightening to 1% of range", {"SPCCL_ROWS_CODEC": "bounded", "SPCCL_ROWS_ERROR_BOUND": "0.04",
+                                                         "SPCCL_ROWS_ERROR_RELATIVE": "1",
+                                                         "SPCCL_ROWS_ERROR_DECAY": "0.99539"},
+     ["--mp-density", "0.125"], "per-sample"),
+    ("top 8/64, bounded 1% loosening to 4% of range", {"SPCCL_ROWS_CODEC": "bounded", "SPCCL_ROWS_ERROR_BOUND": "0.01",
+                                                        "SPCCL_ROWS_ERROR_RELATIVE": "1",
+                                                        "SPCCL_ROWS_ERROR_DECAY": "1.00463"},
+     ["--mp-density", "0.125"], "per-sample"),
 ]
 BASELINES = {"per-sample": ["--emb-update", "per-sample"], "merged": ["--emb-update", "merged"]}
 
