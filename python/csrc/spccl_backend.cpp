@@ -1479,6 +1479,82 @@ class SpcclBackend : public c10d::Backend {
 };
 
 // ---------------------------------------------------------------------------
+// The world: MPI_COMM_WORLD under mpirun. Under torchrun every process starts
+// as an MPI singleton; spccl_torch._join_world joins them one at a time with
+// MPI_Comm_connect/accept (joinConnect, joinAccept: Open MPI's accept is not
+// safe with several connects racing) and joinFinish ranks the result as torch
+// ranks it.
+
+MPI_Comm gWorld = MPI_COMM_WORLD;
+MPI_Comm gJoining = MPI_COMM_NULL;  // the processes joined so far
+std::string gPort;                  // rank 0's port while they join
+
+MPI_Comm worldComm() { return gWorld; }
+
+void checkJoinable() {
+  TORCH_CHECK(!gMpiFinalized, "spccl: MPI was finalized already");
+  initMpiOnce();
+  int worldSize = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  TORCH_CHECK(worldSize == 1 && gWorld == MPI_COMM_WORLD, "spccl: this process is one of ", worldSize,
+              " MPI processes already (mpirun): there is nothing to join");
+}
+
+std::string joinOpenPort() {
+  std::lock_guard<std::mutex> g(mpiMutex());
+  checkJoinable();
+  char port[MPI_MAX_PORT_NAME] = {};
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  checkMpi(MPI_Open_port(MPI_INFO_NULL, port), "MPI_Open_port");
+  gPort = port;
+  checkMpi(MPI_Comm_dup(MPI_COMM_SELF, &gJoining), "MPI_Comm_dup");
+  return gPort;
+}
+
+void mergeInto(MPI_Comm inter, bool high) {
+  MPI_Comm merged = MPI_COMM_NULL;
+  int rc = MPI_Intercomm_merge(inter, high ? 1 : 0, &merged);
+  MPI_Comm_free(&inter);
+  checkMpi(rc, "MPI_Intercomm_merge");
+  if (gJoining != MPI_COMM_NULL) MPI_Comm_free(&gJoining);
+  gJoining = merged;
+  MPI_Comm_set_errhandler(gJoining, MPI_ERRORS_RETURN);
+}
+
+void joinConnect(const std::string& port) {
+  std::lock_guard<std::mutex> g(mpiMutex());
+  checkJoinable();
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  MPI_Comm inter = MPI_COMM_NULL;
+  checkMpi(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter), "MPI_Comm_connect");
+  mergeInto(inter, true);
+}
+
+void joinAccept() {
+  std::lock_guard<std::mutex> g(mpiMutex());
+  TORCH_CHECK(gJoining != MPI_COMM_NULL, "spccl: join_accept before joining");
+  MPI_Comm inter = MPI_COMM_NULL;
+  checkMpi(MPI_Comm_accept(gPort.c_str(), MPI_INFO_NULL, 0, gJoining, &inter), "MPI_Comm_accept");
+  mergeInto(inter, false);
+}
+
+void joinFinish(int rank, int size) {
+  std::lock_guard<std::mutex> g(mpiMutex());
+  TORCH_CHECK(gJoining != MPI_COMM_NULL, "spccl: join_finish before joining");
+  int joined = 0;
+  MPI_Comm_size(gJoining, &joined);
+  TORCH_CHECK(joined == size, "spccl: ", joined, " processes joined, torch.distributed has ", size);
+  MPI_Comm ranked = MPI_COMM_NULL;
+  checkMpi(MPI_Comm_split(gJoining, 0, rank, &ranked), "MPI_Comm_split");
+  MPI_Comm_free(&gJoining);
+  if (!gPort.empty()) {
+    MPI_Close_port(gPort.c_str());
+    gPort.clear();
+  }
+  gWorld = ranked;
+}
+
+// ---------------------------------------------------------------------------
 // Creation: the MPI communicator of a torch process group.
 
 int envInt(const char* name, int fallback) {
@@ -1494,16 +1570,16 @@ c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std
     TORCH_CHECK(!gMpiFinalized, "spccl: MPI was finalized already");
     initMpiOnce();
     int worldRank = 0, worldSize = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
-    MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    MPI_Comm_rank(worldComm(), &worldRank);
+    MPI_Comm_size(worldComm(), &worldSize);
     int ompiRank = envInt("OMPI_COMM_WORLD_RANK", worldRank);
     int ompiSize = envInt("OMPI_COMM_WORLD_SIZE", worldSize);
     if (globalRanks.empty()) {
       TORCH_CHECK(groupSize == worldSize && groupRank == worldRank && ompiRank == worldRank && ompiSize == worldSize,
                   "spccl: torch.distributed has rank ", groupRank, " of ", groupSize, " but MPI has rank ", worldRank,
                   " of ", worldSize, " (OMPI_COMM_WORLD_RANK=", ompiRank, ", OMPI_COMM_WORLD_SIZE=", ompiSize,
-                  "): launch with mpirun and set RANK/WORLD_SIZE from OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE");
-      checkMpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+                  "): under mpirun, set RANK and WORLD_SIZE from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE");
+      checkMpi(MPI_Comm_dup(worldComm(), &comm), "MPI_Comm_dup");
     } else {
       TORCH_CHECK(static_cast<int>(globalRanks.size()) == groupSize && groupRank >= 0 && groupRank < groupSize &&
                       globalRanks[groupRank] == worldRank,
@@ -1511,10 +1587,10 @@ c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std
                   " of the group's ranks");
       for (auto r : globalRanks) TORCH_CHECK(r >= 0 && r < worldSize, "spccl: new_group: rank ", r, " out of range");
       MPI_Group world, sub;
-      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      MPI_Comm_group(worldComm(), &world);
       std::vector<int> ranks(globalRanks.begin(), globalRanks.end());
       MPI_Group_incl(world, groupSize, ranks.data(), &sub);
-      int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &comm);
+      int rc = MPI_Comm_create_group(worldComm(), sub, 0, &comm);
       MPI_Group_free(&sub);
       MPI_Group_free(&world);
       checkMpi(rc, "MPI_Comm_create_group");
@@ -1630,6 +1706,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("env_alltoall", &SpcclBackend::envAlltoall);
   m.def("create_backend", &createBackend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
         py::arg("name"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>());
+  m.def("join_open_port", &joinOpenPort, py::call_guard<py::gil_scoped_release>());
+  m.def("join_connect", &joinConnect, py::arg("port"), py::call_guard<py::gil_scoped_release>());
+  m.def("join_accept", &joinAccept, py::call_guard<py::gil_scoped_release>());
+  m.def("join_finish", &joinFinish, py::arg("rank"), py::arg("size"), py::call_guard<py::gil_scoped_release>());
   m.def("shutdown_all", &shutdownAll, py::call_guard<py::gil_scoped_release>());
   py::class_<Compressor, std::shared_ptr<Compressor>>(m, "Compressor")
       .def(py::init<c10::intrusive_ptr<SpcclBackend>, float, int, int>())

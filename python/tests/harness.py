@@ -1,4 +1,4 @@
-"""Shared by the tests: launched by mpirun, one process per rank.
+"""Shared by the tests: launched by mpirun or torchrun, one process per rank.
 
 Every check runs on every rank; failures are agreed over a gloo group before
 anything is asserted, so a rank that fails alone never leaves the others
@@ -17,13 +17,15 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-RANK = int(os.environ["OMPI_COMM_WORLD_RANK"])
-WORLD = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-JOB = os.environ.get("OMPI_MCA_ess_base_jobid", os.environ.get("PMIX_NAMESPACE", "0"))
+# mpirun's variables, else torchrun's.
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
+WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+JOB = os.environ.get("OMPI_MCA_ess_base_jobid",
+                     os.environ.get("PMIX_NAMESPACE", os.environ.get("TORCHELASTIC_RUN_ID", "0")))
 
 
 def job_dir():
-    """A folder every rank of this mpirun job agrees on."""
+    """A folder every rank of this job agrees on."""
     d = os.path.join(tempfile.gettempdir(), f"spccl_torch_test_{JOB}")
     os.makedirs(d, exist_ok=True)
     return d

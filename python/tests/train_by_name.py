@@ -5,7 +5,8 @@ scripts do, and knows nothing about spccl: it does not import spccl_torch, so wi
 Hybrid parallel: one embedding table per rank (model parallel), embedding rows
 exchanged with an async all_to_all_single with per-rank batch sizes (forward and,
 in autograd, backward), a bottom and a top MLP wrapped in DDP, all_gather and
-barrier at evaluation. Launch: mpirun -np N python train_by_name.py --backend spccl
+barrier at evaluation. Launch: mpirun -np N python train_by_name.py --backend spccl,
+or torchrun --standalone --nproc-per-node N train_by_name.py --backend spccl
 """
 import argparse
 import os
@@ -24,13 +25,14 @@ p.add_argument("--backend", default="gloo")
 p.add_argument("--steps", type=int, default=60)
 args = p.parse_args()
 
-os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
-os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-# A MASTER_PORT from the environment wins (ctest passes a free one: with_free_port.py);
-# by hand, a port from the mpirun job id.
-job = int(os.environ.get("OMPI_MCA_ess_base_jobid", "0"))
-os.environ.setdefault("MASTER_PORT", str(20000 + (job + 7) % 20000))
+if "OMPI_COMM_WORLD_RANK" in os.environ:  # mpirun; torchrun sets all four itself
+    os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+    os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    # A MASTER_PORT from the environment wins (ctest passes a free one: with_free_port.py);
+    # by hand, a port from the mpirun job id.
+    job = int(os.environ.get("OMPI_MCA_ess_base_jobid", "0"))
+    os.environ.setdefault("MASTER_PORT", str(20000 + (job + 7) % 20000))
 dist.init_process_group(backend=args.backend)
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
