@@ -346,6 +346,8 @@ size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPe
                       const uint32_t* positions, const float* values, uint64_t nnz, uint64_t seq);
 size_t encodeValuesInt8(void* dst, const float* values, const uint32_t* counts, uint64_t rows, uint64_t rowLen,
                         uint64_t nnz, uint64_t seq);
+// The header of encodeIdRows' stream (a stream built piece by piece in executor memory).
+RowsHeader idRowsHeader(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes, uint64_t seq);
 size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
                     uint32_t valueBytes, uint64_t seq);
 
@@ -466,6 +468,11 @@ struct IdRowsView {
 Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq, int peer,
                    IdRowsView* out);
 int64_t idAt(const IdRowsView& v, uint64_t i);
+// parseIdRows' checks of a header read out of a `bytes`-byte stream in
+// executor memory (its CRC verified, if sealed, by the caller): everything
+// but the order of the ids, which Executor::mergeRowLists checks.
+Status parseIdRowsHeader(const RowsHeader& h, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq,
+                         int peer);
 
 // ---- Stream integrity (SPCCL_CHECKSUM=1) ----
 // CRC32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and

@@ -56,12 +56,8 @@ uint32_t loadU32(const unsigned char* p) {
   return v;
 }
 
-// Shared header checks of the row kinds.
-Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t seq, int peer, RowsHeader* h) {
-  if (data == nullptr || bytes < sizeof(RowsHeader))
-    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
-  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
-  std::memcpy(h, data, sizeof *h);
+// Shared header checks of the row kinds: the fields, then a stream in host memory.
+Status checkRowsHeaderFields(const RowsHeader* h, StreamKind kind, uint64_t seq, int peer) {
   // A codec's value type comes only with its version, and only on rows and values streams.
   const bool coded =
       (h->valueType == kRowsInt8ValueType && (kind == StreamKind::kRows || kind == StreamKind::kValues)) ||
@@ -86,6 +82,14 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
     return remoteError(formatString("stream from rank %d has kind %u, expected %u (or non-zero reserved fields)", peer,
                                     static_cast<unsigned>(h->kind), static_cast<unsigned>(kind)));
   return Status::ok();
+}
+
+Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t seq, int peer, RowsHeader* h) {
+  if (data == nullptr || bytes < sizeof(RowsHeader))
+    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
+  std::memcpy(h, data, sizeof *h);
+  return checkRowsHeaderFields(h, kind, seq, peer);
 }
 
 // What every kRows stream is checked for before its layout: the header,
@@ -387,11 +391,15 @@ size_t encodeValuesInt8(void* dst, const float* values, const uint32_t* counts, 
   return finish(p, codesAt + nnz);
 }
 
+RowsHeader idRowsHeader(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes, uint64_t seq) {
+  return makeRowsHeader(StreamKind::kIdRows, Collective::kRowSparse, IndexEncoding::kRow32, idRowsValueType(valueBytes),
+                        nIds, rowLen, 0, 0, seq);
+}
+
 size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
                     uint32_t valueBytes, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
-  const RowsHeader h = makeRowsHeader(StreamKind::kIdRows, Collective::kRowSparse, IndexEncoding::kRow32,
-                                      idRowsValueType(valueBytes), nIds, rowLen, 0, 0, seq);
+  const RowsHeader h = idRowsHeader(nIds, rowLen, valueBytes, seq);
   std::memcpy(p, &h, sizeof h);
   size_t off = sizeof h;
   if (nIds > 0) {
@@ -752,10 +760,9 @@ Status parseRowsBounded(const void* data, size_t bytes, uint64_t rows, uint64_t 
   return Status::ok();
 }
 
-Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq, int peer,
-                   IdRowsView* out) {
-  RowsHeader h;
-  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kIdRows, seq, peer, &h));
+namespace {
+
+Status checkIdRowsLayout(const RowsHeader& h, size_t bytes, uint64_t rowLen, uint32_t valueBytes, int peer) {
   if (h.rowLen != rowLen || h.valueType != idRowsValueType(valueBytes))
     return invalidUsage(formatString("rank %d sent rows of %llu x %u-byte values, this rank expects %llu x %u", peer,
                                      static_cast<unsigned long long>(h.rowLen), static_cast<unsigned>(h.valueType),
@@ -763,6 +770,24 @@ Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t val
   if (h.rows > bytes || bytes != idRowsStreamBytes(h.rows, rowLen, valueBytes))
     return remoteError(formatString("id-rows stream from rank %d is %zu bytes for %llu ids", peer, bytes,
                                     static_cast<unsigned long long>(h.rows)));
+  return Status::ok();
+}
+
+}  // namespace
+
+Status parseIdRowsHeader(const RowsHeader& h, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq,
+                         int peer) {
+  if (bytes < sizeof h)
+    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
+  SPCCL_RETURN_IF_ERROR(checkRowsHeaderFields(&h, StreamKind::kIdRows, seq, peer));
+  return checkIdRowsLayout(h, bytes, rowLen, valueBytes, peer);
+}
+
+Status parseIdRows(const void* data, size_t bytes, uint64_t rowLen, uint32_t valueBytes, uint64_t seq, int peer,
+                   IdRowsView* out) {
+  RowsHeader h;
+  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kIdRows, seq, peer, &h));
+  SPCCL_RETURN_IF_ERROR(checkIdRowsLayout(h, bytes, rowLen, valueBytes, peer));
   IdRowsView v;
   v.nIds = h.rows;
   v.ids = static_cast<const unsigned char*>(data) + sizeof h;

@@ -12,6 +12,7 @@
 
 #include "kernels/core/elementwise.h"
 #include "kernels/core/executor.h"
+#include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
 #include "collectives/cost_model.h"
 #include "collectives/agreement.h"
@@ -87,14 +88,20 @@ struct Workspace {
   };
   template <typename Acc>
   struct RowSparseLists {
-    IdRows<Acc> mine, owned, result;
+    IdRows<Acc> owned;               // partition stage 2: this owner's sums
     std::vector<IdRows<Acc>> parts;  // partition stage 1: one per owner
-    std::vector<Acc> rowBuf;
   };
   RowSparseLists<float> rowSparse32;
   RowSparseLists<double> rowSparse64;
   std::vector<IdRowsView> idRowsViews;
+  std::vector<host::RowList> rowLists;
   std::vector<uint64_t> heads;  // a merge's position in each stream
+  // The row-sparse allreduce in executor memory: this rank's merged rows, the
+  // union, and the received streams' headers, lists and order checks.
+  ExecMemory mergedRows, unionIds, unionRows;
+  std::vector<RowsHeader> idRowsHeaders;
+  std::vector<IdRowsSection> idRowsLists;
+  std::vector<uint64_t> unordered;
 };
 
 // This rank's selected entries: sorted global indices and wire-typed values.

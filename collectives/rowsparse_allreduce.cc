@@ -9,9 +9,9 @@
 // algorithms. Rows are summed in fp32 (fp64 for fp64 input) and rounded to
 // the user type once, at the end.
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstring>
-#include <numeric>
 
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
@@ -33,87 +33,149 @@ uint32_t ownerOf(int64_t id, int p) {
   return static_cast<uint32_t>(x % static_cast<uint64_t>(p));
 }
 
-// A sorted (ids, rows) list of Acc rows, and the call's lists: the
-// communicator's, kept between calls (Workspace), so that a steady call
-// allocates nothing.
-template <typename Acc>
-using IdRows = Workspace::IdRows<Acc>;
-
 template <typename Acc>
 Workspace::RowSparseLists<Acc>& listsOf(Workspace& ws) {
   if constexpr (sizeof(Acc) == 8) return ws.rowSparse64;
   else return ws.rowSparse32;
 }
 
-template <typename Acc>
-void loadRow(const void* rows, spcclDataType_t type, size_t row, size_t rowLen, Acc* dst) {
-  if constexpr (sizeof(Acc) == 8) {
-    std::memcpy(dst, static_cast<const double*>(rows) + row * rowLen, rowLen * sizeof(double));
-  } else {
-    host::loadFloats(static_cast<const char*>(rows) + row * rowLen * dataTypeSize(type), type, rowLen, dst);
+// Received id-rows streams (in `data`, laid out by sizes/offsets; executor
+// memory) as merge lists: each header read to the host and checked (its CRC
+// first, where sealed), the ids' order left to the merge.
+Status idRowsLists(Executor& ex, const unsigned char* data, const std::vector<size_t>& sizes,
+                   const std::vector<size_t>& offsets, uint64_t rowLen, uint32_t vb, uint64_t seq, Workspace& ws) {
+  const size_t p = sizes.size();
+  ws.idRowsHeaders.assign(p, RowsHeader{});
+  for (size_t r = 0; r < p; ++r)
+    if (sizes[r] >= sizeof(RowsHeader))
+      SPCCL_RETURN_IF_ERROR(ex.toHost(&ws.idRowsHeaders[r], data + offsets[r], sizeof(RowsHeader)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  bool sealed = false;
+  for (const RowsHeader& h : ws.idRowsHeaders) sealed = sealed || (h.flags & kChecksumFlag) != 0;
+  if (sealed) {
+    const Status verified = ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
+      for (size_t r = 0; r < p; ++r)
+        SPCCL_RETURN_IF_ERROR(verifyStream(data + offsets[r], sizes[r], static_cast<int>(r)));
+      return Status::ok();
+    });
+    SPCCL_RETURN_IF_ERROR(verified);
   }
+  ws.idRowsLists.resize(p);
+  for (size_t r = 0; r < p; ++r) {
+    const RowsHeader& h = ws.idRowsHeaders[r];
+    SPCCL_RETURN_IF_ERROR(parseIdRowsHeader(h, sizes[r], rowLen, vb, seq, static_cast<int>(r)));
+    const unsigned char* ids = data + offsets[r] + sizeof h;
+    ws.idRowsLists[r] = IdRowsSection{reinterpret_cast<const int64_t*>(ids), ids + h.rows * sizeof(int64_t), h.rows};
+  }
+  return Status::ok();
 }
 
-// Local de-duplication: sorted unique ids, each row the sum of its
-// occurrences in input order.
+// The union of the lists in ws.idRowsLists into ws.unionIds/unionRows; the
+// number of ids in *unionSize.
+Status mergeLists(Executor& ex, spcclDataType_t accType, uint64_t rowLen, Workspace& ws, uint64_t* unionSize) {
+  const size_t p = ws.idRowsLists.size();
+  uint64_t most = 0;
+  for (const IdRowsSection& l : ws.idRowsLists) most += l.n;
+  SPCCL_RETURN_IF_ERROR(ws.unionIds.ensure(ex, std::max<uint64_t>(most, 1) * sizeof(int64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.unionRows.ensure(ex, std::max<uint64_t>(most, 1) * rowLen * dataTypeSize(accType)));
+  ws.unordered.assign(p, 0);
+  SPCCL_RETURN_IF_ERROR(ex.mergeRowLists(ws.idRowsLists.data(), p, accType, rowLen, ws.unionIds.get<int64_t>(),
+                                         ws.unionRows.get(), unionSize, ws.unordered.data()));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  for (size_t r = 0; r < p; ++r)
+    if (ws.unordered[r] != 0)
+      return remoteError(formatString("id-rows stream from rank %zu: ids not strictly increasing at %llu", r,
+                                      static_cast<unsigned long long>(ws.unordered[r])));
+  return Status::ok();
+}
+
+// The partition algorithm's stages (host only: its split by owner has no
+// device kernel). mine: this rank's merged list; the owners' sums end in
+// ws.idRowsLists, views of ws.recvBytes.
 template <typename Acc>
-void mergeLocal(const int64_t* ids, const void* rows, size_t nrows, size_t rowLen, spcclDataType_t type,
-                std::vector<uint64_t>& order, std::vector<Acc>& rowBuf, IdRows<Acc>* out) {
-  order.resize(nrows);
-  std::iota(order.begin(), order.end(), uint64_t{0});
-  // Input order among equal ids (the sums' order), without stable_sort's
-  // temporary buffer: the position breaks ties.
-  std::sort(order.begin(), order.end(),
-            [&](uint64_t a, uint64_t b) { return ids[a] < ids[b] || (ids[a] == ids[b] && a < b); });
-  out->clear();
-  rowBuf.resize(rowLen);
-  for (uint64_t i : order) {
-    if (out->ids.empty() || out->ids.back() != ids[i]) {
-      out->ids.push_back(ids[i]);
-      out->rows.resize(out->rows.size() + rowLen, Acc(0));
+Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSection& mine, uint64_t rowLen, uint64_t seq,
+                       uint64_t sumUnique, uint64_t* bytesSent) {
+  Workspace& ws = comm.workspace;
+  const int p = t.size(), me = t.rank();
+  const uint32_t vb = sizeof(Acc);
+  const auto* mineRows = static_cast<const Acc*>(mine.rows);
+  // Stage 1: each merged id to its owner, in id order.
+  std::vector<Workspace::IdRows<Acc>>& parts = listsOf<Acc>(ws).parts;
+  parts.resize(p);
+  for (auto& part : parts) part.clear();
+  for (uint64_t i = 0; i < mine.n; ++i) {
+    auto& part = parts[ownerOf(mine.ids[i], p)];
+    part.ids.push_back(mine.ids[i]);
+    part.rows.insert(part.rows.end(), mineRows + i * rowLen, mineRows + (i + 1) * rowLen);
+  }
+  ws.sizes.resize(p);
+  for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(parts[r].ids.size(), rowLen, vb);
+  ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
+  for (int r = 0; r < p; ++r) {
+    encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(), parts[r].ids.size(),
+                 rowLen, vb, seq);
+    sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
+  }
+  ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
+  ws.recvCounts.resize(p);
+  SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
+  ws.recvSizes.resize(p);
+  Status local;
+  for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced above
+    ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb), r,
+                                    "row-sparse stage 1", &local);
+  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
+  const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
+                                   ws.recvSizes.data(), ws.recvOffsets.data());
+  if (local.isOk()) local = moved;
+  for (int r = 0; r < p; ++r)
+    if (r != me) *bytesSent += sizeof(uint64_t) + ws.sizes[r];
+  // Stage 2: the owner sums its ids in rank order. An owner that rejects a
+  // piece still takes part in stage 3, with a flagged empty stream, so no
+  // rank is left waiting.
+  Workspace::IdRows<Acc>& owned = listsOf<Acc>(ws).owned;
+  owned.clear();
+  std::vector<IdRowsView>& views = ws.idRowsViews;
+  views.resize(p);
+  for (int r = 0; r < p && local.isOk(); ++r)
+    local = parseIdRows(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], rowLen, vb, seq, r, &views[r]);
+  if (local.isOk()) {
+    uint64_t most = 0;
+    ws.rowLists.resize(p);
+    for (int r = 0; r < p; ++r) {
+      ws.rowLists[r] = host::RowList{reinterpret_cast<const int64_t*>(views[r].ids), views[r].rows, views[r].nIds};
+      most += views[r].nIds;
     }
-    loadRow<Acc>(rows, type, i, rowLen, rowBuf.data());
-    Acc* acc = out->rows.data() + out->rows.size() - rowLen;
-    for (size_t e = 0; e < rowLen; ++e) acc[e] += rowBuf[e];
+    owned.ids.resize(most);
+    owned.rows.resize(most * rowLen);
+    const uint64_t n = host::mergeRowLists(ws.rowLists.data(), p, sizeof(Acc) == 8, rowLen, owned.ids.data(),
+                                           owned.rows.data(), &ws.heads);
+    owned.ids.resize(n);
+    owned.rows.resize(n * rowLen);
   }
-}
-
-// Merges P sorted streams, summing equal ids in rank order into `out`.
-template <typename Acc>
-void mergeStreams(const std::vector<IdRowsView>& views, size_t rowLen, std::vector<uint64_t>& head, IdRows<Acc>* out) {
-  const size_t p = views.size();
-  head.assign(p, 0);
-  out->clear();
-  for (;;) {
-    bool any = false;
-    int64_t next = 0;
-    for (size_t r = 0; r < p; ++r)
-      if (head[r] < views[r].nIds) {
-        const int64_t id = idAt(views[r], head[r]);
-        if (!any || id < next) next = id;
-        any = true;
-      }
-    if (!any) return;
-    out->ids.push_back(next);
-    out->rows.resize(out->rows.size() + rowLen, Acc(0));
-    Acc* acc = out->rows.data() + out->rows.size() - rowLen;
-    for (size_t r = 0; r < p; ++r) {
-      if (head[r] >= views[r].nIds || idAt(views[r], head[r]) != next) continue;
-      const Acc* row = static_cast<const Acc*>(views[r].rows) + head[r] * rowLen;
-      for (size_t e = 0; e < rowLen; ++e) acc[e] += row[e];
-      ++head[r];
-    }
-  }
-}
-
-// Parses P id-row streams laid out by sizes/offsets in `bytes`.
-Status parseAll(const std::vector<unsigned char>& bytes, const std::vector<size_t>& sizes,
-                const std::vector<size_t>& offsets, size_t rowLen, uint32_t vb, uint64_t seq,
-                std::vector<IdRowsView>* views) {
-  views->resize(sizes.size());
-  for (size_t r = 0; r < sizes.size(); ++r)
+  // Stage 3: allgather the owners' results; id sets are disjoint.
+  uint64_t ownedBytes = idRowsStreamBytes(owned.ids.size(), rowLen, vb);
+  ws.stageBytes.resize(ownedBytes);
+  encodeIdRows(ws.stageBytes.data(), owned.ids.data(), owned.rows.data(), owned.ids.size(), rowLen, vb, seq);
+  if (!local.isOk()) ws.stageBytes[offsetof(RowsHeader, status)] = static_cast<unsigned char>(local.code());
+  sealStream(&comm.integrity, ws.stageBytes.data(), ownedBytes);  // after the status byte
+  SPCCL_RETURN_IF_ERROR(t.allGather(&ownedBytes, sizeof ownedBytes, ws.recvCounts.data()));
+  for (int r = 0; r < p; ++r)
+    ws.recvSizes[r] =
+        announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r, "row-sparse stage 3", &local);
+  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
+  const Status gathered =
+      t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(), ws.recvOffsets.data());
+  if (local.isOk()) local = gathered;
+  *bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
+  SPCCL_RETURN_IF_ERROR(local);
+  ws.idRowsLists.resize(p);
+  for (int r = 0; r < p; ++r) {
+    IdRowsView v;
     SPCCL_RETURN_IF_ERROR(
-        parseIdRows(bytes.data() + offsets[r], sizes[r], rowLen, vb, seq, static_cast<int>(r), &(*views)[r]));
+        parseIdRows(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], rowLen, vb, seq, r, &v));
+    ws.idRowsLists[r] = IdRowsSection{reinterpret_cast<const int64_t*>(v.ids), v.rows, v.nIds};
+  }
   return Status::ok();
 }
 
@@ -122,101 +184,84 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
                      spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                      spcclStats_t* call) {
   Transport& t = *comm.transport;
+  Executor& ex = *comm.executor;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const uint32_t vb = sizeof(Acc);
+  const spcclDataType_t accType = sizeof(Acc) == 8 ? spcclFloat64 : spcclFloat32;
+  // An argument error, so before the exchange (the other ranks would wait
+  // in it): the device's merge sorts 32-bit positions.
+  if (ex.onDevice() && nrows >= static_cast<uint64_t>(INT_MAX))
+    return invalidArgument(formatString("nrows=%zu: at most 2^31-2 rows on the device", nrows));
   const uint64_t seq = comm.seq++;
   SPCCL_RETURN_IF_ERROR(
       agreeOnCall(comm, t, rowSparseDescriptor(comm.settings->rowSparseAlgorithm, seq, rowLen, type)));
 
-  Workspace::RowSparseLists<Acc>& lists = listsOf<Acc>(ws);
-  IdRows<Acc>& mine = lists.mine;
-  IdRows<Acc>& result = lists.result;
-  mergeLocal<Acc>(ids, rows, nrows, rowLen, type, comm.ranks64, lists.rowBuf, &mine);
-  uint64_t myUnique = mine.ids.size();
+  // This rank's stream, header | ids | rows: the merge writes the ids in
+  // place, the rows go after them once their count is known.
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, idRowsStreamBytes(nrows, rowLen, vb)));
+  SPCCL_RETURN_IF_ERROR(ws.mergedRows.ensure(ex, std::max<size_t>(nrows, 1) * rowLen * vb));
+  auto* stream = ws.sendStream.get<unsigned char>();
+  auto* myIds = reinterpret_cast<int64_t*>(stream + sizeof(RowsHeader));
+  uint64_t myUnique = 0;
+  if (nrows > 0)
+    SPCCL_RETURN_IF_ERROR(ex.mergeRows(ids, rows, type, nrows, rowLen, myIds, ws.mergedRows.get(), &myUnique));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  SPCCL_RETURN_IF_ERROR(ws.sizeSend.ensure(ex, sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.sizeRecv.ensure(ex, p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), &myUnique, sizeof myUnique));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allGather(ws.sizeSend.get(), sizeof myUnique, ws.sizeRecv.get()); }));
   ws.nnzPerRank.resize(p);
-  SPCCL_RETURN_IF_ERROR(t.allGather(&myUnique, sizeof myUnique, ws.nnzPerRank.data()));
-  const uint64_t sumUnique = std::accumulate(ws.nnzPerRank.begin(), ws.nnzPerRank.end(), uint64_t{0});
-  uint64_t bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + sizeof(uint64_t));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.nnzPerRank.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  uint64_t sumUnique = 0;
+  for (int r = 0; r < p; ++r) {
+    // A peer never has more unique ids than rows; the counts size what is
+    // received, so an absurd one is refused before anything is allocated.
+    if (ws.nnzPerRank[r] >= (uint64_t{1} << 40))
+      return remoteError(formatString("row-sparse allreduce: rank %d announced %llu unique ids", r,
+                                      static_cast<unsigned long long>(ws.nnzPerRank[r])));
+    sumUnique += ws.nnzPerRank[r];
+  }
+  if (ex.onDevice() && sumUnique >= static_cast<uint64_t>(INT_MAX))  // (the same on every rank)
+    return invalidArgument("row-sparse allreduce on the device: more than 2^31-2 ids over all ranks");
+  uint64_t bytesSent = static_cast<uint64_t>(p - 1) * (agreementBytes(ex) + sizeof(uint64_t));
 
   // Every input below is the same on every rank (the cost model is rank 0's,
   // resolved at creation), so every rank picks the same.
-  const int algo = comm.settings->rowSparseAlgorithm != kRowSparseAuto
+  // On a device always allgather: partition's split by owner has no device
+  // kernel (an NCCL communicator maps SPCCL_ROWSPARSE_ALGO=partition to
+  // allgather at creation and says so).
+  const int algo = ex.onDevice() ? kRowSparseAllgather
+                   : comm.settings->rowSparseAlgorithm != kRowSparseAuto
                        ? comm.settings->rowSparseAlgorithm
                        : chooseRowSparseAlgorithm(p, sumUnique, rowLen, vb, comm.rowSparseOverlap, comm.costModel);
-  std::vector<IdRowsView>& views = ws.idRowsViews;
+  uint64_t unionSize = 0;
   if (algo == kRowSparseAllgather) {
+    const size_t myBytes = idRowsStreamBytes(myUnique, rowLen, vb);
+    const RowsHeader h = idRowsHeader(myUnique, rowLen, vb, seq);
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(stream, &h, sizeof h));
+    const size_t rowsAt = sizeof h + myUnique * sizeof(int64_t), used = rowsAt + myUnique * rowLen * vb;
+    SPCCL_RETURN_IF_ERROR(ex.copy(stream + rowsAt, ws.mergedRows.get(), used - rowsAt));
+    if (myBytes > used) SPCCL_RETURN_IF_ERROR(ex.fill(stream + used, 0, myBytes - used));
+    SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, &comm.integrity, stream, myBytes));
     ws.sizes.resize(p);
     for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb);
-    ws.recvBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
-    ws.sendBytes.resize(ws.sizes[me]);
-    encodeIdRows(ws.sendBytes.data(), mine.ids.data(), mine.rows.data(), myUnique, rowLen, vb, seq);
-    sealStream(&comm.integrity, ws.sendBytes.data(), ws.sizes[me]);
+    SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, layoutStreams(ws.sizes, &ws.offsets)));
+    auto* recv = ws.recvStream.get<unsigned char>();
     SPCCL_RETURN_IF_ERROR(
-        t.allGatherV(ws.sendBytes.data(), ws.sizes[me], ws.recvBytes.data(), ws.sizes.data(), ws.offsets.data()));
+        ex.withMemory([&] { return t.allGatherV(stream, ws.sizes[me], recv, ws.sizes.data(), ws.offsets.data()); }));
     bytesSent += static_cast<uint64_t>(p - 1) * ws.sizes[me];
-    SPCCL_RETURN_IF_ERROR(parseAll(ws.recvBytes, ws.sizes, ws.offsets, rowLen, vb, seq, &views));
-    mergeStreams<Acc>(views, rowLen, ws.heads, &result);
+    SPCCL_RETURN_IF_ERROR(idRowsLists(ex, recv, ws.sizes, ws.offsets, rowLen, vb, seq, ws));
   } else {
-    // Stage 1: each merged id to its owner, in id order.
-    std::vector<IdRows<Acc>>& parts = lists.parts;
-    parts.resize(p);
-    for (IdRows<Acc>& part : parts) part.clear();
-    for (size_t i = 0; i < mine.ids.size(); ++i) {
-      IdRows<Acc>& part = parts[ownerOf(mine.ids[i], p)];
-      part.ids.push_back(mine.ids[i]);
-      part.rows.insert(part.rows.end(), mine.rows.begin() + i * rowLen, mine.rows.begin() + (i + 1) * rowLen);
-    }
-    ws.sizes.resize(p);
-    for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(parts[r].ids.size(), rowLen, vb);
-    ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
-    for (int r = 0; r < p; ++r) {
-      encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(), parts[r].ids.size(),
-                   rowLen, vb, seq);
-      sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
-    }
-    ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
-    ws.recvCounts.resize(p);
-    SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
-    ws.recvSizes.resize(p);
-    Status local;
-    for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced above
-      ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb), r,
-                                      "row-sparse stage 1", &local);
-    ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-    const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                     ws.recvSizes.data(), ws.recvOffsets.data());
-    if (local.isOk()) local = moved;
-    for (int r = 0; r < p; ++r)
-      if (r != me) bytesSent += sizeof(uint64_t) + ws.sizes[r];
-    // Stage 2: the owner sums its ids in rank order. An owner that rejects a
-    // piece still takes part in stage 3, with a flagged empty stream, so no
-    // rank is left waiting.
-    IdRows<Acc>& owned = lists.owned;
-    owned.clear();
-    if (local.isOk()) local = parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views);
-    if (local.isOk()) mergeStreams<Acc>(views, rowLen, ws.heads, &owned);
-    // Stage 3: allgather the owners' results; id sets are disjoint.
-    uint64_t ownedBytes = idRowsStreamBytes(owned.ids.size(), rowLen, vb);
-    ws.stageBytes.resize(ownedBytes);
-    encodeIdRows(ws.stageBytes.data(), owned.ids.data(), owned.rows.data(), owned.ids.size(), rowLen, vb, seq);
-    if (!local.isOk()) ws.stageBytes[offsetof(RowsHeader, status)] = static_cast<unsigned char>(local.code());
-    sealStream(&comm.integrity, ws.stageBytes.data(), ownedBytes);  // after the status byte
-    SPCCL_RETURN_IF_ERROR(t.allGather(&ownedBytes, sizeof ownedBytes, ws.recvCounts.data()));
-    for (int r = 0; r < p; ++r)
-      ws.recvSizes[r] =
-          announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r, "row-sparse stage 3", &local);
-    ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-    const Status gathered =
-        t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(), ws.recvOffsets.data());
-    if (local.isOk()) local = gathered;
-    bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
-    SPCCL_RETURN_IF_ERROR(local);
-    SPCCL_RETURN_IF_ERROR(parseAll(ws.recvBytes, ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, &views));
-    mergeStreams<Acc>(views, rowLen, ws.heads, &result);
+    const IdRowsSection mine{myIds, ws.mergedRows.get(), myUnique};
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly("the row-sparse partition algorithm", [&] {
+      return partitionStages<Acc>(comm, t, mine, rowLen, seq, sumUnique, &bytesSent);
+    }));
   }
+  SPCCL_RETURN_IF_ERROR(mergeLists(ex, accType, rowLen, ws, &unionSize));
 
-  const size_t unionSize = result.ids.size();
   if (unionSize > 0) comm.rowSparseOverlap = static_cast<double>(sumUnique) / static_cast<double>(unionSize);
   *outNrows = unionSize;
   *call = spcclStats_t{};
@@ -225,17 +270,14 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
   call->bytesSent = bytesSent;
   call->denseBytes = static_cast<uint64_t>(p - 1) * nrows * (sizeof(int64_t) + rowLen * dataTypeSize(type));
   if (unionSize > outCapacity)
-    return invalidUsage(formatString("row-sparse allreduce: the union has %zu ids, outCapacity is %zu (*outNrows "
+    return invalidUsage(formatString("row-sparse allreduce: the union has %llu ids, outCapacity is %zu (*outNrows "
                                      "holds the size needed)",
-                                     unionSize, outCapacity))
+                                     static_cast<unsigned long long>(unionSize), outCapacity))
         .markExpected();
-  if (unionSize > 0) std::memcpy(outIds, result.ids.data(), unionSize * sizeof(int64_t));
-  if constexpr (sizeof(Acc) == 8) {
-    if (unionSize > 0) std::memcpy(outRows, result.rows.data(), result.rows.size() * sizeof(double));
-  } else {
-    host::storeFloats(result.rows.data(), result.rows.size(), type, outRows);
-  }
-  return Status::ok();
+  if (unionSize == 0) return Status::ok();
+  SPCCL_RETURN_IF_ERROR(ex.copy(outIds, ws.unionIds.get(), unionSize * sizeof(int64_t)));
+  if constexpr (sizeof(Acc) == 8) return ex.copy(outRows, ws.unionRows.get(), unionSize * rowLen * sizeof(double));
+  return ex.storeFloats(ws.unionRows.get<float>(), unionSize * rowLen, type, outRows);
 }
 
 }  // namespace

@@ -101,6 +101,14 @@ struct ReselectStats {
   uint32_t tauKey = 0;
 };
 
+// One rank's list in a row-sparse merge (mergeRowLists): n ids, each with
+// one row of the accumulation type, in executor memory.
+struct IdRowsSection {
+  const int64_t* ids;
+  const void* rows;
+  uint64_t n;
+};
+
 // A callable borrowed for the length of one call: no allocation, unlike
 // std::function (the collectives' hot path allocates nothing once warm).
 class StatusFn {
@@ -172,6 +180,21 @@ class Executor {
   // out[i] = v[i] + residual[i], residual[i] = 0: a dense call sends the
   // residual. out equals v or does not overlap it.
   virtual Status flushResidual(const float* v, float* residual, float* out, size_t n) = 0;
+
+  // Row-sparse merges. Rows are summed in the accumulation type (fp64 for
+  // fp64 input, fp32 else), from +0, in input order. mergeRows: outIds = the
+  // n ids sorted and unique (signed order), outRows one summed row each;
+  // *unique (a host value, valid after settle()) their count. n < 2^31.
+  virtual Status mergeRows(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
+                           int64_t* outIds, void* outRows, uint64_t* unique) = 0;
+  // The union of `count` lists of accType rows, each list's ids strictly
+  // increasing (they came from peers: checked), equal ids summed in list
+  // order (rank order: every rank adds the same values in the same order).
+  // unordered[r] (host, after settle()): 0, or the first position where list
+  // r's ids do not increase; then outIds/outRows/*unique hold nothing
+  // meaningful. The lists hold fewer than 2^31 ids in all.
+  virtual Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
+                               int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) = 0;
 
   // Streams. copy: dst = src, both executor memory, not overlapping.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;

@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_executor.h"
 
 #include "kernels/core/elementwise.h"
+#include "kernels/core/types.h"
 
 #include <cuda_runtime.h>
 
@@ -16,6 +17,10 @@ CudaExecutor::~CudaExecutor() {
   release(&thresholdWorkspace_);
   release(&selectWorkspace_);
   release(&sectionWorkspace_);
+  release(&mergeWorkspace_);
+  release(&gatheredIds_);
+  release(&gatheredRows_);
+  release(&unorderedDevice_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
   if (deviceBad_ != nullptr) cudaFree(deviceBad_);
@@ -119,6 +124,11 @@ Status CudaExecutor::settle() {
   if (err == cudaSuccess)
     for (size_t i = 0; i < pendingChecks_.size(); ++i) *pendingChecks_[i] = sectionCheckResult(hostChecks_[i]);
   pendingChecks_.clear();
+  if (err == cudaSuccess)
+    for (const UnorderedOut& u : pendingUnordered_)
+      for (size_t r = 0; r < u.count; ++r)
+        if (u.out[r] == ~uint64_t{0}) u.out[r] = 0;
+  pendingUnordered_.clear();
   SPCCL_CUDA_CHECK(err);
   if (hostBad_ != nullptr && *hostBad_ != 0) {
     *hostBad_ = 0;
@@ -266,6 +276,49 @@ Status CudaExecutor::divideFloats(float* x, size_t n, float divisor) {
 
 Status CudaExecutor::flushResidual(const float* v, float* residual, float* out, size_t n) {
   return cuda::flushResidual(v, residual, out, n, stream_);
+}
+
+Status CudaExecutor::mergeRows(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
+                               int64_t* outIds, void* outRows, uint64_t* unique) {
+  const size_t ws = mergeRowsByIdWorkspaceBytes(n);
+  if (mergeWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&mergeWorkspace_, ws));
+  void* dev = nullptr;
+  size_t slot = 0;
+  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(uint64_t), &dev, &slot));
+  SPCCL_RETURN_IF_ERROR(cuda::mergeRowsById(ids, rows, type, n, rowLen, outIds, outRows, static_cast<uint64_t*>(dev),
+                                            mergeWorkspace_.ptr, mergeWorkspace_.bytes, stream_));
+  pending_.push_back(Pending{slot, Result::kCount, unique});
+  return Status::ok();
+}
+
+Status CudaExecutor::mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
+                                   int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) {
+  // The lists end to end, in list order: the stable merge of mergeRows then
+  // sums equal ids in list order, as the host's merge of sorted lists does.
+  uint64_t total = 0;
+  for (size_t r = 0; r < count; ++r) total += lists[r].n;
+  const size_t rowBytes = rowLen * dataTypeSize(accType);
+  if (gatheredIds_.bytes < total * sizeof(int64_t)) SPCCL_RETURN_IF_ERROR(grow(&gatheredIds_, total * sizeof(int64_t)));
+  if (gatheredRows_.bytes < total * rowBytes) SPCCL_RETURN_IF_ERROR(grow(&gatheredRows_, total * rowBytes));
+  if (unorderedDevice_.bytes < count * sizeof(uint64_t))
+    SPCCL_RETURN_IF_ERROR(grow(&unorderedDevice_, count * sizeof(uint64_t)));
+  auto* checks = static_cast<uint64_t*>(unorderedDevice_.ptr);
+  if (count > 0) SPCCL_CUDA_CHECK(cudaMemsetAsync(checks, 0xff, count * sizeof(uint64_t), stream_));
+  uint64_t at = 0;
+  for (size_t r = 0; r < count; ++r) {
+    const uint64_t n = lists[r].n;
+    if (n == 0) continue;
+    SPCCL_RETURN_IF_ERROR(findUnorderedIds(lists[r].ids, n, checks + r, stream_));
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(static_cast<int64_t*>(gatheredIds_.ptr) + at, lists[r].ids, n * sizeof(int64_t),
+                                     cudaMemcpyDeviceToDevice, stream_));
+    SPCCL_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(gatheredRows_.ptr) + at * rowBytes, lists[r].rows,
+                                     n * rowBytes, cudaMemcpyDeviceToDevice, stream_));
+    at += n;
+  }
+  SPCCL_RETURN_IF_ERROR(toHost(unordered, checks, count * sizeof(uint64_t)));
+  pendingUnordered_.push_back(UnorderedOut{unordered, count});
+  return mergeRows(static_cast<const int64_t*>(gatheredIds_.ptr), gatheredRows_.ptr, accType, total, rowLen, outIds,
+                   outRows, unique);
 }
 
 Status CudaExecutor::copy(void* dst, const void* src, size_t bytes) {

@@ -49,6 +49,11 @@ class CudaExecutor final : public Executor {
   Status storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst) override;
   Status divideFloats(float* x, size_t n, float divisor) override;
   Status flushResidual(const float* v, float* residual, float* out, size_t n) override;
+  Status mergeRows(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
+                   int64_t* outIds, void* outRows, uint64_t* unique) override;
+  Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
+                       int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) override;
+
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                        unsigned char* dst) override;
@@ -101,6 +106,14 @@ class CudaExecutor final : public Executor {
   SectionCheck* hostChecks_ = nullptr;
   size_t hostCheckCapacity_ = 0;
   std::vector<IndexCheck*> pendingChecks_;
+  // The row-sparse merges: CUB's workspace, the lists gathered end to end,
+  // and the lists' order checks (~0: in order), turned into 0 at settle().
+  ExecBuffer mergeWorkspace_, gatheredIds_, gatheredRows_, unorderedDevice_;
+  struct UnorderedOut {
+    uint64_t* out;
+    size_t count;
+  };
+  std::vector<UnorderedOut> pendingUnordered_;
 };
 
 }  // namespace spccl::cuda

@@ -227,8 +227,8 @@ Status scatterRowValues(const void* values, core::ValueType wire, const uint32_t
                         uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
-// Row-sparse allreduce: local merge of duplicate ids (host: mergeLocal in
-// collectives/rowsparse_allreduce.cc). n < 2^31 ids.
+// Row-sparse allreduce: merge of duplicate ids (host::mergeRowsById's
+// twin, kernels/host/row_sparse.cc). n < 2^31 ids.
 // ---------------------------------------------------------------------------
 
 // sortedIds = ids in ascending (signed) order; order[j] = the input position
@@ -253,6 +253,10 @@ size_t mergeRowsByIdWorkspaceBytes(uint64_t n);
 Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
                      int64_t* outIds, void* outRows, uint64_t* outCount, void* workspace, size_t workspaceBytes,
                      cudaStream_t stream);
+
+// *firstBad (device) = the lowest i in [1, n) where ids[i] <= ids[i - 1],
+// lowered only (the caller sets ~0 first): a peer's list must increase.
+Status findUnorderedIds(const int64_t* ids, uint64_t n, uint64_t* firstBad, cudaStream_t stream);
 
 // out[i] = v[i] + residual[i], residual[i] = 0 (host::flushResidual); out
 // equal to v or disjoint from it.

@@ -1,5 +1,5 @@
-// Row-sparse allreduce helpers: the device version of the local merge of
-// duplicate ids (mergeLocal in collectives/rowsparse_allreduce.cc). CUB does
+// Row-sparse allreduce helpers: the device version of the merge of
+// duplicate ids (host::mergeRowsById, kernels/host/row_sparse.cc). CUB does
 // the sort (stable radix sort of (id, input position) pairs; CUB orders
 // signed int64 keys correctly by flipping the sign bit internally), the
 // run-length encoding and the offsets scan; the segmented row sum is the one
@@ -32,6 +32,15 @@ __global__ void __launch_bounds__(kThreads) iotaKernel(uint32_t* out, uint64_t n
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
     out[i] = static_cast<uint32_t>(i);
+}
+
+// A list a peer sent must have strictly increasing ids: *firstBad = the
+// lowest position i where ids[i] <= ids[i - 1] (left alone where none).
+__global__ void __launch_bounds__(kThreads)
+    unorderedKernel(const int64_t* ids, uint64_t n, unsigned long long* firstBad) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x + 1; i < n; i += stride)
+    if (ids[i] <= ids[i - 1]) atomicMin(firstBad, static_cast<unsigned long long>(i));
 }
 
 template <class In, typename Acc>
@@ -187,6 +196,15 @@ Status segmentedRowSum(const void* rows, spcclDataType_t type, uint64_t rowLen, 
                                                                  static_cast<float*>(outRows));
     });
   }
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status findUnorderedIds(const int64_t* ids, uint64_t n, uint64_t* firstBad, cudaStream_t stream) {
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+  if (n < 2) return Status::ok();
+  unorderedKernel<<<detail::gridFor(n, kThreads * 8u, 8), kThreads, 0, stream>>>(
+      ids, n, reinterpret_cast<unsigned long long*>(firstBad));
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -144,6 +144,29 @@ Status HostExecutor::accumulatePairs(const uint32_t* indices, const void* values
   return Status::ok();
 }
 
+Status HostExecutor::mergeRows(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
+                               int64_t* outIds, void* outRows, uint64_t* unique) {
+  Open open(*this);
+  *unique = host::mergeRowsById(ids, rows, type, n, rowLen, outIds, outRows, &order_, &rowBuf_);
+  return Status::ok();
+}
+
+Status HostExecutor::mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
+                                   int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) {
+  Open open(*this);
+  bool ordered = true;
+  lists_.resize(count);
+  for (size_t r = 0; r < count; ++r) {
+    unordered[r] = host::firstUnorderedId(lists[r].ids, lists[r].n);
+    ordered = ordered && unordered[r] == 0;
+    lists_[r] = RowList{lists[r].ids, lists[r].rows, lists[r].n};
+  }
+  *unique = 0;
+  if (ordered)
+    *unique = host::mergeRowLists(lists_.data(), count, accType == spcclFloat64, rowLen, outIds, outRows, &order_);
+  return Status::ok();
+}
+
 Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
   Open open(*this);
   if (bytes > 0) std::memcpy(dst, src, bytes);

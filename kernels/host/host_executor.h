@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/executor.h"
+#include "kernels/host/host_kernels.h"
 #include "kernels/host/sections.h"
 
 namespace spccl::host {
@@ -51,6 +52,11 @@ class HostExecutor final : public Executor {
   Status divideFloats(float* x, size_t n, float divisor) override;
   Status flushResidual(const float* v, float* residual, float* out, size_t n) override;
 
+  Status mergeRows(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
+                   int64_t* outIds, void* outRows, uint64_t* unique) override;
+  Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
+                       int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) override;
+
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                        unsigned char* dst) override;
@@ -79,6 +85,9 @@ class HostExecutor final : public Executor {
   std::vector<ExecBuffer> mapped_;   // guarded allocations, page-rounded
   std::vector<PairCursor> cursors_;  // reduceSections' scratch
   std::vector<uint32_t> scratch_;    // kthLargestMagnitude's and reselect's candidates
+  std::vector<uint64_t> order_;      // the row-sparse merges' sort order and list heads
+  std::vector<float> rowBuf_;        // a row widened to fp32
+  std::vector<RowList> lists_;
 };
 
 }  // namespace spccl::host

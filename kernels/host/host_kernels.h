@@ -138,4 +138,21 @@ void storeFloats(const float* src, size_t n, spcclDataType_t type, void* dst);
 // and saturated as core::storeWireValue does.
 void toWire(const float* src, uint64_t n, core::ValueType wire, int scaleExp, void* dst);
 
+// Row-sparse merges (cuda/row_sparse.cu's twins; Executor::mergeRows and
+// mergeRowLists say what they compute). Rows are summed in fp64 for fp64
+// input, fp32 else. mergeRowsById returns the unique count; order and rowBuf
+// are scratch.
+uint64_t mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
+                       int64_t* outIds, void* outRows, std::vector<uint64_t>* order, std::vector<float>* rowBuf);
+// 0 when the n ids increase strictly, else the first position where they do not.
+uint64_t firstUnorderedId(const int64_t* ids, uint64_t n);
+// lists: count {ids, rows, n} of strictly increasing ids; heads is scratch.
+struct RowList {
+  const int64_t* ids;
+  const void* rows;
+  uint64_t n;
+};
+uint64_t mergeRowLists(const RowList* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds, void* outRows,
+                       std::vector<uint64_t>* heads);
+
 }  // namespace spccl::host

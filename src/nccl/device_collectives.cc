@@ -258,6 +258,13 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   comm->params.netLatencyUs = agreed[2];
   comm->costModel = applyNetworkParams(CostModel{}, agreed[1], agreed[2]);
   comm->modelSettings = ModelSettings{static_cast<int>(agreed[3]), agreed[4] != 0.0, static_cast<float>(agreed[5])};
+  if (comm->params.rowSparseAlgorithm == kRowSparsePartition) {
+    // Its split by owner has no device kernel: the same result, allgather's traffic.
+    SPCCL_INFO(t->rank(),
+               "SPCCL_ROWSPARSE_ALGO=partition: the row-sparse allreduce runs as allgather on NCCL "
+               "communicators (docs/GPU.md)");
+    comm->params.rowSparseAlgorithm = kRowSparseAllgather;
+  }
   if (comm->params.autoTrials > 0) {
     // A call on a stream returns before its work has run: its host time is no trial's.
     SPCCL_INFO(t->rank(),
@@ -421,6 +428,14 @@ Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spc
 Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,
                      cudaStream_t stream, spcclStats_t* call) {
   return onStream(comm, stream, [&] { return spccl::allGatherTopK(*comm, send, recv, n, type, density, call); });
+}
+
+Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
+                 spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
+                 cudaStream_t stream, spcclStats_t* call) {
+  return onStream(comm, stream, [&] {
+    return allReduceRowSparse(*comm, ids, rows, nrows, rowLen, type, outIds, outRows, outCapacity, outNrows, call);
+  });
 }
 
 Status allToAll(spcclComm* comm, const void* send, void* recv, size_t bytesPerPeer, cudaStream_t stream) {

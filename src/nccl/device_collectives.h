@@ -65,7 +65,8 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spccl
 Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, spcclDataType_t type, float density,
                      cudaStream_t stream, spcclStats_t* call);
 
-// Row-sparse allreduce (the host path's result; the allgather algorithm).
+// Row-sparse allreduce: the host path's (collectives/rowsparse_allreduce.cc)
+// on the CUDA executor, with the allgather algorithm.
 Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                  spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                  cudaStream_t stream, spcclStats_t* call);

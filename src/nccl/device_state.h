@@ -152,16 +152,10 @@ struct DeviceCommState {
   PinnedMemory hostCounts, hostRecvCounts;
   DeviceSelectionState unkept;
   std::vector<std::shared_ptr<DeviceSelectionState>> selectionPool;
-  // Row-sparse allreduce scratch (grow-only): this rank's merged ids and
-  // rows, every rank's counts, the gathered lists, their merge, a workspace.
-  DeviceMemory mergedIds, mergedRows, mergedCount, allCounts, allIds, allRows, unionIds, unionRows, unionCount,
-      mergeWorkspace;
-  PinnedMemory hostRowSparse;
   // Host-side per-call scratch of those collectives, grown to the ranks on
   // the first call (no heap allocation after a shape's first call, as on the
-  // host path): per-peer byte offsets and sizes (8 x ranks) and counts.
+  // host path): per-peer byte offsets and sizes (8 x ranks).
   std::vector<size_t> peerSizes;
-  std::vector<uint64_t> peerCounts;
   // `arrays` arrays of `ranks` sizes each, laid out one after another in peerSizes.
   size_t* peerSizeArrays(int ranks, int arrays) {
     peerSizes.resize(static_cast<size_t>(arrays) * static_cast<size_t>(ranks));

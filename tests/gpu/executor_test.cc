@@ -380,6 +380,105 @@ TEST(CudaExecutorSections, CopySameBytesAsTheHost) {
   EXPECT_TRUE(std::equal(src.begin() + 1, src.begin() + 901, c.begin() + 5));
 }
 
+// The row-sparse merges: a rank's duplicate ids (fp16 and fp64 rows), then
+// the union of that list with others in list order, and a list out of
+// order found at the same position: the same ids, bits and findings.
+TEST(CudaExecutorSections, RowSparseMergesSameBitsAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  SCOPED_TRACE(seedTrace());
+  std::mt19937_64 g = rngFor("RowSparseMergesSameBitsAsTheHost");
+  for (spcclDataType_t type : {spcclFloat16, spcclFloat64}) {
+    const uint64_t n = 5000, rowLen = 33;
+    const size_t eb = type == spcclFloat64 ? 8 : 2, ab = type == spcclFloat64 ? 8 : 4;
+    const spcclDataType_t acc = type == spcclFloat64 ? spcclFloat64 : spcclFloat32;
+    std::vector<int64_t> ids(n);
+    for (int64_t& id : ids) id = static_cast<int64_t>(g() % 3000) - 1000;
+    std::vector<unsigned char> rows(n * rowLen * eb);
+    std::normal_distribution<double> normal;
+    for (uint64_t i = 0; i < n * rowLen; ++i) {
+      if (type == spcclFloat64) {
+        const double x = normal(g);
+        std::memcpy(rows.data() + 8 * i, &x, 8);
+      } else {
+        const uint16_t h = core::floatToHalfBits(static_cast<float>(normal(g)));
+        std::memcpy(rows.data() + 2 * i, &h, 2);
+      }
+    }
+    // Second and third lists: sorted, overlapping the first; the third out
+    // of order at position 4 in the last round.
+    std::vector<int64_t> ids2, ids3;
+    for (int64_t id = -1500; id < 1500; id += 3) ids2.push_back(id);
+    for (int64_t id = -900; id < 2500; id += 7) ids3.push_back(id);
+    std::vector<unsigned char> rows2(ids2.size() * rowLen * ab, 0x3c), rows3(ids3.size() * rowLen * ab, 0x41);
+    struct Result {
+      std::vector<int64_t> ids, unionIds;
+      std::vector<unsigned char> rows, unionRows;
+      uint64_t unordered[3] = {}, badAt[3] = {};
+    };
+    auto run = [&](Executor& ex, Result* r) -> Status {
+      ExecMemory in, inRows, out, outRows, l2, l2Rows, l3, l3Rows, u, uRows;
+      SPCCL_RETURN_IF_ERROR(in.ensure(ex, n * 8));
+      SPCCL_RETURN_IF_ERROR(inRows.ensure(ex, rows.size()));
+      SPCCL_RETURN_IF_ERROR(out.ensure(ex, n * 8));
+      SPCCL_RETURN_IF_ERROR(outRows.ensure(ex, n * rowLen * ab));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(in.get(), ids.data(), n * 8));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(inRows.get(), rows.data(), rows.size()));
+      uint64_t unique = 0;
+      SPCCL_RETURN_IF_ERROR(
+          ex.mergeRows(in.get<int64_t>(), inRows.get(), type, n, rowLen, out.get<int64_t>(), outRows.get(), &unique));
+      SPCCL_RETURN_IF_ERROR(ex.settle());
+      r->ids.resize(unique);
+      r->rows.resize(unique * rowLen * ab);
+      SPCCL_RETURN_IF_ERROR(ex.toHost(r->ids.data(), out.get(), unique * 8));
+      SPCCL_RETURN_IF_ERROR(ex.toHost(r->rows.data(), outRows.get(), r->rows.size()));
+      SPCCL_RETURN_IF_ERROR(l2.ensure(ex, ids2.size() * 8));
+      SPCCL_RETURN_IF_ERROR(l2Rows.ensure(ex, rows2.size()));
+      SPCCL_RETURN_IF_ERROR(l3.ensure(ex, ids3.size() * 8));
+      SPCCL_RETURN_IF_ERROR(l3Rows.ensure(ex, rows3.size()));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(l2.get(), ids2.data(), ids2.size() * 8));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(l2Rows.get(), rows2.data(), rows2.size()));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(l3.get(), ids3.data(), ids3.size() * 8));
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(l3Rows.get(), rows3.data(), rows3.size()));
+      const uint64_t most = unique + ids2.size() + ids3.size();
+      SPCCL_RETURN_IF_ERROR(u.ensure(ex, most * 8));
+      SPCCL_RETURN_IF_ERROR(uRows.ensure(ex, most * rowLen * ab));
+      const IdRowsSection lists[3] = {{out.get<int64_t>(), outRows.get(), unique},
+                                      {l2.get<int64_t>(), l2Rows.get(), ids2.size()},
+                                      {l3.get<int64_t>(), l3Rows.get(), ids3.size()}};
+      uint64_t merged = 0;
+      SPCCL_RETURN_IF_ERROR(
+          ex.mergeRowLists(lists, 3, acc, rowLen, u.get<int64_t>(), uRows.get(), &merged, r->unordered));
+      SPCCL_RETURN_IF_ERROR(ex.settle());
+      r->unionIds.resize(merged);
+      r->unionRows.resize(merged * rowLen * ab);
+      SPCCL_RETURN_IF_ERROR(ex.toHost(r->unionIds.data(), u.get(), merged * 8));
+      SPCCL_RETURN_IF_ERROR(ex.toHost(r->unionRows.data(), uRows.get(), r->unionRows.size()));
+      SPCCL_RETURN_IF_ERROR(ex.settle());
+      std::vector<int64_t> bad = ids3;
+      bad[4] = bad[3];
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(l3.get(), bad.data(), bad.size() * 8));
+      SPCCL_RETURN_IF_ERROR(ex.mergeRowLists(lists, 3, acc, rowLen, u.get<int64_t>(), uRows.get(), &merged, r->badAt));
+      return ex.settle();
+    };
+    host::HostExecutor hostEx;
+    cuda::CudaExecutor cudaEx;
+    Result h, c;
+    STATUS_ASSERT(run(hostEx, &h));
+    STATUS_ASSERT(run(cudaEx, &c));
+    EXPECT_EQ(c.ids, h.ids);
+    EXPECT_EQ(c.rows, h.rows);
+    EXPECT_EQ(c.unionIds, h.unionIds);
+    EXPECT_EQ(c.unionRows, h.unionRows);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(c.unordered[r], 0u);
+      EXPECT_EQ(h.unordered[r], 0u);
+    }
+    EXPECT_EQ(h.badAt[2], 4u);
+    EXPECT_EQ(c.badAt[2], 4u);
+    EXPECT_EQ(c.badAt[0] + c.badAt[1], 0u);
+  }
+}
+
 // Split's stage-1 cut: every key's lower bound in every index set, against
 // the host executor and std::lower_bound.
 TEST(CudaExecutorSections, LowerBoundsSameAsTheHost) {

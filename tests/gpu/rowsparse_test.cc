@@ -13,7 +13,7 @@
 namespace spccl::gputest {
 namespace {
 
-// Mirrors mergeLocal in collectives/rowsparse_allreduce.cc.
+// The merge rule (host::mergeRowsById), written out here as an independent reference.
 template <typename Acc>
 void hostMerge(const std::vector<int64_t>& ids, const std::vector<unsigned char>& rows, spcclDataType_t type,
                size_t rowLen, std::vector<int64_t>* outIds, std::vector<Acc>* outRows) {

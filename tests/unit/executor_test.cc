@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -318,6 +319,94 @@ TEST_P(HostExecutorTest, LowerBounds) {
   ASSERT_TRUE(ex.toHost(got.data(), o.get(), keys.size() * sizeof(uint64_t)).isOk());
   ASSERT_TRUE(ex.settle().isOk());
   EXPECT_EQ(got, want);
+}
+
+// Row-sparse merges against a plain reference: per id, +0 plus its rows in
+// input order (fp32 sums of fp16 rows); the union of sorted lists summed in
+// list order; a list whose ids do not increase is named with the position.
+TEST_P(HostExecutorTest, RowSparseMerges) {
+  host::HostExecutor ex(GetParam());
+  const uint64_t rowLen = 3;
+  const std::vector<int64_t> ids{5, -2, 5, 7, -2, 5, 1000000000000};
+  std::vector<uint16_t> rows(ids.size() * rowLen);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = core::floatToHalfBits(0.1f * static_cast<float>(i) - 0.7f);
+  std::map<int64_t, std::vector<float>> want;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<float>& acc = want.try_emplace(ids[i], rowLen, 0.0f).first->second;
+    for (uint64_t e = 0; e < rowLen; ++e) acc[e] += core::halfBitsToFloat(rows[i * rowLen + e]);
+  }
+  ExecMemory inIds, inRows, outIds, outRows;
+  ASSERT_TRUE(inIds.ensure(ex, ids.size() * 8).isOk());
+  ASSERT_TRUE(inRows.ensure(ex, rows.size() * 2).isOk());
+  ASSERT_TRUE(outIds.ensure(ex, ids.size() * 8).isOk());
+  ASSERT_TRUE(outRows.ensure(ex, ids.size() * rowLen * 4).isOk());
+  ASSERT_TRUE(ex.fromHost(inIds.get(), ids.data(), ids.size() * 8).isOk());
+  ASSERT_TRUE(ex.fromHost(inRows.get(), rows.data(), rows.size() * 2).isOk());
+  uint64_t unique = 0;
+  ASSERT_TRUE(ex.mergeRows(inIds.get<int64_t>(), inRows.get(), spcclFloat16, ids.size(), rowLen, outIds.get<int64_t>(),
+                           outRows.get(), &unique)
+                  .isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  ASSERT_EQ(unique, want.size());
+  std::vector<int64_t> gotIds(unique);
+  std::vector<float> gotRows(unique * rowLen);
+  ASSERT_TRUE(ex.toHost(gotIds.data(), outIds.get(), unique * 8).isOk());
+  ASSERT_TRUE(ex.toHost(gotRows.data(), outRows.get(), unique * rowLen * 4).isOk());
+  size_t j = 0;
+  for (const auto& [id, acc] : want) {
+    EXPECT_EQ(gotIds[j], id);
+    for (uint64_t e = 0; e < rowLen; ++e) EXPECT_EQ(core::floatBits(gotRows[j * rowLen + e]), core::floatBits(acc[e]));
+    ++j;
+  }
+
+  // The merged list and a second one, [-2 (shared), 3]: the union in list order.
+  const std::vector<int64_t> ids2{-2, 3};
+  const std::vector<float> rows2{1, 2, 3, 4, 5, 6};
+  ExecMemory list2Ids, list2Rows, unionIds, unionRows;
+  ASSERT_TRUE(list2Ids.ensure(ex, 16).isOk());
+  ASSERT_TRUE(list2Rows.ensure(ex, rows2.size() * 4).isOk());
+  ASSERT_TRUE(unionIds.ensure(ex, (unique + 2) * 8).isOk());
+  ASSERT_TRUE(unionRows.ensure(ex, (unique + 2) * rowLen * 4).isOk());
+  ASSERT_TRUE(ex.fromHost(list2Ids.get(), ids2.data(), 16).isOk());
+  ASSERT_TRUE(ex.fromHost(list2Rows.get(), rows2.data(), rows2.size() * 4).isOk());
+  IdRowsSection lists[2] = {{outIds.get<int64_t>(), outRows.get(), unique},
+                            {list2Ids.get<int64_t>(), list2Rows.get(), 2}};
+  uint64_t merged = 0, unordered[2] = {9, 9};
+  ASSERT_TRUE(
+      ex.mergeRowLists(lists, 2, spcclFloat32, rowLen, unionIds.get<int64_t>(), unionRows.get(), &merged, unordered)
+          .isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  EXPECT_EQ(unordered[0], 0u);
+  EXPECT_EQ(unordered[1], 0u);
+  for (uint64_t e = 0; e < rowLen; ++e) want[-2][e] += rows2[e];
+  want[3] = {rows2[3], rows2[4], rows2[5]};
+  ASSERT_EQ(merged, want.size());
+  gotIds.resize(merged);
+  gotRows.resize(merged * rowLen);
+  ASSERT_TRUE(ex.toHost(gotIds.data(), unionIds.get(), merged * 8).isOk());
+  ASSERT_TRUE(ex.toHost(gotRows.data(), unionRows.get(), merged * rowLen * 4).isOk());
+  j = 0;
+  for (const auto& [id, acc] : want) {
+    EXPECT_EQ(gotIds[j], id);
+    for (uint64_t e = 0; e < rowLen; ++e) EXPECT_EQ(core::floatBits(gotRows[j * rowLen + e]), core::floatBits(acc[e]));
+    ++j;
+  }
+
+  // A list that does not increase: reported at its first bad position.
+  const std::vector<int64_t> bad{1, 4, 4};
+  ExecMemory badIds, badRows;
+  ASSERT_TRUE(badIds.ensure(ex, bad.size() * 8).isOk());
+  ASSERT_TRUE(badRows.ensure(ex, bad.size() * rowLen * 4).isOk());
+  ASSERT_TRUE(ex.fromHost(badIds.get(), bad.data(), bad.size() * 8).isOk());
+  ASSERT_TRUE(ex.fill(badRows.get(), 0, bad.size() * rowLen * 4).isOk());
+  const IdRowsSection badLists[2] = {{list2Ids.get<int64_t>(), list2Rows.get(), 2},
+                                     {badIds.get<int64_t>(), badRows.get(), bad.size()}};
+  ASSERT_TRUE(
+      ex.mergeRowLists(badLists, 2, spcclFloat32, rowLen, unionIds.get<int64_t>(), unionRows.get(), &merged, unordered)
+          .isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  EXPECT_EQ(unordered[0], 0u);
+  EXPECT_EQ(unordered[1], 2u);
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndGuarded, HostExecutorTest, ::testing::Bool(),
