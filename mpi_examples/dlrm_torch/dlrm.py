@@ -87,10 +87,13 @@ def build_parser():
                    help="adagrad: Adagrad for the MLPs, row-wise Adagrad for the tables")
     t.add_argument("--lr", type=ranged(float, 0, 1000), default=0.01, help="MLP learning rate")
     t.add_argument("--emb-lr", type=ranged(float, 0, 1000), default=0.05, help="embedding learning rate")
-    t.add_argument("--dp-density", type=ranged(float, 0, 1, lo_open=True), default=0.01,
+    t.add_argument("--dp-density", type=ranged(float, 0, 1, lo_open=True), default=0.001,
                    help="fraction of MLP gradient entries sent (DCT hook)")
-    t.add_argument("--mp-density", type=ranged(float, 0, 1, lo_open=True), default=0.0625,
+    t.add_argument("--mp-density", type=ranged(float, 0, 1, lo_open=True), default=0.125,
                    help="fraction of each embedding row sent (alltoall_rows)")
+    t.add_argument("--rows-codec", choices=["wire", "int8", "bounded", "fp16", "bf16", "fp8"], default=None,
+                   help="how alltoall_rows sends the kept entries' values (SPCCL_ROWS_CODEC, docs/ENV.md; "
+                        "default fp8, or SPCCL_ROWS_CODEC when it is set)")
     t.add_argument("--tau-interval", type=ranged(int, 1, 1000000000), default=100,
                    help="steps between exact threshold estimations")
     t.add_argument("--dp-exact-steps", type=ranged(int, 0, 1000000000), default=0,
@@ -600,6 +603,9 @@ def main(argv):
     # python/tests/with_free_port.py); otherwise a port from the mpirun job id.
     job = int(os.environ.get("OMPI_MCA_ess_base_jobid", "0") or 0)
     os.environ.setdefault("MASTER_PORT", str(21000 + (job + 11) % 20000))
+    # Read when the backend makes its communicator.
+    os.environ["SPCCL_ROWS_CODEC"] = a.rows_codec or os.environ.get("SPCCL_ROWS_CODEC", "fp8")
+    codec = os.environ["SPCCL_ROWS_CODEC"]
     dist.init_process_group("spccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     source = dlrm_data.SyntheticSource(a.seed, a.sizes, a.bag, a.zipf, a.noise, a.eval_samples)
@@ -607,7 +613,7 @@ def main(argv):
     if rank == 0:
         print(f"{world} ranks, global batch {a.batch}, {a.steps} steps, {a.tables} tables (dim {a.dim}), "
               f"tables per rank {[owner.count(r) for r in range(world)]}, DP density {a.dp_density:g}, "
-              f"MP density {a.mp_density:g}, tau every {a.tau_interval} steps", flush=True)
+              f"MP density {a.mp_density:g} ({codec} values), tau every {a.tau_interval} steps", flush=True)
 
     def one(compressed, label):
         run = Run(torch, dist, spccl_torch, a, source, compressed, label)
@@ -649,7 +655,8 @@ def main(argv):
     if rank == 0 and a.compare:
         d, c = results["exact"], results["compressed"]
         print(f"\n{world} ranks, global batch {a.batch}, {a.steps} steps, {a.tables} tables (dim {a.dim}), "
-              f"DP density {a.dp_density:g}, MP density {a.mp_density:g}, tau every {a.tau_interval} steps")
+              f"DP density {a.dp_density:g}, MP density {a.mp_density:g} ({codec} values), "
+              f"tau every {a.tau_interval} steps")
         print(f"| {'':28s} | {'exact':>14s} | {'compressed':>14s} | {'ratio / diff':>14s} |")
         print(f"|{'-' * 30}|{'-' * 16}|{'-' * 16}|{'-' * 16}|")
         for key, name in (("auc", "held-out AUC"), ("logloss", "held-out logloss"), ("accuracy", "held-out accuracy")):

@@ -25,6 +25,7 @@ CASES = [
     (["--check-single", "--steps", "10", "--parity-steps", "20"], "--parity-steps 20 is more than --steps 10"),
     (["--inject-reference-offset", "0.001"], "--inject-reference-offset perturbs --check-single's reference"),
     (["--optimizer", "adam"], "argument --optimizer: invalid choice: 'adam'"),
+    (["--rows-codec", "fp4"], "argument --rows-codec: invalid choice: 'fp4'"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--batch", "250"], "--batch 250 is not divisible by the 4 ranks"),
     (["--eval-samples", "3"], "--eval-samples 3: need at least one held-out sample per rank (4)"),
@@ -44,7 +45,7 @@ r = subprocess.run([sys.executable, DLRM, "--batch", "250"], env=dict(env, OMPI_
 if r.returncode != 2 or r.stderr:
     failures.append(f"rank 1: exit {r.returncode}, stderr {r.stderr!r}; expected 2 and nothing")
 r = subprocess.run([sys.executable, DLRM, "--help"], capture_output=True, text=True)
-for flag in ("--compare", "--check-single", "--dp-density", "--mp-density", "--dp-exact-steps", "--progress",
+for flag in ("--compare", "--check-single", "--dp-density", "--mp-density", "--dp-exact-steps", "--rows-codec", "--progress",
              "--write-tsv", "--inject-routing-bug", "--inject-reference-offset"):
     if r.returncode != 0 or flag not in r.stdout:
         failures.append(f"--help: exit {r.returncode}, {flag} not listed")
