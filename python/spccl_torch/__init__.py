@@ -9,8 +9,10 @@ torch's) or with torchrun (the processes join through Open MPI's ompi-server:
 _join_world).
 """
 import atexit
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -32,6 +34,11 @@ _joined = False  # the MPI world exists (mpirun, or _join_world)
 _ompi_server = None
 
 
+def _die_with_parent():
+    # A rank 0 killed before its exit handler runs must not leave the server behind.
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _start_ompi_server(timeout_s):
     """Starts Open MPI's rendezvous server and returns its address."""
     global _ompi_server
@@ -43,7 +50,7 @@ def _start_ompi_server(timeout_s):
     uri_file = os.path.join(folder, "uri")
     log = open(os.path.join(folder, "log"), "w")
     proc = subprocess.Popen([exe, "--no-daemonize", "-r", uri_file], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     _ompi_server = (proc, folder)
     deadline = time.monotonic() + timeout_s
     while True:
