@@ -12,7 +12,6 @@
 
 #include "kernels/core/elementwise.h"
 #include "kernels/core/executor.h"
-#include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
 #include "collectives/cost_model.h"
 #include "collectives/agreement.h"
@@ -94,7 +93,6 @@ struct Workspace {
   RowSparseLists<float> rowSparse32;
   RowSparseLists<double> rowSparse64;
   std::vector<IdRowsView> idRowsViews;
-  std::vector<host::RowList> rowLists;
   std::vector<uint64_t> heads;  // a merge's position in each stream
   // The row-sparse allreduce in executor memory: this rank's merged rows, the
   // union, and the received streams' headers, lists and order checks.

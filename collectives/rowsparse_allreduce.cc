@@ -91,7 +91,7 @@ Status mergeLists(Executor& ex, spcclDataType_t accType, uint64_t rowLen, Worksp
 
 // The partition algorithm's stages (host only: its split by owner has no
 // device kernel). mine: this rank's merged list; the owners' sums end in
-// ws.idRowsLists, views of ws.recvBytes.
+// ws.idRowsLists, views of ws.recvBytes (stage 2 uses it as scratch).
 template <typename Acc>
 Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSection& mine, uint64_t rowLen, uint64_t seq,
                        uint64_t sumUnique, uint64_t* bytesSent) {
@@ -141,14 +141,14 @@ Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSectio
     local = parseIdRows(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], rowLen, vb, seq, r, &views[r]);
   if (local.isOk()) {
     uint64_t most = 0;
-    ws.rowLists.resize(p);
+    ws.idRowsLists.resize(p);
     for (int r = 0; r < p; ++r) {
-      ws.rowLists[r] = host::RowList{reinterpret_cast<const int64_t*>(views[r].ids), views[r].rows, views[r].nIds};
+      ws.idRowsLists[r] = IdRowsSection{reinterpret_cast<const int64_t*>(views[r].ids), views[r].rows, views[r].nIds};
       most += views[r].nIds;
     }
     owned.ids.resize(most);
     owned.rows.resize(most * rowLen);
-    const uint64_t n = host::mergeRowLists(ws.rowLists.data(), p, sizeof(Acc) == 8, rowLen, owned.ids.data(),
+    const uint64_t n = host::mergeRowLists(ws.idRowsLists.data(), p, sizeof(Acc) == 8, rowLen, owned.ids.data(),
                                            owned.rows.data(), &ws.heads);
     owned.ids.resize(n);
     owned.rows.resize(n * rowLen);
@@ -169,14 +169,8 @@ Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSectio
   if (local.isOk()) local = gathered;
   *bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
   SPCCL_RETURN_IF_ERROR(local);
-  ws.idRowsLists.resize(p);
-  for (int r = 0; r < p; ++r) {
-    IdRowsView v;
-    SPCCL_RETURN_IF_ERROR(
-        parseIdRows(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], rowLen, vb, seq, r, &v));
-    ws.idRowsLists[r] = IdRowsSection{reinterpret_cast<const int64_t*>(v.ids), v.rows, v.nIds};
-  }
-  return Status::ok();
+  // As the allgather algorithm's streams: the ids' order is mergeLists' check.
+  return idRowsLists(*comm.executor, ws.recvBytes.data(), ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, ws);
 }
 
 template <typename Acc>
@@ -231,8 +225,7 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
   // Every input below is the same on every rank (the cost model is rank 0's,
   // resolved at creation), so every rank picks the same.
   // On a device always allgather: partition's split by owner has no device
-  // kernel (an NCCL communicator maps SPCCL_ROWSPARSE_ALGO=partition to
-  // allgather at creation and says so).
+  // kernel (spcclCommInitNccl says so for SPCCL_ROWSPARSE_ALGO=partition).
   const int algo = ex.onDevice() ? kRowSparseAllgather
                    : comm.settings->rowSparseAlgorithm != kRowSparseAuto
                        ? comm.settings->rowSparseAlgorithm

@@ -155,15 +155,12 @@ Status HostExecutor::mergeRowLists(const IdRowsSection* lists, size_t count, spc
                                    int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) {
   Open open(*this);
   bool ordered = true;
-  lists_.resize(count);
   for (size_t r = 0; r < count; ++r) {
     unordered[r] = host::firstUnorderedId(lists[r].ids, lists[r].n);
     ordered = ordered && unordered[r] == 0;
-    lists_[r] = RowList{lists[r].ids, lists[r].rows, lists[r].n};
   }
   *unique = 0;
-  if (ordered)
-    *unique = host::mergeRowLists(lists_.data(), count, accType == spcclFloat64, rowLen, outIds, outRows, &order_);
+  if (ordered) *unique = host::mergeRowLists(lists, count, accType == spcclFloat64, rowLen, outIds, outRows, &order_);
   return Status::ok();
 }
 

@@ -87,7 +87,6 @@ class HostExecutor final : public Executor {
   std::vector<uint32_t> scratch_;    // kthLargestMagnitude's and reselect's candidates
   std::vector<uint64_t> order_;      // the row-sparse merges' sort order and list heads
   std::vector<float> rowBuf_;        // a row widened to fp32
-  std::vector<RowList> lists_;
 };
 
 }  // namespace spccl::host

@@ -9,6 +9,7 @@
 
 #include "include/spccl.h"
 #include "kernels/core/elementwise.h"
+#include "kernels/core/executor.h"
 
 namespace spccl::host {
 
@@ -146,13 +147,8 @@ uint64_t mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t typ
                        int64_t* outIds, void* outRows, std::vector<uint64_t>* order, std::vector<float>* rowBuf);
 // 0 when the n ids increase strictly, else the first position where they do not.
 uint64_t firstUnorderedId(const int64_t* ids, uint64_t n);
-// lists: count {ids, rows, n} of strictly increasing ids; heads is scratch.
-struct RowList {
-  const int64_t* ids;
-  const void* rows;
-  uint64_t n;
-};
-uint64_t mergeRowLists(const RowList* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds, void* outRows,
-                       std::vector<uint64_t>* heads);
+// lists: count lists of strictly increasing ids; heads is scratch.
+uint64_t mergeRowLists(const IdRowsSection* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds,
+                       void* outRows, std::vector<uint64_t>* heads);
 
 }  // namespace spccl::host

@@ -54,7 +54,7 @@ uint64_t mergeById(const int64_t* ids, const void* rows, spcclDataType_t type, u
 }
 
 template <typename Acc>
-uint64_t mergeLists(const RowList* lists, size_t count, uint64_t rowLen, int64_t* outIds, Acc* outRows,
+uint64_t mergeLists(const IdRowsSection* lists, size_t count, uint64_t rowLen, int64_t* outIds, Acc* outRows,
                     std::vector<uint64_t>* heads) {
   heads->assign(count, 0);
   uint64_t unique = 0;
@@ -97,8 +97,8 @@ uint64_t firstUnorderedId(const int64_t* ids, uint64_t n) {
   return 0;
 }
 
-uint64_t mergeRowLists(const RowList* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds, void* outRows,
-                       std::vector<uint64_t>* heads) {
+uint64_t mergeRowLists(const IdRowsSection* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds,
+                       void* outRows, std::vector<uint64_t>* heads) {
   if (fp64) return mergeLists<double>(lists, count, rowLen, outIds, static_cast<double*>(outRows), heads);
   return mergeLists<float>(lists, count, rowLen, outIds, static_cast<float*>(outRows), heads);
 }

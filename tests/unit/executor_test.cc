@@ -347,17 +347,22 @@ TEST_P(HostExecutorTest, RowSparseMerges) {
                            outRows.get(), &unique)
                   .isOk());
   ASSERT_TRUE(ex.settle().isOk());
-  ASSERT_EQ(unique, want.size());
-  std::vector<int64_t> gotIds(unique);
-  std::vector<float> gotRows(unique * rowLen);
-  ASSERT_TRUE(ex.toHost(gotIds.data(), outIds.get(), unique * 8).isOk());
-  ASSERT_TRUE(ex.toHost(gotRows.data(), outRows.get(), unique * rowLen * 4).isOk());
-  size_t j = 0;
-  for (const auto& [id, acc] : want) {
-    EXPECT_EQ(gotIds[j], id);
-    for (uint64_t e = 0; e < rowLen; ++e) EXPECT_EQ(core::floatBits(gotRows[j * rowLen + e]), core::floatBits(acc[e]));
-    ++j;
-  }
+  // n merged ids and fp32 rows in executor memory against `want`, bit for bit.
+  const auto expectWant = [&](const ExecMemory& gotIdsMem, const ExecMemory& gotRowsMem, uint64_t n) {
+    ASSERT_EQ(n, want.size());
+    std::vector<int64_t> gotIds(n);
+    std::vector<float> gotRows(n * rowLen);
+    ASSERT_TRUE(ex.toHost(gotIds.data(), gotIdsMem.get(), n * 8).isOk());
+    ASSERT_TRUE(ex.toHost(gotRows.data(), gotRowsMem.get(), n * rowLen * 4).isOk());
+    size_t j = 0;
+    for (const auto& [id, acc] : want) {
+      EXPECT_EQ(gotIds[j], id);
+      for (uint64_t e = 0; e < rowLen; ++e)
+        EXPECT_EQ(core::floatBits(gotRows[j * rowLen + e]), core::floatBits(acc[e]));
+      ++j;
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(expectWant(outIds, outRows, unique));
 
   // The merged list and a second one, [-2 (shared), 3]: the union in list order.
   const std::vector<int64_t> ids2{-2, 3};
@@ -380,17 +385,7 @@ TEST_P(HostExecutorTest, RowSparseMerges) {
   EXPECT_EQ(unordered[1], 0u);
   for (uint64_t e = 0; e < rowLen; ++e) want[-2][e] += rows2[e];
   want[3] = {rows2[3], rows2[4], rows2[5]};
-  ASSERT_EQ(merged, want.size());
-  gotIds.resize(merged);
-  gotRows.resize(merged * rowLen);
-  ASSERT_TRUE(ex.toHost(gotIds.data(), unionIds.get(), merged * 8).isOk());
-  ASSERT_TRUE(ex.toHost(gotRows.data(), unionRows.get(), merged * rowLen * 4).isOk());
-  j = 0;
-  for (const auto& [id, acc] : want) {
-    EXPECT_EQ(gotIds[j], id);
-    for (uint64_t e = 0; e < rowLen; ++e) EXPECT_EQ(core::floatBits(gotRows[j * rowLen + e]), core::floatBits(acc[e]));
-    ++j;
-  }
+  ASSERT_NO_FATAL_FAILURE(expectWant(unionIds, unionRows, merged));
 
   // A list that does not increase: reported at its first bad position.
   const std::vector<int64_t> bad{1, 4, 4};
