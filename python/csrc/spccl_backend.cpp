@@ -1489,8 +1489,6 @@ MPI_Comm gWorld = MPI_COMM_WORLD;
 MPI_Comm gJoining = MPI_COMM_NULL;  // the processes joined so far
 std::string gPort;                  // rank 0's port while they join
 
-MPI_Comm worldComm() { return gWorld; }
-
 void checkJoinable() {
   TORCH_CHECK(!gMpiFinalized, "spccl: MPI was finalized already");
   initMpiOnce();
@@ -1498,13 +1496,13 @@ void checkJoinable() {
   MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
   TORCH_CHECK(worldSize == 1 && gWorld == MPI_COMM_WORLD, "spccl: this process is one of ", worldSize,
               " MPI processes already (mpirun): there is nothing to join");
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);  // a failed connect is a RuntimeError
 }
 
 std::string joinOpenPort() {
   std::lock_guard<std::mutex> g(mpiMutex());
   checkJoinable();
   char port[MPI_MAX_PORT_NAME] = {};
-  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   checkMpi(MPI_Open_port(MPI_INFO_NULL, port), "MPI_Open_port");
   gPort = port;
   checkMpi(MPI_Comm_dup(MPI_COMM_SELF, &gJoining), "MPI_Comm_dup");
@@ -1524,7 +1522,6 @@ void mergeInto(MPI_Comm inter, bool high) {
 void joinConnect(const std::string& port) {
   std::lock_guard<std::mutex> g(mpiMutex());
   checkJoinable();
-  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   MPI_Comm inter = MPI_COMM_NULL;
   checkMpi(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter), "MPI_Comm_connect");
   mergeInto(inter, true);
@@ -1570,8 +1567,8 @@ c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std
     TORCH_CHECK(!gMpiFinalized, "spccl: MPI was finalized already");
     initMpiOnce();
     int worldRank = 0, worldSize = 0;
-    MPI_Comm_rank(worldComm(), &worldRank);
-    MPI_Comm_size(worldComm(), &worldSize);
+    MPI_Comm_rank(gWorld, &worldRank);
+    MPI_Comm_size(gWorld, &worldSize);
     int ompiRank = envInt("OMPI_COMM_WORLD_RANK", worldRank);
     int ompiSize = envInt("OMPI_COMM_WORLD_SIZE", worldSize);
     if (globalRanks.empty()) {
@@ -1579,7 +1576,7 @@ c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std
                   "spccl: torch.distributed has rank ", groupRank, " of ", groupSize, " but MPI has rank ", worldRank,
                   " of ", worldSize, " (OMPI_COMM_WORLD_RANK=", ompiRank, ", OMPI_COMM_WORLD_SIZE=", ompiSize,
                   "): under mpirun, set RANK and WORLD_SIZE from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE");
-      checkMpi(MPI_Comm_dup(worldComm(), &comm), "MPI_Comm_dup");
+      checkMpi(MPI_Comm_dup(gWorld, &comm), "MPI_Comm_dup");
     } else {
       TORCH_CHECK(static_cast<int>(globalRanks.size()) == groupSize && groupRank >= 0 && groupRank < groupSize &&
                       globalRanks[groupRank] == worldRank,
@@ -1587,10 +1584,10 @@ c10::intrusive_ptr<SpcclBackend> createBackend(int groupRank, int groupSize, std
                   " of the group's ranks");
       for (auto r : globalRanks) TORCH_CHECK(r >= 0 && r < worldSize, "spccl: new_group: rank ", r, " out of range");
       MPI_Group world, sub;
-      MPI_Comm_group(worldComm(), &world);
+      MPI_Comm_group(gWorld, &world);
       std::vector<int> ranks(globalRanks.begin(), globalRanks.end());
       MPI_Group_incl(world, groupSize, ranks.data(), &sub);
-      int rc = MPI_Comm_create_group(worldComm(), sub, 0, &comm);
+      int rc = MPI_Comm_create_group(gWorld, sub, 0, &comm);
       MPI_Group_free(&sub);
       MPI_Group_free(&world);
       checkMpi(rc, "MPI_Comm_create_group");

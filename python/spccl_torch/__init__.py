@@ -48,9 +48,9 @@ def _start_ompi_server(timeout_s):
                            "which is not on PATH (Debian: apt-get install openmpi-bin)")
     folder = tempfile.mkdtemp(prefix="spccl-ompi-server-")
     uri_file = os.path.join(folder, "uri")
-    log = open(os.path.join(folder, "log"), "w")
-    proc = subprocess.Popen([exe, "--no-daemonize", "-r", uri_file], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    with open(os.path.join(folder, "log"), "w") as log:  # the server keeps its own descriptor
+        proc = subprocess.Popen([exe, "--no-daemonize", "-r", uri_file], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     _ompi_server = (proc, folder)
     deadline = time.monotonic() + timeout_s
     while True:
