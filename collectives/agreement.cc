@@ -106,16 +106,13 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
   return Status::ok();
 }
 
-size_t agreementBytes(const Executor& ex) { return ex.onDevice() ? kDeviceAgreementBytes : sizeof(CallDescriptor); }
-
 Status agreeOnCall(CollectiveContext& comm, Transport& t, const CallDescriptor& mine) {
   const size_t p = static_cast<size_t>(t.size()), me = static_cast<size_t>(t.rank());
   Executor& ex = *comm.executor;
-  const size_t bytes = agreementBytes(ex);
+  const size_t bytes = sizeof mine;
   ExecMemory& staged = comm.exec.descriptors;
   SPCCL_RETURN_IF_ERROR(staged.ensure(ex, p * bytes));
   auto* all = staged.get<unsigned char>();
-  if (bytes > sizeof mine) SPCCL_RETURN_IF_ERROR(ex.fill(all + me * bytes, 0, bytes));
   SPCCL_RETURN_IF_ERROR(ex.fromHost(all + me * bytes, &mine, sizeof mine));
   SPCCL_RETURN_IF_ERROR(ex.withMemory([&] { return t.allGather(all + me * bytes, bytes, all); }));
   comm.descriptors.resize(p);

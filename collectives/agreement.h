@@ -31,13 +31,6 @@ Status checkDescriptors(const CallDescriptor* all, int ranks, const CallDescript
 // device memory); t is comm's transport, or a wrapper of it.
 Status agreeOnCall(CollectiveContext& comm, Transport& t, const CallDescriptor& mine);
 
-// Bytes of one rank's part of agreeOnCall's exchange: the descriptor, padded
-// with zeros on a device to the 96-byte call records of the device
-// collectives still written in src/nccl/, so that two different calls that
-// meet there exchange the same number of bytes too, and are refused.
-constexpr size_t kDeviceAgreementBytes = 96;
-size_t agreementBytes(const Executor& ex);
-
 // Offsets of streams laid end to end in one buffer; returns the total bytes.
 size_t layoutStreams(const std::vector<size_t>& sizes, std::vector<size_t>* offsets);
 

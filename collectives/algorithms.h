@@ -64,8 +64,8 @@ struct Workspace {
   ExecMemory sendStream, recvStream, stageStream, rangeSums, sizeSend, sizeRecv;
   ExecMemory cutKeys, cutPoints;  // split stage 1: the owners' range starts, where they cut the selection
   // SPCCL_CAPACITY_MODE=fixed: every rank's capacity slots of indices and
-  // values and its PairCounts, in rank order (fixedSlots).
-  ExecMemory fixedIndices, fixedValues, fixedCounts;
+  // values and its FixedRecord, in rank order (fixedSlots).
+  ExecMemory fixedIndices, fixedValues, fixedRecords;
   std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
   std::vector<uint64_t> counts, recvCounts, cuts, bounds, nnzPerRank, deltaBytes;
@@ -160,18 +160,25 @@ Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices,
 
 // The allgather algorithm's fixed-capacity policy (SPCCL_CAPACITY_MODE=fixed):
 // each rank's selection is written straight into its slots (fixedSlots:
-// `capacity` indices and values, pads index 0xffffffff, and its PairCounts,
-// all executor memory), every rank's slots go to every rank in fixed sizes,
-// and each rank sums the first min(selected, capacity) pairs of every rank in
-// rank order. Nothing depends on a count the host would have to read.
+// `capacity` indices and values, pads index 0xffffffff, and its FixedRecord,
+// all executor memory), every rank's slots and record go to every rank in
+// fixed sizes, and each rank sums the first min(selected, capacity) pairs of
+// every rank in rank order. Nothing depends on a value the host would have
+// to read, the call agreement included: the records carry the descriptors,
+// and agreeInBand zeroes every count where they differ.
+struct FixedRecord {
+  CallDescriptor call;  // equal on every rank (a fixed call's descriptor has no per-rank field)
+  PairCounts counts;    // the selection's, written by selectPack
+};
 struct FixedSlots {
   uint64_t capacity;  // slots per rank
   uint32_t* indices;
   void* values;
-  PairCounts* counts;
+  FixedRecord* record;
 };
+// Sizes the slots and stores `call` in this rank's record.
 Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
-                  FixedSlots* mine);
+                  const CallDescriptor& call, FixedSlots* mine);
 Status sparseAllgatherFixed(uint64_t capacity, ReduceContext* ctx);
 
 Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx);

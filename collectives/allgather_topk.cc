@@ -148,7 +148,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * n * esize;
-  call->bytesSent = static_cast<uint64_t>(p - 1) * (agreementBytes(ex) + ws.sizes[me]);
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + ws.sizes[me]);
   return Status::ok();
 }
 

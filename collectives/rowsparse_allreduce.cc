@@ -220,7 +220,7 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
   }
   if (ex.onDevice() && sumUnique >= static_cast<uint64_t>(INT_MAX))  // (the same on every rank)
     return invalidArgument("row-sparse allreduce on the device: more than 2^31-2 ids over all ranks");
-  uint64_t bytesSent = static_cast<uint64_t>(p - 1) * (agreementBytes(ex) + sizeof(uint64_t));
+  uint64_t bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + sizeof(uint64_t));
 
   // Every input below is the same on every rank (the cost model is rank 0's,
   // resolved at creation), so every rank picks the same.

@@ -2,6 +2,7 @@
 // each rank unpacks all P streams in rank order, so every rank performs the
 // same float additions in the same order and ends bitwise identical.
 #include <algorithm>
+#include <cstddef>
 
 #include "collectives/algorithms.h"
 #include "codec/codec.h"
@@ -76,15 +77,17 @@ Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices,
 }
 
 Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
-                  FixedSlots* mine) {
+                  const CallDescriptor& call, FixedSlots* mine) {
   const size_t p = static_cast<size_t>(ranks), me = static_cast<size_t>(rank);
   mine->capacity = capacity;
   SPCCL_RETURN_IF_ERROR(ws.fixedIndices.ensure(ex, p * capacity * sizeof(uint32_t)));
   SPCCL_RETURN_IF_ERROR(ws.fixedValues.ensure(ex, p * capacity * valueBytes));
-  SPCCL_RETURN_IF_ERROR(ws.fixedCounts.ensure(ex, p * sizeof(PairCounts)));
+  SPCCL_RETURN_IF_ERROR(ws.fixedRecords.ensure(ex, p * sizeof(FixedRecord)));
   mine->indices = ws.fixedIndices.get<uint32_t>() + me * capacity;
   mine->values = ws.fixedValues.get<unsigned char>() + me * capacity * valueBytes;
-  mine->counts = ws.fixedCounts.get<PairCounts>() + me;
+  mine->record = ws.fixedRecords.get<FixedRecord>() + me;
+  // As queued work (storeSmall): a captured graph replays this call's descriptor.
+  SPCCL_RETURN_IF_ERROR(ex.storeSmall(&mine->record->call, &call, sizeof call));
   // Pads: slots past the selection carry no stale pairs of an earlier call.
   return ex.fill(mine->indices, 0xff, capacity * sizeof(uint32_t));
 }
@@ -97,20 +100,24 @@ Status sparseAllgatherFixed(uint64_t capacity, ReduceContext* ctx) {
   const uint32_t vb = core::wireValueBytes(ctx->wire);
   auto* indices = ws.fixedIndices.get<uint32_t>();
   auto* values = ws.fixedValues.get<unsigned char>();
-  auto* counts = ws.fixedCounts.get<PairCounts>();
+  auto* records = ws.fixedRecords.get<FixedRecord>();
   const size_t idxBytes = capacity * sizeof(uint32_t), valBytes = capacity * vb;
   const auto exchange = [&]() -> Status {
     SPCCL_RETURN_IF_ERROR(t.allGather(indices + static_cast<size_t>(me) * capacity, idxBytes, indices));
     SPCCL_RETURN_IF_ERROR(t.allGather(values + static_cast<size_t>(me) * valBytes, valBytes, values));
-    return t.allGather(counts + me, sizeof(PairCounts), counts);
+    return t.allGather(records + me, sizeof(FixedRecord), records);
   };
   SPCCL_RETURN_IF_ERROR(ex.withMemory(exchange));
-  ctx->bytesSent += static_cast<uint64_t>(p - 1) * (idxBytes + valBytes + sizeof(PairCounts));
+  ctx->bytesSent += static_cast<uint64_t>(p - 1) * (idxBytes + valBytes + sizeof(FixedRecord));
   SPCCL_RETURN_IF_ERROR(ex.fill(ctx->out, 0, ctx->count * sizeof(float)));
+  static_assert(sizeof(FixedRecord) == sizeof(CallDescriptor) + sizeof(PairCounts), "no padding in the records");
+  const Status agreed = ex.agreeInBand(records, sizeof(FixedRecord), sizeof(CallDescriptor),
+                                       offsetof(FixedRecord, counts), static_cast<size_t>(p));
+  if (!agreed.isOk()) return agreed;  // nothing applied: out stays zero
   for (int r = 0; r < p; ++r) {
     const Status st =
         ex.accumulatePairs(indices + static_cast<size_t>(r) * capacity, values + static_cast<size_t>(r) * valBytes,
-                           ctx->wire, capacity, &counts[r].selected, ctx->out, ctx->count);
+                           ctx->wire, capacity, &records[r].counts.selected, ctx->out, ctx->count);
     if (!st.isOk()) {
       SPCCL_RETURN_IF_ERROR(ex.fill(ctx->out, 0, ctx->count * sizeof(float)));
       return Status{st.code(), formatString("rank %d: %s", r, st.message().c_str())};

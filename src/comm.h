@@ -22,7 +22,6 @@ namespace spccl {
 // Device-side state of NCCL communicators and their compressors
 // (src/nccl/device_collectives.cc; empty in host-only builds).
 struct DeviceCommState;
-struct DeviceCompressorState;
 struct DeviceSelectionState;
 }  // namespace spccl
 
@@ -100,9 +99,6 @@ struct spcclCompressor {
   int scaleExp = 0;                // fp8 wire: the scale exponent this call's values were stored with
   bool warnedUnsupported = false;  // said once that an algorithm not on this executor runs as allgather
   spcclStats_t stats{};
-  // SPCCL_CAPACITY_MODE=fixed on an NCCL communicator: the compressor's
-  // device state (src/nccl/device_collectives.cc) instead of the above.
-  std::shared_ptr<spccl::DeviceCompressorState> device;
 
   // SPCCL_PROFILE: wall time of the compressed allreduce calls, printed (one
   // line per rank) when the compressor is destroyed.
@@ -162,6 +158,10 @@ struct spcclCompressor {
   // nothing read back on the host.
   spccl::Status selectFixed(const void* sendbuff, const spccl::FixedSlots& slots);
   uint64_t fixedCapacity() const;  // its slots per rank: pairCapacity(), at most count
+  // SPCCL_CAPACITY_MODE=fixed on a device: no call waits for the host, so a
+  // CUDA graph can capture it (docs/GPU.md): agreement inside the exchange
+  // only, the residual updated in place, every dense call flushing it.
+  bool capturable() const;
   spccl::Status estimateThreshold(const void* sendbuff, const float* residualIn, uint64_t k, uint64_t capacity,
                                   uint64_t* tieBudget);
   // SPCCL_ALGO_AUTO's pick for this call: the model's, a trial's or the settled one (with trials, after

@@ -207,6 +207,10 @@ Status spcclCompressor::select(const void* sendbuff, uint64_t* nnz, bool* offSch
   return Status::ok();  // the new residual is in residual[1 - current] until the call commits
 }
 
+bool spcclCompressor::capturable() const {
+  return comm->params.capacityMode == kCapacityModeFixed && executor->onDevice();
+}
+
 uint64_t spcclCompressor::fixedCapacity() const {
   return std::min<uint64_t>(pairCapacity(), std::max<size_t>(count, 1));
 }
@@ -226,10 +230,15 @@ Status spcclCompressor::selectFixed(const void* sendbuff, const FixedSlots& slot
   }
   // Right after an estimate, ties at tau fill the capacity in index order;
   // with a stored tau every tie goes (select()'s rule).
+  // In place where calls never wait for the host: a captured graph would
+  // replay one direction of the double buffer's swap forever.
+  float* residualOut = !ef            ? nullptr
+                       : capturable() ? residual[current].get<float>()
+                                      : residual[1 - current].get<float>();
   const SelectSpec a =
-      fixedCapacitySpec(sendbuff, dataType, residualIn, ef ? residual[1 - current].get<float>() : nullptr, count,
-                        capacity, estimated ? capacity : std::numeric_limits<uint64_t>::max(),
-                        toValueType(config.wireValueType), tau, slots.indices, slots.values, slots.counts);
+      fixedCapacitySpec(sendbuff, dataType, residualIn, residualOut, count, capacity,
+                        estimated ? capacity : std::numeric_limits<uint64_t>::max(), toValueType(config.wireValueType),
+                        tau, slots.indices, slots.values, &slots.record->counts);
   SelectStats unused;
   SPCCL_RETURN_IF_ERROR(ex.selectPack(a, &unused));
   ++callIndex;
@@ -253,7 +262,9 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
     SPCCL_RETURN_IF_ERROR(ex.loadFloats(sendbuff, dataType, count, out));
     v = out;
   }
-  if (flush && !residualZero) {
+  // A captured call flushes whatever the host thinks: a graph may replay it
+  // after calls outside it filled the residual.
+  if (flush && (!residualZero || capturable())) {
     // v = send + residual travels exactly; nothing is left behind. One pass
     // forms v and empties the residual (in place when v is out). Otherwise
     // the residual is empty, or held back with its tau as they are.
@@ -341,7 +352,7 @@ Status spcclCompressor::autoPick(AutoShape& a, int ranks, spcclRedOp_t op, int* 
   std::vector<CallDescriptor>& all = comm->descriptors;
   const Status agreed = agreeOnCall(*comm, *comm->transport, mine);
   // On the wire like the call's own descriptor: its bytes count in this call's bytesSent.
-  if (agreed.isOk()) autoExchangeBytes = static_cast<uint64_t>(ranks - 1) * agreementBytes(*executor);
+  if (agreed.isOk()) autoExchangeBytes = static_cast<uint64_t>(ranks - 1) * sizeof(CallDescriptor);
   if (!agreed.isOk()) {
     // Another rank is in another call, which took this seq: take it too, so
     // the ranks stay in step. Nothing advances: the next call of this shape
@@ -460,20 +471,12 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     out = comm->accumulator.get<float>();
   }
 
-  uint64_t nnz = 0;
-  const uint32_t storedTau = tauKey;  // what a refused call that re-estimated off the schedule goes back to
-  bool offSchedule = false;
-  FixedSlots slots{};
-  if (fixed)
-    SPCCL_RETURN_IF_ERROR(
-        fixedSlots(ex, comm->workspace, p, t.rank(), fixedCapacity(), core::wireValueBytes(wire), &slots));
-  if (algo.sparse) {
-    const Stopwatch watch(comm->params.profile);
-    SPCCL_RETURN_IF_ERROR(fixed ? selectFixed(sendbuff, slots) : select(sendbuff, &nnz, &offSchedule));
-    profile.selection += watch.seconds();
-  }
-  if (fixed) nnz = slots.capacity;  // the slots sent, what the descriptors agree on
-
+  // Fixed calls on a device never wait for the host: errors their kernels
+  // found after they returned are reported by a later call, this one.
+  const bool inBandOnly = capturable();
+  if (inBandOnly) SPCCL_RETURN_IF_ERROR(ex.asyncFindings());
+  // Fixed: nnz is the slots sent, what the descriptors agree on.
+  uint64_t nnz = fixed ? fixedCapacity() : 0;
   CallDescriptor mine{kStreamMagic,
                       static_cast<uint8_t>(algorithm),
                       static_cast<uint8_t>(wire),
@@ -482,11 +485,23 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
                       seq,
                       count,
                       nnz};
-  // allgather: this rank's stream size in its index encoding goes out with
-  // the descriptor (split exchanges its sizes itself).
   mine.density = config.density;
   if (config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;
   if (fixed) mine.flags |= kCallFixed;
+
+  const uint32_t storedTau = tauKey;  // what a refused call that re-estimated off the schedule goes back to
+  bool offSchedule = false;
+  FixedSlots slots{};
+  if (fixed)
+    SPCCL_RETURN_IF_ERROR(fixedSlots(ex, comm->workspace, p, t.rank(), nnz, core::wireValueBytes(wire), mine, &slots));
+  if (algo.sparse) {
+    const Stopwatch watch(comm->params.profile);
+    SPCCL_RETURN_IF_ERROR(fixed ? selectFixed(sendbuff, slots) : select(sendbuff, &nnz, &offSchedule));
+    profile.selection += watch.seconds();
+  }
+  mine.nnz = nnz;
+  // allgather: this rank's stream size in its index encoding goes out with
+  // the descriptor (split exchanges its sizes itself).
   IndexEncoding encoding = IndexEncoding::kCoo32;
   if (algo.announcesStream && !fixed) {
     size_t bytes = 0;
@@ -495,7 +510,11 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     mine.streamBytes = bytes;
   }
   std::vector<CallDescriptor>& descriptors = comm->descriptors;
-  const Status agreed = agreeOnCall(*comm, t, mine);
+  // Agreed before anything moves, unless the call may not wait for the host:
+  // then a fixed call agrees inside its exchange (FixedRecord), and a dense
+  // one, as NCCL's own, not at all. (On the host a fixed call does both: a
+  // mismatch fails here, with the field named, before the slots move.)
+  const Status agreed = inBandOnly ? Status::ok() : agreeOnCall(*comm, t, mine);
   if (!agreed.isOk()) {
     // A refused call's input must not set the tau of the calls after it: a
     // stale or starved tau it re-estimated goes back to the stored one, so
@@ -510,7 +529,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   // The call is consistent on every rank: commit this call's residual. A
   // call rejected above leaves it as it was (and a stale tau, above).
   if (algo.sparse && config.errorFeedback) {
-    current = 1 - current;
+    if (!inBandOnly) current = 1 - current;  // (in place otherwise: selectFixed)
     residualZero = false;
   }
 
@@ -518,7 +537,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   call.calls = 1;
   call.compressedCalls = algo.sparse;
   call.denseBytes = denseBytesPerCall(p, count, dataType);
-  call.bytesSent = static_cast<uint64_t>(p - 1) * agreementBytes(ex) + autoExchangeBytes;
+  call.bytesSent = (inBandOnly ? 0 : static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor)) + autoExchangeBytes;
   call.lastAlgorithm = algorithm;
   if (!algo.sparse) {
     // auto's dense trials hold the residual back (sending only the input is
@@ -532,7 +551,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     Workspace& workspace = comm->workspace;
     std::vector<uint64_t>& nnzPerRank = workspace.nnzPerRank;
     nnzPerRank.resize(p);
-    for (int r = 0; r < p; ++r) nnzPerRank[r] = descriptors[r].nnz;
+    for (int r = 0; r < p; ++r) nnzPerRank[r] = fixed ? nnz : descriptors[r].nnz;  // (fixed: maybe none exchanged)
     ReduceContext ctx{&t,
                       &ex,
                       seq,
@@ -549,7 +568,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     ctx.indexEncoding = comm->params.indexEncoding;
     ctx.keepPerRange = splitKeepPerRange(p);
     std::vector<uint64_t>& streamBytes = workspace.counts;
-    if (algo.announcesStream) {
+    if (algo.announcesStream && !fixed) {
       streamBytes.resize(p);
       for (int r = 0; r < p; ++r) streamBytes[r] = descriptors[r].streamBytes;
       ctx.streamBytesPerRank = streamBytes.data();

@@ -138,6 +138,11 @@ class Executor {
   virtual Status toHost(void* hostDst, const void* src, size_t bytes) = 0;
   virtual Status fromHost(void* dst, const void* hostSrc, size_t bytes) = 0;
   virtual Status fill(void* dst, unsigned char byte, size_t bytes) = 0;
+  // dst = a small host value (at most kSmallStoreBytes), as queued work: on a
+  // device a kernel parameter, so a CUDA graph captures the value itself and
+  // src may change as soon as the call returns (fromHost copies at run time).
+  static constexpr size_t kSmallStoreBytes = 64;
+  virtual Status storeSmall(void* dst, const void* hostSrc, size_t bytes) = 0;
   // Everything enqueued has run; results meant for the host are there.
   virtual Status settle() = 0;
 
@@ -195,6 +200,22 @@ class Executor {
   // meaningful. The lists hold fewer than 2^31 ids in all.
   virtual Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
                                int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) = 0;
+
+  // Call agreement inside the data exchange, for calls that never wait for
+  // the host (the fixed-capacity policy): `count` exchanged records of
+  // `stride` bytes, each opening with `checkedBytes` that every rank's call
+  // must share and holding a PairCounts at `countsAt`. Unless every record's
+  // checked bytes equal record 0's, every record's counts are zeroed, so the
+  // call applies nothing, and the call is reported: by this call on the host
+  // (spcclInvalidUsage), by a later settle() or asyncFindings() on a device.
+  // The same records on every rank: the same verdict everywhere.
+  virtual Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) = 0;
+  // What operations that have already run found and not yet reported
+  // (agreeInBand's mismatches, accumulatePairs' refused pairs), without
+  // waiting for queued work: a device's finding is reported by the first
+  // asyncFindings() or settle() after its kernel ran. The host executor
+  // reports each in its own call, so it has none.
+  virtual Status asyncFindings() = 0;
 
   // Streams. copy: dst = src, both executor memory, not overlapping.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;

@@ -23,8 +23,7 @@ CudaExecutor::~CudaExecutor() {
   release(&unorderedDevice_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
-  if (deviceBad_ != nullptr) cudaFree(deviceBad_);
-  if (hostBad_ != nullptr) cudaFreeHost(hostBad_);
+  if (findings_ != nullptr) cudaFreeHost(const_cast<uint32_t*>(findings_));
   if (deviceChecks_ != nullptr) cudaFree(deviceChecks_);
   if (hostChecks_ != nullptr) cudaFreeHost(hostChecks_);
   if (reselectThreshold_ != nullptr) cudaFree(reselectThreshold_);
@@ -89,10 +88,6 @@ Status CudaExecutor::settle() {
     SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostChecks_, deviceChecks_, pendingChecks_.size() * sizeof(SectionCheck),
                                      cudaMemcpyDeviceToHost, stream_));
   }
-  if (deviceBad_ != nullptr) {
-    SPCCL_CUDA_CHECK(cudaMemcpyAsync(hostBad_, deviceBad_, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream_));
-    SPCCL_CUDA_CHECK(cudaMemsetAsync(deviceBad_, 0, sizeof(uint32_t), stream_));
-  }
   const cudaError_t err = cudaStreamSynchronize(stream_);
   for (const Pending& p : pending_) {
     if (err != cudaSuccess) break;
@@ -130,12 +125,103 @@ Status CudaExecutor::settle() {
         if (u.out[r] == ~uint64_t{0}) u.out[r] = 0;
   pendingUnordered_.clear();
   SPCCL_CUDA_CHECK(err);
-  if (hostBad_ != nullptr && *hostBad_ != 0) {
-    *hostBad_ = 0;
+  return takeFindings();
+}
+
+Status CudaExecutor::ensureFindings() {
+  if (findings_ != nullptr) return Status::ok();
+  void* host = nullptr;
+  SPCCL_CUDA_CHECK(cudaHostAlloc(&host, sizeof(uint32_t), cudaHostAllocMapped));
+  *static_cast<uint32_t*>(host) = 0;
+  void* device = nullptr;
+  const cudaError_t mapped = cudaHostGetDevicePointer(&device, host, 0);
+  if (mapped != cudaSuccess) {
+    cudaFreeHost(host);
+    SPCCL_CUDA_CHECK(mapped);
+  }
+  findings_ = static_cast<uint32_t*>(host);
+  findingsDevice_ = static_cast<uint32_t*>(device);
+  return Status::ok();
+}
+
+Status CudaExecutor::takeFindings() {
+  if (findings_ == nullptr) return Status::ok();
+  // An exchange, not a read and a clear: a kernel's write that lands in
+  // between is reported now or next time, never lost.
+  const uint32_t bits = __atomic_exchange_n(const_cast<uint32_t*>(findings_), 0u, __ATOMIC_ACQ_REL);
+  if (bits & kFindingMismatch)
+    return invalidUsage(
+        "an earlier fixed-capacity compressed allreduce (SPCCL_CAPACITY_MODE=fixed) was called inconsistently "
+        "across ranks (count, datatype, op, algorithm, wire type, density, capacity or call order): its output was "
+        "left zero and the compressor state is undefined");
+  if (bits & kFindingBadPairs)
     return remoteError(
         "a peer's fixed-capacity pairs had an index out of range or out of order (found by an earlier call's "
         "accumulation; that pair was not applied)");
+  return Status::ok();
+}
+
+Status CudaExecutor::asyncFindings() {
+  // Not while capturing: a rank whose device has not yet run the finding's
+  // kernel would capture the call where another rank refuses it.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::ok();
   }
+  return capture == cudaStreamCaptureStatusNone ? takeFindings() : Status::ok();
+}
+
+namespace {
+
+struct SmallValue {
+  unsigned char bytes[Executor::kSmallStoreBytes];
+};
+
+__global__ void storeSmallKernel(unsigned char* dst, SmallValue v, unsigned bytes) {
+  for (unsigned i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = v.bytes[i];
+}
+
+// One block: the same comparison as the host executor's; the verdict is a
+// bit in the mapped findings word, written by one thread.
+__global__ void agreeInBandKernel(unsigned char* records, size_t stride, size_t checkedBytes, size_t countsAt,
+                                  size_t count, uint32_t* findings, uint32_t mismatchBit) {
+  __shared__ int differs;
+  if (threadIdx.x == 0) differs = 0;
+  __syncthreads();
+  for (size_t r = 1; r < count; ++r)
+    for (size_t b = threadIdx.x; b < checkedBytes; b += blockDim.x)
+      if (records[r * stride + b] != records[b]) differs = 1;
+  __syncthreads();
+  if (!differs) return;
+  for (size_t r = threadIdx.x; r < count; r += blockDim.x) {
+    auto* c = reinterpret_cast<PairCounts*>(records + r * stride + countsAt);
+    c->selected = 0;
+    c->finiteSelected = 0;
+  }
+  if (threadIdx.x == 0) *findings |= mismatchBit;
+}
+
+}  // namespace
+
+Status CudaExecutor::storeSmall(void* dst, const void* hostSrc, size_t bytes) {
+  if (bytes > kSmallStoreBytes) return invalidArgument("cuda executor: storeSmall takes at most 64 bytes");
+  if (bytes == 0) return Status::ok();
+  SmallValue v{};
+  std::memcpy(v.bytes, hostSrc, bytes);
+  storeSmallKernel<<<1, 64, 0, stream_>>>(static_cast<unsigned char*>(dst), v, static_cast<unsigned>(bytes));
+  SPCCL_CUDA_CHECK(cudaGetLastError());
+  return Status::ok();
+}
+
+Status CudaExecutor::agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) {
+  if (count == 0) return Status::ok();
+  if (countsAt % alignof(PairCounts) != 0 || stride % alignof(PairCounts) != 0)
+    return invalidArgument("cuda executor: agreeInBand's counts are not aligned");
+  SPCCL_RETURN_IF_ERROR(ensureFindings());
+  agreeInBandKernel<<<1, 128, 0, stream_>>>(static_cast<unsigned char*>(records), stride, checkedBytes, countsAt, count,
+                                            findingsDevice_, kFindingMismatch);
+  SPCCL_CUDA_CHECK(cudaGetLastError());
   return Status::ok();
 }
 
@@ -185,13 +271,9 @@ Status CudaExecutor::deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint
 
 Status CudaExecutor::accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire,
                                      uint64_t capacity, const uint64_t* count, float* out, size_t n) {
-  if (deviceBad_ == nullptr) {
-    SPCCL_CUDA_CHECK(cudaMalloc(&deviceBad_, sizeof(uint32_t)));
-    SPCCL_CUDA_CHECK(cudaMemset(deviceBad_, 0, sizeof(uint32_t)));
-    SPCCL_CUDA_CHECK(cudaHostAlloc(&hostBad_, sizeof(uint32_t), cudaHostAllocDefault));
-    *hostBad_ = 0;
-  }
-  return cuda::unpackAccumulate(indices, values, wire, capacity, count, out, 0, n, deviceBad_, stream_);
+  SPCCL_RETURN_IF_ERROR(ensureFindings());
+  // The kernel stores 1 (kFindingBadPairs) where it refuses a pair.
+  return cuda::unpackAccumulate(indices, values, wire, capacity, count, out, 0, n, findingsDevice_, stream_);
 }
 
 Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {

@@ -32,6 +32,7 @@ class CudaExecutor final : public Executor {
   Status fromHost(void* dst, const void* hostSrc, size_t bytes) override;
   Status fill(void* dst, unsigned char byte, size_t bytes) override;
   Status settle() override;
+  Status storeSmall(void* dst, const void* hostSrc, size_t bytes) override;
 
   Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
                              ThresholdStats* out) override;
@@ -53,6 +54,9 @@ class CudaExecutor final : public Executor {
                    int64_t* outIds, void* outRows, uint64_t* unique) override;
   Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
                        int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) override;
+
+  Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
+  Status asyncFindings() override;
 
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
@@ -87,16 +91,21 @@ class CudaExecutor final : public Executor {
   void* deviceSlots_ = nullptr;
   void* hostSlots_ = nullptr;
   std::vector<Pending> pending_;
-  // accumulatePairs' finding on a peer's pairs: set by the kernel, read and
-  // cleared at settle().
-  uint32_t* deviceBad_ = nullptr;
+  // What kernels found after their call returned, as bits in one word of
+  // mapped host memory: the device sets them, the host takes them
+  // (takeFindings) at settle() or asyncFindings() without waiting.
+  static constexpr uint32_t kFindingBadPairs = 1;  // accumulatePairs refused a peer's pair
+  static constexpr uint32_t kFindingMismatch = 2;  // agreeInBand: the ranks' calls differ
+  Status ensureFindings();
+  Status takeFindings();
+  volatile uint32_t* findings_ = nullptr;
+  uint32_t* findingsDevice_ = nullptr;
   // reselect's second pass: its tau in device memory, its results on their
   // way to *reselectOut_ at settle().
   ThresholdStats* reselectThreshold_ = nullptr;
   ThresholdStats reselectTau_{};
   SelectStats reselectSelect_{};
   ReselectStats* reselectOut_ = nullptr;
-  uint32_t* hostBad_ = nullptr;
   // reduceSections' findings, one per section since the last settle(): a
   // device slot each (as many as a call brings, unlike the fixed result
   // slots: a section per rank), copied to pinned memory and converted into

@@ -91,6 +91,25 @@ Status HostExecutor::fill(void* dst, unsigned char byte, size_t bytes) {
   return Status::ok();
 }
 
+Status HostExecutor::storeSmall(void* dst, const void* hostSrc, size_t bytes) {
+  if (bytes > kSmallStoreBytes) return invalidArgument("host executor: storeSmall takes at most 64 bytes");
+  return fromHost(dst, hostSrc, bytes);
+}
+
+Status HostExecutor::agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) {
+  Open open(*this);
+  auto* base = static_cast<unsigned char*>(records);
+  size_t differs = 0;
+  for (size_t r = 1; r < count && differs == 0; ++r)
+    if (std::memcmp(base + r * stride, base, checkedBytes) != 0) differs = r;
+  if (differs == 0) return Status::ok();
+  for (size_t r = 0; r < count; ++r) std::memset(base + r * stride + countsAt, 0, sizeof(PairCounts));
+  return invalidUsage(formatString(
+      "mismatched fixed-capacity call across ranks: rank %zu's call differs from rank 0's (count, datatype, op, "
+      "algorithm, wire type, density, capacity or call order); nothing was applied",
+      differs));
+}
+
 Status HostExecutor::kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n,
                                          uint64_t k, ThresholdStats* out) {
   Open open(*this);

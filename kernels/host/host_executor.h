@@ -34,6 +34,7 @@ class HostExecutor final : public Executor {
   Status fromHost(void* dst, const void* hostSrc, size_t bytes) override;
   Status fill(void* dst, unsigned char byte, size_t bytes) override;
   Status settle() override { return Status::ok(); }
+  Status storeSmall(void* dst, const void* hostSrc, size_t bytes) override;
 
   Status kthLargestMagnitude(const void* send, spcclDataType_t type, const float* residual, size_t n, uint64_t k,
                              ThresholdStats* out) override;
@@ -56,6 +57,9 @@ class HostExecutor final : public Executor {
                    int64_t* outIds, void* outRows, uint64_t* unique) override;
   Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
                        int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) override;
+
+  Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
+  Status asyncFindings() override { return Status::ok(); }
 
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,

@@ -34,19 +34,6 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk);
 // and registered memory pass.
 Status checkDeviceMemory(spcclComm* comm, std::initializer_list<std::pair<const char*, const void*>> buffers);
 
-// Asynchronous errors (cuda::kAsync*: a malformed peer stream, a mismatched
-// fixed-capacity call), recorded on the device after their call returned.
-// After a record exchange that came back to the host: fails, on every rank
-// alike, if any rank's record carried bits (`carried`, their OR) or a
-// fixed-capacity verdict counted an error since the host last looked (the
-// counts are final there and the same on every rank: every earlier kernel
-// has finished).
-Status asyncErrorAfterExchange(spcclComm* comm, uint32_t carried);
-// At the entry of a fixed-capacity allreduce, which never synchronises: the
-// verdicts' counts as they are now. A rank whose device has not yet run the
-// previous call's verdict reports the error one call later (docs/GPU.md).
-Status takeReportedAsyncError(spcclComm* comm);
-
 Status exactAllReduce(spcclComm* comm, const void* send, void* recv, size_t count, spcclDataType_t type,
                       spcclRedOp_t op, cudaStream_t stream, spcclStats_t* call);
 Status compressedAllReduce(spcclCompressor* c, const void* send, void* recv, spcclRedOp_t op, cudaStream_t stream);

@@ -4,15 +4,14 @@
 // wire value); zeros elsewhere on the receiving side; the backward sends the
 // gradient at exactly those positions back. Same selection, same bits.
 //
-// Forward: descriptor check; selectRowsTopK into strided slots; the per-row
-// counts come to the host (one synchronisation) and go to the peers (one
+// Forward: descriptor check (the shared agreeOnCall); selectRowsTopK into
+// strided slots; the per-row counts come to the host (one synchronisation) and go to the peers (one
 // alltoall, a second synchronisation sizes the receive); positions and
 // values go in one group of ncclSend/ncclRecv; scatterRowValues writes the
 // dense rows (positions past rowLen are dropped there). Backward: the
 // selection knows every size, so it needs no synchronisation: gather,
 // one group of sends and receives, scatter.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "collectives/agreement.h"
@@ -23,49 +22,16 @@
 
 namespace spccl {
 
-static_assert(sizeof(cuda::CallRecord) == kDeviceAgreementBytes,
-              "the shared descriptor exchange pads to the device call records (collectives/agreement.h)");
-
 namespace {
 
-// The verdict on every rank's call record, back on the host (the same
-// records on every rank: the same verdict everywhere): an earlier call's
-// asynchronous error first (it happened first), then the call check. Fills
-// comm->descriptors from the records.
-Status checkCallRecords(spcclComm* comm, const cuda::CallRecord* records, const CallDescriptor& mine) {
-  const int p = comm->ranks;
-  std::vector<CallDescriptor>& all = comm->descriptors;  // the communicator's per-call scratch
-  all.resize(static_cast<size_t>(p));
-  uint32_t carried = 0;
-  for (int r = 0; r < p; ++r) {
-    std::memcpy(&all[r], records[r].descriptor, sizeof(CallDescriptor));
-    carried |= records[r].asyncErrors;
-  }
-  SPCCL_RETURN_IF_ERROR(gpu::asyncErrorAfterExchange(comm, carried));
-  return checkDescriptors(all.data(), p, mine);
+// The host path's descriptor check (agreeOnCall) on the communicator's CUDA
+// executor, on the caller's stream: one synchronisation.
+Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream) {
+  comm->device->executor->setStream(stream);
+  return agreeOnCall(*comm, transportOf(comm), mine);
 }
 
 }  // namespace
-
-Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream) {
-  DeviceCommState& d = *comm->device;
-  NcclTransport& t = transportOf(comm);
-  const int p = comm->ranks, me = comm->rank;
-  const size_t bytes = static_cast<size_t>(p) * sizeof(cuda::CallRecord);
-  SPCCL_RETURN_IF_ERROR(d.callRecords.ensure(bytes));
-  SPCCL_RETURN_IF_ERROR(d.hostCallRecords.ensure(bytes));
-  auto* host = d.hostCallRecords.get<cuda::CallRecord>();
-  auto* dev = d.callRecords.get<cuda::CallRecord>();
-  // A record with counts zero: the descriptor (a kernel parameter) and this
-  // rank's pending asynchronous errors.
-  SPCCL_CUDA_CHECK(cudaMemsetAsync(dev + me, 0, sizeof(cuda::CallRecord), stream));
-  SPCCL_RETURN_IF_ERROR(
-      cuda::writeCallRecordHeader(dev + me, headerFor(mine, 0, 0, false), nullptr, d.pendingDevice, stream));
-  SPCCL_RETURN_IF_ERROR(t.allGather(dev + me, sizeof(cuda::CallRecord), dev));
-  SPCCL_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
-  SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return checkCallRecords(comm, host, mine);
-}
 
 namespace gpu {
 
@@ -267,7 +233,7 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * rowsPerPeer * rowLen * esize;
-  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(cuda::CallRecord) + rowsPerPeer * sizeof(uint32_t));
+  call->bytesSent = static_cast<uint64_t>(p - 1) * (sizeof(CallDescriptor) + rowsPerPeer * sizeof(uint32_t));
   for (int j = 0; j < p; ++j)
     if (j != comm->rank) call->bytesSent += sentPerPeer[j] * (sizeof(uint32_t) + vb);
   return Status::ok();
@@ -322,7 +288,7 @@ Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spccl
   call->calls = 1;
   call->compressedCalls = 1;
   call->denseBytes = static_cast<uint64_t>(p - 1) * sel.rowsPerPeer * sel.rowLen * dataTypeSize(sel.dataType);
-  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(cuda::CallRecord);
+  call->bytesSent = static_cast<uint64_t>(p - 1) * sizeof(CallDescriptor);
   for (int j = 0; j < p; ++j)
     if (j != comm->rank) call->bytesSent += s.recvPerPeer[j] * vb;
   return Status::ok();

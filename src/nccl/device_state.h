@@ -13,7 +13,6 @@
 
 #include "kernels/cuda/cuda_executor.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "src/nccl/call_record.h"
 #include "codec/codec.h"
 #include "src/comm.h"
 #include "transport/nccl_transport.h"
@@ -133,19 +132,7 @@ struct DeviceCommState {
   NcclTransport* transport = nullptr;      // owned by the comm
   cuda::CudaExecutor* executor = nullptr;  // the comm's (comm->executor), set to each call's stream
   bool pageableAccess = false;  // the device reads pageable host memory (HMM, ATS): checkDeviceMemory passes all
-  // Asynchronous errors (cuda_kernels.h): the pending bits on the device
-  // (kernels or-in cuda::kAsync* bits, the next call record takes them), and
-  // the fixed-capacity verdicts' counters in mapped host memory, with the
-  // counts the host has reported so far.
-  DeviceMemory pending;
-  uint32_t* pendingDevice = nullptr;
-  PinnedMemory reported;
-  uint32_t* reportedDevice = nullptr;  // the same counters, for kernels
-  uint32_t reportedSeen[cuda::kAsyncKinds] = {};
-  PinnedMemory staging;  // exact collectives: small host copies
-  // agreeOnDevice's call records: ranks x 96 bytes each way.
-  DeviceMemory callRecords;
-  PinnedMemory hostCallRecords;
+  PinnedMemory staging;         // exact collectives: small host copies
   // Rows forward scratch (grow-only): strided positions, per-row counts,
   // kept values, the peers' counts and values, and a scan workspace.
   DeviceMemory stridedPositions, counts, sendValues, recvCounts, recvValues, offsetsWorkspace;
@@ -175,23 +162,5 @@ Status onStream(spcclComm* comm, cudaStream_t stream, F&& fn) {
   comm->device->executor->setStream(stream);
   return fn();
 }
-
-// The record of a call with descriptor d (cuda::CallRecord's header).
-inline cuda::CallRecordHeader headerFor(const CallDescriptor& d, uint64_t capacity, uint64_t slots, bool estimated) {
-  cuda::CallRecordHeader h{};
-  static_assert(sizeof(d) == sizeof(h.descriptor));
-  std::memcpy(h.descriptor, &d, sizeof d);
-  h.capacity = capacity;
-  h.slots = slots;
-  h.estimated = estimated ? 1u : 0u;
-  return h;
-}
-
-// The descriptor allgather and check of the host path (agreeOnCall), over
-// NCCL on the caller's stream, as a call record (cuda::CallRecord, the
-// fixed-mode allreduce's) that also carries this rank's pending
-// asynchronous errors; one synchronisation. Fills comm->descriptors; fails
-// alike on every rank on a mismatch or any rank's asynchronous error.
-Status agreeOnDevice(spcclComm* comm, const CallDescriptor& mine, cudaStream_t stream);
 
 }  // namespace spccl

@@ -5,6 +5,7 @@
 // run on the device.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -234,6 +235,44 @@ TEST(CudaExecutor, FixedCapacityOperationsSameBitsAsTheHostExecutor) {
     EXPECT_EQ(std::memcmp(c.values.data(), h.values.data(), capacity * sizeof(float)), 0) << n;
     EXPECT_EQ(std::memcmp(c.residual.data(), h.residual.data(), n * sizeof(float)), 0) << n;
     EXPECT_EQ(std::memcmp(c.sum.data(), h.sum.data(), n * sizeof(float)), 0) << n;
+  }
+}
+
+// The in-band agreement on the device: the same verdict on the counts as the
+// host executor's, reported by the next asyncFindings() (not by the call),
+// and once only; storeSmall's value is the one given at the call.
+TEST(CudaExecutor, AgreeInBandZeroesCountsAndReportsLater) {
+  SPCCL_REQUIRE_DEVICE();
+  struct Record {
+    unsigned char call[48];
+    PairCounts counts;
+  };
+  const size_t ranks = 4;
+  cuda::CudaExecutor ex;
+  ExecMemory records;
+  STATUS_ASSERT(records.ensure(ex, ranks * sizeof(Record)));
+  auto* dev = records.get<Record>();
+  for (int mismatch = 0; mismatch < 2; ++mismatch) {
+    SCOPED_TRACE(mismatch);
+    for (size_t r = 0; r < ranks; ++r) {
+      Record rec{};
+      std::memset(rec.call, mismatch && r == 3 ? 9 : 5, sizeof rec.call);
+      rec.counts = PairCounts{10 + r, 5 + r};
+      STATUS_ASSERT(ex.storeSmall(dev + r, &rec, sizeof rec));
+      std::memset(&rec, 0xee, sizeof rec);  // the kernel took the value at the call
+    }
+    STATUS_ASSERT(ex.agreeInBand(dev, sizeof(Record), sizeof(Record::call), offsetof(Record, counts), ranks));
+    std::vector<Record> got(ranks);
+    STATUS_ASSERT(ex.toHost(got.data(), dev, ranks * sizeof(Record)));
+    ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());  // not settle(): it would take the finding
+    for (size_t r = 0; r < ranks; ++r) {
+      EXPECT_EQ(got[r].call[0], mismatch && r == 3 ? 9 : 5) << r;
+      EXPECT_EQ(got[r].counts.selected, mismatch ? 0u : 10 + r) << r;
+    }
+    const Status first = ex.asyncFindings();
+    EXPECT_EQ(first.code(), mismatch ? spcclInvalidUsage : spcclSuccess) << first.message();
+    EXPECT_TRUE(ex.asyncFindings().isOk()) << "reported once";
+    STATUS_ASSERT(ex.settle());
   }
 }
 

@@ -126,8 +126,11 @@ TEST(FixedCapacity, SameBitsAsExactWhereNothingOverflows) {
           EXPECT_EQ(sb.lastSelected, 0u);                       // the count stays in executor memory
           EXPECT_EQ(sb.lastThreshold, 0.0f);
           EXPECT_EQ(sb.lastAlgorithm, SPCCL_ALGO_ALLGATHER);
-          const uint64_t perCall = static_cast<uint64_t>(p - 1) *
-                                   (48 + capacity * (sizeof(uint32_t) + wireValueBytes(wire)) + 2 * sizeof(uint64_t));
+          // Per peer: the descriptor agreed on first, the slots, and the
+          // record (the descriptor again, agreed in band, and two counts).
+          const uint64_t perCall =
+              static_cast<uint64_t>(p - 1) *
+              (48 + capacity * (sizeof(uint32_t) + wireValueBytes(wire)) + 48 + 2 * sizeof(uint64_t));
           EXPECT_EQ(sb.bytesSent, 6 * perCall);
           EXPECT_EQ(sb.compressedCalls, 6u);
         }

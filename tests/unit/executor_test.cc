@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codec/codec.h"
@@ -204,6 +206,53 @@ TEST_P(HostExecutorTest, FixedCapacityOperations) {
                                &counts.get<PairCounts>()->selected, acc.get<float>(), n)
                 .code(),
             spcclRemoteError);
+}
+
+// The in-band call agreement of the fixed policy: records that all equal
+// record 0 in their checked bytes pass untouched; one that differs anywhere
+// in them zeroes every record's counts and fails the call. Bytes past the
+// checked ones may differ. storeSmall writes up to 64 bytes, no more.
+TEST_P(HostExecutorTest, AgreeInBand) {
+  host::HostExecutor ex(GetParam());
+  struct Record {
+    unsigned char call[40];
+    PairCounts counts;
+  };
+  const size_t ranks = 3, checked = sizeof(Record::call);
+  ExecMemory records;
+  ASSERT_TRUE(records.ensure(ex, ranks * sizeof(Record)).isOk());
+  auto* dev = records.get<Record>();
+  const auto store = [&](size_t at, unsigned char fill) {
+    Record r{};
+    std::memset(r.call, fill, sizeof r.call);
+    r.counts = PairCounts{100 + at, 50 + at};
+    ASSERT_TRUE(ex.storeSmall(dev + at, &r, sizeof r).isOk());
+  };
+  const auto countsOf = [&](size_t at) {
+    PairCounts c{};
+    EXPECT_TRUE(ex.toHost(&c, &dev[at].counts, sizeof c).isOk());
+    EXPECT_TRUE(ex.settle().isOk());
+    return c;
+  };
+  for (size_t r = 0; r < ranks; ++r) ASSERT_NO_FATAL_FAILURE(store(r, 7));
+  ASSERT_TRUE(ex.agreeInBand(dev, sizeof(Record), checked, offsetof(Record, counts), ranks).isOk());
+  for (size_t r = 0; r < ranks; ++r) EXPECT_EQ(countsOf(r).selected, 100 + r) << r;
+  for (size_t byte : {size_t{0}, checked - 1}) {
+    SCOPED_TRACE(byte);
+    for (size_t r = 0; r < ranks; ++r) ASSERT_NO_FATAL_FAILURE(store(r, 7));
+    const unsigned char other = 8;
+    ASSERT_TRUE(ex.fromHost(dev[2].call + byte, &other, 1).isOk());
+    const Status s = ex.agreeInBand(dev, sizeof(Record), checked, offsetof(Record, counts), ranks);
+    EXPECT_EQ(s.code(), spcclInvalidUsage);
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
+    for (size_t r = 0; r < ranks; ++r) {
+      EXPECT_EQ(countsOf(r).selected, 0u) << r;
+      EXPECT_EQ(countsOf(r).finiteSelected, 0u) << r;
+    }
+  }
+  EXPECT_TRUE(ex.asyncFindings().isOk());  // the host reported it in the call
+  unsigned char big[Executor::kSmallStoreBytes + 1] = {};
+  EXPECT_EQ(ex.storeSmall(dev, big, sizeof big).code(), spcclInvalidArgument);
 }
 
 // Streams encoded and summed through the executor (the collectives' path)
