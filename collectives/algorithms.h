@@ -74,26 +74,6 @@ struct Workspace {
   std::vector<uint64_t> reselectKeys;
   StreamsScratch streams;                // received streams' headers and sections (reduceStreamsOn)
   std::vector<IndexEncoding> encodings;  // split stage 1: one per owner
-  // The row-sparse allreduce's id/row lists (collectives/rowsparse_allreduce.cc),
-  // in its accumulation type.
-  template <typename Acc>
-  struct IdRows {
-    std::vector<int64_t> ids;
-    std::vector<Acc> rows;
-    void clear() {
-      ids.clear();
-      rows.clear();
-    }
-  };
-  template <typename Acc>
-  struct RowSparseLists {
-    IdRows<Acc> owned;               // partition stage 2: this owner's sums
-    std::vector<IdRows<Acc>> parts;  // partition stage 1: one per owner
-  };
-  RowSparseLists<float> rowSparse32;
-  RowSparseLists<double> rowSparse64;
-  std::vector<IdRowsView> idRowsViews;
-  std::vector<uint64_t> heads;  // a merge's position in each stream
   // The row-sparse allreduce in executor memory: this rank's merged rows, the
   // union, and the received streams' headers, lists and order checks.
   ExecMemory mergedRows, unionIds, unionRows;

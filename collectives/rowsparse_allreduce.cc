@@ -15,7 +15,6 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
-#include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
 #include "collectives/context.h"
 #include "collectives/cost_model.h"
@@ -24,20 +23,6 @@
 namespace spccl {
 
 namespace {
-
-uint32_t ownerOf(int64_t id, int p) {
-  uint64_t x = static_cast<uint64_t>(id) + 0x9e3779b97f4a7c15ull;  // splitmix64 finaliser
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return static_cast<uint32_t>(x % static_cast<uint64_t>(p));
-}
-
-template <typename Acc>
-Workspace::RowSparseLists<Acc>& listsOf(Workspace& ws) {
-  if constexpr (sizeof(Acc) == 8) return ws.rowSparse64;
-  else return ws.rowSparse32;
-}
 
 // Received id-rows streams (in `data`, laid out by sizes/offsets; executor
 // memory) as merge lists: each header read to the host and checked (its CRC
@@ -89,88 +74,107 @@ Status mergeLists(Executor& ex, spcclDataType_t accType, uint64_t rowLen, Worksp
   return Status::ok();
 }
 
-// The partition algorithm's stages (host only: its split by owner has no
-// device kernel). mine: this rank's merged list; the owners' sums end in
-// ws.idRowsLists, views of ws.recvBytes (stage 2 uses it as scratch).
-template <typename Acc>
-Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSection& mine, uint64_t rowLen, uint64_t seq,
-                       uint64_t sumUnique, uint64_t* bytesSent) {
+// An id-rows stream at dst (`bytes` = idRowsStreamBytes of n, executor
+// memory): header h from the host, n ids and n rows of rowBytes copied from
+// executor memory, zeros to the end, sealed where checksums are on.
+Status writeIdRowsStream(Executor& ex, Integrity* integrity, unsigned char* dst, size_t bytes, const RowsHeader& h,
+                         const int64_t* ids, const void* rows, uint64_t n, size_t rowBytes) {
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(dst, &h, sizeof h));
+  const size_t rowsAt = sizeof h + n * sizeof(int64_t), used = rowsAt + n * rowBytes;
+  SPCCL_RETURN_IF_ERROR(ex.copy(dst + sizeof h, ids, n * sizeof(int64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.copy(dst + rowsAt, rows, n * rowBytes));
+  if (bytes > used) SPCCL_RETURN_IF_ERROR(ex.fill(dst + used, 0, bytes - used));
+  return sealStreamOn(ex, integrity, dst, bytes);
+}
+
+// The partition algorithm's stages. mine: this rank's merged list (executor
+// memory); the owners' sums end in ws.idRowsLists, views of ws.recvStream.
+// A rank whose stage 1 or 2 fails still takes part in every exchange after
+// it (stage 3 with a flagged empty stream), so no rank is left waiting.
+Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSection& mine, spcclDataType_t accType,
+                       uint64_t rowLen, uint64_t seq, uint64_t sumUnique, uint64_t* bytesSent) {
+  Executor& ex = *comm.executor;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const uint32_t vb = sizeof(Acc);
-  const auto* mineRows = static_cast<const Acc*>(mine.rows);
-  // Stage 1: each merged id to its owner, in id order.
-  std::vector<Workspace::IdRows<Acc>>& parts = listsOf<Acc>(ws).parts;
-  parts.resize(p);
-  for (auto& part : parts) part.clear();
-  for (uint64_t i = 0; i < mine.n; ++i) {
-    auto& part = parts[ownerOf(mine.ids[i], p)];
-    part.ids.push_back(mine.ids[i]);
-    part.rows.insert(part.rows.end(), mineRows + i * rowLen, mineRows + (i + 1) * rowLen);
-  }
+  const uint32_t vb = static_cast<uint32_t>(dataTypeSize(accType));
+  const size_t rowBytes = rowLen * vb;
+  SPCCL_RETURN_IF_ERROR(ws.sizeSend.ensure(ex, p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.sizeRecv.ensure(ex, p * sizeof(uint64_t)));
+  // Stage 1: each merged id to its owner, in id order: one stream per owner.
+  // (The union buffers serve as scratch until stage 2's merge.)
+  SPCCL_RETURN_IF_ERROR(ws.unionIds.ensure(ex, std::max<uint64_t>(mine.n, 1) * sizeof(int64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.unionRows.ensure(ex, std::max<uint64_t>(mine.n, 1) * rowBytes));
+  std::vector<uint64_t>& perOwner = ws.bounds;
+  perOwner.resize(p);
+  SPCCL_RETURN_IF_ERROR(ex.splitByOwner(mine.ids, mine.rows, accType, mine.n, rowLen, p, ws.unionIds.get<int64_t>(),
+                                        ws.unionRows.get(), perOwner.data()));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
   ws.sizes.resize(p);
-  for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(parts[r].ids.size(), rowLen, vb);
-  ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
+  for (int r = 0; r < p; ++r) ws.sizes[r] = idRowsStreamBytes(perOwner[r], rowLen, vb);
+  SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, layoutStreams(ws.sizes, &ws.offsets)));
+  auto* send = ws.stageStream.get<unsigned char>();
+  uint64_t first = 0;
   for (int r = 0; r < p; ++r) {
-    encodeIdRows(ws.sendBytes.data() + ws.offsets[r], parts[r].ids.data(), parts[r].rows.data(), parts[r].ids.size(),
-                 rowLen, vb, seq);
-    sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[r], ws.sizes[r]);
+    SPCCL_RETURN_IF_ERROR(
+        writeIdRowsStream(ex, &comm.integrity, send + ws.offsets[r], ws.sizes[r],
+                          idRowsHeader(perOwner[r], rowLen, vb, seq), ws.unionIds.get<int64_t>() + first,
+                          ws.unionRows.get<unsigned char>() + first * rowBytes, perOwner[r], rowBytes));
+    first += perOwner[r];
   }
   ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
   ws.recvCounts.resize(p);
-  SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
   ws.recvSizes.resize(p);
   Status local;
-  for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced above
+  for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced before
     ws.recvSizes[r] = announcedSize(ws.recvCounts[r], idRowsStreamBytes(ws.nnzPerRank[r], rowLen, vb), r,
                                     "row-sparse stage 1", &local);
-  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-  const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                   ws.recvSizes.data(), ws.recvOffsets.data());
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, layoutStreams(ws.recvSizes, &ws.recvOffsets)));
+  const Status moved = ex.withMemory([&] {
+    return t.allToAllV(send, ws.sizes.data(), ws.offsets.data(), ws.recvStream.get(), ws.recvSizes.data(),
+                       ws.recvOffsets.data());
+  });
   if (local.isOk()) local = moved;
   for (int r = 0; r < p; ++r)
     if (r != me) *bytesSent += sizeof(uint64_t) + ws.sizes[r];
-  // Stage 2: the owner sums its ids in rank order. An owner that rejects a
-  // piece still takes part in stage 3, with a flagged empty stream, so no
-  // rank is left waiting.
-  Workspace::IdRows<Acc>& owned = listsOf<Acc>(ws).owned;
-  owned.clear();
-  std::vector<IdRowsView>& views = ws.idRowsViews;
-  views.resize(p);
-  for (int r = 0; r < p && local.isOk(); ++r)
-    local = parseIdRows(ws.recvBytes.data() + ws.recvOffsets[r], ws.recvSizes[r], rowLen, vb, seq, r, &views[r]);
-  if (local.isOk()) {
-    uint64_t most = 0;
-    ws.idRowsLists.resize(p);
-    for (int r = 0; r < p; ++r) {
-      ws.idRowsLists[r] = IdRowsSection{reinterpret_cast<const int64_t*>(views[r].ids), views[r].rows, views[r].nIds};
-      most += views[r].nIds;
-    }
-    owned.ids.resize(most);
-    owned.rows.resize(most * rowLen);
-    const uint64_t n = host::mergeRowLists(ws.idRowsLists.data(), p, sizeof(Acc) == 8, rowLen, owned.ids.data(),
-                                           owned.rows.data(), &ws.heads);
-    owned.ids.resize(n);
-    owned.rows.resize(n * rowLen);
-  }
+
+  // Stage 2: the owner sums its ids in rank order, the pieces checked as the
+  // allgather algorithm's streams are.
+  uint64_t owned = 0;
+  if (local.isOk())
+    local = idRowsLists(ex, ws.recvStream.get<unsigned char>(), ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, ws);
+  if (local.isOk()) local = mergeLists(ex, accType, rowLen, ws, &owned);
+  if (!local.isOk()) owned = 0;
+
   // Stage 3: allgather the owners' results; id sets are disjoint.
-  uint64_t ownedBytes = idRowsStreamBytes(owned.ids.size(), rowLen, vb);
-  ws.stageBytes.resize(ownedBytes);
-  encodeIdRows(ws.stageBytes.data(), owned.ids.data(), owned.rows.data(), owned.ids.size(), rowLen, vb, seq);
-  if (!local.isOk()) ws.stageBytes[offsetof(RowsHeader, status)] = static_cast<unsigned char>(local.code());
-  sealStream(&comm.integrity, ws.stageBytes.data(), ownedBytes);  // after the status byte
-  SPCCL_RETURN_IF_ERROR(t.allGather(&ownedBytes, sizeof ownedBytes, ws.recvCounts.data()));
+  uint64_t ownedBytes = idRowsStreamBytes(owned, rowLen, vb);
+  RowsHeader h = idRowsHeader(owned, rowLen, vb, seq);
+  if (!local.isOk()) h.status = static_cast<uint8_t>(local.code());
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, ownedBytes));
+  SPCCL_RETURN_IF_ERROR(writeIdRowsStream(ex, &comm.integrity, ws.sendStream.get<unsigned char>(), ownedBytes, h,
+                                          ws.unionIds.get<int64_t>(), ws.unionRows.get(), owned, rowBytes));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), &ownedBytes, sizeof ownedBytes));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allGather(ws.sizeSend.get(), sizeof ownedBytes, ws.sizeRecv.get()); }));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
   for (int r = 0; r < p; ++r)
     ws.recvSizes[r] =
         announcedSize(ws.recvCounts[r], idRowsStreamBytes(sumUnique, rowLen, vb), r, "row-sparse stage 3", &local);
-  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-  const Status gathered =
-      t.allGatherV(ws.stageBytes.data(), ownedBytes, ws.recvBytes.data(), ws.recvSizes.data(), ws.recvOffsets.data());
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, layoutStreams(ws.recvSizes, &ws.recvOffsets)));
+  const Status gathered = ex.withMemory([&] {
+    return t.allGatherV(ws.sendStream.get(), ownedBytes, ws.recvStream.get(), ws.recvSizes.data(),
+                        ws.recvOffsets.data());
+  });
   if (local.isOk()) local = gathered;
   *bytesSent += static_cast<uint64_t>(p - 1) * (sizeof(uint64_t) + ownedBytes);
   SPCCL_RETURN_IF_ERROR(local);
   // As the allgather algorithm's streams: the ids' order is mergeLists' check.
-  return idRowsLists(*comm.executor, ws.recvBytes.data(), ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, ws);
+  return idRowsLists(ex, ws.recvStream.get<unsigned char>(), ws.recvSizes, ws.recvOffsets, rowLen, vb, seq, ws);
 }
 
 template <typename Acc>
@@ -224,10 +228,7 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
 
   // Every input below is the same on every rank (the cost model is rank 0's,
   // resolved at creation), so every rank picks the same.
-  // On a device always allgather: partition's split by owner has no device
-  // kernel (spcclCommInitNccl says so for SPCCL_ROWSPARSE_ALGO=partition).
-  const int algo = ex.onDevice() ? kRowSparseAllgather
-                   : comm.settings->rowSparseAlgorithm != kRowSparseAuto
+  const int algo = comm.settings->rowSparseAlgorithm != kRowSparseAuto
                        ? comm.settings->rowSparseAlgorithm
                        : chooseRowSparseAlgorithm(p, sumUnique, rowLen, vb, comm.rowSparseOverlap, comm.costModel);
   uint64_t unionSize = 0;
@@ -249,9 +250,7 @@ Status rowSparseImpl(CollectiveContext& comm, const int64_t* ids, const void* ro
     SPCCL_RETURN_IF_ERROR(idRowsLists(ex, recv, ws.sizes, ws.offsets, rowLen, vb, seq, ws));
   } else {
     const IdRowsSection mine{myIds, ws.mergedRows.get(), myUnique};
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly("the row-sparse partition algorithm", [&] {
-      return partitionStages<Acc>(comm, t, mine, rowLen, seq, sumUnique, &bytesSent);
-    }));
+    SPCCL_RETURN_IF_ERROR(partitionStages(comm, t, mine, accType, rowLen, seq, sumUnique, &bytesSent));
   }
   SPCCL_RETURN_IF_ERROR(mergeLists(ex, accType, rowLen, ws, &unionSize));
 

@@ -341,6 +341,17 @@ SPCCL_HOST_DEVICE float loadWireValue(const void* section, uint64_t i, ValueType
 // wire itself saturates.
 constexpr float kHalfMax = 65504.0f;
 
+// The rank that owns an id in the row-sparse partition algorithm (ids
+// hashed, so that clustered ids spread over the owners): a splitmix64
+// finaliser, modulo the ranks.
+SPCCL_HOST_DEVICE uint32_t rowOwner(int64_t id, uint32_t ranks) {
+  uint64_t x = static_cast<uint64_t>(id) + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<uint32_t>(x % ranks);
+}
+
 // storeWireValue with |decoded| <= bound for every finite v (bound a positive
 // finite value, or +Inf for no bound): v is first clamped to +-bound, and a
 // code rounded above bound is replaced by the next code toward zero. NaN/Inf

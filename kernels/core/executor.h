@@ -200,6 +200,12 @@ class Executor {
   // meaningful. The lists hold fewer than 2^31 ids in all.
   virtual Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
                                int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) = 0;
+  // The partition algorithm's split: n ids with one accType row each,
+  // grouped by owner (core::rowOwner(id, ranks)) into outIds/outRows, owner
+  // 0's first, input order kept within each group; perOwner[r] (host, after
+  // settle()) the size of owner r's group. n < 2^31.
+  virtual Status splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n,
+                              uint64_t rowLen, int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) = 0;
 
   // Call agreement inside the data exchange, for calls that never wait for
   // the host (the fixed-capacity policy): `count` exchanged records of

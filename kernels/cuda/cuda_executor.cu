@@ -21,6 +21,8 @@ CudaExecutor::~CudaExecutor() {
   release(&gatheredIds_);
   release(&gatheredRows_);
   release(&unorderedDevice_);
+  release(&splitWorkspace_);
+  release(&perOwnerDevice_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
   if (findings_ != nullptr) cudaFreeHost(const_cast<uint32_t*>(findings_));
@@ -401,6 +403,18 @@ Status CudaExecutor::mergeRowLists(const IdRowsSection* lists, size_t count, spc
   pendingUnordered_.push_back(UnorderedOut{unordered, count});
   return mergeRows(static_cast<const int64_t*>(gatheredIds_.ptr), gatheredRows_.ptr, accType, total, rowLen, outIds,
                    outRows, unique);
+}
+
+Status CudaExecutor::splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n,
+                                  uint64_t rowLen, int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) {
+  const size_t ws = splitRowsByOwnerWorkspaceBytes(n);
+  if (splitWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&splitWorkspace_, ws));
+  const size_t counts = static_cast<size_t>(ranks) * sizeof(uint64_t);
+  if (perOwnerDevice_.bytes < counts) SPCCL_RETURN_IF_ERROR(grow(&perOwnerDevice_, counts));
+  auto* dev = static_cast<uint64_t*>(perOwnerDevice_.ptr);
+  SPCCL_RETURN_IF_ERROR(splitRowsByOwner(ids, rows, dataTypeSize(accType), n, rowLen, static_cast<uint32_t>(ranks),
+                                         outIds, outRows, dev, splitWorkspace_.ptr, splitWorkspace_.bytes, stream_));
+  return toHost(perOwner, dev, counts);
 }
 
 Status CudaExecutor::copy(void* dst, const void* src, size_t bytes) {

@@ -55,6 +55,9 @@ class CudaExecutor final : public Executor {
   Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
                        int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) override;
 
+  Status splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n, uint64_t rowLen,
+                      int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) override;
+
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override;
 
@@ -118,6 +121,7 @@ class CudaExecutor final : public Executor {
   // The row-sparse merges: CUB's workspace, the lists gathered end to end,
   // and the lists' order checks (~0: in order), turned into 0 at settle().
   ExecBuffer mergeWorkspace_, gatheredIds_, gatheredRows_, unorderedDevice_;
+  ExecBuffer splitWorkspace_, perOwnerDevice_;  // splitByOwner's
   struct UnorderedOut {
     uint64_t* out;
     size_t count;

@@ -254,6 +254,14 @@ Status mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t type,
                      int64_t* outIds, void* outRows, uint64_t* outCount, void* workspace, size_t workspaceBytes,
                      cudaStream_t stream);
 
+// The partition algorithm's split (host::splitRowsByOwner's twin): rows of
+// elementBytes-sized elements (4 or 8) grouped by core::rowOwner, input order
+// kept within each group; perOwner (device, `ranks` entries) their counts.
+size_t splitRowsByOwnerWorkspaceBytes(uint64_t n);
+Status splitRowsByOwner(const int64_t* ids, const void* rows, size_t elementBytes, uint64_t n, uint64_t rowLen,
+                        uint32_t ranks, int64_t* outIds, void* outRows, uint64_t* perOwner, void* workspace,
+                        size_t workspaceBytes, cudaStream_t stream);
+
 // *firstBad (device) = the lowest i in [1, n) where ids[i] <= ids[i - 1],
 // lowered only (the caller sets ~0 first): a peer's list must increase.
 Status findUnorderedIds(const int64_t* ids, uint64_t n, uint64_t* firstBad, cudaStream_t stream);

@@ -200,6 +200,96 @@ Status segmentedRowSum(const void* rows, spcclDataType_t type, uint64_t rowLen, 
   return Status::ok();
 }
 
+namespace {
+
+// The partition's split: each id's owner, counted per owner.
+__global__ void __launch_bounds__(kThreads)
+    ownerKernel(const int64_t* ids, uint64_t n, uint32_t ranks, uint32_t* owners, unsigned long long* perOwner) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    const uint32_t o = core::rowOwner(ids[i], ranks);
+    owners[i] = o;
+    atomicAdd(perOwner + o, 1ull);
+  }
+}
+
+// outIds[j] = ids[order[j]] and row j = row order[j]: a warp per row, rows
+// of Word-sized elements.
+template <typename Word>
+__global__ void __launch_bounds__(kThreads)
+    gatherIdRowsKernel(const int64_t* ids, const Word* rows, const uint32_t* order, uint64_t n, uint64_t rowLen,
+                       int64_t* outIds, Word* outRows) {
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  const unsigned lane = threadIdx.x & 31u;
+  for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; j < n; j += warps) {
+    const uint64_t from = order[j];
+    if (lane == 0) outIds[j] = ids[from];
+    for (uint64_t e = lane; e < rowLen; e += 32) outRows[j * rowLen + e] = rows[from * rowLen + e];
+  }
+}
+
+struct SplitLayout {
+  size_t owners, sortedOwners, iota, order, temp, total;
+};
+SplitLayout splitLayout(uint64_t n) {
+  size_t tempBytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, tempBytes, static_cast<const uint32_t*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), n);
+  const size_t words = detail::alignUp(n * sizeof(uint32_t), 256);
+  SplitLayout l;
+  l.owners = 0;
+  l.sortedOwners = words;
+  l.iota = 2 * words;
+  l.order = 3 * words;
+  l.temp = 4 * words;
+  l.total = l.temp + detail::alignUp(tempBytes, 256);
+  return l;
+}
+
+}  // namespace
+
+size_t splitRowsByOwnerWorkspaceBytes(uint64_t n) { return splitLayout(n > 0 ? n : 1).total; }
+
+Status splitRowsByOwner(const int64_t* ids, const void* rows, size_t elementBytes, uint64_t n, uint64_t rowLen,
+                        uint32_t ranks, int64_t* outIds, void* outRows, uint64_t* perOwner, void* workspace,
+                        size_t workspaceBytes, cudaStream_t stream) {
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+  SPCCL_RETURN_IF_ERROR(checkCount(n, "splitRowsByOwner"));
+  if (ranks == 0 || (elementBytes != 4 && elementBytes != 8))
+    return invalidArgument("splitRowsByOwner: no ranks, or rows of neither fp32 nor fp64");
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(perOwner, 0, ranks * sizeof(uint64_t), stream));
+  if (n == 0) return Status::ok();
+  const SplitLayout l = splitLayout(n);
+  if (workspace == nullptr || workspaceBytes < l.total)
+    return invalidArgument("splitRowsByOwner: workspace smaller than splitRowsByOwnerWorkspaceBytes(n)");
+  auto* ws = static_cast<unsigned char*>(workspace);
+  auto* owners = reinterpret_cast<uint32_t*>(ws + l.owners);
+  auto* sortedOwners = reinterpret_cast<uint32_t*>(ws + l.sortedOwners);
+  auto* iota = reinterpret_cast<uint32_t*>(ws + l.iota);
+  auto* order = reinterpret_cast<uint32_t*>(ws + l.order);
+  const unsigned grid = detail::gridFor(n, kThreads);
+  ownerKernel<<<grid, kThreads, 0, stream>>>(ids, n, ranks, owners, reinterpret_cast<unsigned long long*>(perOwner));
+  SPCCL_CUDA_CHECK_LAUNCH();
+  iotaKernel<<<grid, kThreads, 0, stream>>>(iota, n);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  int endBit = 1;
+  while (endBit < 32 && (uint64_t{1} << endBit) < ranks) ++endBit;
+  size_t tempBytes = l.total - l.temp;
+  // Stable: ids keep their order within each owner's group.
+  SPCCL_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(ws + l.temp, tempBytes, owners, sortedOwners, iota, order, n, 0, endBit, stream));
+  const unsigned rowGrid = detail::gridFor(n, kWarps);
+  if (elementBytes == 8)
+    gatherIdRowsKernel<<<rowGrid, kThreads, 0, stream>>>(ids, static_cast<const uint64_t*>(rows), order, n, rowLen,
+                                                         outIds, static_cast<uint64_t*>(outRows));
+  else
+    gatherIdRowsKernel<<<rowGrid, kThreads, 0, stream>>>(ids, static_cast<const uint32_t*>(rows), order, n, rowLen,
+                                                         outIds, static_cast<uint32_t*>(outRows));
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status findUnorderedIds(const int64_t* ids, uint64_t n, uint64_t* firstBad, cudaStream_t stream) {
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
   if (n < 2) return Status::ok();

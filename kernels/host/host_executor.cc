@@ -8,6 +8,7 @@
 #include <new>
 #include <cstring>
 
+#include "kernels/core/types.h"
 #include "kernels/host/host_kernels.h"
 #include "kernels/host/sections.h"
 
@@ -160,6 +161,14 @@ Status HostExecutor::accumulatePairs(const uint32_t* indices, const void* values
     return remoteError(
         "a peer's fixed-capacity pairs have an index out of range or out of order; the pairs before it were "
         "applied");
+  return Status::ok();
+}
+
+Status HostExecutor::splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n,
+                                  uint64_t rowLen, int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) {
+  Open open(*this);
+  host::splitRowsByOwner(ids, rows, rowLen * dataTypeSize(accType), n, static_cast<uint32_t>(ranks), outIds, outRows,
+                         perOwner, &order_);
   return Status::ok();
 }
 

@@ -61,6 +61,9 @@ class HostExecutor final : public Executor {
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override { return Status::ok(); }
 
+  Status splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n, uint64_t rowLen,
+                      int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) override;
+
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                        unsigned char* dst) override;

@@ -147,6 +147,11 @@ uint64_t mergeRowsById(const int64_t* ids, const void* rows, spcclDataType_t typ
                        int64_t* outIds, void* outRows, std::vector<uint64_t>* order, std::vector<float>* rowBuf);
 // 0 when the n ids increase strictly, else the first position where they do not.
 uint64_t firstUnorderedId(const int64_t* ids, uint64_t n);
+// The n rows (rowBytes each) grouped by core::rowOwner(id, ranks), owner 0's
+// first, input order kept within each group; perOwner[r] their counts. next
+// is scratch.
+void splitRowsByOwner(const int64_t* ids, const void* rows, size_t rowBytes, uint64_t n, uint32_t ranks,
+                      int64_t* outIds, void* outRows, uint64_t* perOwner, std::vector<uint64_t>* next);
 // lists: count lists of strictly increasing ids; heads is scratch.
 uint64_t mergeRowLists(const IdRowsSection* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds,
                        void* outRows, std::vector<uint64_t>* heads);

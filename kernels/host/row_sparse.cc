@@ -97,6 +97,27 @@ uint64_t firstUnorderedId(const int64_t* ids, uint64_t n) {
   return 0;
 }
 
+void splitRowsByOwner(const int64_t* ids, const void* rows, size_t rowBytes, uint64_t n, uint32_t ranks,
+                      int64_t* outIds, void* outRows, uint64_t* perOwner, std::vector<uint64_t>* next) {
+  std::fill(perOwner, perOwner + ranks, uint64_t{0});
+  for (uint64_t i = 0; i < n; ++i) ++perOwner[core::rowOwner(idAt(ids, i), ranks)];
+  // Each group's next slot, then every row to its group in input order (a
+  // second hash per id: cheaper than keeping the owners).
+  next->resize(ranks);
+  uint64_t at = 0;
+  for (uint32_t r = 0; r < ranks; ++r) {
+    (*next)[r] = at;
+    at += perOwner[r];
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const int64_t id = idAt(ids, i);
+    const uint64_t j = (*next)[core::rowOwner(id, ranks)]++;
+    outIds[j] = id;
+    std::memcpy(static_cast<unsigned char*>(outRows) + j * rowBytes,
+                static_cast<const unsigned char*>(rows) + i * rowBytes, rowBytes);
+  }
+}
+
 uint64_t mergeRowLists(const IdRowsSection* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds,
                        void* outRows, std::vector<uint64_t>* heads) {
   if (fp64) return mergeLists<double>(lists, count, rowLen, outIds, static_cast<double*>(outRows), heads);

@@ -65,12 +65,6 @@ Status initComm(spcclComm* comm, ncclComm_t nccl, bool envOk) {
   comm->params.netLatencyUs = agreed[2];
   comm->costModel = applyNetworkParams(CostModel{}, agreed[1], agreed[2]);
   comm->modelSettings = ModelSettings{static_cast<int>(agreed[3]), agreed[4] != 0.0, static_cast<float>(agreed[5])};
-  // allReduceRowSparse runs allgather on a device (partition's split by owner
-  // has no device kernel): the same result, allgather's traffic.
-  if (comm->params.rowSparseAlgorithm == kRowSparsePartition)
-    SPCCL_INFO(t->rank(),
-               "SPCCL_ROWSPARSE_ALGO=partition: the row-sparse allreduce runs as allgather on NCCL "
-               "communicators (docs/GPU.md)");
   if (comm->params.autoTrials > 0) {
     // A call on a stream returns before its work has run: its host time is no trial's.
     SPCCL_INFO(t->rank(),

@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "codec/codec.h"
+#include "kernels/core/types.h"
 #include "kernels/cuda/cuda_executor.h"
 #include "kernels/host/host_executor.h"
 #include "kernels/host/host_kernels.h"
@@ -392,6 +394,54 @@ TEST(CudaExecutorSections, EncodeIndicesSameBytesAsTheHost) {
       for (size_t i = kOddOffset + want.size(); i < c.size(); ++i) EXPECT_EQ(c[i], 0xa5) << "written past the section";
     }
   }
+}
+
+// The partition's split by owner: the same groups, in the same order, and
+// the same counts as the host executor, for fp32 and fp64 rows, 1 to 7 owners.
+TEST(CudaExecutorSections, SplitByOwnerSameAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  std::mt19937_64 g(31);
+  for (spcclDataType_t acc : {spcclFloat32, spcclFloat64})
+    for (int ranks : {1, 2, 3, 7})
+      for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{5000}}) {
+        SCOPED_TRACE(std::to_string(ranks) + " owners, " + std::to_string(n) + " ids");
+        const uint64_t rowLen = 5;
+        const size_t rowBytes = rowLen * dataTypeSize(acc);
+        std::vector<int64_t> ids(n);
+        for (uint64_t i = 0; i < n; ++i) ids[i] = static_cast<int64_t>(i * 977) - 12345;
+        std::vector<unsigned char> rows(n * rowBytes);
+        for (unsigned char& b : rows) b = static_cast<unsigned char>(g());
+        struct Out {
+          std::vector<int64_t> ids;
+          std::vector<unsigned char> rows;
+          std::vector<uint64_t> perOwner;
+        };
+        auto run = [&](Executor& ex, Out* o) -> Status {
+          ExecMemory inIds, inRows, outIds, outRows;
+          SPCCL_RETURN_IF_ERROR(inIds.ensure(ex, std::max<uint64_t>(n, 1) * 8));
+          SPCCL_RETURN_IF_ERROR(inRows.ensure(ex, std::max<size_t>(rows.size(), 1)));
+          SPCCL_RETURN_IF_ERROR(outIds.ensure(ex, std::max<uint64_t>(n, 1) * 8));
+          SPCCL_RETURN_IF_ERROR(outRows.ensure(ex, std::max<size_t>(rows.size(), 1)));
+          SPCCL_RETURN_IF_ERROR(ex.fromHost(inIds.get(), ids.data(), n * 8));
+          SPCCL_RETURN_IF_ERROR(ex.fromHost(inRows.get(), rows.data(), rows.size()));
+          o->perOwner.assign(ranks, 99);
+          SPCCL_RETURN_IF_ERROR(ex.splitByOwner(inIds.get<int64_t>(), inRows.get(), acc, n, rowLen, ranks,
+                                                outIds.get<int64_t>(), outRows.get(), o->perOwner.data()));
+          o->ids.resize(n);
+          o->rows.resize(rows.size());
+          SPCCL_RETURN_IF_ERROR(ex.toHost(o->ids.data(), outIds.get(), n * 8));
+          SPCCL_RETURN_IF_ERROR(ex.toHost(o->rows.data(), outRows.get(), rows.size()));
+          return ex.settle();
+        };
+        host::HostExecutor hostEx;
+        cuda::CudaExecutor cudaEx;
+        Out h, c;
+        STATUS_ASSERT(run(hostEx, &h));
+        STATUS_ASSERT(run(cudaEx, &c));
+        EXPECT_EQ(c.perOwner, h.perOwner);
+        EXPECT_EQ(c.ids, h.ids);
+        EXPECT_EQ(c.rows, h.rows);
+      }
 }
 
 TEST(CudaExecutorSections, CopySameBytesAsTheHost) {

@@ -823,56 +823,70 @@ TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
   CUDA_OK(cudaStreamSynchronize(stream_));
 }
 
-// Row-sparse allreduce on the device against the host path: same union,
-// same sums in rank order, bit for bit; too small an output on both.
+// Row-sparse allreduce on the device against the host path, both
+// algorithms: same union, same sums in rank order, bit for bit; too small an
+// output on both.
 TEST_F(NcclWorld, RowSparseMatchesHostPathBitForBit) {
-  std::mt19937_64 g(777 + rank_);
-  for (spcclDataType_t type : {spcclFloat32, spcclFloat16, spcclFloat64}) {
-    for (size_t rowLen : {size_t{1}, size_t{16}, size_t{130}}) {
-      SCOPED_TRACE("type=" + std::to_string(type) + " rowLen=" + std::to_string(rowLen));
-      const size_t nrows = rank_ == 1 ? 0 : 300 + 17 * rank_;  // rank 1 contributes nothing
-      std::vector<int64_t> ids(nrows);
-      for (int64_t& id : ids) id = static_cast<int64_t>(g() % 500) - 100;  // duplicates, negatives, overlaps
-      const size_t eb = type == spcclFloat64 ? 8 : elemBytes(type);
-      std::vector<unsigned char> rows;
-      if (type == spcclFloat64) {
-        std::normal_distribution<double> normal;
-        rows.resize(nrows * rowLen * 8);
-        for (size_t i = 0; i < nrows * rowLen; ++i) {
-          const double x = normal(g);
-          std::memcpy(rows.data() + 8 * i, &x, 8);
+  for (const char* algo : {"allgather", "partition"}) {
+    SCOPED_TRACE(algo);
+    setenv("SPCCL_ROWSPARSE_ALGO", algo, 1);
+    spcclComm_t dev = nullptr, host = nullptr;
+    const spcclResult_t d = spcclCommInitNccl(&dev, nccl_);
+    const spcclResult_t h = spcclCommInitMPI(&host, MPI_COMM_WORLD);
+    unsetenv("SPCCL_ROWSPARSE_ALGO");
+    ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
+    ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+    std::mt19937_64 g(777 + rank_);
+    for (spcclDataType_t type : {spcclFloat32, spcclFloat16, spcclFloat64}) {
+      for (size_t rowLen : {size_t{1}, size_t{16}, size_t{130}}) {
+        SCOPED_TRACE("type=" + std::to_string(type) + " rowLen=" + std::to_string(rowLen));
+        const size_t nrows = rank_ == 1 ? 0 : 300 + 17 * rank_;  // rank 1 contributes nothing
+        std::vector<int64_t> ids(nrows);
+        for (int64_t& id : ids) id = static_cast<int64_t>(g() % 500) - 100;  // duplicates, negatives, overlaps
+        const size_t eb = type == spcclFloat64 ? 8 : elemBytes(type);
+        std::vector<unsigned char> rows;
+        if (type == spcclFloat64) {
+          std::normal_distribution<double> normal;
+          rows.resize(nrows * rowLen * 8);
+          for (size_t i = 0; i < nrows * rowLen; ++i) {
+            const double x = normal(g);
+            std::memcpy(rows.data() + 8 * i, &x, 8);
+          }
+        } else {
+          rows = randomInput(nrows * rowLen, type, g, false);
         }
-      } else {
-        rows = randomInput(nrows * rowLen, type, g, false);
+        const size_t cap = 600;
+        Dev<int64_t> dIds(nrows), dOutIds(cap);
+        Dev<unsigned char> dRows(nrows * rowLen * eb), dOutRows(cap * rowLen * eb);
+        if (nrows) {
+          dIds.upload(ids);
+          dRows.upload(rows);
+        }
+        std::vector<int64_t> hOutIds(cap);
+        std::vector<unsigned char> hOutRows(cap * rowLen * eb);
+        size_t dN = 0, hN = 0;
+        ASSERT_EQ(spcclSuccess, spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows,
+                                                        rowLen, type, dOutIds.p, dOutRows.p, cap, &dN, dev, stream_))
+            << spcclGetLastError(dev);
+        ASSERT_EQ(spcclSuccess, spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, type, hOutIds.data(),
+                                                        hOutRows.data(), cap, &hN, host, nullptr))
+            << spcclGetLastError(host);
+        CUDA_OK(cudaStreamSynchronize(stream_));
+        ASSERT_EQ(dN, hN);
+        const std::vector<int64_t> gotIds = dOutIds.download();
+        const std::vector<unsigned char> gotRows = dOutRows.download();
+        ASSERT_EQ(0, std::memcmp(gotIds.data(), hOutIds.data(), hN * 8)) << "ids differ";
+        ASSERT_EQ(hN * rowLen, firstValueMismatch(gotRows.data(), hOutRows.data(), hN * rowLen, type)) << "rows differ";
+        // Too small an output: spcclInvalidUsage on every rank, the size needed in outNrows.
+        EXPECT_EQ(spcclInvalidUsage,
+                  spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows, rowLen, type,
+                                          dOutIds.p, dOutRows.p, 10, &dN, dev, stream_));
+        EXPECT_EQ(dN, hN);
       }
-      const size_t cap = 600;
-      Dev<int64_t> dIds(nrows), dOutIds(cap);
-      Dev<unsigned char> dRows(nrows * rowLen * eb), dOutRows(cap * rowLen * eb);
-      if (nrows) {
-        dIds.upload(ids);
-        dRows.upload(rows);
-      }
-      std::vector<int64_t> hOutIds(cap);
-      std::vector<unsigned char> hOutRows(cap * rowLen * eb);
-      size_t dN = 0, hN = 0;
-      ASSERT_EQ(spcclSuccess, spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows,
-                                                      rowLen, type, dOutIds.p, dOutRows.p, cap, &dN, dev_, stream_))
-          << spcclGetLastError(dev_);
-      ASSERT_EQ(spcclSuccess, spcclAllReduceRowSparse(ids.data(), rows.data(), nrows, rowLen, type, hOutIds.data(),
-                                                      hOutRows.data(), cap, &hN, host_, nullptr))
-          << spcclGetLastError(host_);
-      CUDA_OK(cudaStreamSynchronize(stream_));
-      ASSERT_EQ(dN, hN);
-      const std::vector<int64_t> gotIds = dOutIds.download();
-      const std::vector<unsigned char> gotRows = dOutRows.download();
-      ASSERT_EQ(0, std::memcmp(gotIds.data(), hOutIds.data(), hN * 8)) << "ids differ";
-      ASSERT_EQ(hN * rowLen, firstValueMismatch(gotRows.data(), hOutRows.data(), hN * rowLen, type)) << "rows differ";
-      // Too small an output: spcclInvalidUsage on every rank, the size needed in outNrows.
-      EXPECT_EQ(spcclInvalidUsage,
-                spcclAllReduceRowSparse(nrows ? dIds.p : nullptr, nrows ? dRows.p : nullptr, nrows, rowLen, type,
-                                        dOutIds.p, dOutRows.p, 10, &dN, dev_, stream_));
-      EXPECT_EQ(dN, hN);
     }
+    EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev));
+    EXPECT_EQ(spcclSuccess, spcclCommDestroy(host));
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -208,6 +208,52 @@ TEST_P(HostExecutorTest, FixedCapacityOperations) {
             spcclRemoteError);
 }
 
+// The partition's split by owner: every id in its owner's group
+// (core::rowOwner), the groups in owner order, input order kept in each, the
+// row with its id, and the groups' sizes.
+TEST_P(HostExecutorTest, SplitByOwner) {
+  host::HostExecutor ex(GetParam());
+  const uint64_t n = 3001, rowLen = 3;
+  const int ranks = 5;
+  std::vector<int64_t> ids(n);
+  std::vector<double> rows(n * rowLen);
+  for (uint64_t i = 0; i < n; ++i) {
+    ids[i] = static_cast<int64_t>(i * 7919) - 1000000;
+    for (uint64_t e = 0; e < rowLen; ++e) rows[i * rowLen + e] = static_cast<double>(ids[i]) + 0.25 * e;
+  }
+  ExecMemory inIds, inRows, outIds, outRows;
+  ASSERT_TRUE(inIds.ensure(ex, n * 8).isOk());
+  ASSERT_TRUE(inRows.ensure(ex, rows.size() * 8).isOk());
+  ASSERT_TRUE(outIds.ensure(ex, n * 8).isOk());
+  ASSERT_TRUE(outRows.ensure(ex, rows.size() * 8).isOk());
+  ASSERT_TRUE(ex.fromHost(inIds.get(), ids.data(), n * 8).isOk());
+  ASSERT_TRUE(ex.fromHost(inRows.get(), rows.data(), rows.size() * 8).isOk());
+  std::vector<uint64_t> perOwner(ranks);
+  ASSERT_TRUE(ex.splitByOwner(inIds.get<int64_t>(), inRows.get(), spcclFloat64, n, rowLen, ranks, outIds.get<int64_t>(),
+                              outRows.get(), perOwner.data())
+                  .isOk());
+  std::vector<int64_t> gotIds(n);
+  std::vector<double> gotRows(rows.size());
+  ASSERT_TRUE(ex.toHost(gotIds.data(), outIds.get(), n * 8).isOk());
+  ASSERT_TRUE(ex.toHost(gotRows.data(), outRows.get(), rows.size() * 8).isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  std::vector<int64_t> want;
+  for (int r = 0; r < ranks; ++r) {
+    uint64_t inGroup = 0;
+    for (int64_t id : ids)
+      if (static_cast<int>(core::rowOwner(id, ranks)) == r) {
+        want.push_back(id);
+        ++inGroup;
+      }
+    EXPECT_EQ(perOwner[r], inGroup) << r;
+    EXPECT_GT(inGroup, n / ranks / 2) << "the hash spreads the ids";
+  }
+  EXPECT_EQ(gotIds, want);
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t e = 0; e < rowLen; ++e)
+      ASSERT_EQ(gotRows[j * rowLen + e], static_cast<double>(gotIds[j]) + 0.25 * e) << j;
+}
+
 // The in-band call agreement of the fixed policy: records that all equal
 // record 0 in their checked bytes pass untouched; one that differs anywhere
 // in them zeroes every record's counts and fails the call. Bytes past the
