@@ -3,11 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <nmmintrin.h>
-#define SPCCL_CRC32C_X86 1
-#endif
-
 #include "include/spccl.h"
 #include "kernels/host/host_kernels.h"
 #include "kernels/host/sections.h"
@@ -377,91 +372,16 @@ CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t
                         0};
 }
 
-// ---- CRC32C ----
-
-namespace {
-
-// Slicing-by-8 tables of the reflected Castagnoli polynomial.
-struct Crc32cTables {
-  uint32_t t[8][256];
-  Crc32cTables() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1u) ? 0x82F63B78u : 0u);
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFFu];
-  }
-};
-
-const Crc32cTables& crcTables() {
-  static const Crc32cTables tables;
-  return tables;
-}
-
-#if SPCCL_CRC32C_X86
-__attribute__((target("sse4.2"))) uint32_t crc32cSse42(uint32_t crc, const unsigned char* p, size_t n) {
-  uint64_t c = ~crc;
-  for (; n >= 8; n -= 8, p += 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
-  }
-  uint32_t c32 = static_cast<uint32_t>(c);
-  for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
-  return ~c32;
-}
-#endif
-
-}  // namespace
-
-uint32_t crc32cSoftware(uint32_t crc, const void* data, size_t n) {
-  const Crc32cTables& T = crcTables();
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
-  for (; n >= 8; n -= 8, p += 8) {  // little-endian word loads
-    uint32_t lo, hi;
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= c;
-    c = T.t[7][lo & 0xFFu] ^ T.t[6][(lo >> 8) & 0xFFu] ^ T.t[5][(lo >> 16) & 0xFFu] ^ T.t[4][lo >> 24] ^
-        T.t[3][hi & 0xFFu] ^ T.t[2][(hi >> 8) & 0xFFu] ^ T.t[1][(hi >> 16) & 0xFFu] ^ T.t[0][hi >> 24];
-  }
-  for (; n > 0; --n, ++p) c = (c >> 8) ^ T.t[0][(c ^ *p) & 0xFFu];
-  return ~c;
-}
-
-bool crc32cHardwareAvailable() {
-#if SPCCL_CRC32C_X86
-  static const bool available = __builtin_cpu_supports("sse4.2");
-  return available;
-#else
-  return false;
-#endif
-}
-
-uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes) {
-#if SPCCL_CRC32C_X86
-  if (crc32cHardwareAvailable()) return crc32cSse42(crc, static_cast<const unsigned char*>(data), bytes);
-#endif
-  return crc32cSoftware(crc, data, bytes);
-}
-
-uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes) {
-  return crc32cHardwareAvailable() ? crc32cHardware(crc, data, bytes) : crc32cSoftware(crc, data, bytes);
-}
-
-uint32_t crc32c(const void* data, size_t bytes) { return crc32cExtend(0, data, bytes); }
-
 namespace {
 
 // CRC of a stream with the 4 bytes at kCrcOffset read as zero.
-uint32_t streamCrc(const unsigned char* p, size_t bytes) {
-  static const unsigned char kZero[4] = {0, 0, 0, 0};
-  uint32_t c = crc32cExtend(0, p, kCrcOffset);
-  c = crc32cExtend(c, kZero, sizeof kZero);
-  return crc32cExtend(c, p + kCrcOffset + 4, bytes - kCrcOffset - 4);
+uint32_t streamCrc(const unsigned char* p, size_t bytes) { return host::streamCrc32c(p, bytes, kCrcOffset); }
+
+Status crcMismatch(int peer, size_t bytes, uint32_t computed, uint32_t carried) {
+  return remoteError(
+      formatString("stream from rank %d failed its CRC32C check (SPCCL_CHECKSUM=1): %zu bytes hash to 0x%08x, the "
+                   "stream carries 0x%08x; it was corrupted in transit or in memory",
+                   peer, bytes, computed, carried));
 }
 
 }  // namespace
@@ -482,10 +402,39 @@ void Integrity::seal(void* stream, size_t bytes) {
 
 Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t bytes) {
   if (integrity == nullptr || (!integrity->checksum && integrity->corruptLeft == 0)) return Status::ok();
-  return ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
-    integrity->seal(stream, bytes);
-    return Status::ok();
-  });
+  if (bytes < sizeof(StreamHeader)) return Status::ok();  // as Integrity::seal
+  size_t flipAt = SIZE_MAX;
+  if (integrity->corruptLeft > 0) {
+    --integrity->corruptLeft;
+    flipAt = bytes / 2;
+  }
+  return ex.sealCrc32c(stream, bytes, kFlagsOffset, integrity->checksum ? kChecksumFlag : 0, kCrcOffset, flipAt);
+}
+
+Status verifyStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
+                       size_t count, const void* headers, int firstPeer, std::vector<uint32_t>* computed) {
+  static_assert(sizeof(StreamHeader) == sizeof(RowsHeader));
+  const auto* h = static_cast<const unsigned char*>(headers);
+  const auto sealed = [&](size_t r) {
+    return sizes[r] >= sizeof(StreamHeader) && (h[r * sizeof(StreamHeader) + kFlagsOffset] & kChecksumFlag) != 0;
+  };
+  computed->assign(count, 0);
+  bool any = false;
+  for (size_t r = 0; r < count; ++r)
+    if (sealed(r)) {
+      SPCCL_RETURN_IF_ERROR(ex.streamCrc32c(data + offsets[r], sizes[r], kCrcOffset, &(*computed)[r]));
+      any = true;
+    }
+  if (!any) return Status::ok();
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  for (size_t r = 0; r < count; ++r) {
+    if (!sealed(r)) continue;
+    uint32_t carried;
+    std::memcpy(&carried, h + r * sizeof(StreamHeader) + kCrcOffset, sizeof carried);
+    if ((*computed)[r] != carried)
+      return crcMismatch(firstPeer + static_cast<int>(r), sizes[r], (*computed)[r], carried);
+  }
+  return Status::ok();
 }
 
 Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
@@ -500,20 +449,13 @@ Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* of
   scratch->views.resize(count);
   scratch->sections.resize(count);
   scratch->checks.resize(count);
-  bool sealed = false;
   for (size_t r = 0; r < count; ++r)
     if (sizes[r] >= sizeof(StreamHeader))
       SPCCL_RETURN_IF_ERROR(ex.toHost(&scratch->headers[r], data + offsets[r], sizeof(StreamHeader)));
   SPCCL_RETURN_IF_ERROR(ex.settle());
-  for (size_t r = 0; r < count; ++r) sealed = sealed || (scratch->headers[r].reserved0 & kChecksumFlag) != 0;
-  if (sealed) {
-    const Status st = ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
-      for (size_t r = 0; r < count; ++r)
-        SPCCL_RETURN_IF_ERROR(verifyStream(data + offsets[r], sizes[r], firstPeer + static_cast<int>(r)));
-      return Status::ok();
-    });
-    if (!st.isOk()) return fail(st);
-  }
+  const Status verified =
+      verifyStreamsOn(ex, data, offsets, sizes, count, scratch->headers.data(), firstPeer, &scratch->crcs);
+  if (!verified.isOk()) return fail(verified);
   for (size_t r = 0; r < count; ++r) {
     const int peer = firstPeer + static_cast<int>(r);
     const Status st =
@@ -542,13 +484,7 @@ Status verifyStream(const void* data, size_t bytes, int peer) {
   uint32_t carried;
   std::memcpy(&carried, p + kCrcOffset, sizeof carried);
   const uint32_t computed = streamCrc(p, bytes);
-  if (computed != carried)
-    return remoteError(
-        formatString("stream from rank %d failed its CRC32C check (SPCCL_CHECKSUM=1): %zu bytes "
-                     "hash to 0x%08x, the stream carries 0x%08x; it was corrupted in transit or "
-                     "in memory",
-                     peer, bytes, computed, carried));
-  return Status::ok();
+  return computed == carried ? Status::ok() : crcMismatch(peer, bytes, computed, carried);
 }
 
 }  // namespace spccl

@@ -26,6 +26,7 @@
 #include "kernels/core/executor.h"
 #include "kernels/core/status.h"
 #include "kernels/core/wire_section.h"
+#include "kernels/host/host_kernels.h"
 
 namespace spccl {
 
@@ -476,14 +477,13 @@ Status parseIdRowsHeader(const RowsHeader& h, size_t bytes, uint64_t rowLen, uin
 
 // ---- Stream integrity (SPCCL_CHECKSUM=1) ----
 // CRC32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and
-// final xor ~0; crc32c("123456789") == 0xE3069283). The SSE4.2 instruction
-// where the CPU has it (checked once at run time), else slicing-by-8 tables.
-uint32_t crc32c(const void* data, size_t bytes);
-// Continues a CRC: crc32cExtend(crc32c(a), b) == crc32c(a followed by b).
-uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes);
-uint32_t crc32cSoftware(uint32_t crc, const void* data, size_t bytes);
-bool crc32cHardwareAvailable();
-uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes);  // only where available
+// final xor ~0), computed by the kernels layer (kernels/host/crc32c.cc,
+// kernels/cuda/crc32c.cu).
+using host::crc32c;
+using host::crc32cExtend;
+using host::crc32cHardware;
+using host::crc32cHardwareAvailable;
+using host::crc32cSoftware;
 
 // Both header layouts have a flags byte at offset 11 (StreamHeader::reserved0,
 // RowsHeader::flags) and a 32-bit field at offset 12 (reserved1). A sealed
@@ -509,9 +509,14 @@ inline void sealStream(Integrity* integrity, void* stream, size_t bytes) {
 // Checks the CRC of a stream that carries kChecksumFlag; other streams pass.
 Status verifyStream(const void* data, size_t bytes, int peer);
 
-// sealStream for a stream in executor memory. The CRC has no device kernel
-// yet: with SPCCL_CHECKSUM on, it runs on the host executor only.
+// sealStream for a stream in executor memory (Executor::sealCrc32c).
 Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t bytes);
+// verifyStream for `count` streams in executor memory (at data + offsets[r],
+// sizes[r] bytes) whose headers (StreamHeader or RowsHeader, the same size)
+// the host has read into `headers`: each sealed one checksummed by the
+// executor, one settle() for all. computed is scratch.
+Status verifyStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
+                       size_t count, const void* headers, int firstPeer, std::vector<uint32_t>* computed);
 
 // Scratch of reduceStreamsOn, grown only (no allocation once warm).
 struct StreamsScratch {
@@ -519,6 +524,7 @@ struct StreamsScratch {
   std::vector<StreamView> views;
   std::vector<WireSection> sections;
   std::vector<IndexCheck> checks;
+  std::vector<uint32_t> crcs;  // verifyStreamsOn's
 };
 // parseStream and host::reduceSections for streams in executor memory:
 // stream r (from rank firstPeer + r) at data + offsets[r], sizes[r] bytes,

@@ -35,16 +35,8 @@ Status idRowsLists(Executor& ex, const unsigned char* data, const std::vector<si
     if (sizes[r] >= sizeof(RowsHeader))
       SPCCL_RETURN_IF_ERROR(ex.toHost(&ws.idRowsHeaders[r], data + offsets[r], sizeof(RowsHeader)));
   SPCCL_RETURN_IF_ERROR(ex.settle());
-  bool sealed = false;
-  for (const RowsHeader& h : ws.idRowsHeaders) sealed = sealed || (h.flags & kChecksumFlag) != 0;
-  if (sealed) {
-    const Status verified = ex.hostOnly("the stream checksum (SPCCL_CHECKSUM)", [&]() -> Status {
-      for (size_t r = 0; r < p; ++r)
-        SPCCL_RETURN_IF_ERROR(verifyStream(data + offsets[r], sizes[r], static_cast<int>(r)));
-      return Status::ok();
-    });
-    SPCCL_RETURN_IF_ERROR(verified);
-  }
+  SPCCL_RETURN_IF_ERROR(
+      verifyStreamsOn(ex, data, offsets.data(), sizes.data(), p, ws.idRowsHeaders.data(), 0, &ws.streams.crcs));
   ws.idRowsLists.resize(p);
   for (size_t r = 0; r < p; ++r) {
     const RowsHeader& h = ws.idRowsHeaders[r];

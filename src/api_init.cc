@@ -110,10 +110,6 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
       envStatus = invalidArgument(
           "SPCCL_VALUE_TYPE=fp8: the fp8 wire type is implemented on the host (MPI) path "
           "only; NCCL communicators carry fp32, fp16 or bf16 (docs/GPU.md)");
-    if (envStatus.isOk() && (params.checksum || params.testCorruptStreams != 0))
-      envStatus = invalidArgument(
-          "SPCCL_CHECKSUM=1: the stream checksum has no device kernel yet; it is computed on the host (MPI) path "
-          "only (docs/GPU.md)");
     auto c = std::make_unique<spcclComm>();
     c->params = params;
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};

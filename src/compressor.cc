@@ -263,7 +263,9 @@ Status spcclCompressor::denseReduce(Transport& t, const void* sendbuff, float* o
     v = out;
   }
   // A captured call flushes whatever the host thinks: a graph may replay it
-  // after calls outside it filled the residual.
+  // after calls outside it filled the residual. (So the residual must exist:
+  // allocated by the warm-up call, outside the graph.)
+  if (flush && capturable()) SPCCL_RETURN_IF_ERROR(ensureResidual());
   if (flush && (!residualZero || capturable())) {
     // v = send + residual travels exactly; nothing is left behind. One pass
     // forms v and empties the residual (in place when v is out). Otherwise

@@ -223,6 +223,15 @@ class Executor {
   // reports each in its own call, so it has none.
   virtual Status asyncFindings() = 0;
 
+  // Stream checksums (SPCCL_CHECKSUM). streamCrc32c: *crc (host, valid
+  // after settle()) = the CRC32C of `bytes` (> skipAt + 4) at data with the
+  // 4 bytes at skipAt read as zero. sealCrc32c, as queued work (no host
+  // round trip): data[flagAt] |= flag, then that CRC stored at skipAt; flag
+  // 0: neither. Then, where flipAt < bytes, data[flipAt] ^= 0x10 (a test's
+  // corruption in transit).
+  virtual Status streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) = 0;
+  virtual Status sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) = 0;
+
   // Streams. copy: dst = src, both executor memory, not overlapping.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
   // The index section of nnz strictly increasing indices in [rangeBegin,

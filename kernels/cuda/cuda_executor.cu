@@ -23,17 +23,23 @@ CudaExecutor::~CudaExecutor() {
   release(&unorderedDevice_);
   release(&splitWorkspace_);
   release(&perOwnerDevice_);
+  release(&crcWorkspace_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
   if (findings_ != nullptr) cudaFreeHost(const_cast<uint32_t*>(findings_));
+  for (void* p : retired_) cudaFree(p);
   if (deviceChecks_ != nullptr) cudaFree(deviceChecks_);
   if (hostChecks_ != nullptr) cudaFreeHost(hostChecks_);
   if (reselectThreshold_ != nullptr) cudaFree(reselectThreshold_);
 }
 
 Status CudaExecutor::grow(ExecBuffer* b, size_t bytes) {
-  // Growth frees the old allocation: cudaFree waits for the work that uses it.
-  release(b);
+  // The old allocation is kept, not freed, until the executor goes: a CUDA
+  // graph captured before the growth may still use it (fixed mode), and
+  // growth is geometric, so what is kept is a bounded multiple of the
+  // largest size. Owners that are done with a buffer release() it.
+  if (b->ptr != nullptr) retired_.push_back(b->ptr);
+  *b = ExecBuffer{};
   void* p = nullptr;
   SPCCL_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
   b->ptr = p;
@@ -112,6 +118,9 @@ Status CudaExecutor::settle() {
       case Result::kCount:
         std::memcpy(p.out, h, sizeof(uint64_t));
         break;
+      case Result::kCrc:
+        std::memcpy(p.out, h, sizeof(uint32_t));
+        break;
     }
   }
   pending_.clear();
@@ -133,8 +142,8 @@ Status CudaExecutor::settle() {
 Status CudaExecutor::ensureFindings() {
   if (findings_ != nullptr) return Status::ok();
   void* host = nullptr;
-  SPCCL_CUDA_CHECK(cudaHostAlloc(&host, sizeof(uint32_t), cudaHostAllocMapped));
-  *static_cast<uint32_t*>(host) = 0;
+  SPCCL_CUDA_CHECK(cudaHostAlloc(&host, kFindingKinds * sizeof(uint32_t), cudaHostAllocMapped));
+  std::memset(host, 0, kFindingKinds * sizeof(uint32_t));
   void* device = nullptr;
   const cudaError_t mapped = cudaHostGetDevicePointer(&device, host, 0);
   if (mapped != cudaSuccess) {
@@ -148,15 +157,19 @@ Status CudaExecutor::ensureFindings() {
 
 Status CudaExecutor::takeFindings() {
   if (findings_ == nullptr) return Status::ok();
-  // An exchange, not a read and a clear: a kernel's write that lands in
-  // between is reported now or next time, never lost.
-  const uint32_t bits = __atomic_exchange_n(const_cast<uint32_t*>(findings_), 0u, __ATOMIC_ACQ_REL);
-  if (bits & kFindingMismatch)
+  // An exchange, not a read and a clear: a kernel's store that lands in
+  // between is reported now or next time, never lost. Kernels only store 1,
+  // one word per kind, so no read-modify-write crosses the bus.
+  auto take = [&](int kind) {
+    return __atomic_exchange_n(const_cast<uint32_t*>(findings_ + kind), 0u, __ATOMIC_ACQ_REL) != 0;
+  };
+  const bool mismatch = take(kFindingMismatch), badPairs = take(kFindingBadPairs);
+  if (mismatch)
     return invalidUsage(
         "an earlier fixed-capacity compressed allreduce (SPCCL_CAPACITY_MODE=fixed) was called inconsistently "
         "across ranks (count, datatype, op, algorithm, wire type, density, capacity or call order): its output was "
         "left zero and the compressor state is undefined");
-  if (bits & kFindingBadPairs)
+  if (badPairs)
     return remoteError(
         "a peer's fixed-capacity pairs had an index out of range or out of order (found by an earlier call's "
         "accumulation; that pair was not applied)");
@@ -184,10 +197,10 @@ __global__ void storeSmallKernel(unsigned char* dst, SmallValue v, unsigned byte
   for (unsigned i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = v.bytes[i];
 }
 
-// One block: the same comparison as the host executor's; the verdict is a
-// bit in the mapped findings word, written by one thread.
+// One block: the same comparison as the host executor's; a mismatch stores
+// 1 in its mapped findings word.
 __global__ void agreeInBandKernel(unsigned char* records, size_t stride, size_t checkedBytes, size_t countsAt,
-                                  size_t count, uint32_t* findings, uint32_t mismatchBit) {
+                                  size_t count, uint32_t* mismatchFound) {
   __shared__ int differs;
   if (threadIdx.x == 0) differs = 0;
   __syncthreads();
@@ -201,7 +214,7 @@ __global__ void agreeInBandKernel(unsigned char* records, size_t stride, size_t 
     c->selected = 0;
     c->finiteSelected = 0;
   }
-  if (threadIdx.x == 0) *findings |= mismatchBit;
+  if (threadIdx.x == 0) *mismatchFound = 1u;
 }
 
 }  // namespace
@@ -222,7 +235,7 @@ Status CudaExecutor::agreeInBand(void* records, size_t stride, size_t checkedByt
     return invalidArgument("cuda executor: agreeInBand's counts are not aligned");
   SPCCL_RETURN_IF_ERROR(ensureFindings());
   agreeInBandKernel<<<1, 128, 0, stream_>>>(static_cast<unsigned char*>(records), stride, checkedBytes, countsAt, count,
-                                            findingsDevice_, kFindingMismatch);
+                                            findingsDevice_ + kFindingMismatch);
   SPCCL_CUDA_CHECK(cudaGetLastError());
   return Status::ok();
 }
@@ -274,8 +287,9 @@ Status CudaExecutor::deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint
 Status CudaExecutor::accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire,
                                      uint64_t capacity, const uint64_t* count, float* out, size_t n) {
   SPCCL_RETURN_IF_ERROR(ensureFindings());
-  // The kernel stores 1 (kFindingBadPairs) where it refuses a pair.
-  return cuda::unpackAccumulate(indices, values, wire, capacity, count, out, 0, n, findingsDevice_, stream_);
+  // The kernel stores 1 where it refuses a pair.
+  return cuda::unpackAccumulate(indices, values, wire, capacity, count, out, 0, n, findingsDevice_ + kFindingBadPairs,
+                                stream_);
 }
 
 Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
@@ -415,6 +429,24 @@ Status CudaExecutor::splitByOwner(const int64_t* ids, const void* rows, spcclDat
   SPCCL_RETURN_IF_ERROR(splitRowsByOwner(ids, rows, dataTypeSize(accType), n, rowLen, static_cast<uint32_t>(ranks),
                                          outIds, outRows, dev, splitWorkspace_.ptr, splitWorkspace_.bytes, stream_));
   return toHost(perOwner, dev, counts);
+}
+
+Status CudaExecutor::streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) {
+  const size_t ws = crc32cWorkspaceBytes(bytes);
+  if (crcWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&crcWorkspace_, ws));
+  void* dev = nullptr;
+  size_t slot = 0;
+  SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(uint32_t), &dev, &slot));
+  SPCCL_RETURN_IF_ERROR(cuda::streamCrc32c(data, bytes, skipAt, static_cast<uint32_t*>(dev), crcWorkspace_.ptr,
+                                           crcWorkspace_.bytes, stream_));
+  pending_.push_back(Pending{slot, Result::kCrc, crc});
+  return Status::ok();
+}
+
+Status CudaExecutor::sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) {
+  const size_t ws = crc32cWorkspaceBytes(bytes);
+  if (crcWorkspace_.bytes < ws) SPCCL_RETURN_IF_ERROR(grow(&crcWorkspace_, ws));
+  return cuda::sealCrc32c(data, bytes, flagAt, flag, skipAt, flipAt, crcWorkspace_.ptr, crcWorkspace_.bytes, stream_);
 }
 
 Status CudaExecutor::copy(void* dst, const void* src, size_t bytes) {

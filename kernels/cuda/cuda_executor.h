@@ -61,6 +61,9 @@ class CudaExecutor final : public Executor {
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override;
 
+  Status streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) override;
+  Status sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) override;
+
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                        unsigned char* dst) override;
@@ -74,7 +77,7 @@ class CudaExecutor final : public Executor {
  private:
   // A device result on its way to a host struct: the device slot is copied
   // to pinned slot `slot` on the stream, and settle() converts it into *out.
-  enum class Result { kThreshold, kSelect, kMaxKey, kCount };
+  enum class Result { kThreshold, kSelect, kMaxKey, kCount, kCrc };
   struct Pending {
     size_t slot;
     Result kind;
@@ -86,6 +89,7 @@ class CudaExecutor final : public Executor {
   Status reserveChecks(size_t more);
 
   cudaStream_t stream_ = nullptr;
+  std::vector<void*> retired_;  // grown-out-of allocations (grow), freed with the executor
   ExecBuffer thresholdWorkspace_, selectWorkspace_;
   ExecBuffer sectionWorkspace_;  // encodeIndices' and reduceSections' scratch
   size_t selectWorkspaceN_ = 0;
@@ -94,11 +98,12 @@ class CudaExecutor final : public Executor {
   void* deviceSlots_ = nullptr;
   void* hostSlots_ = nullptr;
   std::vector<Pending> pending_;
-  // What kernels found after their call returned, as bits in one word of
-  // mapped host memory: the device sets them, the host takes them
+  // What kernels found after their call returned: one word of mapped host
+  // memory per kind, which kernels set to 1 and the host takes
   // (takeFindings) at settle() or asyncFindings() without waiting.
-  static constexpr uint32_t kFindingBadPairs = 1;  // accumulatePairs refused a peer's pair
-  static constexpr uint32_t kFindingMismatch = 2;  // agreeInBand: the ranks' calls differ
+  static constexpr int kFindingBadPairs = 0;  // accumulatePairs refused a peer's pair
+  static constexpr int kFindingMismatch = 1;  // agreeInBand: the ranks' calls differ
+  static constexpr int kFindingKinds = 2;
   Status ensureFindings();
   Status takeFindings();
   volatile uint32_t* findings_ = nullptr;
@@ -122,6 +127,7 @@ class CudaExecutor final : public Executor {
   // and the lists' order checks (~0: in order), turned into 0 at settle().
   ExecBuffer mergeWorkspace_, gatheredIds_, gatheredRows_, unorderedDevice_;
   ExecBuffer splitWorkspace_, perOwnerDevice_;  // splitByOwner's
+  ExecBuffer crcWorkspace_;                     // the checksums' per-piece CRCs
   struct UnorderedOut {
     uint64_t* out;
     size_t count;

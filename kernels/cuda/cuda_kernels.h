@@ -262,6 +262,16 @@ Status splitRowsByOwner(const int64_t* ids, const void* rows, size_t elementByte
                         uint32_t ranks, int64_t* outIds, void* outRows, uint64_t* perOwner, void* workspace,
                         size_t workspaceBytes, cudaStream_t stream);
 
+// Stream checksums (crc32c.cu; host::streamCrc32c's twin). streamCrc32c:
+// *out (device) = the CRC32C of `bytes` at data with the 4 bytes at skipAt
+// read as zero. sealCrc32c: data[flagAt] |= flag, that CRC stored at skipAt
+// (flag 0: neither), then data[flipAt] ^= 0x10 where flipAt < bytes.
+size_t crc32cWorkspaceBytes(uint64_t bytes);
+Status streamCrc32c(const void* data, uint64_t bytes, uint64_t skipAt, uint32_t* out, void* workspace,
+                    size_t workspaceBytes, cudaStream_t stream);
+Status sealCrc32c(void* data, uint64_t bytes, uint64_t flagAt, uint8_t flag, uint64_t skipAt, uint64_t flipAt,
+                  void* workspace, size_t workspaceBytes, cudaStream_t stream);
+
 // *firstBad (device) = the lowest i in [1, n) where ids[i] <= ids[i - 1],
 // lowered only (the caller sets ~0 first): a peer's list must increase.
 Status findUnorderedIds(const int64_t* ids, uint64_t n, uint64_t* firstBad, cudaStream_t stream);

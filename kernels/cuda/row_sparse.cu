@@ -202,15 +202,27 @@ Status segmentedRowSum(const void* rows, spcclDataType_t type, uint64_t rowLen, 
 
 namespace {
 
-// The partition's split: each id's owner, counted per owner.
+// The partition's split: each id's owner, counted per owner (in shared
+// memory first where the owners fit, so few atomics reach global memory).
+constexpr uint32_t kSharedOwners = 1024;
 __global__ void __launch_bounds__(kThreads)
     ownerKernel(const int64_t* ids, uint64_t n, uint32_t ranks, uint32_t* owners, unsigned long long* perOwner) {
+  __shared__ unsigned int blockCounts[kSharedOwners];
+  const bool shared = ranks <= kSharedOwners;
+  if (shared)
+    for (uint32_t r = threadIdx.x; r < ranks; r += kThreads) blockCounts[r] = 0;
+  __syncthreads();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
     const uint32_t o = core::rowOwner(ids[i], ranks);
     owners[i] = o;
-    atomicAdd(perOwner + o, 1ull);
+    if (shared) atomicAdd(blockCounts + o, 1u);
+    else atomicAdd(perOwner + o, 1ull);
   }
+  __syncthreads();
+  if (shared)
+    for (uint32_t r = threadIdx.x; r < ranks; r += kThreads)
+      if (blockCounts[r] != 0) atomicAdd(perOwner + r, static_cast<unsigned long long>(blockCounts[r]));
 }
 
 // outIds[j] = ids[order[j]] and row j = row order[j]: a warp per row, rows

@@ -172,6 +172,24 @@ Status HostExecutor::splitByOwner(const int64_t* ids, const void* rows, spcclDat
   return Status::ok();
 }
 
+Status HostExecutor::streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) {
+  Open open(*this);
+  *crc = host::streamCrc32c(data, bytes, skipAt);
+  return Status::ok();
+}
+
+Status HostExecutor::sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) {
+  Open open(*this);
+  auto* p = static_cast<unsigned char*>(data);
+  if (flag != 0) {
+    p[flagAt] |= flag;
+    const uint32_t crc = host::streamCrc32c(p, bytes, skipAt);
+    std::memcpy(p + skipAt, &crc, sizeof crc);
+  }
+  if (flipAt < bytes) p[flipAt] ^= 0x10;
+  return Status::ok();
+}
+
 Status HostExecutor::mergeRows(const int64_t* ids, const void* rows, spcclDataType_t type, uint64_t n, uint64_t rowLen,
                                int64_t* outIds, void* outRows, uint64_t* unique) {
   Open open(*this);

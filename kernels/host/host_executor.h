@@ -64,6 +64,9 @@ class HostExecutor final : public Executor {
   Status splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n, uint64_t rowLen,
                       int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) override;
 
+  Status streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) override;
+  Status sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) override;
+
   Status copy(void* dst, const void* src, size_t bytes) override;
   Status encodeIndices(IndexEncoding e, const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t rangeEnd,
                        unsigned char* dst) override;

@@ -156,4 +156,15 @@ void splitRowsByOwner(const int64_t* ids, const void* rows, size_t rowBytes, uin
 uint64_t mergeRowLists(const IdRowsSection* lists, size_t count, bool fp64, uint64_t rowLen, int64_t* outIds,
                        void* outRows, std::vector<uint64_t>* heads);
 
+// CRC32C (crc32c.cc). crc32c("123456789") == 0xE3069283; crc32cExtend
+// continues a CRC: crc32cExtend(crc32c(a), b) == crc32c(a followed by b).
+uint32_t crc32c(const void* data, size_t bytes);
+uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes);
+uint32_t crc32cSoftware(uint32_t crc, const void* data, size_t bytes);
+bool crc32cHardwareAvailable();
+uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes);  // only where available
+// The CRC32C of `bytes` (> skipAt + 4) with the 4 bytes at skipAt read as zero:
+// a stream's checksum, which sits in those bytes.
+uint32_t streamCrc32c(const void* data, size_t bytes, size_t skipAt);
+
 }  // namespace spccl::host

@@ -444,6 +444,42 @@ TEST(CudaExecutorSections, SplitByOwnerSameAsTheHost) {
       }
 }
 
+// Stream checksums on the device: the same sealed bytes (flag, CRC, the
+// test's flip) and the same CRCs as the host executor, for streams from a
+// header's size to several pieces' worth, the CRC field anywhere.
+TEST(CudaExecutorSections, StreamChecksumsSameAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
+  std::mt19937_64 g(5);
+  for (size_t bytes : {size_t{56}, size_t{1000}, size_t{1025}, size_t{70001}, size_t{5 << 20}})
+    for (size_t skipAt : {size_t{12}, bytes - 4})
+      for (bool flip : {false, true}) {
+        SCOPED_TRACE(std::to_string(bytes) + " bytes, CRC at " + std::to_string(skipAt) + (flip ? ", flipped" : ""));
+        std::vector<unsigned char> in(bytes);
+        for (auto& b : in) b = static_cast<unsigned char>(g());
+        struct Out {
+          std::vector<unsigned char> sealed;
+          uint32_t crc = 0;
+        };
+        auto run = [&](Executor& ex, Out* o) -> Status {
+          ExecMemory s;
+          SPCCL_RETURN_IF_ERROR(s.ensure(ex, bytes));
+          SPCCL_RETURN_IF_ERROR(ex.fromHost(s.get(), in.data(), bytes));
+          SPCCL_RETURN_IF_ERROR(ex.streamCrc32c(s.get(), bytes, skipAt, &o->crc));
+          SPCCL_RETURN_IF_ERROR(ex.sealCrc32c(s.get(), bytes, 11, 0x01, skipAt, flip ? bytes / 2 : SIZE_MAX));
+          o->sealed.resize(bytes);
+          SPCCL_RETURN_IF_ERROR(ex.toHost(o->sealed.data(), s.get(), bytes));
+          return ex.settle();
+        };
+        host::HostExecutor hostEx;
+        cuda::CudaExecutor cudaEx;
+        Out h, c;
+        STATUS_ASSERT(run(hostEx, &h));
+        STATUS_ASSERT(run(cudaEx, &c));
+        EXPECT_EQ(c.crc, h.crc);
+        EXPECT_EQ(c.sealed, h.sealed);
+      }
+}
+
 TEST(CudaExecutorSections, CopySameBytesAsTheHost) {
   SPCCL_REQUIRE_DEVICE();
   std::vector<unsigned char> src(1000);

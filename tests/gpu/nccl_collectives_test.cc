@@ -924,16 +924,41 @@ TEST_F(NcclWorld, SparsifiedAllGatherMatchesHostPath) {
   EXPECT_EQ(spcclSuccess, spcclCommDestroy(h2));
 }
 
-// The stream checksum has no device kernel: an NCCL communicator refuses
-// SPCCL_CHECKSUM=1 on every rank rather than fail its first compressed call.
-TEST_F(NcclWorld, ChecksumIsRefusedOnEveryRank) {
+// SPCCL_CHECKSUM=1 on the device (the CRC32C on the CUDA executor): the
+// compressed allreduce gives the host path's bits and bytes; a bit flipped in transit (SPCCL_TEST_CORRUPT_STREAMS) fails the call
+// on every rank with spcclRemoteError naming the CRC.
+TEST_F(NcclWorld, ChecksummedStreamsMatchHostPath) {
   setenv("SPCCL_CHECKSUM", "1", 1);
-  spcclComm_t comm = nullptr;
-  const spcclResult_t r = spcclCommInitNccl(&comm, nccl_);
+  spcclComm_t dev = nullptr, host = nullptr;
+  const spcclResult_t d = spcclCommInitNccl(&dev, nccl_);
+  const spcclResult_t h = spcclCommInitMPI(&host, MPI_COMM_WORLD);
+  ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
+  ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+  compareWithHost(dev, host, {spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 3, 100003, false}, 4,
+                  stream_, rank_, ranks_);
+  EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev));
+  EXPECT_EQ(spcclSuccess, spcclCommDestroy(host));
+  if (HasFatalFailure()) return;
+
+  setenv("SPCCL_TEST_CORRUPT_STREAMS", "1", 1);
+  const spcclResult_t c = spcclCommInitNccl(&dev, nccl_);
+  unsetenv("SPCCL_TEST_CORRUPT_STREAMS");
   unsetenv("SPCCL_CHECKSUM");
-  EXPECT_EQ(spcclInvalidArgument, r);
-  EXPECT_EQ(nullptr, comm);
-  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(nullptr), "SPCCL_CHECKSUM")) << spcclGetLastError(nullptr);
+  ASSERT_EQ(spcclSuccess, c) << spcclGetLastError(nullptr);
+  const size_t n = 30000;
+  spcclCompressConfig_t cfg;
+  ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&cfg));
+  cfg.algorithm = SPCCL_ALGO_ALLGATHER;
+  spcclCompressor_t dc = nullptr;
+  ASSERT_EQ(spcclSuccess, spcclCompressorCreate(dev, n, spcclFloat32, &cfg, &dc));
+  std::mt19937_64 g(9 + rank_);
+  const std::vector<unsigned char> in = randomInput(n, spcclFloat32, g, false);
+  Dev<unsigned char> buf(n * 4);
+  buf.upload(in);
+  EXPECT_EQ(spcclRemoteError, spcclAllReduceCompressed(buf.p, buf.p, spcclSum, dc, stream_));
+  EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev), "CRC32C")) << spcclGetLastError(dev);
+  EXPECT_EQ(spcclSuccess, spcclCompressorDestroy(dc));
+  EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev));
 }
 
 // The index encodings run on the device too (the shared algorithms on the

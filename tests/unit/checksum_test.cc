@@ -5,6 +5,7 @@
 // flag, rejected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "kernels/core/crc32c.h"
 
 namespace spccl {
 namespace {
@@ -56,6 +58,32 @@ TEST(Crc32c, PathsAgreeOnEveryLengthAndAlignment) {
     }
   }
   if (!crc32cHardwareAvailable()) GTEST_SKIP() << "no SSE4.2 here: only the table path was checked";
+}
+
+// The arithmetic the device kernel joins pieces with (kernels/core/crc32c.h):
+// the raw CRCs of pieces of any lengths, joined in order from the ~0
+// register, give the CRC32C of the whole; and the table entry is the host
+// table's first column.
+TEST(Crc32c, PiecesJoinToTheWhole) {
+  std::mt19937_64 g(11);
+  std::vector<unsigned char> buf(70000);
+  for (auto& x : buf) x = static_cast<unsigned char>(g());
+  // A piece's raw CRC: register from 0, no final xor (crc32cExtend starts
+  // from ~crc and ends with ~, so ~crc32cExtend(~0u, ...) is the raw one).
+  const auto raw = [&](size_t at, size_t n) { return ~crc32cExtend(~0u, buf.data() + at, n); };
+  for (size_t piece : {size_t{1}, size_t{7}, size_t{1024}, size_t{4099}}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1023}, size_t{1024}, size_t{70000}}) {
+      uint32_t reg = ~0u;
+      for (size_t at = 0; at < n; at += piece) {
+        const size_t len = std::min(piece, n - at);
+        reg = core::crc32cJoin(reg, raw(at, len), len);
+      }
+      EXPECT_EQ(~reg, crc32c(buf.data(), n)) << "piece " << piece << " n " << n;
+    }
+  }
+  EXPECT_EQ(core::crc32cTableEntry(1), 0xF26B8303u);  // the reflected polynomial's table
+  EXPECT_EQ(core::crc32cXPow8n(0), 1u << 31);         // x^0
+  EXPECT_EQ(core::crc32cMultModP(0, 0x12345678u), 0u);
 }
 
 // One stream of each kind, and how its receiver parses it.

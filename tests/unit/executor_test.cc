@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -252,6 +253,48 @@ TEST_P(HostExecutorTest, SplitByOwner) {
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t e = 0; e < rowLen; ++e)
       ASSERT_EQ(gotRows[j * rowLen + e], static_cast<double>(gotIds[j]) + 0.25 * e) << j;
+}
+
+// Stream checksums through the executor: sealCrc32c writes what the host's
+// Integrity::seal writes (flag, CRC, and the test's flip), streamCrc32c
+// computes the CRC a stream carries, and verifyStreamsOn accepts a sealed
+// stream and refuses one with a bit flipped, naming the rank.
+TEST_P(HostExecutorTest, StreamChecksums) {
+  host::HostExecutor ex(GetParam());
+  std::mt19937_64 g(3);
+  for (size_t bytes : {sizeof(StreamHeader), size_t{1000}, size_t{70001}}) {
+    SCOPED_TRACE(bytes);
+    std::vector<unsigned char> plain(bytes);
+    for (auto& b : plain) b = static_cast<unsigned char>(g());
+    plain[kFlagsOffset] = 0;
+    for (bool flip : {false, true}) {
+      std::vector<unsigned char> want = plain;
+      Integrity integrity{true, flip ? 1u : 0u};
+      integrity.seal(want.data(), bytes);
+      ExecMemory stream;
+      ASSERT_TRUE(stream.ensure(ex, bytes).isOk());
+      ASSERT_TRUE(ex.fromHost(stream.get(), plain.data(), bytes).isOk());
+      ASSERT_TRUE(
+          ex.sealCrc32c(stream.get(), bytes, kFlagsOffset, kChecksumFlag, kCrcOffset, flip ? bytes / 2 : SIZE_MAX)
+              .isOk());
+      std::vector<unsigned char> got(bytes);
+      uint32_t crc = 0;
+      ASSERT_TRUE(ex.toHost(got.data(), stream.get(), bytes).isOk());
+      ASSERT_TRUE(ex.streamCrc32c(stream.get(), bytes, kCrcOffset, &crc).isOk());
+      ASSERT_TRUE(ex.settle().isOk());
+      EXPECT_EQ(got, want);
+      uint32_t carried;
+      std::memcpy(&carried, got.data() + kCrcOffset, sizeof carried);
+      EXPECT_EQ(crc == carried, !flip);
+      const size_t offsets[1] = {0}, sizes[1] = {bytes};
+      std::vector<uint32_t> scratch;
+      const Status v = verifyStreamsOn(ex, stream.get<unsigned char>(), offsets, sizes, 1, got.data(), 3, &scratch);
+      EXPECT_EQ(v.code(), flip ? spcclRemoteError : spcclSuccess) << v.message();
+      if (flip) {
+        EXPECT_NE(v.message().find("rank 3"), std::string::npos) << v.message();
+      }
+    }
+  }
 }
 
 // The in-band call agreement of the fixed policy: records that all equal
