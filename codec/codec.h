@@ -124,7 +124,7 @@ struct CallDescriptor {
                              // its selection's forward (both must match); else 0
   float density = 0;         // compressed allreduce and sparsified allgather: the density every rank
                              // must share (ranks keeping different fractions is a mismatched call); else 0
-  uint32_t flags = 0;        // kCallAuto, kCallFixed; must match on every rank
+  uint32_t flags = 0;        // kCallAuto, kCallFixed, kCallAfterError; must match on every rank
 };
 constexpr uint8_t kOtherCollective = 0x80;
 // flags: a compressed allreduce whose algorithm SPCCL_ALGO=auto chose (its
@@ -136,6 +136,10 @@ constexpr uint32_t kCallAuto = 1;
 // flags: a compressed allreduce in SPCCL_CAPACITY_MODE=fixed; its nnz is the
 // capacity, the slots every rank sends (all equal).
 constexpr uint32_t kCallFixed = 2;
+// flags: a fixed-capacity call on a device whose rank had found an earlier
+// call's asynchronous error (src/compressor.cc): it still takes part, and
+// where only some ranks found it the records differ and nothing is applied.
+constexpr uint32_t kCallAfterError = 4;
 static_assert(sizeof(CallDescriptor) == 48, "call descriptor must stay 48 bytes");
 // Algorithm codes of the two exchanges an SPCCL_AUTO_TRIALS compressor makes
 // outside its calls' own (src/compressor.cc): the line-up before each trial

@@ -473,10 +473,13 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
     out = comm->accumulator.get<float>();
   }
 
-  // Fixed calls on a device never wait for the host: errors their kernels
-  // found after they returned are reported by a later call, this one.
+  // Fixed calls on a device never wait for the host: an error their kernels
+  // found after they returned is reported by a later call, this one. It still
+  // takes part in every exchange (a rank that returned early would leave the
+  // others waiting), its record saying so: where only some ranks have seen
+  // the error yet, the records differ and nothing is applied anywhere.
   const bool inBandOnly = capturable();
-  if (inBandOnly) SPCCL_RETURN_IF_ERROR(ex.asyncFindings());
+  const Status earlier = inBandOnly ? ex.asyncFindings() : Status::ok();
   // Fixed: nnz is the slots sent, what the descriptors agree on.
   uint64_t nnz = fixed ? fixedCapacity() : 0;
   CallDescriptor mine{kStreamMagic,
@@ -490,6 +493,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
   mine.density = config.density;
   if (config.algorithm == SPCCL_ALGO_AUTO) mine.flags = kCallAuto;
   if (fixed) mine.flags |= kCallFixed;
+  if (!earlier.isOk()) mine.flags |= kCallAfterError;
 
   const uint32_t storedTau = tauKey;  // what a refused call that re-estimated off the schedule goes back to
   bool offSchedule = false;
@@ -599,7 +603,7 @@ Status spcclCompressor::allReduceOn(Transport& t, const void* sendbuff, void* re
               static_cast<unsigned long long>(seq), count, algorithmName(algorithm),
               static_cast<unsigned long long>(nnz), static_cast<double>(call.lastThreshold),
               static_cast<unsigned long long>(call.bytesSent));
-  return Status::ok();
+  return earlier;
 }
 
 namespace spccl {

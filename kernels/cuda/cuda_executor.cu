@@ -167,8 +167,9 @@ Status CudaExecutor::takeFindings() {
   if (mismatch)
     return invalidUsage(
         "an earlier fixed-capacity compressed allreduce (SPCCL_CAPACITY_MODE=fixed) was called inconsistently "
-        "across ranks (count, datatype, op, algorithm, wire type, density, capacity or call order): its output was "
-        "left zero and the compressor state is undefined");
+        "across ranks (count, datatype, op, algorithm, wire type, density, capacity or call order), or after an "
+        "asynchronous error that only some ranks had found yet: its output was left zero and the compressor state is "
+        "undefined");
   if (badPairs)
     return remoteError(
         "a peer's fixed-capacity pairs had an index out of range or out of order (found by an earlier call's "
