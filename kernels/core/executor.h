@@ -224,7 +224,7 @@ class Executor {
   virtual Status asyncFindings() = 0;
 
   // Stream checksums (SPCCL_CHECKSUM). streamCrc32c: *crc (host, valid
-  // after settle()) = the CRC32C of `bytes` (> skipAt + 4) at data with the
+  // after settle()) = the CRC32C of `bytes` (>= skipAt + 4) at data with the
   // 4 bytes at skipAt read as zero. sealCrc32c, as queued work (no host
   // round trip): data[flagAt] |= flag, then that CRC stored at skipAt; flag
   // 0: neither. Then, where flipAt < bytes, data[flipAt] ^= 0x10 (a test's

@@ -34,11 +34,18 @@ CudaExecutor::~CudaExecutor() {
 }
 
 Status CudaExecutor::grow(ExecBuffer* b, size_t bytes) {
-  // The old allocation is kept, not freed, until the executor goes: a CUDA
-  // graph captured before the growth may still use it (fixed mode), and
-  // growth is geometric, so what is kept is a bounded multiple of the
-  // largest size. Owners that are done with a buffer release() it.
-  if (b->ptr != nullptr) retired_.push_back(b->ptr);
+  // Once a call has been captured in a CUDA graph (fixed mode), the old
+  // allocation is kept, not freed, until the executor goes: the graph may
+  // still use it. Growth is then geometric, so what is kept stays a bounded
+  // multiple of the largest size. (cudaFree waits for the work that uses it.)
+  if (b->ptr != nullptr) {
+    if (captureSeen_) {
+      retired_.push_back(b->ptr);
+      bytes = std::max(bytes, b->bytes + b->bytes / 2);
+    } else {
+      cudaFree(b->ptr);
+    }
+  }
   *b = ExecBuffer{};
   void* p = nullptr;
   SPCCL_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
@@ -182,10 +189,12 @@ Status CudaExecutor::asyncFindings() {
   // kernel would capture the call where another rank refuses it.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::ok();
+    (void)cudaGetLastError();  // (the legacy stream while another captures: counted as capturing)
+    capture = cudaStreamCaptureStatusActive;
   }
-  return capture == cudaStreamCaptureStatusNone ? takeFindings() : Status::ok();
+  if (capture == cudaStreamCaptureStatusNone) return takeFindings();
+  captureSeen_ = true;  // (a fixed call's first operation: nothing was allocated for the graph yet)
+  return Status::ok();
 }
 
 namespace {

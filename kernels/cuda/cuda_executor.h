@@ -90,6 +90,7 @@ class CudaExecutor final : public Executor {
 
   cudaStream_t stream_ = nullptr;
   std::vector<void*> retired_;  // grown-out-of allocations (grow), freed with the executor
+  bool captureSeen_ = false;    // a call was captured in a CUDA graph: grow() keeps old allocations
   ExecBuffer thresholdWorkspace_, selectWorkspace_;
   ExecBuffer sectionWorkspace_;  // encodeIndices' and reduceSections' scratch
   size_t selectWorkspaceN_ = 0;

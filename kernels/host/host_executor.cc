@@ -173,12 +173,15 @@ Status HostExecutor::splitByOwner(const int64_t* ids, const void* rows, spcclDat
 }
 
 Status HostExecutor::streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) {
+  if (bytes < skipAt + 4) return invalidArgument("host executor: the checksum field lies past the stream");
   Open open(*this);
   *crc = host::streamCrc32c(data, bytes, skipAt);
   return Status::ok();
 }
 
 Status HostExecutor::sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) {
+  if (flag != 0 && (bytes < skipAt + 4 || flagAt >= bytes))
+    return invalidArgument("host executor: the checksum field or flag lies past the stream");
   Open open(*this);
   auto* p = static_cast<unsigned char*>(data);
   if (flag != 0) {

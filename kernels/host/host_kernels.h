@@ -163,7 +163,7 @@ uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes);
 uint32_t crc32cSoftware(uint32_t crc, const void* data, size_t bytes);
 bool crc32cHardwareAvailable();
 uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes);  // only where available
-// The CRC32C of `bytes` (> skipAt + 4) with the 4 bytes at skipAt read as zero:
+// The CRC32C of `bytes` (>= skipAt + 4) with the 4 bytes at skipAt read as zero:
 // a stream's checksum, which sits in those bytes.
 uint32_t streamCrc32c(const void* data, size_t bytes, size_t skipAt);
 
