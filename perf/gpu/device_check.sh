@@ -199,7 +199,7 @@ else
   say "build directly with nvcc ($jobs jobs)"
   : >"$logs/build.log"
   pids=()
-  for f in "$repo"/kernels/cuda/*.cu "$repo"/src/nccl/call_record.cu; do
+  for f in "$repo"/kernels/cuda/*.cu; do
     nvcc "${flags[@]}" -c "$f" -o "$bin/obj/$(basename "$f" .cu).o" >>"$logs/build.log" 2>&1 &
     pids+=($!)
   done
