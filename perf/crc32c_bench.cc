@@ -1,4 +1,4 @@
-// Throughput of the two CRC32C paths behind SPCCL_CHECKSUM (codec/codec.cc),
+// Throughput of the two CRC32C paths behind SPCCL_CHECKSUM (kernels/host/crc32c.cc),
 // side by side in one run: slicing-by-8 tables and the SSE4.2 instruction.
 // A 1 MiB buffer (a large stream), best of 200 passes each, so a pass fits in
 // one scheduler time slice on a loaded machine.
