@@ -228,13 +228,13 @@ Status spcclCompressor::selectFixed(const void* sendbuff, const FixedSlots& slot
     SPCCL_RETURN_IF_ERROR(ex.kthLargestMagnitudeInMemory(sendbuff, dataType, residualIn, count, selectCount(), tau));
     ++callUpdates;
   }
-  // Right after an estimate, ties at tau fill the capacity in index order;
-  // with a stored tau every tie goes (select()'s rule).
   // In place where calls never wait for the host: a captured graph would
   // replay one direction of the double buffer's swap forever.
   float* residualOut = !ef            ? nullptr
                        : capturable() ? residual[current].get<float>()
                                       : residual[1 - current].get<float>();
+  // Right after an estimate, ties at tau fill the capacity in index order;
+  // with a stored tau every tie goes (select()'s rule).
   const SelectSpec a =
       fixedCapacitySpec(sendbuff, dataType, residualIn, residualOut, count, capacity,
                         estimated ? capacity : std::numeric_limits<uint64_t>::max(), toValueType(config.wireValueType),
