@@ -244,24 +244,6 @@ CallDescriptor rowsCallDescriptor(Collective coll, uint64_t seq, size_t rowsPerP
   return d;
 }
 
-// The value type of a forward's wire streams and of its backward: the
-// low-precision codecs' own; the bounded codec's raw rows and exact backward
-// in the buffer's own type; else SPCCL_VALUE_TYPE's (ownValuesWireType).
-core::ValueType rowsWireType(int codec, core::ValueType requested, spcclDataType_t type) {
-  switch (codec) {
-    case kRowsCodecFp16:
-      return core::ValueType::kFloat16;
-    case kRowsCodecBf16:
-      return core::ValueType::kBfloat16;
-    case kRowsCodecFp8:
-      return core::ValueType::kFloat8e4m3;
-    case kRowsCodecBounded:
-      return ownValuesWireType(core::ValueType::kFloat32, type);
-    default:
-      return ownValuesWireType(requested, type);
-  }
-}
-
 // The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
 // row top-k pass's time added, or is nullptr.
 Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "codec/codec.h"
 #include "include/spccl.h"
 #include "kernels/core/elementwise.h"
 #include "kernels/core/status.h"
@@ -42,6 +43,25 @@ inline core::ValueType ownValuesWireType(core::ValueType requested, spcclDataTyp
   if (type == spcclFloat16) return core::ValueType::kFloat16;
   if (type == spcclBfloat16) return core::ValueType::kBfloat16;
   return requested;
+}
+
+// The value type of an alltoall-rows forward's values and of its backward
+// (host and NCCL paths): the low-precision codecs' own; the bounded codec's
+// raw rows and exact backward in the buffer's own type; else
+// SPCCL_VALUE_TYPE's (ownValuesWireType).
+inline core::ValueType rowsWireType(int codec, core::ValueType requested, spcclDataType_t type) {
+  switch (codec) {
+    case kRowsCodecFp16:
+      return core::ValueType::kFloat16;
+    case kRowsCodecBf16:
+      return core::ValueType::kBfloat16;
+    case kRowsCodecFp8:
+      return core::ValueType::kFloat8e4m3;
+    case kRowsCodecBounded:
+      return ownValuesWireType(core::ValueType::kFloat32, type);
+    default:
+      return ownValuesWireType(requested, type);
+  }
 }
 
 // The sparsified allgather's rule (host and NCCL paths): each rank keeps

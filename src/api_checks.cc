@@ -168,10 +168,14 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 // DCT-MP rows, on the device or the host.
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
-  if (comm->onDevice && comm->params.rowsCodec != kRowsCodecWire)
+  // The device path moves positions and values as arrays: the codecs that
+  // are a value type, but fp8 (its scale has no device kernel), and neither
+  // int8's per-row scales nor the bounded codec's packed codes.
+  const int codec = comm->params.rowsCodec;
+  if (comm->onDevice && codec != kRowsCodecWire && codec != kRowsCodecFp16 && codec != kRowsCodecBf16)
     return invalidUsage(formatString(
-        "SPCCL_ROWS_CODEC=%s is implemented on the host (MPI) path only; unset it (or set wire) for device buffers",
-        choiceName("SPCCL_ROWS_CODEC", comm->params.rowsCodec).c_str()));
+        "SPCCL_ROWS_CODEC=%s is implemented on the host (MPI) path only; device buffers take wire, fp16 or bf16",
+        choiceName("SPCCL_ROWS_CODEC", codec).c_str()));
 #if SPCCL_WITH_NCCL
   if (comm->onDevice) {
     SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));

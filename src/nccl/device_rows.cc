@@ -83,7 +83,7 @@ Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPer
   SPCCL_RETURN_IF_ERROR(deviceCall.begin(stream));
   DeviceCommState& d = *comm->device;
   const int p = comm->ranks;
-  const core::ValueType wire = ownValuesWireType(comm->params.valueType, type);
+  const core::ValueType wire = rowsWireType(comm->params.rowsCodec, comm->params.valueType, type);
   const uint32_t vb = core::wireValueBytes(wire);
   const uint32_t len = static_cast<uint32_t>(rowLen);
   const uint32_t keep = core::rowKeep(rowLen, density);
