@@ -84,6 +84,15 @@ class NcclWorld : public ::testing::Test {
     unsetenv("SPCCL_CAPACITY_MODE");
     ASSERT_EQ(spcclSuccess, r) << spcclGetLastError(nullptr);
   }
+  // A device and a host communicator made with `var`=`value` in the environment.
+  void makePairWith(const char* var, const char* value, spcclComm_t* dev, spcclComm_t* host) {
+    setenv(var, value, 1);
+    const spcclResult_t d = spcclCommInitNccl(dev, nccl_);
+    const spcclResult_t h = spcclCommInitMPI(host, MPI_COMM_WORLD);
+    unsetenv(var);
+    ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
+    ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+  }
 
   int rank_ = 0, ranks_ = 1;
   ncclComm_t nccl_ = nullptr;
@@ -829,13 +838,8 @@ TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
 TEST_F(NcclWorld, AlltoAllRowsCodecsMatchHostPath) {
   for (const char* codec : {"fp16", "bf16", "int8"}) {
     SCOPED_TRACE(codec);
-    setenv("SPCCL_ROWS_CODEC", codec, 1);
     spcclComm_t dev = nullptr, host = nullptr;
-    const spcclResult_t d = spcclCommInitNccl(&dev, nccl_);
-    const spcclResult_t h = spcclCommInitMPI(&host, MPI_COMM_WORLD);
-    unsetenv("SPCCL_ROWS_CODEC");
-    ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
-    ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+    ASSERT_NO_FATAL_FAILURE(makePairWith("SPCCL_ROWS_CODEC", codec, &dev, &host));
     const size_t rowsPerPeer = 9, rowLen = 96, elems = rowsPerPeer * rowLen * ranks_, bytes = elems * 4;
     std::mt19937_64 g(99 + rank_);
     const std::vector<unsigned char> in = randomInput(elems, spcclFloat32, g, true);
@@ -867,13 +871,8 @@ TEST_F(NcclWorld, AlltoAllRowsCodecsMatchHostPath) {
 TEST_F(NcclWorld, RowSparseMatchesHostPathBitForBit) {
   for (const char* algo : {"allgather", "partition"}) {
     SCOPED_TRACE(algo);
-    setenv("SPCCL_ROWSPARSE_ALGO", algo, 1);
     spcclComm_t dev = nullptr, host = nullptr;
-    const spcclResult_t d = spcclCommInitNccl(&dev, nccl_);
-    const spcclResult_t h = spcclCommInitMPI(&host, MPI_COMM_WORLD);
-    unsetenv("SPCCL_ROWSPARSE_ALGO");
-    ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
-    ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+    ASSERT_NO_FATAL_FAILURE(makePairWith("SPCCL_ROWSPARSE_ALGO", algo, &dev, &host));
     std::mt19937_64 g(777 + rank_);
     for (spcclDataType_t type : {spcclFloat32, spcclFloat16, spcclFloat64}) {
       for (size_t rowLen : {size_t{1}, size_t{16}, size_t{130}}) {
@@ -1004,13 +1003,8 @@ TEST_F(NcclWorld, ChecksummedStreamsMatchHostPath) {
 TEST_F(NcclWorld, IndexEncodingsMatchHostPathBitForBit) {
   for (const char* encoding : {"coo", "delta", "bitmap", "auto"}) {
     SCOPED_TRACE(encoding);
-    setenv("SPCCL_INDEX_ENCODING", encoding, 1);
     spcclComm_t dev = nullptr, host = nullptr;
-    const spcclResult_t d = spcclCommInitNccl(&dev, nccl_);
-    const spcclResult_t h = spcclCommInitMPI(&host, MPI_COMM_WORLD);
-    unsetenv("SPCCL_INDEX_ENCODING");
-    ASSERT_EQ(spcclSuccess, d) << spcclGetLastError(nullptr);
-    ASSERT_EQ(spcclSuccess, h) << spcclGetLastError(nullptr);
+    ASSERT_NO_FATAL_FAILURE(makePairWith("SPCCL_INDEX_ENCODING", encoding, &dev, &host));
     compareWithHost(dev, host, {spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 3, 100003, false}, 4,
                     stream_, rank_, ranks_);
     EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev));
