@@ -32,6 +32,16 @@ struct Outcome {
   std::vector<unsigned char> fp8;  // every input as fp8 codes with the max rule's scale
 };
 
+// One operation sequence on a fresh host executor and a fresh CUDA
+// executor, each result into its own Out: the comparisons follow.
+template <typename Out, typename F>
+void onBothExecutors(F&& run, Out* onHost, Out* onDevice) {
+  host::HostExecutor hostEx;
+  cuda::CudaExecutor cudaEx;
+  STATUS_ASSERT(run(hostEx, onHost));
+  STATUS_ASSERT(run(cudaEx, onDevice));
+}
+
 Status run(Executor& ex, const std::vector<float>& v, uint64_t k, Outcome* o) {
   const size_t n = v.size();
   ExecMemory send, indices, values, fp8;
@@ -433,11 +443,8 @@ TEST(CudaExecutorSections, SplitByOwnerSameAsTheHost) {
           SPCCL_RETURN_IF_ERROR(ex.toHost(o->rows.data(), outRows.get(), rows.size()));
           return ex.settle();
         };
-        host::HostExecutor hostEx;
-        cuda::CudaExecutor cudaEx;
         Out h, c;
-        STATUS_ASSERT(run(hostEx, &h));
-        STATUS_ASSERT(run(cudaEx, &c));
+        ASSERT_NO_FATAL_FAILURE(onBothExecutors(run, &h, &c));
         EXPECT_EQ(c.perOwner, h.perOwner);
         EXPECT_EQ(c.ids, h.ids);
         EXPECT_EQ(c.rows, h.rows);
@@ -470,11 +477,8 @@ TEST(CudaExecutorSections, StreamChecksumsSameAsTheHost) {
           SPCCL_RETURN_IF_ERROR(ex.toHost(o->sealed.data(), s.get(), bytes));
           return ex.settle();
         };
-        host::HostExecutor hostEx;
-        cuda::CudaExecutor cudaEx;
         Out h, c;
-        STATUS_ASSERT(run(hostEx, &h));
-        STATUS_ASSERT(run(cudaEx, &c));
+        ASSERT_NO_FATAL_FAILURE(onBothExecutors(run, &h, &c));
         EXPECT_EQ(c.crc, h.crc);
         EXPECT_EQ(c.sealed, h.sealed);
       }
@@ -585,11 +589,8 @@ TEST(CudaExecutorSections, RowSparseMergesSameBitsAsTheHost) {
       SPCCL_RETURN_IF_ERROR(ex.mergeRowLists(lists, 3, acc, rowLen, u.get<int64_t>(), uRows.get(), &merged, r->badAt));
       return ex.settle();
     };
-    host::HostExecutor hostEx;
-    cuda::CudaExecutor cudaEx;
     Result h, c;
-    STATUS_ASSERT(run(hostEx, &h));
-    STATUS_ASSERT(run(cudaEx, &c));
+    ASSERT_NO_FATAL_FAILURE(onBothExecutors(run, &h, &c));
     EXPECT_EQ(c.ids, h.ids);
     EXPECT_EQ(c.rows, h.rows);
     EXPECT_EQ(c.unionIds, h.unionIds);
