@@ -374,9 +374,6 @@ CallDescriptor exactCollectiveDescriptor(Collective coll, uint64_t seq, uint64_t
 
 namespace {
 
-// CRC of a stream with the 4 bytes at kCrcOffset read as zero.
-uint32_t streamCrc(const unsigned char* p, size_t bytes) { return host::streamCrc32c(p, bytes, kCrcOffset); }
-
 Status crcMismatch(int peer, size_t bytes, uint32_t computed, uint32_t carried) {
   return remoteError(
       formatString("stream from rank %d failed its CRC32C check (SPCCL_CHECKSUM=1): %zu bytes hash to 0x%08x, the "
@@ -386,29 +383,22 @@ Status crcMismatch(int peer, size_t bytes, uint32_t computed, uint32_t carried) 
 
 }  // namespace
 
+size_t Integrity::nextFlip(size_t bytes) {
+  if (corruptLeft == 0) return SIZE_MAX;
+  --corruptLeft;
+  return bytes / 2;
+}
+
 void Integrity::seal(void* stream, size_t bytes) {
   if (bytes < sizeof(StreamHeader)) return;
-  auto* p = static_cast<unsigned char*>(stream);
-  if (checksum) {
-    p[kFlagsOffset] |= kChecksumFlag;
-    const uint32_t crc = streamCrc(p, bytes);
-    std::memcpy(p + kCrcOffset, &crc, sizeof crc);
-  }
-  if (corruptLeft > 0) {  // SPCCL_TEST_CORRUPT_STREAMS: a bit flipped in transit
-    --corruptLeft;
-    p[bytes / 2] ^= 0x10;
-  }
+  host::sealCrc32c(stream, bytes, kFlagsOffset, checksum ? kChecksumFlag : 0, kCrcOffset, nextFlip(bytes));
 }
 
 Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t bytes) {
   if (integrity == nullptr || (!integrity->checksum && integrity->corruptLeft == 0)) return Status::ok();
   if (bytes < sizeof(StreamHeader)) return Status::ok();  // as Integrity::seal
-  size_t flipAt = SIZE_MAX;
-  if (integrity->corruptLeft > 0) {
-    --integrity->corruptLeft;
-    flipAt = bytes / 2;
-  }
-  return ex.sealCrc32c(stream, bytes, kFlagsOffset, integrity->checksum ? kChecksumFlag : 0, kCrcOffset, flipAt);
+  return ex.sealCrc32c(stream, bytes, kFlagsOffset, integrity->checksum ? kChecksumFlag : 0, kCrcOffset,
+                       integrity->nextFlip(bytes));
 }
 
 Status verifyStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
@@ -485,7 +475,7 @@ Status verifyStream(const void* data, size_t bytes, int peer) {
   if ((p[kFlagsOffset] & kChecksumFlag) == 0) return Status::ok();
   uint32_t carried;
   std::memcpy(&carried, p + kCrcOffset, sizeof carried);
-  const uint32_t computed = streamCrc(p, bytes);
+  const uint32_t computed = host::streamCrc32c(p, bytes, kCrcOffset);
   return computed == carried ? Status::ok() : crcMismatch(peer, bytes, computed, carried);
 }
 

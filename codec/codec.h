@@ -505,6 +505,8 @@ struct Integrity {
   uint64_t corruptLeft = 0;  // SPCCL_TEST_CORRUPT_STREAMS: test hook, flips one bit in
                              // each of the next N streams sealed (after the CRC)
   void seal(void* stream, size_t bytes);
+  // Where the test hook flips a bit in the stream being sealed (SIZE_MAX: nowhere).
+  size_t nextFlip(size_t bytes);
 };
 inline void sealStream(Integrity* integrity, void* stream, size_t bytes) {
   if (integrity != nullptr) integrity->seal(stream, bytes);

@@ -84,6 +84,16 @@ uint32_t crc32cExtend(uint32_t crc, const void* data, size_t bytes) {
 
 uint32_t crc32c(const void* data, size_t bytes) { return crc32cExtend(0, data, bytes); }
 
+void sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt) {
+  auto* p = static_cast<unsigned char*>(data);
+  if (flag != 0) {
+    p[flagAt] |= flag;
+    const uint32_t crc = streamCrc32c(p, bytes, skipAt);
+    std::memcpy(p + skipAt, &crc, sizeof crc);
+  }
+  if (flipAt < bytes) p[flipAt] ^= 0x10;
+}
+
 uint32_t streamCrc32c(const void* data, size_t bytes, size_t skipAt) {
   static const unsigned char kZero[4] = {0, 0, 0, 0};
   const auto* p = static_cast<const unsigned char*>(data);

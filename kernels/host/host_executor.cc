@@ -183,13 +183,7 @@ Status HostExecutor::sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t
   if (flag != 0 && (bytes < skipAt + 4 || flagAt >= bytes))
     return invalidArgument("host executor: the checksum field or flag lies past the stream");
   Open open(*this);
-  auto* p = static_cast<unsigned char*>(data);
-  if (flag != 0) {
-    p[flagAt] |= flag;
-    const uint32_t crc = host::streamCrc32c(p, bytes, skipAt);
-    std::memcpy(p + skipAt, &crc, sizeof crc);
-  }
-  if (flipAt < bytes) p[flipAt] ^= 0x10;
+  host::sealCrc32c(data, bytes, flagAt, flag, skipAt, flipAt);
   return Status::ok();
 }
 

@@ -166,5 +166,9 @@ uint32_t crc32cHardware(uint32_t crc, const void* data, size_t bytes);  // only 
 // The CRC32C of `bytes` (>= skipAt + 4) with the 4 bytes at skipAt read as zero:
 // a stream's checksum, which sits in those bytes.
 uint32_t streamCrc32c(const void* data, size_t bytes, size_t skipAt);
+// Executor::sealCrc32c on host memory: data[flagAt] |= flag and that CRC
+// stored at skipAt (flag 0: neither), then data[flipAt] ^= 0x10 where
+// flipAt < bytes.
+void sealCrc32c(void* data, size_t bytes, size_t flagAt, uint8_t flag, size_t skipAt, size_t flipAt);
 
 }  // namespace spccl::host
