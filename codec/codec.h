@@ -356,6 +356,31 @@ RowsHeader idRowsHeader(uint64_t nIds, uint64_t rowLen, uint32_t valueBytes, uin
 size_t encodeIdRows(void* dst, const int64_t* ids, const void* rows, uint64_t nIds, uint64_t rowLen,
                     uint32_t valueBytes, uint64_t seq);
 
+// Streams built piece by piece in executor memory, and checked there (the
+// alltoall rows): the headers encodeRows and encodeValues write (fp8: with
+// the scale exponent), where a kRows stream's sections lie, and parseRows'
+// checks split by what they read. checkRowsStreamHeader: the header (on the
+// host; the CRC verified separately) and the stream's size; then the counts
+// (checkRowCounts), then the positions (Executor::widenPositions, whose
+// finding badRowPositions reports).
+RowsHeader rowsStreamHeader(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz, core::ValueType vt,
+                            int scaleExp, uint64_t seq);
+RowsHeader valuesStreamHeader(uint64_t nnz, uint64_t rows, uint64_t rowLen, core::ValueType vt, int scaleExp,
+                              uint64_t seq);
+struct RowsLayout {
+  size_t countsAt, positionsAt, valuesAt;  // bytes from the stream's start (int8: valuesAt holds the scales)
+  uint32_t indexBytes;
+  int scaleExp = 0;  // fp8: the stream's, validated
+};
+RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz);
+// codec: kRowsCodecWire (the wire type vt) or kRowsCodecInt8.
+Status checkRowsStreamHeader(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt,
+                             int codec, uint64_t seq, int peer, RowsLayout* out);
+Status checkRowCounts(const uint32_t* counts, uint64_t rows, uint64_t rowLen, uint64_t nnz, int peer);
+Status badRowPositions(int peer, uint64_t row, const uint32_t* badPos);
+Status checkValuesStreamHeader(const RowsHeader& h, size_t bytes, uint64_t nnz, core::ValueType vt, uint64_t seq,
+                               int peer, int* scaleExp);
+
 // A validated rows stream: per-row counts (offsets), positions, values.
 struct RowsView {
   uint64_t rows, rowLen, nnz, keepPerRow;  // keepPerRow 0: see counts

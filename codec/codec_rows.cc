@@ -84,9 +84,12 @@ Status checkRowsHeaderFields(const RowsHeader* h, StreamKind kind, uint64_t seq,
   return Status::ok();
 }
 
+Status shorterThanHeader(size_t bytes, int peer) {
+  return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
+}
+
 Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t seq, int peer, RowsHeader* h) {
-  if (data == nullptr || bytes < sizeof(RowsHeader))
-    return remoteError(formatString("stream from rank %d is %zu bytes, shorter than its header", peer, bytes));
+  if (data == nullptr || bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
   SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   std::memcpy(h, data, sizeof *h);
   return checkRowsHeaderFields(h, kind, seq, peer);
@@ -96,9 +99,9 @@ Status checkRowsHeader(const void* data, size_t bytes, StreamKind kind, uint64_t
 // the shape this rank expects, the value type and index encoding, and the
 // claimed counts bounded by the block (before any multiplication can
 // overflow).
-Status checkRowsPrefix(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, uint8_t expectedType,
-                       uint64_t seq, int peer, RowsHeader* h) {
-  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kRows, seq, peer, h));
+Status checkRowsPrefixFields(const RowsHeader* h, size_t bytes, uint64_t rows, uint64_t rowLen, uint8_t expectedType,
+                             uint64_t seq, int peer) {
+  SPCCL_RETURN_IF_ERROR(checkRowsHeaderFields(h, StreamKind::kRows, seq, peer));
   if (h->rows != rows || h->rowLen != rowLen)
     return invalidUsage(formatString("rank %d sent %llu rows of %llu, this rank expects %llu rows of %llu", peer,
                                      static_cast<unsigned long long>(h->rows),
@@ -117,6 +120,14 @@ Status checkRowsPrefix(const void* data, size_t bytes, uint64_t rows, uint64_t r
                                     static_cast<unsigned long long>(h->keepPerRow),
                                     static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rowLen)));
   return Status::ok();
+}
+
+Status checkRowsPrefix(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, uint8_t expectedType,
+                       uint64_t seq, int peer, RowsHeader* h) {
+  if (data == nullptr || bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
+  std::memcpy(h, data, sizeof *h);
+  return checkRowsPrefixFields(h, bytes, rows, rowLen, expectedType, seq, peer);
 }
 
 // The counts and positions of a rows stream whose header passed
@@ -152,20 +163,9 @@ void setScale(RowsHeader* h, int scaleExp) {
     h->status = static_cast<uint8_t>(static_cast<int8_t>(scaleExp));
 }
 
-// nnz positions in Index-sized little-endian integers; returns the bytes written.
-template <typename Index>
-size_t storePositionsAs(unsigned char* dst, const uint32_t* positions, uint64_t nnz) {
-  for (uint64_t j = 0; j < nnz; ++j) {
-    const Index v = static_cast<Index>(positions[j]);
-    std::memcpy(dst + j * sizeof(Index), &v, sizeof v);
-  }
-  return nnz * sizeof(Index);
-}
-
 size_t storePositions(unsigned char* dst, const uint32_t* positions, uint64_t nnz, uint32_t ib) {
-  if (ib == 1) return storePositionsAs<uint8_t>(dst, positions, nnz);
-  if (ib == 2) return storePositionsAs<uint16_t>(dst, positions, nnz);
-  return storePositionsAs<uint32_t>(dst, positions, nnz);
+  host::narrowPositions(positions, nnz, ib, dst);
+  return nnz * ib;
 }
 
 template <ValueType kVt>
@@ -200,30 +200,18 @@ int storeValues(unsigned char* section, const void* values, ValueType valuesType
   return scaleExp;
 }
 
-// parseRows' per-entry checks (in range, increasing within the row) once
-// the counts are known to add up, with the positions written to `kept` when
-// given. Index: the stream's index width.
-template <typename Index>
-bool checkRowPositions(const RowsView& v, uint64_t rows, uint64_t rowLen, uint32_t* kept, uint64_t* badRow,
-                       uint32_t* badPos) {
+template <typename CountOf>
+Status checkRowCountsOf(CountOf countOf, uint64_t rows, uint64_t rowLen, uint64_t nnz, int peer) {
   uint64_t j = 0;
   for (uint64_t r = 0; r < rows; ++r) {
-    const uint64_t c = v.countOf(r);
-    int64_t previous = -1;
-    for (uint64_t e = 0; e < c; ++e, ++j) {
-      Index raw;
-      std::memcpy(&raw, v.positions + j * sizeof(Index), sizeof raw);
-      const uint32_t pos = raw;
-      if (pos >= rowLen || static_cast<int64_t>(pos) <= previous) {
-        *badRow = r;
-        *badPos = pos;
-        return false;
-      }
-      previous = pos;
-      if (kept) kept[j] = pos;
-    }
+    const uint64_t c = countOf(r);
+    if (c == 0 || c > rowLen || j + c > nnz)
+      return remoteError(formatString("rows stream from rank %d: row %llu keeps %llu entries", peer,
+                                      static_cast<unsigned long long>(r), static_cast<unsigned long long>(c)));
+    j += c;
   }
-  return true;
+  if (j != nnz) return remoteError(formatString("rows stream from rank %d: row counts do not add up to nnz", peer));
+  return Status::ok();
 }
 
 // Every row's count (1..rowLen, adding up to nnz), then every position (in
@@ -231,15 +219,7 @@ bool checkRowPositions(const RowsView& v, uint64_t rows, uint64_t rowLen, uint32
 // view without positions (nullptr: every row keeps all rowLen, in order)
 // appends 0..rowLen-1 per row. A refused stream appends nothing.
 Status checkCountsAndPositions(const RowsView& v, int peer, std::vector<uint32_t>* positions) {
-  uint64_t j = 0;
-  for (uint64_t r = 0; r < v.rows; ++r) {
-    const uint64_t c = v.countOf(r);
-    if (c == 0 || c > v.rowLen || j + c > v.nnz)
-      return remoteError(formatString("rows stream from rank %d: row %llu keeps %llu entries", peer,
-                                      static_cast<unsigned long long>(r), static_cast<unsigned long long>(c)));
-    j += c;
-  }
-  if (j != v.nnz) return remoteError(formatString("rows stream from rank %d: row counts do not add up to nnz", peer));
+  SPCCL_RETURN_IF_ERROR(checkRowCountsOf([&](uint64_t r) { return v.countOf(r); }, v.rows, v.rowLen, v.nnz, peer));
   uint32_t* kept = nullptr;
   if (positions) {
     positions->resize(positions->size() + v.nnz);
@@ -249,17 +229,13 @@ Status checkCountsAndPositions(const RowsView& v, int peer, std::vector<uint32_t
     for (uint64_t e = 0; kept && e < v.nnz; ++e) kept[e] = static_cast<uint32_t>(e % v.rowLen);
     return Status::ok();
   }
-  uint64_t badRow = 0;
   uint32_t badPos = 0;
-  const bool ok = v.indexBytes == 1   ? checkRowPositions<uint8_t>(v, v.rows, v.rowLen, kept, &badRow, &badPos)
-                  : v.indexBytes == 2 ? checkRowPositions<uint16_t>(v, v.rows, v.rowLen, kept, &badRow, &badPos)
-                                      : checkRowPositions<uint32_t>(v, v.rows, v.rowLen, kept, &badRow, &badPos);
-  if (!ok) {
+  const uint64_t bad = host::widenRowPositions(
+      v.positions, v.indexBytes, v.rows, static_cast<uint32_t>(v.rowLen), [&](uint64_t r) { return v.countOf(r); },
+      kept, &badPos);
+  if (bad != 0) {
     if (positions) positions->resize(positions->size() - v.nnz);  // a refused stream appends nothing
-    return remoteError(
-        formatString("rows stream from rank %d: row %llu position %u is out of range or not "
-                     "increasing",
-                     peer, static_cast<unsigned long long>(badRow), badPos));
+    return badRowPositions(peer, bad - 1, &badPos);
   }
   return Status::ok();
 }
@@ -350,9 +326,7 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
   const uint32_t ib = rowIndexBytes(rowLen);
   const size_t valuesAt = storeCountsAndPositions(p, rows, keepPerRow, counts, positions, nnz, ib);
   const int scaleExp = storeValues(p + valuesAt, values, valuesType, nnz, vt);
-  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib), static_cast<uint8_t>(vt),
-                                rows, rowLen, keepPerRow, nnz, seq);
-  setScale(&h, scaleExp);
+  const RowsHeader h = rowsStreamHeader(rows, rowLen, keepPerRow, nnz, vt, scaleExp, seq);
   std::memcpy(p, &h, sizeof h);
   return finish(p, valuesAt + nnz * core::wireValueBytes(vt));
 }
@@ -360,9 +334,8 @@ size_t encodeRows(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPerRow
 size_t encodeValues(void* dst, const void* values, ValueType valuesType, uint64_t nnz, uint64_t rows, uint64_t rowLen,
                     ValueType vt, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
-  RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
-                                static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
-  setScale(&h, storeValues(p + sizeof h, values, valuesType, nnz, vt));
+  const RowsHeader h =
+      valuesStreamHeader(nnz, rows, rowLen, vt, storeValues(p + sizeof(RowsHeader), values, valuesType, nnz, vt), seq);
   std::memcpy(p, &h, sizeof h);
   return finish(p, sizeof h + nnz * core::wireValueBytes(vt));
 }
@@ -422,25 +395,18 @@ Status parseRows(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen,
 
 Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, int codec,
                       uint64_t seq, int peer, RowsView* out, std::vector<uint32_t>* positions) {
-  const bool int8 = codec == kRowsCodecInt8;
+  if (data == nullptr || bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
   RowsHeader h;
-  SPCCL_RETURN_IF_ERROR(
-      checkRowsPrefix(data, bytes, rows, rowLen, int8 ? kRowsInt8ValueType : static_cast<uint8_t>(vt), seq, peer, &h));
-  const uint32_t ib = rowIndexBytes(rowLen);
-  int scaleExp = 0;
-  SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &scaleExp));
-  const bool perRow = h.keepPerRow == 0;
-  const size_t expectedBytes =
-      int8 ? rowsStreamBytesInt8(rows, rowLen, h.nnz, perRow) : rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt);
-  if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes != expectedBytes)
-    return remoteError(formatString("rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
-                                    static_cast<unsigned long long>(h.nnz)));
+  std::memcpy(&h, data, sizeof h);
+  RowsLayout layout;
+  SPCCL_RETURN_IF_ERROR(checkRowsStreamHeader(h, bytes, rows, rowLen, vt, codec, seq, peer, &layout));
   const auto* base = static_cast<const unsigned char*>(data);
   RowsView v = rowsViewOf(h, base, true);
-  v.values = base + pad4(sizeof h + (perRow ? rows * sizeof(uint32_t) : 0) + h.nnz * ib);
+  v.values = base + layout.valuesAt;
   v.valueType = vt;
-  v.scaleExp = scaleExp;
-  if (int8) {
+  v.scaleExp = layout.scaleExp;
+  if (codec == kRowsCodecInt8) {
     v.scales = static_cast<const unsigned char*>(v.values);
     v.values = v.scales + rows * sizeof(float);
     uint64_t bad = 0;
@@ -454,10 +420,63 @@ Status parseRowsCoded(const void* data, size_t bytes, uint64_t rows, uint64_t ro
   return Status::ok();
 }
 
-Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, uint64_t seq, int peer,
-                   const void** values, int* scaleExp) {
-  RowsHeader h;
-  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
+Status checkRowCounts(const uint32_t* counts, uint64_t rows, uint64_t rowLen, uint64_t nnz, int peer) {
+  return checkRowCountsOf([&](uint64_t r) { return counts[r]; }, rows, rowLen, nnz, peer);
+}
+
+Status badRowPositions(int peer, uint64_t row, const uint32_t* badPos) {
+  return remoteError(formatString("rows stream from rank %d: row %llu position%s is out of range or not increasing",
+                                  peer, static_cast<unsigned long long>(row),
+                                  badPos ? formatString(" %u", *badPos).c_str() : ""));
+}
+
+RowsHeader rowsStreamHeader(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz, ValueType vt,
+                            int scaleExp, uint64_t seq) {
+  RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(rowIndexBytes(rowLen)),
+                                static_cast<uint8_t>(vt), rows, rowLen, keepPerRow, nnz, seq);
+  setScale(&h, scaleExp);
+  return h;
+}
+
+RowsHeader valuesStreamHeader(uint64_t nnz, uint64_t rows, uint64_t rowLen, ValueType vt, int scaleExp, uint64_t seq) {
+  RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
+                                static_cast<uint8_t>(vt), rows, rowLen, 0, nnz, seq);
+  setScale(&h, scaleExp);
+  return h;
+}
+
+RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz) {
+  RowsLayout l;
+  l.indexBytes = rowIndexBytes(rowLen);
+  l.countsAt = sizeof(RowsHeader);
+  l.positionsAt = l.countsAt + (keepPerRow == 0 ? rows * sizeof(uint32_t) : 0);
+  l.valuesAt = pad4(l.positionsAt + nnz * l.indexBytes);
+  return l;
+}
+
+Status checkRowsStreamHeader(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t rowLen, ValueType vt, int codec,
+                             uint64_t seq, int peer, RowsLayout* out) {
+  const bool int8 = codec == kRowsCodecInt8;
+  if (bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(
+      checkRowsPrefixFields(&h, bytes, rows, rowLen, int8 ? kRowsInt8ValueType : static_cast<uint8_t>(vt), seq, peer));
+  int scaleExp = 0;
+  SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &scaleExp));
+  const bool perRow = h.keepPerRow == 0;
+  const size_t expectedBytes =
+      int8 ? rowsStreamBytesInt8(rows, rowLen, h.nnz, perRow) : rowsStreamBytes(rows, rowLen, h.nnz, perRow, vt);
+  if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes != expectedBytes)
+    return remoteError(formatString("rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
+                                    static_cast<unsigned long long>(h.nnz)));
+  *out = rowsLayout(rows, rowLen, h.keepPerRow, h.nnz);
+  out->scaleExp = scaleExp;
+  return Status::ok();
+}
+
+Status checkValuesStreamHeader(const RowsHeader& h, size_t bytes, uint64_t nnz, ValueType vt, uint64_t seq, int peer,
+                               int* scaleExp) {
+  if (bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(checkRowsHeaderFields(&h, StreamKind::kValues, seq, peer));
   if (h.nnz != nnz || h.valueType != static_cast<uint8_t>(vt))
     return invalidUsage(
         formatString("backward stream from rank %d has %llu values of type %u, this rank's selection "
@@ -467,8 +486,17 @@ Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, u
   if (bytes != valuesStreamBytes(nnz, vt))
     return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
                                     valuesStreamBytes(nnz, vt)));
+  return rowsScale(h, peer, scaleExp);
+}
+
+Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, uint64_t seq, int peer,
+                   const void** values, int* scaleExp) {
+  if (data == nullptr || bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
+  RowsHeader h;
+  std::memcpy(&h, data, sizeof h);
   int s = 0;
-  SPCCL_RETURN_IF_ERROR(rowsScale(h, peer, &s));
+  SPCCL_RETURN_IF_ERROR(checkValuesStreamHeader(h, bytes, nnz, vt, seq, peer, &s));
   if (scaleExp) *scaleExp = s;
   *values = static_cast<const unsigned char*>(data) + sizeof h;
   return Status::ok();

@@ -80,6 +80,13 @@ struct Workspace {
   std::vector<RowsHeader> idRowsHeaders;
   std::vector<IdRowsSection> idRowsLists;
   std::vector<uint64_t> unordered;
+  // The alltoall rows: the selection's slots (positions, values) and counts,
+  // its values compacted, and per stream its layout, entries, fp8 key and
+  // positions check.
+  ExecMemory rowsStrided, rowsStridedValues, rowCounts, rowsStaged;
+  std::vector<RowsLayout> rowsLayouts;
+  std::vector<uint64_t> rowsEntries, rowsBad;
+  std::vector<uint32_t> rowsMaxKeys;
 };
 
 // This rank's selected entries: sorted global indices and wire-typed values.

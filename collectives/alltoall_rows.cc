@@ -6,10 +6,13 @@
 // SPCCL_ROWS_CODEC=fp16|bf16|fp8), or (SPCCL_ROWS_CODEC=int8) as int8 codes with one
 // scale per row, both ways, or (SPCCL_ROWS_CODEC=bounded) forward as error-bounded
 // codes and backward exact (codec.h).
+//
+// Written once over the executor: the streams are built and read in its
+// memory, section by section. The int8 and bounded codecs have no device
+// kernels (hostOnly).
 #include <algorithm>
 #include <string>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "collectives/algorithms.h"
@@ -21,203 +24,6 @@
 #include "kernels/core/types.h"
 
 namespace spccl {
-
-namespace {
-
-// Element formats of user buffers and wire values, so that the per-entry
-// loops below are compiled once per pair of formats with no switch inside.
-// toFloat reads, fromFloat writes a buffer element (round to nearest even),
-// wireFromFloat writes a wire value (finite values saturate: storeWireValue).
-struct Fp32 {
-  using Raw = uint32_t;
-  static float toFloat(Raw r, int) { return core::bitsFloat(r); }
-  static Raw fromFloat(float v) { return core::floatBits(v); }
-  static Raw wireFromFloat(float v) { return core::floatBits(v); }
-};
-struct Fp16 {
-  using Raw = uint16_t;
-  static float toFloat(Raw r, int) { return core::halfBitsToFloat(r); }
-  static Raw fromFloat(float v) { return core::floatToHalfBits(v); }
-  static Raw wireFromFloat(float v) { return core::wireHalfBits(v); }
-};
-struct Bf16 {
-  using Raw = uint16_t;
-  static float toFloat(Raw r, int) { return core::bfloat16BitsToFloat(r); }
-  static Raw fromFloat(float v) { return core::floatToBfloat16Bits(v); }
-  static Raw wireFromFloat(float v) { return core::wireBfloat16Bits(v); }
-};
-struct Fp8 {  // wire only, read side (the send side stages fp32: the scale needs every value)
-  using Raw = uint8_t;
-  static float toFloat(Raw r, int scaleExp) { return core::e4m3ToFloat(r, scaleExp); }
-};
-
-template <typename F>
-decltype(auto) withBufferFormat(spcclDataType_t type, F&& f) {
-  switch (type) {
-    case spcclFloat16:
-      return f(Fp16{});
-    case spcclBfloat16:
-      return f(Bf16{});
-    default:
-      return f(Fp32{});
-  }
-}
-
-template <typename F>
-decltype(auto) withWireFormat(core::ValueType wire, F&& f) {
-  switch (wire) {
-    case core::ValueType::kFloat16:
-      return f(Fp16{});
-    case core::ValueType::kBfloat16:
-      return f(Bf16{});
-    case core::ValueType::kFloat8e4m3:
-      return f(Fp8{});
-    default:
-      return f(Fp32{});
-  }
-}
-
-// What the send side writes into the value sections before encoding: the
-// wire type itself, or fp32 for fp8 (encodeRows/encodeValues scale it).
-core::ValueType stagedType(core::ValueType wire) {
-  return wire == core::ValueType::kFloat8e4m3 ? core::ValueType::kFloat32 : wire;
-}
-
-// A buffer element as a staged value, and a wire value as a buffer element:
-// the bits as they are where the formats agree, else through fp32.
-template <typename Buf, typename Staged>
-typename Staged::Raw stage(typename Buf::Raw x) {
-  if constexpr (std::is_same_v<Buf, Staged>) return x;
-  else return Staged::wireFromFloat(Buf::toFloat(x, 0));
-}
-template <typename Wire, typename Buf>
-typename Buf::Raw unstage(typename Wire::Raw x, int scaleExp) {
-  if constexpr (std::is_same_v<Wire, Buf>) return x;
-  // Saturating: every kept value came from a buffer of type Buf, and a wire
-  // that rounds it above Buf's range (65504 -> 65536 in bf16 or fp8, for an
-  // fp16 buffer) must not deliver Inf for it. NaN/Inf pass unchanged.
-  else return Buf::wireFromFloat(Wire::toFloat(x, scaleExp));
-}
-
-template <typename T>
-T loadRaw(const void* base, size_t i) {
-  T v;
-  std::memcpy(&v, static_cast<const char*>(base) + i * sizeof(T), sizeof v);
-  return v;
-}
-template <typename T>
-void storeRaw(void* base, size_t i, T v) {
-  std::memcpy(static_cast<char*>(base) + i * sizeof(T), &v, sizeof v);
-}
-
-// n kept values of one row, at positions, staged into out in order.
-template <typename Buf, typename Staged>
-void gatherRow(const void* row, const uint32_t* positions, uint32_t n, void* out) {
-  for (uint32_t e = 0; e < n; ++e) storeRaw(out, e, stage<Buf, Staged>(loadRaw<typename Buf::Raw>(row, positions[e])));
-}
-
-// The forward's selection: every row of sel->sentCounts.size() rows of
-// rowLen from `buf`, its kept positions appended to sel->sentPositions and
-// their values, staged, to *values, read while the row is in the cache.
-template <typename Buf, typename Staged>
-void selectRows(const void* buf, size_t rowLen, uint32_t keep, spcclDataType_t type, RowsPositions* sel,
-                std::vector<unsigned char>* values, uint64_t* scratch) {
-  using BufRaw = typename Buf::Raw;
-  using StagedRaw = typename Staged::Raw;
-  std::vector<uint32_t>& positions = sel->sentPositions;
-  const size_t rows = sel->sentCounts.size();
-  // Rows keep `keep` each unless NaN/Inf add more (grown then); selectRowTopK
-  // may write a whole row's length past its slot: one row of slack.
-  positions.resize(rows * keep + rowLen);
-  values->resize(positions.size() * sizeof(StagedRaw));
-  size_t used = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    if (used + rowLen > positions.size()) {
-      positions.resize(std::max(2 * positions.size(), used + rowLen));
-      values->resize(positions.size() * sizeof(StagedRaw));
-    }
-    const char* row = static_cast<const char*>(buf) + r * rowLen * sizeof(BufRaw);
-    uint32_t* kept = positions.data() + used;
-    const uint32_t n = host::selectRowTopK(row, type, static_cast<uint32_t>(rowLen), keep, kept, scratch);
-    gatherRow<Buf, Staged>(row, kept, n, values->data() + used * sizeof(StagedRaw));
-    sel->sentCounts[r] = n;
-    used += n;
-  }
-  positions.resize(used);
-  values->resize(used * sizeof(StagedRaw));
-}
-
-// Rows' kept values, `rows` rows of rowLen from `buf`, staged: counts[r]
-// values of row r at positions (consecutive), written to out in order.
-template <typename Buf, typename Staged>
-void gatherKept(const void* buf, size_t rowLen, size_t rows, const uint32_t* counts, const uint32_t* positions,
-                void* out) {
-  using BufRaw = typename Buf::Raw;
-  using StagedRaw = typename Staged::Raw;
-  uint64_t e = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    gatherRow<Buf, Staged>(static_cast<const char*>(buf) + r * rowLen * sizeof(BufRaw), positions + e, counts[r],
-                           static_cast<char*>(out) + e * sizeof(StagedRaw));
-    e += counts[r];
-  }
-}
-
-// Rows of a received block: each of `rows` rows of rowLen zeroed, then its
-// counts[r] wire values stored at its positions. Each row is zeroed right
-// before its entries are stored, so the stores hit the lines just brought in.
-template <typename Wire, typename Buf>
-void scatterKept(const void* values, int scaleExp, size_t rowLen, size_t rows, const uint32_t* counts,
-                 const uint32_t* positions, void* buf) {
-  using Raw = typename Buf::Raw;
-  uint64_t e = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    char* row = static_cast<char*>(buf) + r * rowLen * sizeof(Raw);
-    std::memset(row, 0, rowLen * sizeof(Raw));
-    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
-      storeRaw(row, positions[e], unstage<Wire, Buf>(loadRaw<typename Wire::Raw>(values, e), scaleExp));
-  }
-}
-
-// scatterKept for a wire type and a buffer type known at run time.
-void scatterKept(const void* values, core::ValueType wire, int scaleExp, spcclDataType_t type, size_t rowLen,
-                 size_t rows, const uint32_t* counts, const uint32_t* positions, void* buf) {
-  withWireFormat(wire, [&](auto w) {
-    withBufferFormat(type, [&](auto b) {
-      scatterKept<decltype(w), decltype(b)>(values, scaleExp, rowLen, rows, counts, positions, buf);
-    });
-  });
-}
-
-// scatterKept for the int8 codec: code * the row's scale, to the buffer
-// type (saturating, as unstage).
-template <typename Buf>
-void scatterKeptInt8(const void* codes, const unsigned char* scales, size_t rowLen, size_t rows, const uint32_t* counts,
-                     const uint32_t* positions, void* buf) {
-  using Raw = typename Buf::Raw;
-  const auto* c8 = static_cast<const int8_t*>(codes);
-  uint64_t e = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    char* row = static_cast<char*>(buf) + r * rowLen * sizeof(Raw);
-    std::memset(row, 0, rowLen * sizeof(Raw));
-    const float scale = loadScale(scales, r);
-    for (uint32_t c = 0; c < counts[r]; ++c, ++e)
-      storeRaw(row, positions[e], Buf::wireFromFloat(int8Decode(c8[e], scale)));
-  }
-}
-
-void scatterKeptInt8(const void* codes, const unsigned char* scales, spcclDataType_t type, size_t rowLen, size_t rows,
-                     const uint32_t* counts, const uint32_t* positions, void* buf) {
-  withBufferFormat(type,
-                   [&](auto b) { scatterKeptInt8<decltype(b)>(codes, scales, rowLen, rows, counts, positions, buf); });
-}
-
-// Zeroes elements [at, at + elems) of a user buffer of esize-byte elements
-// (buf may be NULL when elems is 0).
-inline void zeroElements(void* buf, size_t at, size_t elems, size_t esize) {
-  if (elems > 0) std::memset(static_cast<char*>(buf) + at * esize, 0, elems * esize);
-}
-
-}  // namespace
 
 CallDescriptor rowsDescriptor(Collective coll, uint64_t seq, size_t rowsPerPeer, size_t rowLen, spcclDataType_t type,
                               core::ValueType wire, uint64_t agreed) {
@@ -244,87 +50,169 @@ CallDescriptor rowsCallDescriptor(Collective coll, uint64_t seq, size_t rowsPerP
   return d;
 }
 
+// Each peer's fp8 scale, from the largest finite |value| of its block's
+// fp32 values (rows j*rpp ... at rowOffsets). A device holds a few dozen
+// results between settles: settled in batches.
+Status streamMaxKeys(Executor& ex, const float* values, const uint64_t* rowOffsets, size_t rpp, int p,
+                     std::vector<uint32_t>* keys) {
+  keys->assign(p, 0);
+  for (int j = 0; j < p; ++j) {
+    const uint64_t first = rowOffsets[j * rpp], n = rowOffsets[(j + 1) * rpp] - first;
+    SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(values + first, spcclFloat32, nullptr, n, &(*keys)[j]));
+    if ((j + 1) % 32 == 0 || j + 1 == p) SPCCL_RETURN_IF_ERROR(ex.settle());
+  }
+  return Status::ok();
+}
+
+// Every received stream's header (ws.recvSizes at ws.recvOffsets) to the
+// host, in ws.streams.headers, and its CRC verified where it carries one.
+Status receivedHeaders(Executor& ex, const unsigned char* recv, int p, Workspace* ws) {
+  StreamsScratch& sc = ws->streams;
+  sc.headers.assign(p, StreamHeader{});
+  for (int j = 0; j < p; ++j)
+    if (ws->recvSizes[j] >= sizeof(RowsHeader))
+      SPCCL_RETURN_IF_ERROR(ex.toHost(&sc.headers[j], recv + ws->recvOffsets[j], sizeof(RowsHeader)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  return verifyStreamsOn(ex, recv, ws->recvOffsets.data(), ws->recvSizes.data(), p, sc.headers.data(), 0, &sc.crcs);
+}
+
 // The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
 // row top-k pass's time added, or is nullptr.
 Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer,
                  size_t rowLen, spcclDataType_t type, float density, RowsSelection* sel, spcclStats_t* call,
                  double* selectionSeconds) {
+  Executor& ex = *comm.executor;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
   const int codec = comm.settings->rowsCodec;
   const core::ValueType wire = rowsWireType(codec, comm.settings->valueType, type);
-  const uint32_t keep = core::rowKeep(rowLen, density);
-  const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen;
+  const uint32_t keep = core::rowKeep(rowLen, density), len = static_cast<uint32_t>(rowLen);
+  const size_t esize = dataTypeSize(type), blockElems = rowsPerPeer * rowLen, rpp = rowsPerPeer;
+  const uint64_t nRows = static_cast<uint64_t>(p) * rowsPerPeer;
   const uint64_t seq = comm.seq++;
   const bool int8 = codec == kRowsCodecInt8;        // values staged as fp32, coded per row by encodeRowsInt8
   const bool bounded = codec == kRowsCodecBounded;  // values staged as fp32, coded by encodeRowsBounded
+  const bool fp8 = wire == core::ValueType::kFloat8e4m3;
+  // The selection's values: fp32 where a codec or fp8's scale reads them
+  // all, else the wire type itself (copied into the streams).
+  const core::ValueType staged = int8 || bounded || fp8 ? core::ValueType::kFloat32 : wire;
+  const uint32_t ib = rowIndexBytes(rowLen), vb = core::wireValueBytes(wire), sb = core::wireValueBytes(staged);
 
   SPCCL_RETURN_IF_ERROR(agreeOnCall(
       comm, t, rowsCallDescriptor(Collective::kAlltoAllRows, seq, rowsPerPeer, rowLen, type, wire, codec, keep)));
 
-  // Select every row, block by block; positions and counts go to the selection.
+  // 1. Select every row, `keep` entries a row: every row keeps exactly that
+  // many unless it holds NaN/Inf beyond them, so the slots are already the
+  // compact arrays. Where a row kept more (rare), the selection is redone in
+  // slots of the full row length and compacted. The counts come to the host
+  // (the one wait of the forward's selection).
   const std::shared_ptr<RowsPositions> held = comm.freeRowsPositions();
-  if (sel) sel->host = held;
+  if (sel) sel->positions = held;
   RowsPositions& s = *held;
-  s.sentCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
-  const core::ValueType staged = int8 || bounded ? core::ValueType::kFloat32 : stagedType(wire);
-  std::vector<unsigned char>& values = ws.stageBytes;  // kept values, staged, in sentPositions order
-  comm.ranks64.resize(rowLen);
+  s.sentCounts.resize(nRows);
   const Stopwatch selecting(selectionSeconds != nullptr);
-  withBufferFormat(type, [&](auto buf) {
-    withWireFormat(staged, [&](auto st) {
-      if constexpr (!std::is_same_v<decltype(st), Fp8>)
-        selectRows<decltype(buf), decltype(st)>(sendbuff, rowLen, keep, type, &s, &values, comm.ranks64.data());
-    });
-  });
-  if (selectionSeconds) *selectionSeconds += selecting.seconds();
+  SPCCL_RETURN_IF_ERROR(ws.rowCounts.ensure(ex, std::max<uint64_t>(nRows, 1) * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(s.sentPositions.ensure(ex, std::max<uint64_t>(nRows * keep, 1) * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ws.rowsStaged.ensure(ex, std::max<uint64_t>(nRows * keep, 1) * sb));
+  auto* counts = ws.rowCounts.get<uint32_t>();
+  const auto selectInto = [&](uint32_t stride, uint32_t* positions, void* values) -> Status {
+    SPCCL_RETURN_IF_ERROR(ex.selectRows(sendbuff, type, nRows, len, keep, staged, positions, values, stride, counts));
+    if (nRows > 0) SPCCL_RETURN_IF_ERROR(ex.toHost(s.sentCounts.data(), counts, nRows * sizeof(uint32_t)));
+    return ex.settle();
+  };
+  SPCCL_RETURN_IF_ERROR(selectInto(keep, s.sentPositions.get<uint32_t>(), ws.rowsStaged.get()));
+  s.sentOffsets.resize(nRows + 1);
+  s.sentOffsets[0] = 0;
+  for (uint64_t r = 0; r < nRows; ++r) s.sentOffsets[r + 1] = s.sentOffsets[r] + s.sentCounts[r];
+  const uint64_t sentTotal = s.sentOffsets[nRows];
+  SPCCL_RETURN_IF_ERROR(s.sentOffsetsIn.ensure(ex, (nRows + 1) * sizeof(uint64_t)));
+  auto* sentOffsets = s.sentOffsetsIn.get<uint64_t>();
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(sentOffsets, s.sentOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
+  if (sentTotal > nRows * keep) {
+    SPCCL_RETURN_IF_ERROR(ws.rowsStrided.ensure(ex, nRows * len * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(ws.rowsStridedValues.ensure(ex, nRows * len * sb));
+    SPCCL_RETURN_IF_ERROR(selectInto(len, ws.rowsStrided.get<uint32_t>(), ws.rowsStridedValues.get()));
+    SPCCL_RETURN_IF_ERROR(s.sentPositions.ensure(ex, sentTotal * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(ws.rowsStaged.ensure(ex, sentTotal * sb));
+    SPCCL_RETURN_IF_ERROR(ex.compactRows(ws.rowsStrided.get<uint32_t>(), ws.rowsStridedValues.get(), sb, len,
+                                         sentOffsets, nRows, s.sentPositions.get<uint32_t>(), ws.rowsStaged.get()));
+  }
+  auto* sentPositions = s.sentPositions.get<uint32_t>();
+  auto* stagedBytes = ws.rowsStaged.get<unsigned char>();  // in sentPositions order
+  auto* stagedValues = ws.rowsStaged.get<float>();         // the same, where staged is fp32
+  if (selectionSeconds) {
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    *selectionSeconds += selecting.seconds();
+  }
 
-  // One stream per peer.
+  // 2. One stream per peer.
+  const auto blockIsFixed = [&](int j) {  // every row of peer j's block kept exactly `keep`
+    return std::all_of(s.sentCounts.begin() + j * rpp, s.sentCounts.begin() + (j + 1) * rpp,
+                       [&](uint32_t c) { return c == keep; });
+  };
+  const auto firstOf = [&](int j) { return s.sentOffsets[j * rpp]; };
   ws.sizes.resize(p);
-  ws.cuts.resize(p + 1);
-  ws.cuts[0] = 0;
   for (int j = 0; j < p; ++j) {
-    uint64_t nnz = 0;
-    bool fixed = true;
-    for (size_t r = 0; r < rowsPerPeer; ++r) {
-      const uint32_t c = s.sentCounts[j * rowsPerPeer + r];
-      nnz += c;
-      fixed &= c == keep;
-    }
-    ws.cuts[j + 1] = ws.cuts[j] + nnz;
+    const uint64_t nnz = s.sentOffsets[(j + 1) * rpp] - firstOf(j);
+    const bool fixed = blockIsFixed(j);
     // bounded: room for the largest stream; encodeRowsBounded gives the size.
     ws.sizes[j] = int8      ? rowsStreamBytesInt8(rowsPerPeer, rowLen, nnz, !fixed)
                   : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, fixed ? keep : 0, nnz, wire)
                             : rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
   }
-  const float bound =
-      bounded ? rowsCallBound(reinterpret_cast<const float*>(values.data()), ws.cuts[p], comm.settings->rowsErrorBound,
-                              comm.settings->rowsErrorRelative, comm.settings->rowsErrorDecay, comm.boundedForwards++)
-              : 0.0f;
-  ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
-  for (int j = 0; j < p; ++j) {
-    const uint64_t nnz = ws.cuts[j + 1] - ws.cuts[j];
-    const bool fixed = nnz == rowsPerPeer * keep &&
-                       std::all_of(s.sentCounts.begin() + j * rowsPerPeer, s.sentCounts.begin() + (j + 1) * rowsPerPeer,
-                                   [&](uint32_t c) { return c == keep; });
-    if (int8)
-      encodeRowsInt8(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
-                     s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
-                     reinterpret_cast<const float*>(values.data()) + ws.cuts[j], nnz, seq);
-    else if (bounded)  // the stream takes its own size; the offsets keep the room laid out above
-      ws.sizes[j] =
-          encodeRowsBounded(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
-                            s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
-                            reinterpret_cast<const float*>(values.data()) + ws.cuts[j], nnz, bound, wire, seq);
-    else
-      encodeRows(ws.sendBytes.data() + ws.offsets[j], rowsPerPeer, rowLen, fixed ? keep : 0,
-                 s.sentCounts.data() + j * rowsPerPeer, s.sentPositions.data() + ws.cuts[j],
-                 values.data() + ws.cuts[j] * core::wireValueBytes(staged), staged, nnz, wire, seq);
-    sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, layoutStreams(ws.sizes, &ws.offsets)));
+  auto* send = ws.sendStream.get<unsigned char>();
+  if (int8 || bounded) {
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly(int8 ? "SPCCL_ROWS_CODEC=int8" : "SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
+      const float bound = bounded ? rowsCallBound(stagedValues, sentTotal, comm.settings->rowsErrorBound,
+                                                  comm.settings->rowsErrorRelative, comm.settings->rowsErrorDecay,
+                                                  comm.boundedForwards++)
+                                  : 0.0f;
+      for (int j = 0; j < p; ++j) {
+        const uint64_t first = firstOf(j), nnz = s.sentOffsets[(j + 1) * rpp] - first;
+        const uint64_t keepPerRow = blockIsFixed(j) ? keep : 0;
+        if (int8)
+          encodeRowsInt8(send + ws.offsets[j], rowsPerPeer, rowLen, keepPerRow, s.sentCounts.data() + j * rpp,
+                         sentPositions + first, stagedValues + first, nnz, seq);
+        else  // the stream takes its own size; the offsets keep the room laid out above
+          ws.sizes[j] =
+              encodeRowsBounded(send + ws.offsets[j], rowsPerPeer, rowLen, keepPerRow, s.sentCounts.data() + j * rpp,
+                                sentPositions + first, stagedValues + first, nnz, bound, wire, seq);
+      }
+      return Status::ok();
+    }));
+  } else {
+    if (fp8) SPCCL_RETURN_IF_ERROR(streamMaxKeys(ex, stagedValues, s.sentOffsets.data(), rpp, p, &ws.rowsMaxKeys));
+    for (int j = 0; j < p; ++j) {
+      unsigned char* dst = send + ws.offsets[j];
+      const uint64_t first = firstOf(j), nnz = s.sentOffsets[(j + 1) * rpp] - first;
+      const uint64_t keepPerRow = blockIsFixed(j) ? keep : 0;
+      const int scaleExp = fp8 ? core::fp8ScaleForMax(ws.rowsMaxKeys[j]) : 0;
+      const RowsHeader h = rowsStreamHeader(rowsPerPeer, rowLen, keepPerRow, nnz, wire, scaleExp, seq);
+      const RowsLayout l = rowsLayout(rowsPerPeer, rowLen, keepPerRow, nnz);
+      SPCCL_RETURN_IF_ERROR(ex.storeSmall(dst, &h, sizeof h));
+      if (keepPerRow == 0) SPCCL_RETURN_IF_ERROR(ex.copy(dst + l.countsAt, counts + j * rpp, rpp * sizeof(uint32_t)));
+      SPCCL_RETURN_IF_ERROR(ex.narrowPositions(sentPositions + first, nnz, ib, dst + l.positionsAt));
+      const size_t positionsEnd = l.positionsAt + nnz * ib, valuesEnd = l.valuesAt + nnz * vb;
+      SPCCL_RETURN_IF_ERROR(ex.fill(dst + positionsEnd, 0, l.valuesAt - positionsEnd));
+      if (fp8) SPCCL_RETURN_IF_ERROR(ex.toWire(stagedValues + first, nnz, wire, scaleExp, dst + l.valuesAt));
+      else SPCCL_RETURN_IF_ERROR(ex.copy(dst + l.valuesAt, stagedBytes + first * vb, nnz * vb));
+      SPCCL_RETURN_IF_ERROR(ex.fill(dst + valuesEnd, 0, ws.sizes[j] - valuesEnd));
+    }
   }
+  for (int j = 0; j < p; ++j)
+    SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, &comm.integrity, send + ws.offsets[j], ws.sizes[j]));
+
+  // 3. Sizes, then the streams.
+  SPCCL_RETURN_IF_ERROR(ws.sizeSend.ensure(ex, p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.sizeRecv.ensure(ex, p * sizeof(uint64_t)));
   ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
   ws.recvCounts.resize(p);
-  SPCCL_RETURN_IF_ERROR(t.allToAll(ws.counts.data(), sizeof(uint64_t), ws.recvCounts.data()));
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
   ws.recvSizes.resize(p);
   const size_t largest = int8      ? rowsStreamBytesInt8(rowsPerPeer, rowLen, blockElems, true)
                          : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, 0, blockElems, wire)
@@ -332,50 +220,119 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   Status implausible;
   for (int j = 0; j < p; ++j)
     ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &implausible);
-  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-  const Status moved = t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                   ws.recvSizes.data(), ws.recvOffsets.data());
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, layoutStreams(ws.recvSizes, &ws.recvOffsets)));
+  auto* recv = ws.recvStream.get<unsigned char>();
+  const Status moved = ex.withMemory([&] {
+    return t.allToAllV(send, ws.sizes.data(), ws.offsets.data(), recv, ws.recvSizes.data(), ws.recvOffsets.data());
+  });
   SPCCL_RETURN_IF_ERROR(implausible);  // the exchange is over: nothing left to wait for
   SPCCL_RETURN_IF_ERROR(moved);
 
-  // Dense rows out, zeros at the dropped positions. A refused stream leaves
-  // the whole output zero.
-  auto refuse = [&](Status st) {
-    zeroElements(recvbuff, 0, static_cast<size_t>(p) * blockElems, esize);
+  // 4. Dense rows out, zeros at the dropped positions. A refused stream
+  // leaves the whole output zero.
+  const auto refuse = [&](const Status& st) {
+    SPCCL_RETURN_IF_ERROR(ex.fill(recvbuff, 0, static_cast<size_t>(p) * blockElems * esize));
     return st;
   };
-  s.recvCounts.resize(static_cast<size_t>(p) * rowsPerPeer);
-  s.recvPositions.clear();
-  s.recvPositions.reserve(s.recvCounts.size() * keep);
-  for (int j = 0; j < p; ++j) {
-    RowsView v;
-    const size_t first = s.recvPositions.size();
-    const Status parsed =
-        bounded ? parseRowsBounded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen, wire,
-                                   seq, j, &v, &s.recvPositions, &comm.boundedDecoded)
-                : parseRowsCoded(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen, wire,
-                                 int8 ? kRowsCodecInt8 : kRowsCodecWire, seq, j, &v, &s.recvPositions);
+  const auto keptTooFew = [&](int j, uint32_t c) {
+    return invalidUsage(
+        formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, c, keep));
+  };
+  const auto otherDensity = [&](int j, uint64_t keepPerRow) {
+    return invalidUsage(
+        formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
+                     "(different densities?)",
+                     j, static_cast<unsigned long long>(keepPerRow), keep));
+  };
+  s.recvCounts.resize(nRows);
+  s.recvOffsets.resize(nRows + 1);
+  SPCCL_RETURN_IF_ERROR(s.recvOffsetsIn.ensure(ex, (nRows + 1) * sizeof(uint64_t)));
+  if (int8 || bounded) {
+    // Parsed and decoded to fp32 on the host (positions in comm.positions,
+    // values in comm.floats), then stored as a wire codec's would be.
+    std::vector<uint32_t>& positions = comm.positions;
+    std::vector<float>& decoded = comm.floats;
+    positions.clear();
+    decoded.clear();
+    Status parsed = ex.hostOnly(int8 ? "SPCCL_ROWS_CODEC=int8" : "SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
+      for (int j = 0; j < p; ++j) {
+        RowsView v;
+        SPCCL_RETURN_IF_ERROR(bounded ? parseRowsBounded(recv + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
+                                                         wire, seq, j, &v, &positions, &comm.boundedDecoded)
+                                      : parseRowsCoded(recv + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
+                                                       wire, kRowsCodecInt8, seq, j, &v, &positions));
+        if (v.keepPerRow != 0 && v.keepPerRow != keep) return otherDensity(j, v.keepPerRow);
+        const auto* codes = static_cast<const int8_t*>(v.values);
+        for (size_t r = 0, e = 0; r < rowsPerPeer; ++r) {
+          const uint32_t c = s.recvCounts[j * rpp + r] = v.countOf(r);
+          if (c < keep) return keptTooFew(j, c);
+          if (int8)
+            for (uint32_t k = 0; k < c; ++k, ++e) decoded.push_back(int8Decode(codes[e], loadScale(v.scales, r)));
+        }
+        if (bounded) decoded.insert(decoded.end(), comm.boundedDecoded.begin(), comm.boundedDecoded.end());
+      }
+      return Status::ok();
+    });
     if (!parsed.isOk()) return refuse(parsed);
-    if (v.keepPerRow != 0 && v.keepPerRow != keep)
-      return refuse(
-          invalidUsage(formatString("alltoall rows: rank %d keeps %llu entries per row, this rank %u "
-                                    "(different densities?)",
-                                    j, static_cast<unsigned long long>(v.keepPerRow), keep)));
-    uint32_t* counts = s.recvCounts.data() + j * rowsPerPeer;
-    for (size_t r = 0; r < rowsPerPeer; ++r) {
-      counts[r] = v.countOf(r);
-      if (counts[r] < keep)
-        return refuse(invalidUsage(
-            formatString("alltoall rows: rank %d kept %u entries in a row, this rank keeps %u", j, counts[r], keep)));
+    s.recvOffsets[0] = 0;
+    for (uint64_t r = 0; r < nRows; ++r) s.recvOffsets[r + 1] = s.recvOffsets[r] + s.recvCounts[r];
+    SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(ex, std::max<size_t>(positions.size(), 1) * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvPositions.get(), positions.data(), positions.size() * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvOffsetsIn.get(), s.recvOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=int8|bounded", [&]() -> Status {
+      host::scatterRowValues(decoded.data(), core::ValueType::kFloat32, 0, s.recvPositions.get<uint32_t>(),
+                             s.recvOffsetsIn.get<uint64_t>(), nRows, len, type, recvbuff);
+      return Status::ok();
+    }));
+  } else {
+    // Headers to the host, checksums, then each stream's counts, then its
+    // positions (widened in executor memory), then its values.
+    const Status verified = receivedHeaders(ex, recv, p, &ws);
+    if (!verified.isOk()) return refuse(verified);
+    const StreamsScratch& sc = ws.streams;
+    ws.rowsLayouts.resize(p);
+    ws.rowsEntries.resize(p);
+    for (int j = 0; j < p; ++j) {
+      RowsHeader h;
+      std::memcpy(&h, &sc.headers[j], sizeof h);
+      const Status st = checkRowsStreamHeader(h, ws.recvSizes[j], rowsPerPeer, rowLen, wire, kRowsCodecWire, seq, j,
+                                              &ws.rowsLayouts[j]);
+      if (!st.isOk()) return refuse(st);
+      if (h.keepPerRow != 0 && h.keepPerRow != keep) return refuse(otherDensity(j, h.keepPerRow));
+      ws.rowsEntries[j] = h.nnz;
+      if (h.keepPerRow == 0 && rpp > 0)
+        SPCCL_RETURN_IF_ERROR(ex.toHost(s.recvCounts.data() + j * rpp,
+                                        recv + ws.recvOffsets[j] + ws.rowsLayouts[j].countsAt, rpp * sizeof(uint32_t)));
+      else
+        std::fill(s.recvCounts.begin() + j * rpp, s.recvCounts.begin() + (j + 1) * rpp,
+                  static_cast<uint32_t>(h.keepPerRow));
     }
-    void* block = static_cast<char*>(recvbuff) + j * blockElems * esize;
-    if (int8)
-      scatterKeptInt8(v.values, v.scales, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
-    else if (bounded)  // decoded to fp32, rounded to the buffer type as the encoder checked
-      scatterKept(comm.boundedDecoded.data(), core::ValueType::kFloat32, 0, type, rowLen, rowsPerPeer, counts,
-                  s.recvPositions.data() + first, block);
-    else
-      scatterKept(v.values, wire, v.scaleExp, type, rowLen, rowsPerPeer, counts, s.recvPositions.data() + first, block);
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    for (int j = 0; j < p; ++j) {
+      const Status st = checkRowCounts(s.recvCounts.data() + j * rpp, rpp, rowLen, ws.rowsEntries[j], j);
+      if (!st.isOk()) return refuse(st);
+      for (size_t r = 0; r < rpp; ++r)
+        if (s.recvCounts[j * rpp + r] < keep) return refuse(keptTooFew(j, s.recvCounts[j * rpp + r]));
+    }
+    s.recvOffsets[0] = 0;
+    for (uint64_t r = 0; r < nRows; ++r) s.recvOffsets[r + 1] = s.recvOffsets[r] + s.recvCounts[r];
+    SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(ex, std::max<uint64_t>(s.recvOffsets[nRows], 1) * sizeof(uint32_t)));
+    auto* recvOffsets = s.recvOffsetsIn.get<uint64_t>();
+    auto* recvPositions = s.recvPositions.get<uint32_t>();
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(recvOffsets, s.recvOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
+    ws.rowsBad.assign(p, 0);
+    for (int j = 0; j < p; ++j)
+      SPCCL_RETURN_IF_ERROR(ex.widenPositions(recv + ws.recvOffsets[j] + ws.rowsLayouts[j].positionsAt, ib,
+                                              recvOffsets + j * rpp, rpp, len, recvPositions + s.recvOffsets[j * rpp],
+                                              &ws.rowsBad[j]));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    for (int j = 0; j < p; ++j)
+      if (ws.rowsBad[j] != 0) return refuse(badRowPositions(j, ws.rowsBad[j] - 1, nullptr));
+    for (int j = 0; j < p; ++j)
+      SPCCL_RETURN_IF_ERROR(ex.scatterRows(recv + ws.recvOffsets[j] + ws.rowsLayouts[j].valuesAt, wire,
+                                           ws.rowsLayouts[j].scaleExp, recvPositions + s.recvOffsets[j * rpp],
+                                           recvOffsets + j * rpp, rpp, len, type,
+                                           static_cast<char*>(recvbuff) + j * blockElems * esize));
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
@@ -395,93 +352,125 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   return Status::ok();
 }
 
-Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, void* gradRecv, RowsSelection& s,
+Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, void* gradRecv, RowsSelection& sel,
                   spcclStats_t* call) {
-  const RowsPositions& pos = *s.host;
+  Executor& ex = *comm.executor;
+  RowsPositions& s = *sel.positions;
   Workspace& ws = comm.workspace;
   const int p = t.size(), me = t.rank();
-  const size_t rowsPerPeer = s.rowsPerPeer, rowLen = s.rowLen, esize = dataTypeSize(s.dataType);
-  const size_t blockElems = rowsPerPeer * rowLen;
+  const size_t rpp = sel.rowsPerPeer, rowLen = sel.rowLen, esize = dataTypeSize(sel.dataType);
+  const uint32_t len = static_cast<uint32_t>(rowLen);
+  const size_t blockElems = rpp * rowLen;
+  const uint64_t nRows = static_cast<uint64_t>(p) * rpp;
   const uint64_t seq = comm.seq++;
+  const core::ValueType wire = sel.wire;
   // The backward codes the gradients of the sent entries with its forward's
   // codec: int8 keeps each row's relative precision whatever the gradients'
   // magnitude (one scale per row, as for the activations), and both sides
   // already agreed on it. Nothing is fed back: the model-parallel exchange
   // keeps no residual, as with the fp16/bf16/fp8 wire types.
-  const bool int8 = s.codec == kRowsCodecInt8;
+  const bool int8 = sel.codec == kRowsCodecInt8;
+  const bool fp8 = wire == core::ValueType::kFloat8e4m3;
   SPCCL_RETURN_IF_ERROR(agreeOnCall(comm, t,
-                                    rowsCallDescriptor(Collective::kAlltoAllRowsBackward, seq, rowsPerPeer, rowLen,
-                                                       s.dataType, s.wire, s.codec, s.forwardSeq)));
+                                    rowsCallDescriptor(Collective::kAlltoAllRowsBackward, seq, rpp, rowLen,
+                                                       sel.dataType, wire, sel.codec, sel.forwardSeq)));
   // Every rank is in this backward of this selection's forward: the
   // selection is spent (a call refused above leaves it for a retry).
-  s.used = true;
+  sel.used = true;
 
   // To peer j: the gradient at the positions this rank received from j.
   // From peer j: values for the positions this rank sent to j. Both sizes are
   // known from the selection, so no size exchange.
+  const auto outOf = [&](int j) { return s.recvOffsets[(j + 1) * rpp] - s.recvOffsets[j * rpp]; };
+  const auto inOf = [&](int j) { return s.sentOffsets[(j + 1) * rpp] - s.sentOffsets[j * rpp]; };
   ws.sizes.resize(p);
   ws.recvSizes.resize(p);
-  ws.cuts.assign(p + 1, 0);        // prefix of received positions per peer
-  ws.nnzPerRank.assign(p + 1, 0);  // prefix of sent positions per peer
   for (int j = 0; j < p; ++j) {
-    uint64_t in = 0, out = 0;
-    for (size_t r = 0; r < rowsPerPeer; ++r) {
-      in += pos.recvCounts[j * rowsPerPeer + r];
-      out += pos.sentCounts[j * rowsPerPeer + r];
+    ws.sizes[j] = int8 ? valuesStreamBytesInt8(rpp, outOf(j)) : valuesStreamBytes(outOf(j), wire);
+    ws.recvSizes[j] = int8 ? valuesStreamBytesInt8(rpp, inOf(j)) : valuesStreamBytes(inOf(j), wire);
+  }
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, layoutStreams(ws.sizes, &ws.offsets)));
+  auto* send = ws.sendStream.get<unsigned char>();
+  const auto* recvOffsets = s.recvOffsetsIn.get<uint64_t>();
+  const auto* recvPositions = s.recvPositions.get<uint32_t>();
+  const auto* sentOffsets = s.sentOffsetsIn.get<uint64_t>();
+  const auto* sentPositions = s.sentPositions.get<uint32_t>();
+  float* stagedValues = nullptr;  // fp32, in recvPositions order (int8, fp8)
+  if (int8 || fp8) {
+    SPCCL_RETURN_IF_ERROR(ws.rowsStaged.ensure(ex, std::max<uint64_t>(s.recvOffsets[nRows], 1) * sizeof(float)));
+    stagedValues = ws.rowsStaged.get<float>();
+    SPCCL_RETURN_IF_ERROR(ex.gatherRows(gradSend, sel.dataType, nRows, len, recvPositions, recvOffsets,
+                                        core::ValueType::kFloat32, stagedValues));
+  }
+  if (int8) {
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=int8", [&]() -> Status {
+      for (int j = 0; j < p; ++j)
+        encodeValuesInt8(send + ws.offsets[j], stagedValues + s.recvOffsets[j * rpp], s.recvCounts.data() + j * rpp,
+                         rpp, rowLen, outOf(j), seq);
+      return Status::ok();
+    }));
+  } else {
+    if (fp8) SPCCL_RETURN_IF_ERROR(streamMaxKeys(ex, stagedValues, s.recvOffsets.data(), rpp, p, &ws.rowsMaxKeys));
+    for (int j = 0; j < p; ++j) {
+      unsigned char* dst = send + ws.offsets[j];
+      const uint64_t first = s.recvOffsets[j * rpp], n = outOf(j);
+      const int scaleExp = fp8 ? core::fp8ScaleForMax(ws.rowsMaxKeys[j]) : 0;
+      const RowsHeader h = valuesStreamHeader(n, rpp, rowLen, wire, scaleExp, seq);
+      SPCCL_RETURN_IF_ERROR(ex.storeSmall(dst, &h, sizeof h));
+      if (fp8) SPCCL_RETURN_IF_ERROR(ex.toWire(stagedValues + first, n, wire, scaleExp, dst + sizeof h));
+      else
+        SPCCL_RETURN_IF_ERROR(ex.gatherRows(static_cast<const char*>(gradSend) + j * blockElems * esize, sel.dataType,
+                                            rpp, len, recvPositions + first, recvOffsets + j * rpp, wire,
+                                            dst + sizeof h));
+      const size_t used = sizeof h + n * core::wireValueBytes(wire);
+      SPCCL_RETURN_IF_ERROR(ex.fill(dst + used, 0, ws.sizes[j] - used));
     }
-    ws.cuts[j + 1] = ws.cuts[j] + in;
-    ws.nnzPerRank[j + 1] = ws.nnzPerRank[j] + out;
-    ws.sizes[j] = int8 ? valuesStreamBytesInt8(rowsPerPeer, in) : valuesStreamBytes(in, s.wire);
-    ws.recvSizes[j] = int8 ? valuesStreamBytesInt8(rowsPerPeer, out) : valuesStreamBytes(out, s.wire);
   }
-  ws.sendBytes.resize(layoutStreams(ws.sizes, &ws.offsets));
-  // The gradient at those positions, staged for the wire, peer after peer.
-  const core::ValueType staged = int8 ? core::ValueType::kFloat32 : stagedType(s.wire);
-  const size_t stagedBytes = core::wireValueBytes(staged);
-  std::vector<unsigned char>& values = ws.stageBytes;
-  values.resize(ws.cuts[p] * stagedBytes);
-  withBufferFormat(s.dataType, [&](auto buf) {
-    withWireFormat(staged, [&](auto st) {
-      if constexpr (!std::is_same_v<decltype(st), Fp8>)
-        gatherKept<decltype(buf), decltype(st)>(gradSend, rowLen, pos.recvCounts.size(), pos.recvCounts.data(),
-                                                pos.recvPositions.data(), values.data());
-    });
-  });
-  for (int j = 0; j < p; ++j) {
-    if (int8)
-      encodeValuesInt8(ws.sendBytes.data() + ws.offsets[j], reinterpret_cast<const float*>(values.data()) + ws.cuts[j],
-                       pos.recvCounts.data() + j * rowsPerPeer, rowsPerPeer, rowLen, ws.cuts[j + 1] - ws.cuts[j], seq);
-    else
-      encodeValues(ws.sendBytes.data() + ws.offsets[j], values.data() + ws.cuts[j] * stagedBytes, staged,
-                   ws.cuts[j + 1] - ws.cuts[j], rowsPerPeer, rowLen, s.wire, seq);
-    sealStream(&comm.integrity, ws.sendBytes.data() + ws.offsets[j], ws.sizes[j]);
-  }
-  ws.recvBytes.resize(layoutStreams(ws.recvSizes, &ws.recvOffsets));
-  SPCCL_RETURN_IF_ERROR(t.allToAllV(ws.sendBytes.data(), ws.sizes.data(), ws.offsets.data(), ws.recvBytes.data(),
-                                    ws.recvSizes.data(), ws.recvOffsets.data()));
+  for (int j = 0; j < p; ++j)
+    SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, &comm.integrity, send + ws.offsets[j], ws.sizes[j]));
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, layoutStreams(ws.recvSizes, &ws.recvOffsets)));
+  auto* recv = ws.recvStream.get<unsigned char>();
+  SPCCL_RETURN_IF_ERROR(ex.withMemory([&] {
+    return t.allToAllV(send, ws.sizes.data(), ws.offsets.data(), recv, ws.recvSizes.data(), ws.recvOffsets.data());
+  }));
 
   // As in the forward; a refused stream leaves the whole output zero.
-  for (int j = 0; j < p; ++j) {
-    const void* vals = nullptr;
-    int scaleExp = 0;
-    const uint64_t n = ws.nnzPerRank[j + 1] - ws.nnzPerRank[j];
-    const unsigned char* scales = nullptr;
-    const int8_t* codes = nullptr;
-    const Status parsed = int8 ? parseValuesInt8(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer,
-                                                 n, seq, j, &scales, &codes)
-                               : parseValues(ws.recvBytes.data() + ws.recvOffsets[j], ws.recvSizes[j], n, s.wire, seq,
-                                             j, &vals, &scaleExp);
-    if (!parsed.isOk()) {
-      zeroElements(gradRecv, 0, static_cast<size_t>(p) * blockElems, esize);
-      return parsed;
+  const auto refuse = [&](const Status& st) {
+    SPCCL_RETURN_IF_ERROR(ex.fill(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize));
+    return st;
+  };
+  if (int8) {
+    std::vector<float>& decoded = comm.floats;
+    decoded.clear();
+    const Status st = ex.hostOnly("SPCCL_ROWS_CODEC=int8", [&]() -> Status {
+      for (int j = 0; j < p; ++j) {
+        const unsigned char* scales = nullptr;
+        const int8_t* codes = nullptr;
+        SPCCL_RETURN_IF_ERROR(
+            parseValuesInt8(recv + ws.recvOffsets[j], ws.recvSizes[j], rpp, inOf(j), seq, j, &scales, &codes));
+        for (size_t r = 0, e = 0; r < rpp; ++r)
+          for (uint32_t k = 0; k < s.sentCounts[j * rpp + r]; ++k, ++e)
+            decoded.push_back(int8Decode(codes[e], loadScale(scales, r)));
+      }
+      host::scatterRowValues(decoded.data(), core::ValueType::kFloat32, 0, sentPositions, sentOffsets, nRows, len,
+                             sel.dataType, gradRecv);
+      return Status::ok();
+    });
+    if (!st.isOk()) return refuse(st);
+  } else {
+    const Status verified = receivedHeaders(ex, recv, p, &ws);
+    if (!verified.isOk()) return refuse(verified);
+    const StreamsScratch& sc = ws.streams;
+    for (int j = 0; j < p; ++j) {
+      RowsHeader h;
+      std::memcpy(&h, &sc.headers[j], sizeof h);
+      int scaleExp = 0;
+      const Status st = checkValuesStreamHeader(h, ws.recvSizes[j], inOf(j), wire, seq, j, &scaleExp);
+      if (!st.isOk()) return refuse(st);
+      SPCCL_RETURN_IF_ERROR(ex.scatterRows(recv + ws.recvOffsets[j] + sizeof h, wire, scaleExp,
+                                           sentPositions + s.sentOffsets[j * rpp], sentOffsets + j * rpp, rpp, len,
+                                           sel.dataType, static_cast<char*>(gradRecv) + j * blockElems * esize));
     }
-    void* block = static_cast<char*>(gradRecv) + j * blockElems * esize;
-    if (int8)
-      scatterKeptInt8(codes, scales, s.dataType, rowLen, rowsPerPeer, pos.sentCounts.data() + j * rowsPerPeer,
-                      pos.sentPositions.data() + ws.nnzPerRank[j], block);
-    else
-      scatterKept(vals, s.wire, scaleExp, s.dataType, rowLen, rowsPerPeer, pos.sentCounts.data() + j * rowsPerPeer,
-                  pos.sentPositions.data() + ws.nnzPerRank[j], block);
   }
   *call = spcclStats_t{};
   call->calls = 1;

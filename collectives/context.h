@@ -32,12 +32,15 @@ struct CollectiveSettings {
   double rowsErrorDecay = 1.0;
 };
 
-// A host rows forward's kept positions, row by row, block by block (peer j's
-// rows are j*rowsPerPeer ...): how many positions each row kept, and the
-// positions. The context pools them (freeRowsPositions).
+// A rows forward's kept positions, row by row, block by block (peer j's
+// rows are j*rowsPerPeer ...): how many each row kept and where each row's
+// start (on the host), the offsets again and the positions in executor
+// memory. The context pools them (freeRowsPositions).
 struct RowsPositions {
-  std::vector<uint32_t> sentCounts, sentPositions;
-  std::vector<uint32_t> recvCounts, recvPositions;
+  std::shared_ptr<Executor> exec;  // declared first: outlives the memory below, which it frees
+  std::vector<uint32_t> sentCounts, recvCounts;
+  std::vector<uint64_t> sentOffsets, recvOffsets;  // rows + 1 each
+  ExecMemory sentOffsetsIn, sentPositions, recvOffsetsIn, recvPositions;
 };
 
 // What an alltoall-rows forward keeps for its backward.
@@ -47,8 +50,8 @@ struct RowsSelection {
   size_t rowsPerPeer = 0, rowLen = 0;
   spcclDataType_t dataType = spcclFloat32;
   core::ValueType wire = core::ValueType::kFloat32;
-  int codec = 0;                        // kRowsCodec* of the forward; its backward uses the same
-  std::shared_ptr<RowsPositions> host;  // a host forward's positions (shared with the pool)
+  int codec = 0;                             // kRowsCodec* of the forward; its backward uses the same
+  std::shared_ptr<RowsPositions> positions;  // the forward's (shared with the pool)
 };
 
 // SPCCL_PROFILE: the time split of a communicator's alltoall-rows calls
@@ -92,7 +95,7 @@ struct CollectiveContext {
   uint64_t boundedForwards = 0;       // rows forwards with kRowsCodecBounded so far (the bound's schedule)
   std::vector<float> boundedDecoded;  // such a forward's received stream, decoded (one peer's at a time)
   double rowSparseOverlap = -1;       // sum of unique ids over ranks / union, last row-sparse call
-  // Host rows forwards' positions: one no selection holds any more (use
+  // Rows forwards' positions: one no selection holds any more (use
   // count 1, only this pool) serves the next forward, so a loop of forward,
   // backward and spcclSelectionDestroy (or forwards that keep no selection)
   // allocates nothing once warm. Grows to the most selections alive at once.
@@ -101,6 +104,7 @@ struct CollectiveContext {
     for (const auto& p : rowsPositionsPool)
       if (p.use_count() == 1) return p;
     rowsPositionsPool.push_back(std::make_shared<RowsPositions>());
+    rowsPositionsPool.back()->exec = executor;
     return rowsPositionsPool.back();
   }
 };

@@ -168,13 +168,12 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 // DCT-MP rows, on the device or the host.
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
-  // The device path moves positions and values as arrays: the codecs that
-  // are a value type, but fp8 (its scale has no device kernel), and neither
-  // int8's per-row scales nor the bounded codec's packed codes.
+  // int8's per-row scales and the bounded codec's packed codes have no
+  // device kernels: refused before any rank sends anything.
   const int codec = comm->params.rowsCodec;
-  if (comm->onDevice && codec != kRowsCodecWire && codec != kRowsCodecFp16 && codec != kRowsCodecBf16)
+  if (comm->onDevice && (codec == kRowsCodecInt8 || codec == kRowsCodecBounded))
     return invalidUsage(formatString(
-        "SPCCL_ROWS_CODEC=%s is implemented on the host (MPI) path only; device buffers take wire, fp16 or bf16",
+        "SPCCL_ROWS_CODEC=%s is implemented on the host (MPI) path only; device buffers take wire, fp16, bf16 or fp8",
         choiceName("SPCCL_ROWS_CODEC", codec).c_str()));
 #if SPCCL_WITH_NCCL
   if (comm->onDevice) {

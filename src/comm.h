@@ -22,7 +22,6 @@ namespace spccl {
 // Device-side state of NCCL communicators and their compressors
 // (src/nccl/device_collectives.cc; empty in host-only builds).
 struct DeviceCommState;
-struct DeviceSelectionState;
 }  // namespace spccl
 
 namespace spccl {
@@ -181,7 +180,6 @@ struct spcclCompressor {
 struct spcclSelection : spccl::RowsSelection {
   spcclComm* comm;
   uint64_t commId;
-  std::shared_ptr<spccl::DeviceSelectionState> device;
 };
 
 // The collectives' context (collectives/context.h: transport, call sequence,

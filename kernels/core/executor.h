@@ -207,6 +207,44 @@ class Executor {
   virtual Status splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n,
                               uint64_t rowLen, int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) = 0;
 
+  // DCT-MP rows (the alltoall rows forward and backward). Each of nRows rows
+  // of rowLen elements of `rows`.
+  // selectRows: the positions of the row's `keep` entries of largest |x|
+  // (ties: lower position first) plus every NaN/Inf beyond them, ascending,
+  // at positions[r * stride ...], and their values in `wire` (fp32, fp16 or
+  // bf16, as gatherRows) at the same slots of `values`, those past stride
+  // not written; counts[r] (executor memory) the full count. stride >=
+  // rowLen always suffices.
+  virtual Status selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                            core::ValueType wire, uint32_t* positions, void* values, uint32_t stride,
+                            uint32_t* counts) = 0;
+  // Row r's selection (offsets[r+1] - offsets[r] entries, at most stride)
+  // from its slots to positions and values[offsets[r] - offsets[0] ...].
+  virtual Status compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes,
+                             uint32_t stride, const uint64_t* offsets, uint64_t nRows, uint32_t* positions,
+                             void* values) = 0;
+  // values[j - o] = rows[r][positions[j - o]] in `wire` (fp32, fp16 or bf16:
+  // rounded and saturated as core::storeWireValue does), for j in
+  // [offsets[r], offsets[r+1]), o = offsets[0]: one block's kept entries.
+  virtual Status gatherRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
+                            const uint32_t* positions, const uint64_t* offsets, core::ValueType wire, void* values) = 0;
+  // The reverse: every element of the rows zero, then rows[r][positions[j - o]]
+  // = values[j - o] (wire values, fp8 with scaleExp) in the user type,
+  // saturating finite values (every kept value came from a buffer of that type).
+  virtual Status scatterRows(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                             const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                             void* rows) = 0;
+  // A stream's positions section: n positions, each as `bytes` (1, 2 or 4)
+  // little-endian bytes (each fits: it is below the row length).
+  virtual Status narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) = 0;
+  // A received positions section: row r's positions (j in [offsets[r],
+  // offsets[r+1]), o = offsets[0]) at src + (j - o) * bytes, to dst[j - o].
+  // They came from a peer: *badRow (host, valid after settle()) = 0 when
+  // every row's positions are strictly increasing and below rowLen, else 1 +
+  // the first row where they are not (dst then holds nothing meaningful).
+  virtual Status widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                                uint32_t rowLen, uint32_t* dst, uint64_t* badRow) = 0;
+
   // Call agreement inside the data exchange, for calls that never wait for
   // the host (the fixed-capacity policy): `count` exchanged records of
   // `stride` bytes, each opening with `checkedBytes` that every rank's call

@@ -24,6 +24,7 @@ CudaExecutor::~CudaExecutor() {
   release(&splitWorkspace_);
   release(&perOwnerDevice_);
   release(&crcWorkspace_);
+  release(&rowChecks_);
   if (deviceSlots_ != nullptr) cudaFree(deviceSlots_);
   if (hostSlots_ != nullptr) cudaFreeHost(hostSlots_);
   if (findings_ != nullptr) cudaFreeHost(const_cast<uint32_t*>(findings_));
@@ -142,6 +143,7 @@ Status CudaExecutor::settle() {
       for (size_t r = 0; r < u.count; ++r)
         if (u.out[r] == ~uint64_t{0}) u.out[r] = 0;
   pendingUnordered_.clear();
+  rowChecksUsed_ = 0;
   SPCCL_CUDA_CHECK(err);
   return takeFindings();
 }
@@ -439,6 +441,52 @@ Status CudaExecutor::splitByOwner(const int64_t* ids, const void* rows, spcclDat
   SPCCL_RETURN_IF_ERROR(splitRowsByOwner(ids, rows, dataTypeSize(accType), n, rowLen, static_cast<uint32_t>(ranks),
                                          outIds, outRows, dev, splitWorkspace_.ptr, splitWorkspace_.bytes, stream_));
   return toHost(perOwner, dev, counts);
+}
+
+Status CudaExecutor::selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                                core::ValueType wire, uint32_t* positions, void* values, uint32_t stride,
+                                uint32_t* counts) {
+  SPCCL_RETURN_IF_ERROR(selectRowsTopK(rows, type, nRows, rowLen, keep, positions, stride, counts, stream_));
+  return gatherStridedRowValues(rows, type, nRows, rowLen, positions, stride, counts, wire, values, stream_);
+}
+
+Status CudaExecutor::compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes,
+                                 uint32_t stride, const uint64_t* offsets, uint64_t nRows, uint32_t* positions,
+                                 void* values) {
+  return cuda::compactRows(stridedPositions, stridedValues, valueBytes, stride, offsets, nRows, positions, values,
+                           stream_);
+}
+
+Status CudaExecutor::gatherRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
+                                const uint32_t* positions, const uint64_t* offsets, core::ValueType wire,
+                                void* values) {
+  return gatherRowValues(rows, type, nRows, rowLen, positions, offsets, wire, values, stream_);
+}
+
+Status CudaExecutor::scatterRows(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                                 const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                                 void* rows) {
+  return scatterRowValues(values, wire, scaleExp, positions, offsets, nRows, rowLen, type, rows, stream_);
+}
+
+Status CudaExecutor::narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {
+  return cuda::narrowPositions(positions, n, bytes, dst, stream_);
+}
+
+Status CudaExecutor::widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                                    uint32_t rowLen, uint32_t* dst, uint64_t* badRow) {
+  // One device word per call until settle(); growing frees (or, after a
+  // capture, retires) the old words only once the work using them is done.
+  const size_t need = (rowChecksUsed_ + 1) * sizeof(uint64_t);
+  if (rowChecks_.bytes < need) {
+    if (rowChecksUsed_ > 0) SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier words' copies have landed
+    SPCCL_RETURN_IF_ERROR(grow(&rowChecks_, std::max<size_t>(2 * need, 64 * sizeof(uint64_t))));
+  }
+  auto* word = static_cast<uint64_t*>(rowChecks_.ptr) + rowChecksUsed_++;
+  SPCCL_RETURN_IF_ERROR(widenRowPositions(src, bytes, offsets, nRows, rowLen, dst, word, stream_));
+  SPCCL_RETURN_IF_ERROR(toHost(badRow, word, sizeof(uint64_t)));
+  pendingUnordered_.push_back(UnorderedOut{badRow, 1});
+  return Status::ok();
 }
 
 Status CudaExecutor::streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) {

@@ -58,6 +58,20 @@ class CudaExecutor final : public Executor {
   Status splitByOwner(const int64_t* ids, const void* rows, spcclDataType_t accType, uint64_t n, uint64_t rowLen,
                       int ranks, int64_t* outIds, void* outRows, uint64_t* perOwner) override;
 
+  Status selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                    core::ValueType wire, uint32_t* positions, void* values, uint32_t stride,
+                    uint32_t* counts) override;
+  Status compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes, uint32_t stride,
+                     const uint64_t* offsets, uint64_t nRows, uint32_t* positions, void* values) override;
+  Status gatherRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, const uint32_t* positions,
+                    const uint64_t* offsets, core::ValueType wire, void* values) override;
+  Status scatterRows(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                     const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                     void* rows) override;
+  Status narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) override;
+  Status widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                        uint32_t rowLen, uint32_t* dst, uint64_t* badRow) override;
+
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override;
 
@@ -134,6 +148,10 @@ class CudaExecutor final : public Executor {
     size_t count;
   };
   std::vector<UnorderedOut> pendingUnordered_;
+  // widenPositions' findings since the last settle(), one word each (~0:
+  // none), converted as the merges' order checks are.
+  ExecBuffer rowChecks_;
+  size_t rowChecksUsed_ = 0;
 };
 
 }  // namespace spccl::cuda

@@ -207,24 +207,36 @@ Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, ui
                       uint32_t* positions, uint32_t posStride, uint32_t* counts, cudaStream_t stream,
                       RowTopKMethod method = RowTopKMethod::kRadix);
 
-// offsets[r] = counts[0] + ... + counts[r-1], for r = 0..nRows (nRows + 1 entries).
-size_t rowOffsetsWorkspaceBytes(uint64_t nRows);
-Status rowOffsets(const uint32_t* counts, uint64_t nRows, uint64_t* offsets, void* workspace, size_t workspaceBytes,
-                  cudaStream_t stream);
-// Concatenates the strided positions of selectRowsTopK: row r's
-// offsets[r+1] - offsets[r] positions to positions[offsets[r] ...].
-Status compactRowPositions(const uint32_t* strided, uint32_t posStride, const uint64_t* offsets, uint64_t nRows,
-                           uint32_t* positions, cudaStream_t stream);
+// The row passes below index their compact arrays from offsets[0] (one
+// block of a larger selection: Executor::compactRows says more).
+// The values of selectRowsTopK's slots: row r's min(counts[r], stride)
+// values, in `wire` (fp32, fp16, bf16), at the same slots of `values`.
+Status gatherStridedRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
+                              const uint32_t* positions, uint32_t stride, const uint32_t* counts, core::ValueType wire,
+                              void* values, cudaStream_t stream);
+// Concatenates the slots: row r's min(offsets[r+1] - offsets[r], stride)
+// positions (and values of valueBytes each, unless values is null) to
+// positions[offsets[r] - offsets[0] ...].
+Status compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes, uint32_t stride,
+                   const uint64_t* offsets, uint64_t nRows, uint32_t* positions, void* values, cudaStream_t stream);
 // values[j] = wire(rows[r][positions[j]]) for j in [offsets[r], offsets[r+1]):
 // the values of the kept entries (forward) or the gradient at the kept
 // positions (backward), rounded and saturated as core::storeWireValue does.
 Status gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
                        const uint32_t* positions, const uint64_t* offsets, core::ValueType wire, void* values,
                        cudaStream_t stream);
-// rows[r][positions[j]] = values[j] (decoded from the wire type, stored in
-// the user type as host::storeFloats does), every other element zero.
-Status scatterRowValues(const void* values, core::ValueType wire, const uint32_t* positions, const uint64_t* offsets,
-                        uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows, cudaStream_t stream);
+// rows[r][positions[j]] = values[j] (decoded from the wire type, fp8 with
+// scaleExp, stored in the user type saturating finite values, as
+// host::scatterRowValues), every other element zero.
+Status scatterRowValues(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                        const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows,
+                        cudaStream_t stream);
+// host::narrowPositions and host::widenRowPositions (Executor's
+// narrowPositions and widenPositions); *badRow (device memory) = ~0 when
+// every row passes, else 1 + the first failing row.
+Status narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst, cudaStream_t stream);
+Status widenRowPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                         uint32_t rowLen, uint32_t* dst, uint64_t* badRow, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
 // Row-sparse allreduce: merge of duplicate ids (host::mergeRowsById's

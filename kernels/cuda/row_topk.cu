@@ -11,8 +11,6 @@
 // longer rows re-read the row from global memory each pass.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_scan.cuh>
-#include <cuda/std/functional>
 
 #include "kernels/core/elementwise.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -227,15 +225,39 @@ __device__ __forceinline__ uint64_t globalWarp() {
 constexpr int kWarps = 8;  // warp-per-row kernels: 256 threads
 
 __global__ void __launch_bounds__(kWarps * 32)
-    compactKernel(const uint32_t* strided, uint32_t posStride, const uint64_t* offsets, uint64_t nRows,
-                  uint32_t* positions) {
+    compactKernel(const uint32_t* stridedPositions, const unsigned char* stridedValues, uint32_t valueBytes,
+                  uint32_t stride, const uint64_t* offsets, uint64_t nRows, uint32_t* positions,
+                  unsigned char* values) {
   const unsigned lane = threadIdx.x & 31u;
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
   for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
-    const uint64_t begin = offsets[row];
-    uint64_t count = offsets[row + 1] - begin;
-    if (count > posStride) count = posStride;
-    for (uint64_t j = lane; j < count; j += 32) positions[begin + j] = strided[row * posStride + j];
+    const uint64_t begin = offsets[row] - offsets[0];
+    uint64_t count = offsets[row + 1] - offsets[row];
+    if (count > stride) count = stride;
+    for (uint64_t j = lane; j < count; j += 32) {
+      positions[begin + j] = stridedPositions[row * stride + j];
+      if (values != nullptr)
+        for (uint32_t b = 0; b < valueBytes; ++b)
+          values[(begin + j) * valueBytes + b] = stridedValues[(row * stride + j) * valueBytes + b];
+    }
+  }
+}
+
+// selectRowsTopK's slots' values: row r's min(counts[r], stride) values.
+template <class In, core::ValueType kWire>
+__global__ void __launch_bounds__(kWarps * 32)
+    gatherStridedKernel(const typename In::Raw* rows, uint64_t nRows, uint32_t rowLen, const uint32_t* positions,
+                        uint32_t stride, const uint32_t* counts, void* values) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    const typename In::Raw* x = rows + row * rowLen;
+    const uint32_t count = counts[row] < stride ? counts[row] : stride;
+    for (uint32_t j = lane; j < count; j += 32) {
+      const uint64_t slot = row * stride + j;
+      const uint32_t pos = positions[slot];
+      core::storeWireValue(values, slot, pos < rowLen ? In::convert(x[pos]) : 0.0f, kWire);
+    }
   }
 }
 
@@ -247,8 +269,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
   for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
     const typename In::Raw* x = rows + row * rowLen;
-    const uint64_t end = offsets[row + 1];
-    for (uint64_t j = offsets[row] + lane; j < end; j += 32) {
+    const uint64_t base = offsets[0], end = offsets[row + 1] - base;
+    for (uint64_t j = offsets[row] - base + lane; j < end; j += 32) {
       const uint32_t pos = positions[j];
       const float v = pos < rowLen ? In::convert(x[pos]) : 0.0f;
       core::storeWireValue(values, j, v, kWire);
@@ -275,7 +297,7 @@ struct Bf16Out {
 
 template <class Out, core::ValueType kWire>
 __global__ void __launch_bounds__(kWarps * 32)
-    scatterKernel(const void* values, const uint32_t* positions, const uint64_t* offsets, uint64_t nRows,
+    scatterKernel(const void* values, int scaleExp, const uint32_t* positions, const uint64_t* offsets, uint64_t nRows,
                   uint32_t rowLen, typename Out::Raw* rows) {
   const unsigned lane = threadIdx.x & 31u;
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
@@ -283,10 +305,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     typename Out::Raw* y = rows + row * rowLen;
     for (uint32_t e = lane; e < rowLen; e += 32) y[e] = typename Out::Raw(0);
     __syncwarp();  // the zeros land before the kept values
-    const uint64_t end = offsets[row + 1];
-    for (uint64_t j = offsets[row] + lane; j < end; j += 32) {
+    const uint64_t base = offsets[0], end = offsets[row + 1] - base;
+    for (uint64_t j = offsets[row] - base + lane; j < end; j += 32) {
       const uint32_t pos = positions[j];
-      if (pos < rowLen) y[pos] = Out::convert(core::loadWireValue(values, j, kWire));
+      if (pos < rowLen) y[pos] = Out::convert(core::loadWireValue(values, j, kWire, scaleExp));
     }
     __syncwarp();
   }
@@ -304,15 +326,37 @@ decltype(auto) withStorer(spcclDataType_t type, F&& f) {
   }
 }
 
-__global__ void lastOffsetKernel(const uint32_t* counts, uint64_t nRows, uint64_t* offsets) {
-  offsets[nRows] = nRows == 0 ? 0 : offsets[nRows - 1] + counts[nRows - 1];
+// A position of `bytes` little-endian bytes (a stream's positions section
+// has no alignment: byte loads).
+__device__ __forceinline__ uint32_t loadPosition(const unsigned char* src, uint64_t i, uint32_t bytes) {
+  uint32_t v = 0;
+  for (uint32_t b = 0; b < bytes; ++b) v |= uint32_t{src[i * bytes + b]} << (8 * b);
+  return v;
 }
 
-size_t scanTempBytes(uint64_t nRows) {
-  size_t bytes = 0;
-  cub::DeviceScan::ExclusiveScan(nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint64_t*>(nullptr),
-                                 ::cuda::std::plus<>{}, uint64_t{0}, nRows);
-  return bytes;
+__global__ void narrowKernel(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    for (uint32_t b = 0; b < bytes; ++b) dst[i * bytes + b] = static_cast<unsigned char>(positions[i] >> (8 * b));
+}
+
+// Warp per row: each position against the row length and the one before it;
+// *badRow = min over failing rows of row + 1 (starts at ~0: none).
+__global__ void __launch_bounds__(kWarps * 32)
+    widenKernel(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows, uint32_t rowLen,
+                uint32_t* dst, unsigned long long* badRow) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    const uint64_t base = offsets[0], begin = offsets[row] - base, end = offsets[row + 1] - base;
+    bool bad = false;
+    for (uint64_t j = begin + lane; j < end; j += 32) {
+      const uint32_t pos = loadPosition(src, j, bytes);
+      bad |= pos >= rowLen || (j > begin && pos <= loadPosition(src, j - 1, bytes));
+      dst[j] = pos;
+    }
+    if (__any_sync(0xffffffffu, bad) && lane == 0) atomicMin(badRow, static_cast<unsigned long long>(row + 1));
+  }
 }
 
 }  // namespace
@@ -350,30 +394,35 @@ Status selectRowsTopK(const void* rows, spcclDataType_t type, uint64_t nRows, ui
   return Status::ok();
 }
 
-size_t rowOffsetsWorkspaceBytes(uint64_t nRows) { return scanTempBytes(nRows > 0 ? nRows : 1); }
-
-Status rowOffsets(const uint32_t* counts, uint64_t nRows, uint64_t* offsets, void* workspace, size_t workspaceBytes,
-                  cudaStream_t stream) {
-  if (offsets == nullptr || (nRows > 0 && counts == nullptr)) return invalidArgument("rowOffsets: null buffer");
-  if (nRows > 0) {
-    size_t bytes = scanTempBytes(nRows);
-    if (workspace == nullptr || workspaceBytes < bytes)
-      return invalidArgument("rowOffsets: workspace smaller than rowOffsetsWorkspaceBytes(nRows)");
-    SPCCL_CUDA_CHECK(cub::DeviceScan::ExclusiveScan(workspace, bytes, counts, offsets, ::cuda::std::plus<>{},
-                                                    uint64_t{0}, nRows, stream));
-  }
-  lastOffsetKernel<<<1, 1, 0, stream>>>(counts, nRows, offsets);
+Status compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes, uint32_t stride,
+                   const uint64_t* offsets, uint64_t nRows, uint32_t* positions, void* values, cudaStream_t stream) {
+  if (nRows == 0) return Status::ok();
+  if (offsets == nullptr || (stride > 0 && (stridedPositions == nullptr || positions == nullptr)) ||
+      (values != nullptr && stridedValues == nullptr))
+    return invalidArgument("compactRows: null buffer");
+  compactKernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(
+      stridedPositions, static_cast<const unsigned char*>(stridedValues), valueBytes, stride, offsets, nRows, positions,
+      static_cast<unsigned char*>(values));
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
-Status compactRowPositions(const uint32_t* strided, uint32_t posStride, const uint64_t* offsets, uint64_t nRows,
-                           uint32_t* positions, cudaStream_t stream) {
-  if (nRows == 0) return Status::ok();
-  if (offsets == nullptr || (posStride > 0 && (strided == nullptr || positions == nullptr)))
-    return invalidArgument("compactRowPositions: null buffer");
-  compactKernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(strided, posStride, offsets, nRows,
-                                                                               positions);
+Status gatherStridedRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
+                              const uint32_t* positions, uint32_t stride, const uint32_t* counts, core::ValueType wire,
+                              void* values, cudaStream_t stream) {
+  if (!detail::isFloatInput(type) || !detail::isWireType(wire))
+    return invalidArgument("gatherStridedRowValues: types must be fp32/fp16/bf16");
+  if (nRows == 0 || stride == 0) return Status::ok();
+  if (rows == nullptr || positions == nullptr || counts == nullptr || values == nullptr)
+    return invalidArgument("gatherStridedRowValues: null buffer");
+  const unsigned grid = detail::gridFor(nRows, kWarps, 8);
+  detail::withLoader(type, [&](auto in) {
+    using In = decltype(in);
+    detail::withWire(wire, [&](auto w) {
+      gatherStridedKernel<In, decltype(w)::value><<<grid, kWarps * 32, 0, stream>>>(
+          static_cast<const typename In::Raw*>(rows), nRows, rowLen, positions, stride, counts, values);
+    });
+  });
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -398,21 +447,44 @@ Status gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, u
   return Status::ok();
 }
 
-Status scatterRowValues(const void* values, core::ValueType wire, const uint32_t* positions, const uint64_t* offsets,
-                        uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows, cudaStream_t stream) {
-  if (!detail::isFloatInput(type) || !detail::isWireType(wire))
-    return invalidArgument("scatterRowValues: types must be fp32/fp16/bf16");
+Status scatterRowValues(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                        const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows,
+                        cudaStream_t stream) {
+  if (!detail::isFloatInput(type) || !(detail::isWireType(wire) || wire == core::ValueType::kFloat8e4m3))
+    return invalidArgument("scatterRowValues: types must be fp32/fp16/bf16 (and fp8 on the wire)");
   if (nRows == 0) return Status::ok();
   if (rows == nullptr || positions == nullptr || offsets == nullptr || values == nullptr)
     return invalidArgument("scatterRowValues: null buffer");
   const unsigned grid = detail::gridFor(nRows, kWarps, 8);
   withStorer(type, [&](auto o) {
     using Out = decltype(o);
-    detail::withWire(wire, [&](auto w) {
+    const auto launch = [&](auto w) {
       scatterKernel<Out, decltype(w)::value><<<grid, kWarps * 32, 0, stream>>>(
-          values, positions, offsets, nRows, rowLen, static_cast<typename Out::Raw*>(rows));
-    });
+          values, scaleExp, positions, offsets, nRows, rowLen, static_cast<typename Out::Raw*>(rows));
+    };
+    if (wire == core::ValueType::kFloat8e4m3) launch(detail::WireTag<core::ValueType::kFloat8e4m3>{});
+    else detail::withWire(wire, launch);
   });
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (bytes != 1 && bytes != 2 && bytes != 4) return invalidArgument("narrowPositions: bytes must be 1, 2 or 4");
+  narrowKernel<<<detail::gridFor(n, 256, 8), 256, 0, stream>>>(positions, n, bytes, dst);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status widenRowPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                         uint32_t rowLen, uint32_t* dst, uint64_t* badRow, cudaStream_t stream) {
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+  if (bytes != 1 && bytes != 2 && bytes != 4) return invalidArgument("widenRowPositions: bytes must be 1, 2 or 4");
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(badRow, 0xff, sizeof(uint64_t), stream));
+  if (nRows == 0) return Status::ok();
+  widenKernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(
+      src, bytes, offsets, nRows, rowLen, dst, reinterpret_cast<unsigned long long*>(badRow));
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

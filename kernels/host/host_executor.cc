@@ -207,6 +207,87 @@ Status HostExecutor::mergeRowLists(const IdRowsSection* lists, size_t count, spc
   return Status::ok();
 }
 
+Status HostExecutor::selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                                core::ValueType wire, uint32_t* positions, void* values, uint32_t stride,
+                                uint32_t* counts) {
+  if (wire == core::ValueType::kFloat8e4m3) return invalidArgument("selectRows: fp8 is scaled by toWire");
+  Open open(*this);
+  // selectRowTopK may write a whole row's length: one row's scratch.
+  if (rowPositions_.size() < rowLen) rowPositions_.resize(rowLen);
+  if (rowKeys_.size() < rowLen) rowKeys_.resize(rowLen);
+  host::selectRows(rows, type, nRows, rowLen, keep, wire, positions, values, stride, counts, rowPositions_.data(),
+                   rowKeys_.data());
+  return Status::ok();
+}
+
+namespace {
+
+// compactRows with the values' width known at compile time.
+template <typename V>
+void compactAs(const uint32_t* stridedPositions, const V* stridedValues, uint32_t stride, const uint64_t* offsets,
+               uint64_t nRows, uint32_t* positions, V* values) {
+  // A few entries a row: plain loops (a memcpy call a row cost more than its copy).
+  for (uint64_t r = 0; r < nRows; ++r) {
+    const uint64_t at = offsets[r] - offsets[0], n = std::min<uint64_t>(offsets[r + 1] - offsets[r], stride);
+    const uint32_t* p = stridedPositions + r * stride;
+    const V* v = stridedValues + r * stride;
+    for (uint64_t e = 0; e < n; ++e) {
+      positions[at + e] = p[e];
+      values[at + e] = v[e];
+    }
+  }
+}
+
+}  // namespace
+
+Status HostExecutor::compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes,
+                                 uint32_t stride, const uint64_t* offsets, uint64_t nRows, uint32_t* positions,
+                                 void* values) {
+  Open open(*this);
+  if (valueBytes == 4)
+    compactAs(stridedPositions, static_cast<const uint32_t*>(stridedValues), stride, offsets, nRows, positions,
+              static_cast<uint32_t*>(values));
+  else if (valueBytes == 2)
+    compactAs(stridedPositions, static_cast<const uint16_t*>(stridedValues), stride, offsets, nRows, positions,
+              static_cast<uint16_t*>(values));
+  else
+    compactAs(stridedPositions, static_cast<const uint8_t*>(stridedValues), stride, offsets, nRows, positions,
+              static_cast<uint8_t*>(values));
+  return Status::ok();
+}
+
+Status HostExecutor::gatherRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen,
+                                const uint32_t* positions, const uint64_t* offsets, core::ValueType wire,
+                                void* values) {
+  if (wire == core::ValueType::kFloat8e4m3) return invalidArgument("gatherRows: fp8 is scaled by toWire");
+  Open open(*this);
+  host::gatherRowValues(rows, type, nRows, rowLen, positions, offsets, wire, values);
+  return Status::ok();
+}
+
+Status HostExecutor::scatterRows(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                                 const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                                 void* rows) {
+  Open open(*this);
+  host::scatterRowValues(values, wire, scaleExp, positions, offsets, nRows, rowLen, type, rows);
+  return Status::ok();
+}
+
+Status HostExecutor::narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {
+  Open open(*this);
+  host::narrowPositions(positions, n, bytes, dst);
+  return Status::ok();
+}
+
+Status HostExecutor::widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                                    uint32_t rowLen, uint32_t* dst, uint64_t* badRow) {
+  Open open(*this);
+  uint32_t badPos = 0;
+  *badRow = host::widenRowPositions(
+      src, bytes, nRows, rowLen, [&](uint64_t r) { return offsets[r + 1] - offsets[r]; }, dst, &badPos);
+  return Status::ok();
+}
+
 Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
   Open open(*this);
   if (bytes > 0) std::memcpy(dst, src, bytes);

@@ -58,6 +58,20 @@ class HostExecutor final : public Executor {
   Status mergeRowLists(const IdRowsSection* lists, size_t count, spcclDataType_t accType, uint64_t rowLen,
                        int64_t* outIds, void* outRows, uint64_t* unique, uint64_t* unordered) override;
 
+  Status selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                    core::ValueType wire, uint32_t* positions, void* values, uint32_t stride,
+                    uint32_t* counts) override;
+  Status compactRows(const uint32_t* stridedPositions, const void* stridedValues, uint32_t valueBytes, uint32_t stride,
+                     const uint64_t* offsets, uint64_t nRows, uint32_t* positions, void* values) override;
+  Status gatherRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, const uint32_t* positions,
+                    const uint64_t* offsets, core::ValueType wire, void* values) override;
+  Status scatterRows(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                     const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                     void* rows) override;
+  Status narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) override;
+  Status widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                        uint32_t rowLen, uint32_t* dst, uint64_t* badRow) override;
+
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override { return Status::ok(); }
 
@@ -92,11 +106,13 @@ class HostExecutor final : public Executor {
 
   bool guarded_;
   int depth_ = 0;
-  std::vector<ExecBuffer> mapped_;   // guarded allocations, page-rounded
-  std::vector<PairCursor> cursors_;  // reduceSections' scratch
-  std::vector<uint32_t> scratch_;    // kthLargestMagnitude's and reselect's candidates
-  std::vector<uint64_t> order_;      // the row-sparse merges' sort order and list heads
-  std::vector<float> rowBuf_;        // a row widened to fp32
+  std::vector<ExecBuffer> mapped_;      // guarded allocations, page-rounded
+  std::vector<PairCursor> cursors_;     // reduceSections' scratch
+  std::vector<uint32_t> scratch_;       // kthLargestMagnitude's and reselect's candidates
+  std::vector<uint64_t> order_;         // the row-sparse merges' sort order and list heads
+  std::vector<float> rowBuf_;           // a row widened to fp32
+  std::vector<uint32_t> rowPositions_;  // selectRows: one row's selection
+  std::vector<uint64_t> rowKeys_;       // and its keys
 };
 
 }  // namespace spccl::host

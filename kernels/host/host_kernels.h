@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "include/spccl.h"
@@ -110,6 +111,51 @@ const char* hostSimdName(HostSimd simd);  // "baseline", "avx2", "avx512"
 // entries each (positions past the returned count are left unspecified).
 uint32_t selectRowTopK(const void* row, spcclDataType_t type, uint32_t rowLen, uint32_t keep, uint32_t* positions,
                        uint64_t* scratch);
+
+// The alltoall rows' array passes (cuda/row_topk.cu's twins; Executor's
+// gatherRows, scatterRows, narrowPositions and widenPositions say what they
+// compute). gatherRowValues' wire: fp32, fp16 or bf16.
+// Executor::selectRows; rowPositions and scratch hold rowLen entries each.
+void selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                core::ValueType wire, uint32_t* positions, void* values, uint32_t stride, uint32_t* counts,
+                uint32_t* rowPositions, uint64_t* scratch);
+void gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, const uint32_t* positions,
+                     const uint64_t* offsets, core::ValueType wire, void* values);
+void scatterRowValues(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
+                      const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows);
+void narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst);
+// Row r's countOf(r) positions of `bytes` each at src (one row after
+// another), checked strictly increasing and below rowLen, widened to dst
+// (may be null). Returns 0, or 1 + the first row that fails (*badPos: the
+// position that failed it).
+template <typename Index, typename CountOf>
+uint64_t widenRowPositionsAs(const unsigned char* src, uint64_t nRows, uint32_t rowLen, CountOf countOf, uint32_t* dst,
+                             uint32_t* badPos) {
+  uint64_t j = 0;
+  for (uint64_t r = 0; r < nRows; ++r) {
+    const uint64_t c = countOf(r);
+    int64_t previous = -1;
+    for (uint64_t e = 0; e < c; ++e, ++j) {
+      Index raw;
+      std::memcpy(&raw, src + j * sizeof(Index), sizeof raw);  // little-endian hosts only (as the whole wire format)
+      const uint32_t pos = raw;
+      if (pos >= rowLen || static_cast<int64_t>(pos) <= previous) {
+        *badPos = pos;
+        return r + 1;
+      }
+      previous = pos;
+      if (dst) dst[j] = pos;
+    }
+  }
+  return 0;
+}
+template <typename CountOf>
+uint64_t widenRowPositions(const unsigned char* src, uint32_t bytes, uint64_t nRows, uint32_t rowLen, CountOf countOf,
+                           uint32_t* dst, uint32_t* badPos) {
+  if (bytes == 1) return widenRowPositionsAs<uint8_t>(src, nRows, rowLen, countOf, dst, badPos);
+  if (bytes == 2) return widenRowPositionsAs<uint16_t>(src, nRows, rowLen, countOf, dst, badPos);
+  return widenRowPositionsAs<uint32_t>(src, nRows, rowLen, countOf, dst, badPos);
+}
 
 // out[i] = v[i] + residual[i], residual[i] = 0; out equals v or does not
 // overlap it (as cuda::flushResidual).

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/host/host_common.h"
@@ -677,6 +678,177 @@ bool setHostSimd(HostSimd simd) {
 
 const char* hostSimdName(HostSimd simd) {
   return simd == HostSimd::kAvx512 ? "avx512" : simd == HostSimd::kAvx2 ? "avx2" : "baseline";
+}
+
+// ---- The alltoall rows' gather, scatter and positions (row_topk.cu's twins) ----
+
+namespace {
+
+// Element formats of user buffers and wire values, so that the per-entry
+// loops are compiled once per pair of formats with no switch inside.
+// toFloat reads, wireFromFloat writes (finite values saturate: storeWireValue).
+struct Fp32 {
+  using Raw = float;
+  static float toFloat(Raw r, int) { return r; }
+  static Raw wireFromFloat(float v) { return v; }
+};
+struct Fp16 {
+  using Raw = uint16_t;
+  static float toFloat(Raw r, int) { return core::halfBitsToFloat(r); }
+  static Raw wireFromFloat(float v) { return core::wireHalfBits(v); }
+};
+struct Bf16 {
+  using Raw = uint16_t;
+  static float toFloat(Raw r, int) { return core::bfloat16BitsToFloat(r); }
+  static Raw wireFromFloat(float v) { return core::wireBfloat16Bits(v); }
+};
+struct Fp8 {  // wire only, read side (a sender gathers fp32: the scale needs every value)
+  using Raw = uint8_t;
+  static float toFloat(Raw r, int scaleExp) { return core::loadWireValue(&r, 0, ValueType::kFloat8e4m3, scaleExp); }
+};
+
+template <typename F>
+decltype(auto) withBufferFormat(spcclDataType_t type, F&& f) {
+  switch (type) {
+    case spcclFloat16:
+      return f(Fp16{});
+    case spcclBfloat16:
+      return f(Bf16{});
+    default:
+      return f(Fp32{});
+  }
+}
+
+template <typename F>
+decltype(auto) withWireFormat(ValueType wire, F&& f) {
+  switch (wire) {
+    case ValueType::kFloat16:
+      return f(Fp16{});
+    case ValueType::kBfloat16:
+      return f(Bf16{});
+    case ValueType::kFloat8e4m3:
+      return f(Fp8{});
+    default:
+      return f(Fp32{});
+  }
+}
+
+// One format's element as another's: the bits as they are where the formats
+// agree, else through fp32, saturating (a value that came from a buffer of
+// type To and rounded past its range on the wire, 65504 -> 65536 in bf16 for
+// an fp16 buffer, must not come back as Inf). NaN/Inf pass unchanged.
+template <typename From, typename To>
+typename To::Raw convertRaw(typename From::Raw x, int scaleExp) {
+  if constexpr (std::is_same_v<From, To>) return x;
+  else return To::wireFromFloat(From::toFloat(x, scaleExp));
+}
+
+template <typename T>
+T loadRaw(const void* base, size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(base) + i * sizeof(T), sizeof v);
+  return v;
+}
+template <typename T>
+void storeRaw(void* base, size_t i, T v) {
+  std::memcpy(static_cast<char*>(base) + i * sizeof(T), &v, sizeof v);
+}
+
+template <typename Buf, typename Wire>
+void gatherAs(const void* rows, uint64_t nRows, uint32_t rowLen, const uint32_t* positions, const uint64_t* offsets,
+              void* values) {
+  const uint64_t o = offsets[0];
+  for (uint64_t r = 0; r < nRows; ++r) {
+    const char* row = static_cast<const char*>(rows) + r * rowLen * sizeof(typename Buf::Raw);
+    for (uint64_t j = offsets[r] - o; j < offsets[r + 1] - o; ++j)
+      storeRaw(values, j, convertRaw<Buf, Wire>(loadRaw<typename Buf::Raw>(row, positions[j]), 0));
+  }
+}
+
+// Each row is zeroed right before its entries are stored, so the stores hit
+// the lines just brought in.
+template <typename Wire, typename Buf>
+void scatterAs(const void* values, int scaleExp, const uint32_t* positions, const uint64_t* offsets, uint64_t nRows,
+               uint32_t rowLen, void* rows) {
+  using Raw = typename Buf::Raw;
+  const uint64_t o = offsets[0];
+  for (uint64_t r = 0; r < nRows; ++r) {
+    char* row = static_cast<char*>(rows) + r * rowLen * sizeof(Raw);
+    std::memset(row, 0, size_t{rowLen} * sizeof(Raw));
+    for (uint64_t j = offsets[r] - o; j < offsets[r + 1] - o; ++j)
+      storeRaw(row, positions[j], convertRaw<Wire, Buf>(loadRaw<typename Wire::Raw>(values, j), scaleExp));
+  }
+}
+
+template <typename Index>
+void narrowAs(const uint32_t* positions, uint64_t n, unsigned char* dst) {
+  for (uint64_t j = 0; j < n; ++j) {
+    const auto v = static_cast<Index>(positions[j]);
+    std::memcpy(dst + j * sizeof(Index), &v, sizeof v);
+  }
+}
+
+}  // namespace
+
+void gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, const uint32_t* positions,
+                     const uint64_t* offsets, ValueType wire, void* values) {
+  withBufferFormat(type, [&](auto b) {
+    withWireFormat(wire, [&](auto w) {
+      if constexpr (!std::is_same_v<decltype(w), Fp8>)
+        gatherAs<decltype(b), decltype(w)>(rows, nRows, rowLen, positions, offsets, values);
+    });
+  });
+}
+
+void scatterRowValues(const void* values, ValueType wire, int scaleExp, const uint32_t* positions,
+                      const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows) {
+  withWireFormat(wire, [&](auto w) {
+    withBufferFormat(type, [&](auto b) {
+      scatterAs<decltype(w), decltype(b)>(values, scaleExp, positions, offsets, nRows, rowLen, rows);
+    });
+  });
+}
+
+namespace {
+
+template <typename Buf, typename Wire>
+void selectRowsAs(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep,
+                  uint32_t* positions, void* values, uint32_t stride, uint32_t* counts, uint32_t* rowPositions,
+                  uint64_t* scratch) {
+  using BufRaw = typename Buf::Raw;
+  using WireRaw = typename Wire::Raw;
+  for (uint64_t r = 0; r < nRows; ++r) {
+    const auto* row = static_cast<const BufRaw*>(rows) + r * rowLen;
+    const uint32_t n = selectRowTopK(row, type, rowLen, keep, rowPositions, scratch);
+    const uint32_t kept = std::min(n, stride);
+    uint32_t* slot = positions + r * stride;
+    auto* vals = static_cast<WireRaw*>(values) + r * stride;
+    for (uint32_t e = 0; e < kept; ++e) {  // the row is still in the cache
+      slot[e] = rowPositions[e];
+      vals[e] = convertRaw<Buf, Wire>(row[rowPositions[e]], 0);
+    }
+    counts[r] = n;
+  }
+}
+
+}  // namespace
+
+void selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t rowLen, uint32_t keep, ValueType wire,
+                uint32_t* positions, void* values, uint32_t stride, uint32_t* counts, uint32_t* rowPositions,
+                uint64_t* scratch) {
+  withBufferFormat(type, [&](auto b) {
+    withWireFormat(wire, [&](auto w) {
+      if constexpr (!std::is_same_v<decltype(w), Fp8>)
+        selectRowsAs<decltype(b), decltype(w)>(rows, type, nRows, rowLen, keep, positions, values, stride, counts,
+                                               rowPositions, scratch);
+    });
+  });
+}
+
+void narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {
+  if (bytes == 1) narrowAs<uint8_t>(positions, n, dst);
+  else if (bytes == 2) narrowAs<uint16_t>(positions, n, dst);
+  else narrowAs<uint32_t>(positions, n, dst);
 }
 
 }  // namespace spccl::host

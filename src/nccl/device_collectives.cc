@@ -139,6 +139,18 @@ Status allGatherTopK(spcclComm* comm, const void* send, void* recv, size_t n, sp
   return onStream(comm, stream, [&] { return spccl::allGatherTopK(*comm, send, recv, n, type, density, call); });
 }
 
+Status rowsForward(spcclComm* comm, const void* send, void* recv, size_t rowsPerPeer, size_t rowLen,
+                   spcclDataType_t type, float density, spcclSelection* sel, cudaStream_t stream, spcclStats_t* call) {
+  return onStream(comm, stream, [&] {
+    return alltoAllRowsForward(*comm, send, recv, rowsPerPeer, rowLen, type, density, sel, call);
+  });
+}
+
+Status rowsBackward(spcclComm* comm, const void* gradSend, void* gradRecv, spcclSelection& sel, cudaStream_t stream,
+                    spcclStats_t* call) {
+  return onStream(comm, stream, [&] { return alltoAllRowsBackward(*comm, gradSend, gradRecv, sel, call); });
+}
+
 Status rowSparse(spcclComm* comm, const int64_t* ids, const void* rows, size_t nrows, size_t rowLen,
                  spcclDataType_t type, int64_t* outIds, void* outRows, size_t outCapacity, size_t* outNrows,
                  cudaStream_t stream, spcclStats_t* call) {

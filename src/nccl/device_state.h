@@ -120,34 +120,11 @@ class DeviceCall {
   bool began_ = false;
 };
 
-// Positions of one rows forward, for its backward: per-row offsets and
-// positions on the device, per-peer totals on the host. A forward without a
-// selection keeps them in the communicator's (comm.device->unkept).
-struct DeviceSelectionState {
-  DeviceMemory sentPositions, sentOffsets, recvPositions, recvOffsets;
-  std::vector<uint64_t> sentPerPeer, recvPerPeer;  // entries to / from each peer
-};
-
 struct DeviceCommState {
   NcclTransport* transport = nullptr;      // owned by the comm
   cuda::CudaExecutor* executor = nullptr;  // the comm's (comm->executor), set to each call's stream
   bool pageableAccess = false;  // the device reads pageable host memory (HMM, ATS): checkDeviceMemory passes all
   PinnedMemory staging;         // exact collectives: small host copies
-  // Rows forward scratch (grow-only): strided positions, per-row counts,
-  // kept values, the peers' counts and values, and a scan workspace.
-  DeviceMemory stridedPositions, counts, sendValues, recvCounts, recvValues, offsetsWorkspace;
-  PinnedMemory hostCounts, hostRecvCounts;
-  DeviceSelectionState unkept;
-  std::vector<std::shared_ptr<DeviceSelectionState>> selectionPool;
-  // Host-side per-call scratch of those collectives, grown to the ranks on
-  // the first call (no heap allocation after a shape's first call, as on the
-  // host path): per-peer byte offsets and sizes (8 x ranks).
-  std::vector<size_t> peerSizes;
-  // `arrays` arrays of `ranks` sizes each, laid out one after another in peerSizes.
-  size_t* peerSizeArrays(int ranks, int arrays) {
-    peerSizes.resize(static_cast<size_t>(arrays) * static_cast<size_t>(ranks));
-    return peerSizes.data();
-  }
 };
 
 inline NcclTransport& transportOf(spcclComm* comm) { return *static_cast<NcclTransport*>(comm->transport.get()); }

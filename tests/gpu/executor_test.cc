@@ -1022,6 +1022,114 @@ TEST(CudaExecutorSections, ManySectionsBeforeOneSettle) {
 }
 
 // Needs no device: the refusal happens before any CUDA call.
+// The alltoall rows' operations: selection (rows with NaN/Inf past the
+// slot) with its values, compaction, gather of one block (the same values), positions narrowed and widened
+// back (and a corrupted section's finding), scatter of fp8 values.
+struct RowsOutcome {
+  std::vector<uint32_t> counts, positions;
+  std::vector<unsigned char> selected, gathered, narrowed, fp8, scattered;  // selected: bf16, compacted
+  std::vector<uint32_t> widened;
+  uint64_t bad = 0, badCorrupt = 0;
+  uint32_t maxKey = 0;
+};
+
+TEST(CudaExecutorSections, RowOperationsSameBitsAsTheHost) {
+  constexpr uint64_t kRows = 37, kBlockRows = 12;
+  constexpr uint32_t kLen = 200, kKeep = 7;
+  std::mt19937_64 g(31);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<uint16_t> data(kRows * kLen);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = core::floatToHalfBits(nd(g));
+  for (uint64_t r = 0; r < kRows; r += 5)  // more NaN/Inf than the slack in some rows
+    for (uint32_t e = 0; e < 12; ++e) data[r * kLen + e * 13] = e % 2 ? 0x7c00 : 0x7e00;
+  const auto run = [&](Executor& ex, RowsOutcome* o) -> Status {
+    ExecMemory in, strided, stridedValues, counts, offsets, positions, compactValues, gathered, narrowed, widened,
+        staged, fp8, out;
+    SPCCL_RETURN_IF_ERROR(in.ensure(ex, data.size() * 2));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(in.get(), data.data(), data.size() * 2));
+    SPCCL_RETURN_IF_ERROR(strided.ensure(ex, kRows * kLen * 4));
+    SPCCL_RETURN_IF_ERROR(counts.ensure(ex, kRows * 4));
+    SPCCL_RETURN_IF_ERROR(stridedValues.ensure(ex, kRows * kLen * 2));
+    SPCCL_RETURN_IF_ERROR(ex.selectRows(in.get(), spcclFloat16, kRows, kLen, kKeep, core::ValueType::kBfloat16,
+                                        strided.get<uint32_t>(), stridedValues.get(), kLen, counts.get<uint32_t>()));
+    o->counts.resize(kRows);
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->counts.data(), counts.get(), kRows * 4));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    std::vector<uint64_t> off(kRows + 1, 0);
+    for (uint64_t r = 0; r < kRows; ++r) off[r + 1] = off[r] + o->counts[r];
+    const uint64_t nnz = off[kRows];
+    SPCCL_RETURN_IF_ERROR(offsets.ensure(ex, off.size() * 8));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(offsets.get(), off.data(), off.size() * 8));
+    SPCCL_RETURN_IF_ERROR(positions.ensure(ex, nnz * 4));
+    SPCCL_RETURN_IF_ERROR(compactValues.ensure(ex, nnz * 2));
+    SPCCL_RETURN_IF_ERROR(ex.compactRows(strided.get<uint32_t>(), stridedValues.get(), 2, kLen, offsets.get<uint64_t>(),
+                                         kRows, positions.get<uint32_t>(), compactValues.get()));
+    // Block 2 (rows 2*kBlockRows ...): offsets from the middle of the array.
+    const uint64_t b0 = off[2 * kBlockRows], bn = off[3 * kBlockRows] - b0;
+    SPCCL_RETURN_IF_ERROR(gathered.ensure(ex, bn * 2));
+    SPCCL_RETURN_IF_ERROR(ex.gatherRows(in.get<uint16_t>() + 2 * kBlockRows * kLen, spcclFloat16, kBlockRows, kLen,
+                                        positions.get<uint32_t>() + b0, offsets.get<uint64_t>() + 2 * kBlockRows,
+                                        core::ValueType::kBfloat16, gathered.get()));
+    SPCCL_RETURN_IF_ERROR(narrowed.ensure(ex, nnz));
+    SPCCL_RETURN_IF_ERROR(ex.narrowPositions(positions.get<uint32_t>(), nnz, 1, narrowed.get<unsigned char>()));
+    SPCCL_RETURN_IF_ERROR(widened.ensure(ex, nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.widenPositions(narrowed.get<unsigned char>(), 1, offsets.get<uint64_t>(), kRows, kLen,
+                                            widened.get<uint32_t>(), &o->bad));
+    // Every value as fp32, then fp8 with the max rule's scale, scattered back.
+    SPCCL_RETURN_IF_ERROR(staged.ensure(ex, nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.gatherRows(in.get(), spcclFloat16, kRows, kLen, positions.get<uint32_t>(),
+                                        offsets.get<uint64_t>(), core::ValueType::kFloat32, staged.get()));
+    SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(staged.get(), spcclFloat32, nullptr, nnz, &o->maxKey));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    const int scaleExp = core::fp8ScaleForMax(o->maxKey);
+    SPCCL_RETURN_IF_ERROR(fp8.ensure(ex, nnz));
+    SPCCL_RETURN_IF_ERROR(ex.toWire(staged.get<float>(), nnz, core::ValueType::kFloat8e4m3, scaleExp, fp8.get()));
+    SPCCL_RETURN_IF_ERROR(out.ensure(ex, data.size() * 2));
+    SPCCL_RETURN_IF_ERROR(ex.fill(out.get(), 0xa5, data.size() * 2));  // every element is written
+    SPCCL_RETURN_IF_ERROR(ex.scatterRows(fp8.get(), core::ValueType::kFloat8e4m3, scaleExp, positions.get<uint32_t>(),
+                                         offsets.get<uint64_t>(), kRows, kLen, spcclFloat16, out.get()));
+    o->positions.resize(nnz);
+    o->selected.resize(nnz * 2);
+    o->gathered.resize(bn * 2);
+    o->narrowed.resize(nnz);
+    o->widened.resize(nnz);
+    o->fp8.resize(nnz);
+    o->scattered.resize(data.size() * 2);
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->positions.data(), positions.get(), nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->selected.data(), compactValues.get(), nnz * 2));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->gathered.data(), gathered.get(), bn * 2));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->narrowed.data(), narrowed.get(), nnz));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->widened.data(), widened.get(), nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->fp8.data(), fp8.get(), nnz));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->scattered.data(), out.get(), data.size() * 2));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    // Row 9's second and third positions swapped: not increasing there.
+    const uint64_t at = off[9] + 1;
+    const unsigned char swapped[2] = {o->narrowed[at + 1], o->narrowed[at]};
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(narrowed.get<unsigned char>() + at, swapped, 2));
+    SPCCL_RETURN_IF_ERROR(ex.widenPositions(narrowed.get<unsigned char>(), 1, offsets.get<uint64_t>(), kRows, kLen,
+                                            widened.get<uint32_t>(), &o->badCorrupt));
+    return ex.settle();
+  };
+  RowsOutcome h, c;
+  ASSERT_NO_FATAL_FAILURE(onBothExecutors(run, &h, &c));
+  EXPECT_GT(*std::max_element(h.counts.begin(), h.counts.end()), kKeep + 4) << "no row kept its NaN/Inf";
+  EXPECT_EQ(c.counts, h.counts);
+  EXPECT_EQ(c.positions, h.positions);
+  EXPECT_EQ(c.selected, h.selected);
+  EXPECT_EQ(c.gathered, h.gathered);
+  EXPECT_EQ(c.narrowed, h.narrowed);
+  EXPECT_EQ(h.widened, h.positions);
+  EXPECT_EQ(c.widened, h.widened);
+  EXPECT_EQ(h.bad, 0u);
+  EXPECT_EQ(c.bad, 0u);
+  EXPECT_EQ(c.maxKey, h.maxKey);
+  EXPECT_EQ(c.fp8, h.fp8);
+  EXPECT_EQ(c.scattered, h.scattered);
+  EXPECT_EQ(h.badCorrupt, 10u);  // 1 + row 9
+  EXPECT_EQ(c.badCorrupt, 10u);
+}
+
 TEST(CudaExecutor, HostOnlyStepsFailWithTheirName) {
   cuda::CudaExecutor ex;
   bool ran = false;

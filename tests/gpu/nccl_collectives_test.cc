@@ -836,7 +836,7 @@ TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
 // against the host path, bit for bit; the codecs the device lacks are refused
 // by name.
 TEST_F(NcclWorld, AlltoAllRowsCodecsMatchHostPath) {
-  for (const char* codec : {"fp16", "bf16", "int8"}) {
+  for (const char* codec : {"fp16", "bf16", "fp8", "int8"}) {
     SCOPED_TRACE(codec);
     spcclComm_t dev = nullptr, host = nullptr;
     ASSERT_NO_FATAL_FAILURE(makePairWith("SPCCL_ROWS_CODEC", codec, &dev, &host));
