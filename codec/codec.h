@@ -295,36 +295,15 @@ constexpr int kRowsCodecBf16 = 4;
 constexpr int kRowsCodecFp8 = 5;
 constexpr uint8_t kRowsInt8ValueType = 0x81;
 constexpr uint8_t kRowsBoundedValueType = 0x82;
-constexpr int8_t kInt8NonFinite = -128;
-
-// The scale of one row's values: max finite |v| / 127 (0 for a row of
-// zeros or of non-finite values only).
+// The int8 rules (scale, encode, decode) are the kernels' (kernels/core/elementwise.h).
+using core::int8Decode;
+using core::int8Encode;
+using core::kInt8NonFinite;
+// The scale of one row's n values (core::int8ScaleOfMax of their largest finite |v|).
 inline float int8RowScale(const float* values, uint64_t n) {
   float m = 0.0f;
-  for (uint64_t e = 0; e < n; ++e) {
-    const float a = values[e] < 0 ? -values[e] : values[e];
-    if (a <= 3.4028235e38f && a > m) m = a;  // false for NaN and Inf
-  }
-  return m / 127.0f;
-}
-// The code of v at scale s. The quotient in double rounds to the nearest
-// code (an fp32 quotient could round a value just below a half-step up);
-// the clamp takes the fp32 rounding of the scale itself.
-inline int8_t int8Encode(float v, float scale) {
-  if (!(v - v == 0.0f)) return kInt8NonFinite;  // NaN or Inf
-  if (scale == 0.0f) return 0;
-  double q = static_cast<double>(v) / static_cast<double>(scale);
-  q = q < -127.0 ? -127.0 : q > 127.0 ? 127.0 : q;
-  return static_cast<int8_t>(q < 0 ? -static_cast<int>(-q + 0.5) : static_cast<int>(q + 0.5));
-}
-// The product is exact in double (8 by 24 bits), so the decode rounds once;
-// the row's largest value can round past fp32's range (127 * (3.4e38 / 127)),
-// hence the clamp.
-inline float int8Decode(int8_t code, float scale) {
-  if (code == kInt8NonFinite) return __builtin_nanf("");
-  const double d = static_cast<double>(code) * static_cast<double>(scale);
-  constexpr double kMax = 3.4028234663852886e38;
-  return static_cast<float>(d > kMax ? kMax : d < -kMax ? -kMax : d);
+  for (uint64_t e = 0; e < n; ++e) m = std::max(m, core::int8FiniteMagnitude(values[e]));
+  return core::int8ScaleOfMax(m);
 }
 
 // Bytes of an index entry for rows of rowLen elements: 1 up to 256, 2 up to 65536, else 4.
@@ -373,6 +352,13 @@ struct RowsLayout {
   int scaleExp = 0;  // fp8: the stream's, validated
 };
 RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz);
+// The int8 codec's: its kRows stream's scales and codes start at valuesAt.
+RowsHeader rowsStreamHeaderInt8(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz, uint64_t seq);
+RowsHeader valuesStreamHeaderInt8(uint64_t nnz, uint64_t rows, uint64_t rowLen, uint64_t seq);
+Status checkValuesStreamHeaderInt8(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq,
+                                   int peer);
+// Executor::decodeRowsInt8's finding: row `row`'s scale.
+Status badInt8Scale(int peer, uint64_t row);
 // codec: kRowsCodecWire (the wire type vt) or kRowsCodecInt8.
 Status checkRowsStreamHeader(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt,
                              int codec, uint64_t seq, int peer, RowsLayout* out);

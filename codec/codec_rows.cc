@@ -259,23 +259,16 @@ size_t storeCountsAndPositions(unsigned char* p, uint64_t rows, uint64_t keepPer
 // Per row r, its scale and counts[r] codes: scales (rows x fp32) then codes.
 void storeInt8Rows(unsigned char* scales, unsigned char* codes, const float* values, const uint32_t* counts,
                    uint64_t rows) {
-  uint64_t e = 0;
-  for (uint64_t r = 0; r < rows; ++r) {
-    const float scale = int8RowScale(values + e, counts[r]);
-    std::memcpy(scales + r * sizeof(float), &scale, sizeof scale);
-    for (uint32_t c = 0; c < counts[r]; ++c, ++e) {
-      const int8_t code = int8Encode(values[e], scale);
-      std::memcpy(codes + e, &code, 1);
-    }
-  }
+  std::vector<uint64_t> offsets(rows + 1, 0);
+  for (uint64_t r = 0; r < rows; ++r) offsets[r + 1] = offsets[r] + counts[r];
+  host::encodeRowsInt8(values, offsets.data(), rows, scales, codes);
 }
 
 // Every scale of a received int8 stream finite and >= 0 (a NaN or negative
 // scale would decode to values no honest sender makes).
 bool validScales(const unsigned char* scales, uint64_t rows, uint64_t* bad) {
   for (uint64_t r = 0; r < rows; ++r) {
-    const float s = loadScale(scales, r);
-    if (!(s >= 0.0f && s <= 3.4028235e38f)) {
+    if (!core::int8ScaleValid(loadScale(scales, r))) {
       *bad = r;
       return false;
     }
@@ -347,8 +340,7 @@ size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPe
   const size_t scalesAt = storeCountsAndPositions(p, rows, keepPerRow, counts, positions, nnz, ib);
   const size_t codesAt = scalesAt + rows * sizeof(float);
   storeInt8Rows(p + scalesAt, p + codesAt, values, counts, rows);
-  const RowsHeader h = makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(ib), kRowsInt8ValueType,
-                                      rows, rowLen, keepPerRow, nnz, seq);
+  const RowsHeader h = rowsStreamHeaderInt8(rows, rowLen, keepPerRow, nnz, seq);
   std::memcpy(p, &h, sizeof h);
   return finish(p, codesAt + nnz);
 }
@@ -356,8 +348,7 @@ size_t encodeRowsInt8(void* dst, uint64_t rows, uint64_t rowLen, uint64_t keepPe
 size_t encodeValuesInt8(void* dst, const float* values, const uint32_t* counts, uint64_t rows, uint64_t rowLen,
                         uint64_t nnz, uint64_t seq) {
   auto* p = static_cast<unsigned char*>(dst);
-  const RowsHeader h = makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
-                                      kRowsInt8ValueType, rows, rowLen, 0, nnz, seq);
+  const RowsHeader h = valuesStreamHeaderInt8(nnz, rows, rowLen, seq);
   std::memcpy(p, &h, sizeof h);
   const size_t codesAt = sizeof h + rows * sizeof(float);
   storeInt8Rows(p + sizeof h, p + codesAt, values, counts, rows);
@@ -445,6 +436,21 @@ RowsHeader valuesStreamHeader(uint64_t nnz, uint64_t rows, uint64_t rowLen, Valu
   return h;
 }
 
+Status badInt8Scale(int peer, uint64_t row) {
+  return remoteError(formatString("int8 rows stream from rank %d: row %llu has a scale that is not finite and >= 0",
+                                  peer, static_cast<unsigned long long>(row)));
+}
+
+RowsHeader rowsStreamHeaderInt8(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz, uint64_t seq) {
+  return makeRowsHeader(StreamKind::kRows, Collective::kAlltoAllRows, encodingFor(rowIndexBytes(rowLen)),
+                        kRowsInt8ValueType, rows, rowLen, keepPerRow, nnz, seq);
+}
+
+RowsHeader valuesStreamHeaderInt8(uint64_t nnz, uint64_t rows, uint64_t rowLen, uint64_t seq) {
+  return makeRowsHeader(StreamKind::kValues, Collective::kAlltoAllRowsBackward, IndexEncoding::kRow32,
+                        kRowsInt8ValueType, rows, rowLen, 0, nnz, seq);
+}
+
 RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz) {
   RowsLayout l;
   l.indexBytes = rowIndexBytes(rowLen);
@@ -502,10 +508,10 @@ Status parseValues(const void* data, size_t bytes, uint64_t nnz, ValueType vt, u
   return Status::ok();
 }
 
-Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq, int peer,
-                       const unsigned char** scales, const int8_t** codes) {
-  RowsHeader h;
-  SPCCL_RETURN_IF_ERROR(checkRowsHeader(data, bytes, StreamKind::kValues, seq, peer, &h));
+Status checkValuesStreamHeaderInt8(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq,
+                                   int peer) {
+  if (bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(checkRowsHeaderFields(&h, StreamKind::kValues, seq, peer));
   if (h.nnz != nnz || h.rows != rows || h.valueType != kRowsInt8ValueType)
     return invalidUsage(
         formatString("backward stream from rank %d has %llu values in %llu rows of type %u, this rank's "
@@ -517,6 +523,16 @@ Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t n
   if (bytes != valuesStreamBytesInt8(rows, nnz))
     return remoteError(formatString("backward stream from rank %d is %zu bytes, expected %zu", peer, bytes,
                                     valuesStreamBytesInt8(rows, nnz)));
+  return Status::ok();
+}
+
+Status parseValuesInt8(const void* data, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq, int peer,
+                       const unsigned char** scales, const int8_t** codes) {
+  if (data == nullptr || bytes < sizeof(RowsHeader)) return shorterThanHeader(bytes, peer);
+  SPCCL_RETURN_IF_ERROR(verifyStream(data, bytes, peer));
+  RowsHeader h;
+  std::memcpy(&h, data, sizeof h);
+  SPCCL_RETURN_IF_ERROR(checkValuesStreamHeaderInt8(h, bytes, rows, nnz, seq, peer));
   const auto* s = static_cast<const unsigned char*>(data) + sizeof h;
   uint64_t bad = 0;
   if (!validScales(s, rows, &bad))
@@ -637,9 +653,7 @@ float boundedStep(float bound) {
 }
 
 float boundedDecode(int64_t q, float step) {
-  const double d = static_cast<double>(q) * static_cast<double>(step);
-  constexpr double kMax = 3.4028234663852886e38;
-  return static_cast<float>(d > kMax ? kMax : d < -kMax ? -kMax : d);
+  return core::clampToFloat(static_cast<double>(q) * static_cast<double>(step));
 }
 
 float rowsCallBound(const float* values, uint64_t n, float bound, bool relative, double decay, uint64_t call) {

@@ -81,12 +81,13 @@ struct Workspace {
   std::vector<IdRowsSection> idRowsLists;
   std::vector<uint64_t> unordered;
   // The alltoall rows: the selection's slots (positions, values) and counts,
-  // its values compacted, and per stream its layout, entries, fp8 key and
-  // positions check.
-  ExecMemory rowsStrided, rowsStridedValues, rowCounts, rowsStaged;
+  // its values compacted, int8 values decoded, and per stream its layout, entries, fp8 key or
+  // scale and positions or scales check.
+  ExecMemory rowsStrided, rowsStridedValues, rowCounts, rowsStaged, rowsDecoded;
   std::vector<RowsLayout> rowsLayouts;
   std::vector<uint64_t> rowsEntries, rowsBad;
   std::vector<uint32_t> rowsMaxKeys;
+  std::vector<int> rowsScaleExps;
 };
 
 // This rank's selected entries: sorted global indices and wire-typed values.

@@ -8,8 +8,8 @@
 // codes and backward exact (codec.h).
 //
 // Written once over the executor: the streams are built and read in its
-// memory, section by section. The int8 and bounded codecs have no device
-// kernels (hostOnly).
+// memory, section by section. The bounded codec has no device kernels
+// (hostOnly).
 #include <algorithm>
 #include <string>
 #include <cstring>
@@ -162,22 +162,17 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   }
   SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, layoutStreams(ws.sizes, &ws.offsets)));
   auto* send = ws.sendStream.get<unsigned char>();
-  if (int8 || bounded) {
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly(int8 ? "SPCCL_ROWS_CODEC=int8" : "SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
-      const float bound = bounded ? rowsCallBound(stagedValues, sentTotal, comm.settings->rowsErrorBound,
-                                                  comm.settings->rowsErrorRelative, comm.settings->rowsErrorDecay,
-                                                  comm.boundedForwards++)
-                                  : 0.0f;
+  if (bounded) {
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
+      const float bound =
+          rowsCallBound(stagedValues, sentTotal, comm.settings->rowsErrorBound, comm.settings->rowsErrorRelative,
+                        comm.settings->rowsErrorDecay, comm.boundedForwards++);
       for (int j = 0; j < p; ++j) {
         const uint64_t first = firstOf(j), nnz = s.sentOffsets[(j + 1) * rpp] - first;
-        const uint64_t keepPerRow = blockIsFixed(j) ? keep : 0;
-        if (int8)
-          encodeRowsInt8(send + ws.offsets[j], rowsPerPeer, rowLen, keepPerRow, s.sentCounts.data() + j * rpp,
-                         sentPositions + first, stagedValues + first, nnz, seq);
-        else  // the stream takes its own size; the offsets keep the room laid out above
-          ws.sizes[j] =
-              encodeRowsBounded(send + ws.offsets[j], rowsPerPeer, rowLen, keepPerRow, s.sentCounts.data() + j * rpp,
-                                sentPositions + first, stagedValues + first, nnz, bound, wire, seq);
+        // The stream takes its own size; the offsets keep the room laid out above.
+        ws.sizes[j] = encodeRowsBounded(send + ws.offsets[j], rowsPerPeer, rowLen, blockIsFixed(j) ? keep : 0,
+                                        s.sentCounts.data() + j * rpp, sentPositions + first, stagedValues + first, nnz,
+                                        bound, wire, seq);
       }
       return Status::ok();
     }));
@@ -188,14 +183,19 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
       const uint64_t first = firstOf(j), nnz = s.sentOffsets[(j + 1) * rpp] - first;
       const uint64_t keepPerRow = blockIsFixed(j) ? keep : 0;
       const int scaleExp = fp8 ? core::fp8ScaleForMax(ws.rowsMaxKeys[j]) : 0;
-      const RowsHeader h = rowsStreamHeader(rowsPerPeer, rowLen, keepPerRow, nnz, wire, scaleExp, seq);
+      const RowsHeader h = int8 ? rowsStreamHeaderInt8(rowsPerPeer, rowLen, keepPerRow, nnz, seq)
+                                : rowsStreamHeader(rowsPerPeer, rowLen, keepPerRow, nnz, wire, scaleExp, seq);
       const RowsLayout l = rowsLayout(rowsPerPeer, rowLen, keepPerRow, nnz);
       SPCCL_RETURN_IF_ERROR(ex.storeSmall(dst, &h, sizeof h));
       if (keepPerRow == 0) SPCCL_RETURN_IF_ERROR(ex.copy(dst + l.countsAt, counts + j * rpp, rpp * sizeof(uint32_t)));
       SPCCL_RETURN_IF_ERROR(ex.narrowPositions(sentPositions + first, nnz, ib, dst + l.positionsAt));
-      const size_t positionsEnd = l.positionsAt + nnz * ib, valuesEnd = l.valuesAt + nnz * vb;
+      const size_t positionsEnd = l.positionsAt + nnz * ib;
+      const size_t valuesEnd = l.valuesAt + (int8 ? rpp * sizeof(float) + nnz : nnz * vb);
       SPCCL_RETURN_IF_ERROR(ex.fill(dst + positionsEnd, 0, l.valuesAt - positionsEnd));
-      if (fp8) SPCCL_RETURN_IF_ERROR(ex.toWire(stagedValues + first, nnz, wire, scaleExp, dst + l.valuesAt));
+      if (int8)
+        SPCCL_RETURN_IF_ERROR(ex.encodeRowsInt8(stagedValues + first, sentOffsets + j * rpp, rpp, dst + l.valuesAt,
+                                                dst + l.valuesAt + rpp * sizeof(float)));
+      else if (fp8) SPCCL_RETURN_IF_ERROR(ex.toWire(stagedValues + first, nnz, wire, scaleExp, dst + l.valuesAt));
       else SPCCL_RETURN_IF_ERROR(ex.copy(dst + l.valuesAt, stagedBytes + first * vb, nnz * vb));
       SPCCL_RETURN_IF_ERROR(ex.fill(dst + valuesEnd, 0, ws.sizes[j] - valuesEnd));
     }
@@ -247,29 +247,24 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   s.recvCounts.resize(nRows);
   s.recvOffsets.resize(nRows + 1);
   SPCCL_RETURN_IF_ERROR(s.recvOffsetsIn.ensure(ex, (nRows + 1) * sizeof(uint64_t)));
-  if (int8 || bounded) {
+  if (bounded) {
     // Parsed and decoded to fp32 on the host (positions in comm.positions,
     // values in comm.floats), then stored as a wire codec's would be.
     std::vector<uint32_t>& positions = comm.positions;
     std::vector<float>& decoded = comm.floats;
     positions.clear();
     decoded.clear();
-    Status parsed = ex.hostOnly(int8 ? "SPCCL_ROWS_CODEC=int8" : "SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
+    Status parsed = ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
       for (int j = 0; j < p; ++j) {
         RowsView v;
-        SPCCL_RETURN_IF_ERROR(bounded ? parseRowsBounded(recv + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
-                                                         wire, seq, j, &v, &positions, &comm.boundedDecoded)
-                                      : parseRowsCoded(recv + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
-                                                       wire, kRowsCodecInt8, seq, j, &v, &positions));
+        SPCCL_RETURN_IF_ERROR(parseRowsBounded(recv + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen, wire,
+                                               seq, j, &v, &positions, &comm.boundedDecoded));
         if (v.keepPerRow != 0 && v.keepPerRow != keep) return otherDensity(j, v.keepPerRow);
-        const auto* codes = static_cast<const int8_t*>(v.values);
-        for (size_t r = 0, e = 0; r < rowsPerPeer; ++r) {
+        for (size_t r = 0; r < rowsPerPeer; ++r) {
           const uint32_t c = s.recvCounts[j * rpp + r] = v.countOf(r);
           if (c < keep) return keptTooFew(j, c);
-          if (int8)
-            for (uint32_t k = 0; k < c; ++k, ++e) decoded.push_back(int8Decode(codes[e], loadScale(v.scales, r)));
         }
-        if (bounded) decoded.insert(decoded.end(), comm.boundedDecoded.begin(), comm.boundedDecoded.end());
+        decoded.insert(decoded.end(), comm.boundedDecoded.begin(), comm.boundedDecoded.end());
       }
       return Status::ok();
     });
@@ -279,7 +274,7 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(ex, std::max<size_t>(positions.size(), 1) * sizeof(uint32_t)));
     SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvPositions.get(), positions.data(), positions.size() * sizeof(uint32_t)));
     SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvOffsetsIn.get(), s.recvOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=int8|bounded", [&]() -> Status {
+    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
       host::scatterRowValues(decoded.data(), core::ValueType::kFloat32, 0, s.recvPositions.get<uint32_t>(),
                              s.recvOffsetsIn.get<uint64_t>(), nRows, len, type, recvbuff);
       return Status::ok();
@@ -295,8 +290,8 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     for (int j = 0; j < p; ++j) {
       RowsHeader h;
       std::memcpy(&h, &sc.headers[j], sizeof h);
-      const Status st = checkRowsStreamHeader(h, ws.recvSizes[j], rowsPerPeer, rowLen, wire, kRowsCodecWire, seq, j,
-                                              &ws.rowsLayouts[j]);
+      const Status st = checkRowsStreamHeader(h, ws.recvSizes[j], rowsPerPeer, rowLen, wire,
+                                              int8 ? kRowsCodecInt8 : kRowsCodecWire, seq, j, &ws.rowsLayouts[j]);
       if (!st.isOk()) return refuse(st);
       if (h.keepPerRow != 0 && h.keepPerRow != keep) return refuse(otherDensity(j, h.keepPerRow));
       ws.rowsEntries[j] = h.nnz;
@@ -328,11 +323,26 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     SPCCL_RETURN_IF_ERROR(ex.settle());
     for (int j = 0; j < p; ++j)
       if (ws.rowsBad[j] != 0) return refuse(badRowPositions(j, ws.rowsBad[j] - 1, nullptr));
-    for (int j = 0; j < p; ++j)
-      SPCCL_RETURN_IF_ERROR(ex.scatterRows(recv + ws.recvOffsets[j] + ws.rowsLayouts[j].valuesAt, wire,
-                                           ws.rowsLayouts[j].scaleExp, recvPositions + s.recvOffsets[j * rpp],
-                                           recvOffsets + j * rpp, rpp, len, type,
-                                           static_cast<char*>(recvbuff) + j * blockElems * esize));
+    float* decoded = nullptr;  // int8: every block's values decoded to fp32, in recvPositions order
+    if (int8) {
+      SPCCL_RETURN_IF_ERROR(ws.rowsDecoded.ensure(ex, std::max<uint64_t>(s.recvOffsets[nRows], 1) * sizeof(float)));
+      decoded = ws.rowsDecoded.get<float>();
+      for (int j = 0; j < p; ++j) {
+        const unsigned char* scales = recv + ws.recvOffsets[j] + ws.rowsLayouts[j].valuesAt;
+        SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales, scales + rpp * sizeof(float), recvOffsets + j * rpp, rpp,
+                                                decoded + s.recvOffsets[j * rpp], &ws.rowsBad[j]));
+      }
+      SPCCL_RETURN_IF_ERROR(ex.settle());
+      for (int j = 0; j < p; ++j)
+        if (ws.rowsBad[j] != 0) return refuse(badInt8Scale(j, ws.rowsBad[j] - 1));
+    }
+    for (int j = 0; j < p; ++j) {
+      const void* values = int8 ? static_cast<const void*>(decoded + s.recvOffsets[j * rpp])
+                                : recv + ws.recvOffsets[j] + ws.rowsLayouts[j].valuesAt;
+      SPCCL_RETURN_IF_ERROR(ex.scatterRows(values, int8 ? core::ValueType::kFloat32 : wire, ws.rowsLayouts[j].scaleExp,
+                                           recvPositions + s.recvOffsets[j * rpp], recvOffsets + j * rpp, rpp, len,
+                                           type, static_cast<char*>(recvbuff) + j * blockElems * esize));
+    }
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
@@ -402,29 +412,24 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     SPCCL_RETURN_IF_ERROR(ex.gatherRows(gradSend, sel.dataType, nRows, len, recvPositions, recvOffsets,
                                         core::ValueType::kFloat32, stagedValues));
   }
-  if (int8) {
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=int8", [&]() -> Status {
-      for (int j = 0; j < p; ++j)
-        encodeValuesInt8(send + ws.offsets[j], stagedValues + s.recvOffsets[j * rpp], s.recvCounts.data() + j * rpp,
-                         rpp, rowLen, outOf(j), seq);
-      return Status::ok();
-    }));
-  } else {
-    if (fp8) SPCCL_RETURN_IF_ERROR(streamMaxKeys(ex, stagedValues, s.recvOffsets.data(), rpp, p, &ws.rowsMaxKeys));
-    for (int j = 0; j < p; ++j) {
-      unsigned char* dst = send + ws.offsets[j];
-      const uint64_t first = s.recvOffsets[j * rpp], n = outOf(j);
-      const int scaleExp = fp8 ? core::fp8ScaleForMax(ws.rowsMaxKeys[j]) : 0;
-      const RowsHeader h = valuesStreamHeader(n, rpp, rowLen, wire, scaleExp, seq);
-      SPCCL_RETURN_IF_ERROR(ex.storeSmall(dst, &h, sizeof h));
-      if (fp8) SPCCL_RETURN_IF_ERROR(ex.toWire(stagedValues + first, n, wire, scaleExp, dst + sizeof h));
-      else
-        SPCCL_RETURN_IF_ERROR(ex.gatherRows(static_cast<const char*>(gradSend) + j * blockElems * esize, sel.dataType,
-                                            rpp, len, recvPositions + first, recvOffsets + j * rpp, wire,
-                                            dst + sizeof h));
-      const size_t used = sizeof h + n * core::wireValueBytes(wire);
-      SPCCL_RETURN_IF_ERROR(ex.fill(dst + used, 0, ws.sizes[j] - used));
-    }
+  if (fp8) SPCCL_RETURN_IF_ERROR(streamMaxKeys(ex, stagedValues, s.recvOffsets.data(), rpp, p, &ws.rowsMaxKeys));
+  for (int j = 0; j < p; ++j) {
+    unsigned char* dst = send + ws.offsets[j];
+    const uint64_t first = s.recvOffsets[j * rpp], n = outOf(j);
+    const int scaleExp = fp8 ? core::fp8ScaleForMax(ws.rowsMaxKeys[j]) : 0;
+    const RowsHeader h =
+        int8 ? valuesStreamHeaderInt8(n, rpp, rowLen, seq) : valuesStreamHeader(n, rpp, rowLen, wire, scaleExp, seq);
+    SPCCL_RETURN_IF_ERROR(ex.storeSmall(dst, &h, sizeof h));
+    if (int8)
+      SPCCL_RETURN_IF_ERROR(ex.encodeRowsInt8(stagedValues + first, recvOffsets + j * rpp, rpp, dst + sizeof h,
+                                              dst + sizeof h + rpp * sizeof(float)));
+    else if (fp8) SPCCL_RETURN_IF_ERROR(ex.toWire(stagedValues + first, n, wire, scaleExp, dst + sizeof h));
+    else
+      SPCCL_RETURN_IF_ERROR(ex.gatherRows(static_cast<const char*>(gradSend) + j * blockElems * esize, sel.dataType,
+                                          rpp, len, recvPositions + first, recvOffsets + j * rpp, wire,
+                                          dst + sizeof h));
+    const size_t used = sizeof h + (int8 ? rpp * sizeof(float) + n : n * core::wireValueBytes(wire));
+    SPCCL_RETURN_IF_ERROR(ex.fill(dst + used, 0, ws.sizes[j] - used));
   }
   for (int j = 0; j < p; ++j)
     SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, &comm.integrity, send + ws.offsets[j], ws.sizes[j]));
@@ -439,38 +444,39 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     SPCCL_RETURN_IF_ERROR(ex.fill(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize));
     return st;
   };
-  if (int8) {
-    std::vector<float>& decoded = comm.floats;
-    decoded.clear();
-    const Status st = ex.hostOnly("SPCCL_ROWS_CODEC=int8", [&]() -> Status {
-      for (int j = 0; j < p; ++j) {
-        const unsigned char* scales = nullptr;
-        const int8_t* codes = nullptr;
-        SPCCL_RETURN_IF_ERROR(
-            parseValuesInt8(recv + ws.recvOffsets[j], ws.recvSizes[j], rpp, inOf(j), seq, j, &scales, &codes));
-        for (size_t r = 0, e = 0; r < rpp; ++r)
-          for (uint32_t k = 0; k < s.sentCounts[j * rpp + r]; ++k, ++e)
-            decoded.push_back(int8Decode(codes[e], loadScale(scales, r)));
-      }
-      host::scatterRowValues(decoded.data(), core::ValueType::kFloat32, 0, sentPositions, sentOffsets, nRows, len,
-                             sel.dataType, gradRecv);
-      return Status::ok();
-    });
+  const Status verified = receivedHeaders(ex, recv, p, &ws);
+  if (!verified.isOk()) return refuse(verified);
+  const StreamsScratch& sc = ws.streams;
+  ws.rowsScaleExps.resize(p);
+  for (int j = 0; j < p; ++j) {
+    RowsHeader h;
+    std::memcpy(&h, &sc.headers[j], sizeof h);
+    int scaleExp = 0;
+    const Status st = int8 ? checkValuesStreamHeaderInt8(h, ws.recvSizes[j], rpp, inOf(j), seq, j)
+                           : checkValuesStreamHeader(h, ws.recvSizes[j], inOf(j), wire, seq, j, &scaleExp);
     if (!st.isOk()) return refuse(st);
-  } else {
-    const Status verified = receivedHeaders(ex, recv, p, &ws);
-    if (!verified.isOk()) return refuse(verified);
-    const StreamsScratch& sc = ws.streams;
+    ws.rowsScaleExps[j] = scaleExp;
+  }
+  float* decoded = nullptr;  // int8: every block's values decoded to fp32, in sentPositions order
+  if (int8) {
+    SPCCL_RETURN_IF_ERROR(ws.rowsDecoded.ensure(ex, std::max<uint64_t>(s.sentOffsets[nRows], 1) * sizeof(float)));
+    decoded = ws.rowsDecoded.get<float>();
+    ws.rowsBad.assign(p, 0);
     for (int j = 0; j < p; ++j) {
-      RowsHeader h;
-      std::memcpy(&h, &sc.headers[j], sizeof h);
-      int scaleExp = 0;
-      const Status st = checkValuesStreamHeader(h, ws.recvSizes[j], inOf(j), wire, seq, j, &scaleExp);
-      if (!st.isOk()) return refuse(st);
-      SPCCL_RETURN_IF_ERROR(ex.scatterRows(recv + ws.recvOffsets[j] + sizeof h, wire, scaleExp,
-                                           sentPositions + s.sentOffsets[j * rpp], sentOffsets + j * rpp, rpp, len,
-                                           sel.dataType, static_cast<char*>(gradRecv) + j * blockElems * esize));
+      const unsigned char* scales = recv + ws.recvOffsets[j] + sizeof(RowsHeader);
+      SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales, scales + rpp * sizeof(float), sentOffsets + j * rpp, rpp,
+                                              decoded + s.sentOffsets[j * rpp], &ws.rowsBad[j]));
     }
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    for (int j = 0; j < p; ++j)
+      if (ws.rowsBad[j] != 0) return refuse(badInt8Scale(j, ws.rowsBad[j] - 1));
+  }
+  for (int j = 0; j < p; ++j) {
+    const void* values = int8 ? static_cast<const void*>(decoded + s.sentOffsets[j * rpp])
+                              : recv + ws.recvOffsets[j] + sizeof(RowsHeader);
+    SPCCL_RETURN_IF_ERROR(ex.scatterRows(values, int8 ? core::ValueType::kFloat32 : wire, ws.rowsScaleExps[j],
+                                         sentPositions + s.sentOffsets[j * rpp], sentOffsets + j * rpp, rpp, len,
+                                         sel.dataType, static_cast<char*>(gradRecv) + j * blockElems * esize));
   }
   *call = spcclStats_t{};
   call->calls = 1;

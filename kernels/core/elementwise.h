@@ -402,4 +402,39 @@ SPCCL_HOST_DEVICE float roundToWireBounded(float v, ValueType t, int scaleExp, f
   return storeWireValueBounded(&slot, 0, v, t, scaleExp, bound);
 }
 
+// ---- The int8 row codec (SPCCL_ROWS_CODEC=int8): one scale per row ----
+
+constexpr int8_t kInt8NonFinite = -128;  // the code of NaN and Inf
+
+// The scale of one row: max finite |v| / 127 (0 for a row of zeros or of
+// non-finite values only). A maximum: the same in any order of the values.
+SPCCL_HOST_DEVICE float int8ScaleOfMax(float maxFinite) { return maxFinite / 127.0f; }
+SPCCL_HOST_DEVICE float int8FiniteMagnitude(float v) {  // |v|, 0 for NaN and Inf
+  const float a = v < 0 ? -v : v;
+  return a <= 3.4028235e38f ? a : 0.0f;
+}
+// The code of v at scale s. The quotient in double rounds to the nearest
+// code (an fp32 quotient could round a value just below a half-step up);
+// the clamp takes the fp32 rounding of the scale itself.
+SPCCL_HOST_DEVICE int8_t int8Encode(float v, float scale) {
+  if (!(v - v == 0.0f)) return kInt8NonFinite;  // NaN or Inf
+  if (scale == 0.0f) return 0;
+  double q = static_cast<double>(v) / static_cast<double>(scale);
+  q = q < -127.0 ? -127.0 : q > 127.0 ? 127.0 : q;
+  return static_cast<int8_t>(q < 0 ? -static_cast<int>(-q + 0.5) : static_cast<int>(q + 0.5));
+}
+// The product is exact in double (8 by 24 bits), so the decode rounds once;
+// the row's largest value can round past fp32's range (127 * (3.4e38 / 127)),
+// hence the clamp.
+SPCCL_HOST_DEVICE float clampToFloat(double d) {  // to fp32, finite values saturating at fp32's largest
+  constexpr double kMax = 3.4028234663852886e38;
+  return static_cast<float>(d > kMax ? kMax : d < -kMax ? -kMax : d);
+}
+SPCCL_HOST_DEVICE float int8Decode(int8_t code, float scale) {
+  if (code == kInt8NonFinite) return bitsFloat(0x7fc00000u);
+  return clampToFloat(static_cast<double>(code) * static_cast<double>(scale));
+}
+// A received scale a sender could have made: finite and >= 0.
+SPCCL_HOST_DEVICE bool int8ScaleValid(float s) { return s >= 0.0f && s <= 3.4028235e38f; }
+
 }  // namespace spccl::core

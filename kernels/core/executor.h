@@ -245,6 +245,19 @@ class Executor {
   virtual Status widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
                                 uint32_t rowLen, uint32_t* dst, uint64_t* badRow) = 0;
 
+  // The int8 row codec (SPCCL_ROWS_CODEC=int8) over one block's values (j
+  // in [offsets[r], offsets[r+1]), o = offsets[0], as above). encode: scale
+  // r (fp32 bytes at scales + 4r) = core::int8ScaleOfMax of the row's largest
+  // finite |v|, codes[j - o] = core::int8Encode(values[j - o], that scale).
+  // decode: out[j - o] = core::int8Decode(codes[j - o], scale r). The scales
+  // came from a peer: *badRow (host, valid after settle()) = 0 when each is
+  // finite and >= 0, else 1 + the first row whose is not (out then holds
+  // nothing meaningful).
+  virtual Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                                unsigned char* codes) = 0;
+  virtual Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
+                                uint64_t nRows, float* out, uint64_t* badRow) = 0;
+
   // Call agreement inside the data exchange, for calls that never wait for
   // the host (the fixed-capacity policy): `count` exchanged records of
   // `stride` bytes, each opening with `checkedBytes` that every rank's call

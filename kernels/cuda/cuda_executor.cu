@@ -473,20 +473,40 @@ Status CudaExecutor::narrowPositions(const uint32_t* positions, uint64_t n, uint
   return cuda::narrowPositions(positions, n, bytes, dst, stream_);
 }
 
-Status CudaExecutor::widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
-                                    uint32_t rowLen, uint32_t* dst, uint64_t* badRow) {
-  // One device word per call until settle(); growing frees (or, after a
-  // capture, retires) the old words only once the work using them is done.
+// A row check's device word (~0: no finding) until settle(), launched by
+// `launch`, copied to *badRow and converted there (~0 -> 0). Growing frees
+// (or, after a capture, retires) the old words only once the work using them
+// is done.
+template <typename F>
+Status CudaExecutor::rowCheck(uint64_t* badRow, F&& launch) {
   const size_t need = (rowChecksUsed_ + 1) * sizeof(uint64_t);
   if (rowChecks_.bytes < need) {
     if (rowChecksUsed_ > 0) SPCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier words' copies have landed
     SPCCL_RETURN_IF_ERROR(grow(&rowChecks_, std::max<size_t>(2 * need, 64 * sizeof(uint64_t))));
   }
   auto* word = static_cast<uint64_t*>(rowChecks_.ptr) + rowChecksUsed_++;
-  SPCCL_RETURN_IF_ERROR(widenRowPositions(src, bytes, offsets, nRows, rowLen, dst, word, stream_));
+  SPCCL_RETURN_IF_ERROR(launch(word));
   SPCCL_RETURN_IF_ERROR(toHost(badRow, word, sizeof(uint64_t)));
   pendingUnordered_.push_back(UnorderedOut{badRow, 1});
   return Status::ok();
+}
+
+Status CudaExecutor::widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
+                                    uint32_t rowLen, uint32_t* dst, uint64_t* badRow) {
+  return rowCheck(badRow, [&](uint64_t* word) {
+    return widenRowPositions(src, bytes, offsets, nRows, rowLen, dst, word, stream_);
+  });
+}
+
+Status CudaExecutor::encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                                    unsigned char* codes) {
+  return cuda::encodeRowsInt8(values, offsets, nRows, scales, codes, stream_);
+}
+
+Status CudaExecutor::decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
+                                    uint64_t nRows, float* out, uint64_t* badRow) {
+  return rowCheck(
+      badRow, [&](uint64_t* word) { return cuda::decodeRowsInt8(scales, codes, offsets, nRows, out, word, stream_); });
 }
 
 Status CudaExecutor::streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) {

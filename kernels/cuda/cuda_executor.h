@@ -72,6 +72,10 @@ class CudaExecutor final : public Executor {
   Status widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
                         uint32_t rowLen, uint32_t* dst, uint64_t* badRow) override;
 
+  Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                        unsigned char* codes) override;
+  Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
+                        uint64_t nRows, float* out, uint64_t* badRow) override;
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override;
 
@@ -148,8 +152,11 @@ class CudaExecutor final : public Executor {
     size_t count;
   };
   std::vector<UnorderedOut> pendingUnordered_;
-  // widenPositions' findings since the last settle(), one word each (~0:
-  // none), converted as the merges' order checks are.
+  // The row checks' findings (widenPositions, decodeRowsInt8) since the last
+  // settle(), one word each (~0: none), converted as the merges' order
+  // checks are.
+  template <typename F>
+  Status rowCheck(uint64_t* badRow, F&& launch);
   ExecBuffer rowChecks_;
   size_t rowChecksUsed_ = 0;
 };

@@ -334,6 +334,44 @@ __device__ __forceinline__ uint32_t loadPosition(const unsigned char* src, uint6
   return v;
 }
 
+// Warp per row: the scale from the warp's maximum (the same in any order),
+// then each value's code; the scale's bytes (unaligned in the stream) by lane 0.
+__global__ void __launch_bounds__(kWarps * 32)
+    encodeInt8Kernel(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                     unsigned char* codes) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    const uint64_t base = offsets[0], begin = offsets[row] - base, end = offsets[row + 1] - base;
+    float m = 0.0f;
+    for (uint64_t j = begin + lane; j < end; j += 32) m = fmaxf(m, core::int8FiniteMagnitude(values[j]));
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    const float scale = core::int8ScaleOfMax(m);
+    if (lane < 4) scales[row * 4 + lane] = static_cast<unsigned char>(core::floatBits(scale) >> (8 * lane));
+    for (uint64_t j = begin + lane; j < end; j += 32)
+      codes[j] = static_cast<unsigned char>(core::int8Encode(values[j], scale));
+  }
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    decodeInt8Kernel(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets, uint64_t nRows,
+                     float* out, unsigned long long* badRow) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
+  for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    uint32_t bits = 0;
+    for (uint32_t b = 0; b < 4; ++b) bits |= uint32_t{scales[row * 4 + b]} << (8 * b);
+    const float scale = core::bitsFloat(bits);
+    if (!core::int8ScaleValid(scale)) {
+      if (lane == 0) atomicMin(badRow, static_cast<unsigned long long>(row + 1));
+      continue;
+    }
+    const uint64_t base = offsets[0], end = offsets[row + 1] - base;
+    for (uint64_t j = offsets[row] - base + lane; j < end; j += 32)
+      out[j] = core::int8Decode(static_cast<int8_t>(codes[j]), scale);
+  }
+}
+
 __global__ void narrowKernel(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -485,6 +523,25 @@ Status widenRowPositions(const unsigned char* src, uint32_t bytes, const uint64_
   if (nRows == 0) return Status::ok();
   widenKernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(
       src, bytes, offsets, nRows, rowLen, dst, reinterpret_cast<unsigned long long*>(badRow));
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                      unsigned char* codes, cudaStream_t stream) {
+  if (nRows == 0) return Status::ok();
+  encodeInt8Kernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(values, offsets, nRows, scales,
+                                                                                  codes);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets, uint64_t nRows,
+                      float* out, uint64_t* badRow, cudaStream_t stream) {
+  SPCCL_CUDA_CHECK(cudaMemsetAsync(badRow, 0xff, sizeof(uint64_t), stream));
+  if (nRows == 0) return Status::ok();
+  decodeInt8Kernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(
+      scales, codes, offsets, nRows, out, reinterpret_cast<unsigned long long*>(badRow));
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -288,6 +288,20 @@ Status HostExecutor::widenPositions(const unsigned char* src, uint32_t bytes, co
   return Status::ok();
 }
 
+Status HostExecutor::encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                                    unsigned char* codes) {
+  Open open(*this);
+  host::encodeRowsInt8(values, offsets, nRows, scales, codes);
+  return Status::ok();
+}
+
+Status HostExecutor::decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
+                                    uint64_t nRows, float* out, uint64_t* badRow) {
+  Open open(*this);
+  *badRow = host::decodeRowsInt8(scales, codes, offsets, nRows, out);
+  return Status::ok();
+}
+
 Status HostExecutor::copy(void* dst, const void* src, size_t bytes) {
   Open open(*this);
   if (bytes > 0) std::memcpy(dst, src, bytes);

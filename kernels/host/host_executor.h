@@ -72,6 +72,10 @@ class HostExecutor final : public Executor {
   Status widenPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
                         uint32_t rowLen, uint32_t* dst, uint64_t* badRow) override;
 
+  Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                        unsigned char* codes) override;
+  Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
+                        uint64_t nRows, float* out, uint64_t* badRow) override;
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override { return Status::ok(); }
 

@@ -845,6 +845,35 @@ void selectRows(const void* rows, spcclDataType_t type, uint64_t nRows, uint32_t
   });
 }
 
+void encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
+                    unsigned char* codes) {
+  const uint64_t o = offsets[0];
+  for (uint64_t r = 0; r < nRows; ++r) {
+    const uint64_t begin = offsets[r] - o, end = offsets[r + 1] - o;
+    float m = 0.0f;
+    for (uint64_t j = begin; j < end; ++j) m = std::max(m, core::int8FiniteMagnitude(values[j]));
+    const float scale = core::int8ScaleOfMax(m);
+    std::memcpy(scales + r * sizeof(float), &scale, sizeof scale);
+    for (uint64_t j = begin; j < end; ++j) {
+      const int8_t code = core::int8Encode(values[j], scale);
+      std::memcpy(codes + j, &code, 1);
+    }
+  }
+}
+
+uint64_t decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
+                        uint64_t nRows, float* out) {
+  const uint64_t o = offsets[0];
+  for (uint64_t r = 0; r < nRows; ++r) {
+    float scale;
+    std::memcpy(&scale, scales + r * sizeof(float), sizeof scale);
+    if (!core::int8ScaleValid(scale)) return r + 1;
+    for (uint64_t j = offsets[r] - o; j < offsets[r + 1] - o; ++j)
+      out[j] = core::int8Decode(static_cast<int8_t>(codes[j]), scale);
+  }
+  return 0;
+}
+
 void narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {
   if (bytes == 1) narrowAs<uint8_t>(positions, n, dst);
   else if (bytes == 2) narrowAs<uint16_t>(positions, n, dst);

@@ -1031,6 +1031,9 @@ struct RowsOutcome {
   std::vector<uint32_t> widened;
   uint64_t bad = 0, badCorrupt = 0;
   uint32_t maxKey = 0;
+  std::vector<unsigned char> int8Scales, int8Codes;  // every row's, from the fp32 values
+  std::vector<float> int8Decoded;
+  uint64_t badScale = 0, badScaleCorrupt = 0;
 };
 
 TEST(CudaExecutorSections, RowOperationsSameBitsAsTheHost) {
@@ -1103,6 +1106,27 @@ TEST(CudaExecutorSections, RowOperationsSameBitsAsTheHost) {
     SPCCL_RETURN_IF_ERROR(ex.toHost(o->fp8.data(), fp8.get(), nnz));
     SPCCL_RETURN_IF_ERROR(ex.toHost(o->scattered.data(), out.get(), data.size() * 2));
     SPCCL_RETURN_IF_ERROR(ex.settle());
+    // The int8 codec over every row, decoded back; then row 5's scale made NaN.
+    ExecMemory scales, codes, decoded;
+    SPCCL_RETURN_IF_ERROR(scales.ensure(ex, kRows * 4));
+    SPCCL_RETURN_IF_ERROR(codes.ensure(ex, nnz));
+    SPCCL_RETURN_IF_ERROR(decoded.ensure(ex, nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.encodeRowsInt8(staged.get<float>(), offsets.get<uint64_t>(), kRows,
+                                            scales.get<unsigned char>(), codes.get<unsigned char>()));
+    SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(),
+                                            offsets.get<uint64_t>(), kRows, decoded.get<float>(), &o->badScale));
+    o->int8Scales.resize(kRows * 4);
+    o->int8Codes.resize(nnz);
+    o->int8Decoded.resize(nnz);
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Scales.data(), scales.get(), kRows * 4));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Codes.data(), codes.get(), nnz));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Decoded.data(), decoded.get(), nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    const float nan = std::nanf("");
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(scales.get<unsigned char>() + 5 * 4, &nan, 4));
+    SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(),
+                                            offsets.get<uint64_t>(), kRows, decoded.get<float>(), &o->badScaleCorrupt));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
     // Row 9's second and third positions swapped: not increasing there.
     const uint64_t at = off[9] + 1;
     const unsigned char swapped[2] = {o->narrowed[at + 1], o->narrowed[at]};
@@ -1126,6 +1150,18 @@ TEST(CudaExecutorSections, RowOperationsSameBitsAsTheHost) {
   EXPECT_EQ(c.maxKey, h.maxKey);
   EXPECT_EQ(c.fp8, h.fp8);
   EXPECT_EQ(c.scattered, h.scattered);
+  EXPECT_EQ(c.int8Scales, h.int8Scales);
+  EXPECT_EQ(c.int8Codes, h.int8Codes);
+  ASSERT_EQ(c.int8Decoded.size(), h.int8Decoded.size());
+  for (size_t j = 0; j < h.int8Decoded.size(); ++j) {  // NaN codes decode to NaN (compared as NaN, not by bytes)
+    if (!(std::isnan(h.int8Decoded[j]) && std::isnan(c.int8Decoded[j]))) {
+      ASSERT_EQ(c.int8Decoded[j], h.int8Decoded[j]) << "entry " << j;
+    }
+  }
+  EXPECT_EQ(h.badScale, 0u);
+  EXPECT_EQ(c.badScale, 0u);
+  EXPECT_EQ(h.badScaleCorrupt, 6u);  // 1 + row 5
+  EXPECT_EQ(c.badScaleCorrupt, 6u);
   EXPECT_EQ(h.badCorrupt, 10u);  // 1 + row 9
   EXPECT_EQ(c.badCorrupt, 10u);
 }

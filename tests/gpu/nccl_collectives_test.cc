@@ -836,7 +836,7 @@ TEST_F(NcclWorld, AlltoAllRowsMatchHostPathBitForBit) {
 // against the host path, bit for bit; the codecs the device lacks are refused
 // by name.
 TEST_F(NcclWorld, AlltoAllRowsCodecsMatchHostPath) {
-  for (const char* codec : {"fp16", "bf16", "fp8", "int8"}) {
+  for (const char* codec : {"fp16", "bf16", "fp8", "int8", "bounded"}) {
     SCOPED_TRACE(codec);
     spcclComm_t dev = nullptr, host = nullptr;
     ASSERT_NO_FATAL_FAILURE(makePairWith("SPCCL_ROWS_CODEC", codec, &dev, &host));
@@ -848,9 +848,9 @@ TEST_F(NcclWorld, AlltoAllRowsCodecsMatchHostPath) {
     std::vector<unsigned char> hOut(bytes);
     const spcclResult_t r =
         spcclAlltoAllRowsCompressed(dIn.p, dOut.p, rowsPerPeer, rowLen, spcclFloat32, 0.125f, nullptr, dev, stream_);
-    if (std::strcmp(codec, "int8") == 0) {
+    if (std::strcmp(codec, "bounded") == 0) {
       EXPECT_EQ(spcclInvalidUsage, r);
-      EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev), "SPCCL_ROWS_CODEC=int8")) << spcclGetLastError(dev);
+      EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev), "SPCCL_ROWS_CODEC=bounded")) << spcclGetLastError(dev);
     } else {
       ASSERT_EQ(spcclSuccess, r) << spcclGetLastError(dev);
       ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(in.data(), hOut.data(), rowsPerPeer, rowLen, spcclFloat32,
