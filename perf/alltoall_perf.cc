@@ -3,6 +3,8 @@
 // size and pass. See README.md.
 //   fwd: spcclAlltoAllRowsCompressed, keeping the selection;
 //   bwd: spcclAlltoAllRowsBackward of a gradient through that selection.
+#include <cctype>
+#include <cstdio>
 #include <string>
 
 #include "harness.h"
@@ -81,13 +83,43 @@ class AlltoAll final : public Collective {
   // (by magnitude, ties to the lower index) zeroed, the kept values as the
   // wire carries them; the sender's row is the dense output's. Backward: the
   // dense gradient alltoall masked by this rank's own forward rows' top-k.
+  // SPCCL_ROWS_CODEC (docs/ENV.md) sets how the kept values travel: a
+  // value type in place of the wire's, int8 codes (both passes), or bounded
+  // codes (the forward; its backward is exact in the wire type).
   bool outputOk(const Context& ctx, const CheckInput& check) const override {
     const Options& opts = ctx.opts;
     const size_t rows = static_cast<size_t>(ctx.nRanks) * rowsPerPeer_;
     const size_t keep = check.compressed ? keptPerRow(opts.density, opts.rowLen) : opts.rowLen;
-    const spcclDataType_t wire = check.compressed ? ctx.wireValueType : opts.datatype;
+    spcclDataType_t wire = check.compressed ? ctx.wireValueType : opts.datatype;
+    KeptValues rule;
+    std::string codec = check.compressed ? environmentText("SPCCL_ROWS_CODEC") : "";
+    for (char& c : codec)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));  // as the library reads it
+    if (codec == "fp16") wire = spcclFloat16;
+    if (codec == "bf16") wire = spcclBfloat16;
+    if (codec == "fp8") wire = spcclFloat8e4m3;
+    if (codec == "int8") rule.kind = KeptValues::kInt8;
+    if (codec == "bounded" && check.pass == Pass::kForward) {
+      // The check rebuilds an absolute, constant bound only.
+      const std::string relative = environmentText("SPCCL_ROWS_ERROR_RELATIVE");
+      const std::string decay = environmentText("SPCCL_ROWS_ERROR_DECAY");
+      if (!(relative.empty() || relative == "0") || !(decay.empty() || std::stod(decay) == 1.0)) {
+        std::fprintf(stderr,
+                     "alltoall_perf: -c 1 checks SPCCL_ROWS_CODEC=bounded with an absolute, constant bound only "
+                     "(SPCCL_ROWS_ERROR_RELATIVE and SPCCL_ROWS_ERROR_DECAY unset); run with -c 0 to time it\n");
+        return false;
+      }
+      const std::string bound = environmentText("SPCCL_ROWS_ERROR_BOUND");
+      rule.kind = KeptValues::kBounded;
+      rule.bound = bound.empty() ? 1e-3f : std::stof(bound);
+    }
     const void* maskSource = check.pass == Pass::kForward ? check.want : check.input;
-    return isTopkMasked(check.got, check.want, maskSource, rows, opts.rowLen, keep, opts.datatype, wire);
+    return isTopkMasked(check.got, check.want, maskSource, rows, opts.rowLen, keep, opts.datatype, wire, rule);
+  }
+
+  static std::string environmentText(const char* name) {
+    const char* v = environmentValue(name);
+    return v ? v : "";
   }
 
   void release() override {

@@ -1309,7 +1309,7 @@ size_t keptPerRow(float density, size_t n) {
 }
 
 bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows, size_t rowLen, size_t keep,
-                  spcclDataType_t datatype, spcclDataType_t wire) {
+                  spcclDataType_t datatype, spcclDataType_t wire, KeptValues rule) {
   return visitType(datatype, [&](auto v) {
     using T = decltype(v);
     const T* g = static_cast<const T*>(got);
@@ -1344,10 +1344,34 @@ bool isTopkMasked(const void* got, const void* want, const void* maskSource, siz
                        });
       std::fill(kept.begin(), kept.end(), 0);
       for (size_t i = 0; i < keep; ++i) kept[order[i]] = 1;
+      float int8Scale = 0.0f;  // the row's largest finite |kept| / 127
+      if (rule.kind == KeptValues::kInt8) {
+        for (size_t i = 0; i < rowLen; ++i)
+          if (kept[i] && std::isfinite(toFloat(w[base + i])))
+            int8Scale = std::max(int8Scale, std::fabs(toFloat(w[base + i])));
+        int8Scale /= 127.0f;
+      }
+      // The decoded value stored in the buffer type rounds once more.
+      const double storeRounding = datatype == spcclFloat16    ? std::ldexp(1.0, -11)
+                                   : datatype == spcclBfloat16 ? std::ldexp(1.0, -8)
+                                                               : std::ldexp(1.0, -24);
       for (size_t i = 0; i < rowLen; ++i) {
         const float value = toFloat(g[base + i]);
         if (!kept[i]) {
           if (value != 0.0f) return false;
+          continue;
+        }
+        if (rule.kind != KeptValues::kWire) {
+          const float x = toFloat(w[base + i]);
+          if (!std::isfinite(x)) {  // int8 codes NaN and Inf alike as NaN; bounded sends them as they are
+            if (rule.kind == KeptValues::kInt8 ? !std::isnan(value)
+                                               : !(value == x || (std::isnan(value) && std::isnan(x))))
+              return false;
+            continue;
+          }
+          const double slack = rule.kind == KeptValues::kInt8 ? 0.5 * int8Scale * (1 + 1e-6) : rule.bound;
+          if (!(std::fabs(static_cast<double>(value) - x) <= slack * (1 + 1e-6) + std::fabs(x) * storeRounding))
+            return false;
           continue;
         }
         const float expected = toFloat(throughWire(w[base + i], wire));

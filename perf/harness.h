@@ -212,8 +212,15 @@ size_t keptPerRow(float density, size_t n);
 // `rowLen` elements, the `keep` entries of largest magnitude in the same row
 // of `maskSource` (ties: lower index first) hold want's value as the wire
 // type rounds it, and every other entry is zero.
+// A codec of the alltoall rows (SPCCL_ROWS_CODEC) loosens the kept values'
+// check: int8, each within half its row's scale (the largest finite |kept|
+// / 127), non-finite ones arriving as NaN; bounded, each within `bound`.
+struct KeptValues {
+  enum Kind { kWire, kInt8, kBounded } kind = kWire;
+  float bound = 0.0f;
+};
 bool isTopkMasked(const void* got, const void* want, const void* maskSource, size_t rows, size_t rowLen, size_t keep,
-                  spcclDataType_t datatype, spcclDataType_t wire);
+                  spcclDataType_t datatype, spcclDataType_t wire, KeptValues rule = {});
 
 // The benchmarks' input: N(0, 1) values, deterministic per seed (seed = rank).
 void fillGaussian(void* buf, size_t count, spcclDataType_t datatype, uint64_t seed);
