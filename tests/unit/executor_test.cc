@@ -3,6 +3,7 @@
 // everywhere but inside its own calls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -540,6 +541,127 @@ TEST_P(HostExecutorTest, RowSparseMerges) {
   ASSERT_TRUE(ex.settle().isOk());
   EXPECT_EQ(unordered[0], 0u);
   EXPECT_EQ(unordered[1], 2u);
+}
+
+// The alltoall rows' operations: the selection against selectRowTopK (rows
+// with NaN/Inf past `keep` too), compaction, the positions narrowed and
+// widened back with a swapped pair found, int8 codes within half a row's
+// scale with a NaN scale found, and fp32 values scattered into zeroed rows.
+TEST_P(HostExecutorTest, RowOperations) {
+  host::HostExecutor ex(GetParam());
+  constexpr uint64_t kRows = 23;
+  constexpr uint32_t kLen = 300, kKeep = 5;  // 2-byte positions
+  std::vector<float> data = randomFloats(kRows * kLen, 9);
+  for (uint64_t r = 0; r < kRows; r += 4)
+    for (uint32_t e = 0; e < 7; ++e) data[r * kLen + 40 * e] = std::numeric_limits<float>::infinity();
+  ExecMemory in, strided, values, counts, offsets, positions, compact, narrowed, widened, scales, codes, decoded, out;
+  ASSERT_TRUE(in.ensure(ex, data.size() * 4).isOk());
+  ASSERT_TRUE(ex.fromHost(in.get(), data.data(), data.size() * 4).isOk());
+  ASSERT_TRUE(strided.ensure(ex, kRows * kLen * 4).isOk());
+  ASSERT_TRUE(values.ensure(ex, kRows * kLen * 4).isOk());
+  ASSERT_TRUE(counts.ensure(ex, kRows * 4).isOk());
+  ASSERT_TRUE(ex.selectRows(in.get(), spcclFloat32, kRows, kLen, kKeep, core::ValueType::kFloat32,
+                            strided.get<uint32_t>(), values.get(), kLen, counts.get<uint32_t>())
+                  .isOk());
+  std::vector<uint32_t> hCounts(kRows);
+  ASSERT_TRUE(ex.toHost(hCounts.data(), counts.get(), kRows * 4).isOk());
+  std::vector<uint64_t> off(kRows + 1, 0);
+  std::vector<uint32_t> want;
+  std::vector<uint32_t> rowPositions(kLen);
+  std::vector<uint64_t> scratch(kLen);
+  for (uint64_t r = 0; r < kRows; ++r) {
+    const uint32_t n =
+        host::selectRowTopK(data.data() + r * kLen, spcclFloat32, kLen, kKeep, rowPositions.data(), scratch.data());
+    ASSERT_EQ(hCounts[r], n) << "row " << r;
+    ASSERT_EQ(n > kKeep, r % 4 == 0) << "row " << r;
+    want.insert(want.end(), rowPositions.begin(), rowPositions.begin() + n);
+    off[r + 1] = off[r] + n;
+  }
+  const uint64_t nnz = off[kRows];
+  ASSERT_TRUE(offsets.ensure(ex, off.size() * 8).isOk());
+  ASSERT_TRUE(ex.fromHost(offsets.get(), off.data(), off.size() * 8).isOk());
+  ASSERT_TRUE(positions.ensure(ex, nnz * 4).isOk());
+  ASSERT_TRUE(compact.ensure(ex, nnz * 4).isOk());
+  ASSERT_TRUE(ex.compactRows(strided.get<uint32_t>(), values.get(), 4, kLen, offsets.get<uint64_t>(), kRows,
+                             positions.get<uint32_t>(), compact.get())
+                  .isOk());
+  std::vector<uint32_t> got(nnz);
+  std::vector<float> kept(nnz);
+  ASSERT_TRUE(ex.toHost(got.data(), positions.get(), nnz * 4).isOk());
+  ASSERT_TRUE(ex.toHost(kept.data(), compact.get(), nnz * 4).isOk());
+  ASSERT_EQ(got, want);
+  for (uint64_t r = 0; r < kRows; ++r)
+    for (uint64_t j = off[r]; j < off[r + 1]; ++j)
+      ASSERT_EQ(std::memcmp(&kept[j], &data[r * kLen + want[j]], 4), 0) << "row " << r;
+
+  // Positions, 2 bytes each, and back; then row 6's first two swapped.
+  uint64_t bad = 99;
+  ASSERT_TRUE(narrowed.ensure(ex, nnz * 2).isOk());
+  ASSERT_TRUE(widened.ensure(ex, nnz * 4).isOk());
+  ASSERT_TRUE(ex.narrowPositions(positions.get<uint32_t>(), nnz, 2, narrowed.get<unsigned char>()).isOk());
+  ASSERT_TRUE(ex.widenPositions(narrowed.get<unsigned char>(), 2, offsets.get<uint64_t>(), kRows, kLen,
+                                widened.get<uint32_t>(), &bad)
+                  .isOk());
+  EXPECT_EQ(bad, 0u);
+  ASSERT_TRUE(ex.toHost(got.data(), widened.get(), nnz * 4).isOk());
+  EXPECT_EQ(got, want);
+  std::vector<unsigned char> section(nnz * 2);
+  ASSERT_TRUE(ex.toHost(section.data(), narrowed.get(), nnz * 2).isOk());
+  std::swap(section[off[6] * 2], section[off[6] * 2 + 2]);
+  std::swap(section[off[6] * 2 + 1], section[off[6] * 2 + 3]);
+  ASSERT_TRUE(ex.fromHost(narrowed.get(), section.data(), nnz * 2).isOk());
+  ASSERT_TRUE(ex.widenPositions(narrowed.get<unsigned char>(), 2, offsets.get<uint64_t>(), kRows, kLen,
+                                widened.get<uint32_t>(), &bad)
+                  .isOk());
+  EXPECT_EQ(bad, 7u);  // 1 + row 6
+
+  // int8: each kept value within half its row's scale, Inf as NaN; then row 3's scale NaN.
+  ASSERT_TRUE(scales.ensure(ex, kRows * 4).isOk());
+  ASSERT_TRUE(codes.ensure(ex, nnz).isOk());
+  ASSERT_TRUE(decoded.ensure(ex, nnz * 4).isOk());
+  ASSERT_TRUE(ex.encodeRowsInt8(compact.get<float>(), offsets.get<uint64_t>(), kRows, scales.get<unsigned char>(),
+                                codes.get<unsigned char>())
+                  .isOk());
+  ASSERT_TRUE(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(), offsets.get<uint64_t>(), kRows,
+                                decoded.get<float>(), &bad)
+                  .isOk());
+  EXPECT_EQ(bad, 0u);
+  std::vector<float> dec(nnz), hScales(kRows);
+  ASSERT_TRUE(ex.toHost(dec.data(), decoded.get(), nnz * 4).isOk());
+  ASSERT_TRUE(ex.toHost(hScales.data(), scales.get(), kRows * 4).isOk());
+  for (uint64_t r = 0; r < kRows; ++r) {
+    float largest = 0;
+    for (uint64_t j = off[r]; j < off[r + 1]; ++j)
+      if (std::isfinite(kept[j])) largest = std::max(largest, std::fabs(kept[j]));
+    EXPECT_EQ(hScales[r], largest / 127.0f) << "row " << r;
+    for (uint64_t j = off[r]; j < off[r + 1]; ++j) {
+      if (!std::isfinite(kept[j])) {
+        EXPECT_TRUE(std::isnan(dec[j])) << "row " << r;
+      } else {
+        EXPECT_LE(std::fabs(dec[j] - kept[j]), 0.5f * hScales[r] * 1.0001f) << "row " << r;
+      }
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(ex.fromHost(scales.get<unsigned char>() + 3 * 4, &nan, 4).isOk());
+  ASSERT_TRUE(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(), offsets.get<uint64_t>(), kRows,
+                                decoded.get<float>(), &bad)
+                  .isOk());
+  EXPECT_EQ(bad, 4u);  // 1 + row 3
+
+  // The kept values back into zeroed rows (fp16 rows: rounded, Inf kept).
+  ASSERT_TRUE(out.ensure(ex, kRows * kLen * 2).isOk());
+  ASSERT_TRUE(ex.fill(out.get(), 0x5a, kRows * kLen * 2).isOk());
+  ASSERT_TRUE(ex.scatterRows(compact.get(), core::ValueType::kFloat32, 0, positions.get<uint32_t>(),
+                             offsets.get<uint64_t>(), kRows, kLen, spcclFloat16, out.get())
+                  .isOk());
+  std::vector<uint16_t> rows(kRows * kLen);
+  ASSERT_TRUE(ex.toHost(rows.data(), out.get(), rows.size() * 2).isOk());
+  for (uint64_t r = 0; r < kRows; ++r) {
+    std::vector<uint16_t> row(kLen, 0);
+    for (uint64_t j = off[r]; j < off[r + 1]; ++j) row[want[j]] = core::wireHalfBits(kept[j]);
+    ASSERT_TRUE(std::equal(row.begin(), row.end(), rows.begin() + r * kLen)) << "row " << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndGuarded, HostExecutorTest, ::testing::Bool(),
