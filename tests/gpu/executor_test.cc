@@ -1037,6 +1037,7 @@ struct RowsOutcome {
 };
 
 TEST(CudaExecutorSections, RowOperationsSameBitsAsTheHost) {
+  SPCCL_REQUIRE_DEVICE();
   constexpr uint64_t kRows = 37, kBlockRows = 12;
   constexpr uint32_t kLen = 200, kKeep = 7;
   std::mt19937_64 g(31);
