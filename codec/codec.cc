@@ -429,6 +429,17 @@ Status verifyStreamsOn(Executor& ex, const unsigned char* data, const size_t* of
   return Status::ok();
 }
 
+Status fetchHeadersOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes, size_t count,
+                      int firstPeer, StreamsScratch* scratch) {
+  static_assert(sizeof(RowsHeader) == sizeof(StreamHeader), "one header fetch for every stream kind");
+  scratch->headers.assign(count, StreamHeader{});
+  for (size_t r = 0; r < count; ++r)
+    if (sizes[r] >= sizeof(StreamHeader))
+      SPCCL_RETURN_IF_ERROR(ex.toHost(&scratch->headers[r], data + offsets[r], sizeof(StreamHeader)));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  return verifyStreamsOn(ex, data, offsets, sizes, count, scratch->headers.data(), firstPeer, &scratch->crcs);
+}
+
 Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes,
                        size_t count, const StreamExpect& expect, float* out, uint64_t outBase, StreamsScratch* scratch,
                        int firstPeer) {
@@ -437,16 +448,10 @@ Status reduceStreamsOn(Executor& ex, const unsigned char* data, const size_t* of
         ex.fill(out + (expect.rangeBegin - outBase), 0, (expect.rangeEnd - expect.rangeBegin) * sizeof(float)));
     return st;
   };
-  scratch->headers.assign(count, StreamHeader{});
   scratch->views.resize(count);
   scratch->sections.resize(count);
   scratch->checks.resize(count);
-  for (size_t r = 0; r < count; ++r)
-    if (sizes[r] >= sizeof(StreamHeader))
-      SPCCL_RETURN_IF_ERROR(ex.toHost(&scratch->headers[r], data + offsets[r], sizeof(StreamHeader)));
-  SPCCL_RETURN_IF_ERROR(ex.settle());
-  const Status verified =
-      verifyStreamsOn(ex, data, offsets, sizes, count, scratch->headers.data(), firstPeer, &scratch->crcs);
+  const Status verified = fetchHeadersOn(ex, data, offsets, sizes, count, firstPeer, scratch);
   if (!verified.isOk()) return fail(verified);
   for (size_t r = 0; r < count; ++r) {
     const int peer = firstPeer + static_cast<int>(r);

@@ -299,12 +299,6 @@ constexpr uint8_t kRowsBoundedValueType = 0x82;
 using core::int8Decode;
 using core::int8Encode;
 using core::kInt8NonFinite;
-// The scale of one row's n values (core::int8ScaleOfMax of their largest finite |v|).
-inline float int8RowScale(const float* values, uint64_t n) {
-  float m = 0.0f;
-  for (uint64_t e = 0; e < n; ++e) m = std::max(m, core::int8FiniteMagnitude(values[e]));
-  return core::int8ScaleOfMax(m);
-}
 
 // Bytes of an index entry for rows of rowLen elements: 1 up to 256, 2 up to 65536, else 4.
 uint32_t rowIndexBytes(uint64_t rowLen);
@@ -351,7 +345,7 @@ struct RowsLayout {
   uint32_t indexBytes;
   int scaleExp = 0;  // fp8: the stream's, validated
 };
-RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz);
+RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, bool perRowCounts, uint64_t nnz);
 // The int8 codec's: its kRows stream's scales and codes start at valuesAt.
 RowsHeader rowsStreamHeaderInt8(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz, uint64_t seq);
 RowsHeader valuesStreamHeaderInt8(uint64_t nnz, uint64_t rows, uint64_t rowLen, uint64_t seq);
@@ -543,6 +537,12 @@ struct StreamsScratch {
   std::vector<IndexCheck> checks;
   std::vector<uint32_t> crcs;  // verifyStreamsOn's
 };
+// Every stream's header (stream r at data + offsets[r], sizes[r] bytes, from
+// rank firstPeer + r) copied to the host into scratch->headers (zeros where a
+// stream is shorter than a header), then each CRC verified where it carries
+// one (verifyStreamsOn). Pairs, dense and row streams share the header size.
+Status fetchHeadersOn(Executor& ex, const unsigned char* data, const size_t* offsets, const size_t* sizes, size_t count,
+                      int firstPeer, StreamsScratch* scratch);
 // parseStream and host::reduceSections for streams in executor memory:
 // stream r (from rank firstPeer + r) at data + offsets[r], sizes[r] bytes,
 // pairs or dense, each checked as parseStream checks it (an error marker,

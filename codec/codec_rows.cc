@@ -291,8 +291,7 @@ int fp8ScaleForValues(const float* values, uint64_t nnz, ValueType vt) {
 uint32_t rowIndexBytes(uint64_t rowLen) { return rowLen <= 256 ? 1u : rowLen <= 65536 ? 2u : 4u; }
 
 size_t rowsStreamBytes(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts, ValueType vt) {
-  const size_t counts = perRowCounts ? rows * sizeof(uint32_t) : 0;
-  return alignStream(pad4(sizeof(RowsHeader) + counts + nnz * rowIndexBytes(rowLen)) + nnz * core::wireValueBytes(vt));
+  return alignStream(rowsLayout(rows, rowLen, perRowCounts, nnz).valuesAt + nnz * core::wireValueBytes(vt));
 }
 
 size_t valuesStreamBytes(uint64_t nnz, ValueType vt) {
@@ -300,8 +299,7 @@ size_t valuesStreamBytes(uint64_t nnz, ValueType vt) {
 }
 
 size_t rowsStreamBytesInt8(uint64_t rows, uint64_t rowLen, uint64_t nnz, bool perRowCounts) {
-  const size_t counts = perRowCounts ? rows * sizeof(uint32_t) : 0;
-  return alignStream(pad4(sizeof(RowsHeader) + counts + nnz * rowIndexBytes(rowLen)) + rows * sizeof(float) + nnz);
+  return alignStream(rowsLayout(rows, rowLen, perRowCounts, nnz).valuesAt + rows * sizeof(float) + nnz);
 }
 
 size_t valuesStreamBytesInt8(uint64_t rows, uint64_t nnz) {
@@ -451,11 +449,11 @@ RowsHeader valuesStreamHeaderInt8(uint64_t nnz, uint64_t rows, uint64_t rowLen, 
                         kRowsInt8ValueType, rows, rowLen, 0, nnz, seq);
 }
 
-RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, uint64_t keepPerRow, uint64_t nnz) {
+RowsLayout rowsLayout(uint64_t rows, uint64_t rowLen, bool perRowCounts, uint64_t nnz) {
   RowsLayout l;
   l.indexBytes = rowIndexBytes(rowLen);
   l.countsAt = sizeof(RowsHeader);
-  l.positionsAt = l.countsAt + (keepPerRow == 0 ? rows * sizeof(uint32_t) : 0);
+  l.positionsAt = l.countsAt + (perRowCounts ? rows * sizeof(uint32_t) : 0);
   l.valuesAt = pad4(l.positionsAt + nnz * l.indexBytes);
   return l;
 }
@@ -474,7 +472,7 @@ Status checkRowsStreamHeader(const RowsHeader& h, size_t bytes, uint64_t rows, u
   if ((!perRow && h.nnz != rows * h.keepPerRow) || bytes != expectedBytes)
     return remoteError(formatString("rows stream from rank %d is %zu bytes for %llu entries", peer, bytes,
                                     static_cast<unsigned long long>(h.nnz)));
-  *out = rowsLayout(rows, rowLen, h.keepPerRow, h.nnz);
+  *out = rowsLayout(rows, rowLen, h.keepPerRow == 0, h.nnz);
   out->scaleExp = scaleExp;
   return Status::ok();
 }

@@ -146,6 +146,11 @@ Status choosePairsEncodingsOn(Executor& ex, int setting, const uint32_t* indices
 Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices, uint64_t nnz, uint64_t count,
                              core::ValueType wire, IndexEncoding* encoding, size_t* bytes);
 
+// Stream sizes through executor memory (what a device transport can move):
+// ws.sizes[j], the bytes of this rank's stream to rank j, go to rank j;
+// ws.recvCounts[j] = what rank j announces it sends here, on the host.
+Status exchangeSizes(Executor& ex, Transport& t, Workspace& ws);
+
 // The allgather algorithm's fixed-capacity policy (SPCCL_CAPACITY_MODE=fixed):
 // each rank's selection is written straight into its slots (fixedSlots:
 // `capacity` indices and values, pads index 0xffffffff, and its FixedRecord,

@@ -64,16 +64,41 @@ Status streamMaxKeys(Executor& ex, const float* values, const uint64_t* rowOffse
   return Status::ok();
 }
 
-// Every received stream's header (ws.recvSizes at ws.recvOffsets) to the
-// host, in ws.streams.headers, and its CRC verified where it carries one.
-Status receivedHeaders(Executor& ex, const unsigned char* recv, int p, Workspace* ws) {
-  StreamsScratch& sc = ws->streams;
-  sc.headers.assign(p, StreamHeader{});
-  for (int j = 0; j < p; ++j)
-    if (ws->recvSizes[j] >= sizeof(RowsHeader))
-      SPCCL_RETURN_IF_ERROR(ex.toHost(&sc.headers[j], recv + ws->recvOffsets[j], sizeof(RowsHeader)));
+// offsets[r] = counts[0] + ... + counts[r-1], r = 0..rows: where each row's
+// entries start, on the host and (inMemory) in executor memory.
+Status rowOffsetsOn(Executor& ex, const std::vector<uint32_t>& counts, std::vector<uint64_t>* offsets,
+                    ExecMemory* inMemory) {
+  const size_t rows = counts.size();
+  offsets->resize(rows + 1);
+  (*offsets)[0] = 0;
+  for (size_t r = 0; r < rows; ++r) (*offsets)[r + 1] = (*offsets)[r] + counts[r];
+  SPCCL_RETURN_IF_ERROR(inMemory->ensure(ex, (rows + 1) * sizeof(uint64_t)));
+  return ex.fromHost(inMemory->get(), offsets->data(), (rows + 1) * sizeof(uint64_t));
+}
+
+// The int8 codec's received blocks decoded to fp32, into ws.rowsDecoded in
+// the rows' order: block j's rpp scales at recv + ws.recvOffsets[j] +
+// scalesAt(j), its codes after them, its rows at offsetsIn + j * rpp
+// (offsets: the same on the host). *refusal: the first peer's bad scale.
+template <typename ScalesAt>
+Status decodeInt8Blocks(Executor& ex, Workspace& ws, const unsigned char* recv, ScalesAt scalesAt,
+                        const std::vector<uint64_t>& offsets, const uint64_t* offsetsIn, size_t rpp, int p,
+                        Status* refusal) {
+  const uint64_t total = offsets.back();
+  SPCCL_RETURN_IF_ERROR(ws.rowsDecoded.ensure(ex, std::max<uint64_t>(total, 1) * sizeof(float)));
+  ws.rowsBad.assign(p, 0);
+  for (int j = 0; j < p; ++j) {
+    const unsigned char* scales = recv + ws.recvOffsets[j] + scalesAt(j);
+    SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales, scales + rpp * sizeof(float), offsetsIn + j * rpp, rpp,
+                                            ws.rowsDecoded.get<float>() + offsets[j * rpp], &ws.rowsBad[j]));
+  }
   SPCCL_RETURN_IF_ERROR(ex.settle());
-  return verifyStreamsOn(ex, recv, ws->recvOffsets.data(), ws->recvSizes.data(), p, sc.headers.data(), 0, &sc.crcs);
+  for (int j = 0; j < p; ++j)
+    if (ws.rowsBad[j] != 0) {
+      *refusal = badInt8Scale(j, ws.rowsBad[j] - 1);
+      break;
+    }
+  return Status::ok();
 }
 
 // The forward over transport t; selectionSeconds (SPCCL_PROFILE) gets the
@@ -121,13 +146,9 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     return ex.settle();
   };
   SPCCL_RETURN_IF_ERROR(selectInto(keep, s.sentPositions.get<uint32_t>(), ws.rowsStaged.get()));
-  s.sentOffsets.resize(nRows + 1);
-  s.sentOffsets[0] = 0;
-  for (uint64_t r = 0; r < nRows; ++r) s.sentOffsets[r + 1] = s.sentOffsets[r] + s.sentCounts[r];
+  SPCCL_RETURN_IF_ERROR(rowOffsetsOn(ex, s.sentCounts, &s.sentOffsets, &s.sentOffsetsIn));
   const uint64_t sentTotal = s.sentOffsets[nRows];
-  SPCCL_RETURN_IF_ERROR(s.sentOffsetsIn.ensure(ex, (nRows + 1) * sizeof(uint64_t)));
   auto* sentOffsets = s.sentOffsetsIn.get<uint64_t>();
-  SPCCL_RETURN_IF_ERROR(ex.fromHost(sentOffsets, s.sentOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
   if (sentTotal > nRows * keep) {
     SPCCL_RETURN_IF_ERROR(ws.rowsStrided.ensure(ex, nRows * len * sizeof(uint32_t)));
     SPCCL_RETURN_IF_ERROR(ws.rowsStridedValues.ensure(ex, nRows * len * sb));
@@ -145,16 +166,15 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     *selectionSeconds += selecting.seconds();
   }
 
-  // 2. One stream per peer.
-  const auto blockIsFixed = [&](int j) {  // every row of peer j's block kept exactly `keep`
-    return std::all_of(s.sentCounts.begin() + j * rpp, s.sentCounts.begin() + (j + 1) * rpp,
-                       [&](uint32_t c) { return c == keep; });
-  };
+  // 2. One stream per peer. Every row keeps at least `keep`: a block of
+  // rpp * keep entries keeps exactly `keep` a row, and its stream needs no counts.
   const auto firstOf = [&](int j) { return s.sentOffsets[j * rpp]; };
+  const auto nnzOf = [&](int j) { return s.sentOffsets[(j + 1) * rpp] - s.sentOffsets[j * rpp]; };
+  const auto keepPerRowOf = [&](int j) -> uint64_t { return nnzOf(j) == rpp * keep ? keep : 0; };
   ws.sizes.resize(p);
   for (int j = 0; j < p; ++j) {
-    const uint64_t nnz = s.sentOffsets[(j + 1) * rpp] - firstOf(j);
-    const bool fixed = blockIsFixed(j);
+    const uint64_t nnz = nnzOf(j);
+    const bool fixed = keepPerRowOf(j) != 0;
     // bounded: room for the largest stream; encodeRowsBounded gives the size.
     ws.sizes[j] = int8      ? rowsStreamBytesInt8(rowsPerPeer, rowLen, nnz, !fixed)
                   : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, fixed ? keep : 0, nnz, wire)
@@ -168,11 +188,11 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
           rowsCallBound(stagedValues, sentTotal, comm.settings->rowsErrorBound, comm.settings->rowsErrorRelative,
                         comm.settings->rowsErrorDecay, comm.boundedForwards++);
       for (int j = 0; j < p; ++j) {
-        const uint64_t first = firstOf(j), nnz = s.sentOffsets[(j + 1) * rpp] - first;
+        const uint64_t first = firstOf(j), nnz = nnzOf(j);
         // The stream takes its own size; the offsets keep the room laid out above.
-        ws.sizes[j] = encodeRowsBounded(send + ws.offsets[j], rowsPerPeer, rowLen, blockIsFixed(j) ? keep : 0,
-                                        s.sentCounts.data() + j * rpp, sentPositions + first, stagedValues + first, nnz,
-                                        bound, wire, seq);
+        ws.sizes[j] =
+            encodeRowsBounded(send + ws.offsets[j], rowsPerPeer, rowLen, keepPerRowOf(j), s.sentCounts.data() + j * rpp,
+                              sentPositions + first, stagedValues + first, nnz, bound, wire, seq);
       }
       return Status::ok();
     }));
@@ -180,12 +200,11 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     if (fp8) SPCCL_RETURN_IF_ERROR(streamMaxKeys(ex, stagedValues, s.sentOffsets.data(), rpp, p, &ws.rowsMaxKeys));
     for (int j = 0; j < p; ++j) {
       unsigned char* dst = send + ws.offsets[j];
-      const uint64_t first = firstOf(j), nnz = s.sentOffsets[(j + 1) * rpp] - first;
-      const uint64_t keepPerRow = blockIsFixed(j) ? keep : 0;
+      const uint64_t first = firstOf(j), nnz = nnzOf(j), keepPerRow = keepPerRowOf(j);
       const int scaleExp = fp8 ? core::fp8ScaleForMax(ws.rowsMaxKeys[j]) : 0;
       const RowsHeader h = int8 ? rowsStreamHeaderInt8(rowsPerPeer, rowLen, keepPerRow, nnz, seq)
                                 : rowsStreamHeader(rowsPerPeer, rowLen, keepPerRow, nnz, wire, scaleExp, seq);
-      const RowsLayout l = rowsLayout(rowsPerPeer, rowLen, keepPerRow, nnz);
+      const RowsLayout l = rowsLayout(rowsPerPeer, rowLen, keepPerRow == 0, nnz);
       SPCCL_RETURN_IF_ERROR(ex.storeSmall(dst, &h, sizeof h));
       if (keepPerRow == 0) SPCCL_RETURN_IF_ERROR(ex.copy(dst + l.countsAt, counts + j * rpp, rpp * sizeof(uint32_t)));
       SPCCL_RETURN_IF_ERROR(ex.narrowPositions(sentPositions + first, nnz, ib, dst + l.positionsAt));
@@ -204,15 +223,7 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, &comm.integrity, send + ws.offsets[j], ws.sizes[j]));
 
   // 3. Sizes, then the streams.
-  SPCCL_RETURN_IF_ERROR(ws.sizeSend.ensure(ex, p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(ws.sizeRecv.ensure(ex, p * sizeof(uint64_t)));
-  ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
-  ws.recvCounts.resize(p);
-  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(
-      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
-  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(ex.settle());
+  SPCCL_RETURN_IF_ERROR(exchangeSizes(ex, t, ws));
   ws.recvSizes.resize(p);
   const size_t largest = int8      ? rowsStreamBytesInt8(rowsPerPeer, rowLen, blockElems, true)
                          : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, 0, blockElems, wire)
@@ -245,8 +256,6 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
                      j, static_cast<unsigned long long>(keepPerRow), keep));
   };
   s.recvCounts.resize(nRows);
-  s.recvOffsets.resize(nRows + 1);
-  SPCCL_RETURN_IF_ERROR(s.recvOffsetsIn.ensure(ex, (nRows + 1) * sizeof(uint64_t)));
   if (bounded) {
     // Parsed and decoded to fp32 on the host (positions in comm.positions,
     // values in comm.floats), then stored as a wire codec's would be.
@@ -269,11 +278,9 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
       return Status::ok();
     });
     if (!parsed.isOk()) return refuse(parsed);
-    s.recvOffsets[0] = 0;
-    for (uint64_t r = 0; r < nRows; ++r) s.recvOffsets[r + 1] = s.recvOffsets[r] + s.recvCounts[r];
+    SPCCL_RETURN_IF_ERROR(rowOffsetsOn(ex, s.recvCounts, &s.recvOffsets, &s.recvOffsetsIn));
     SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(ex, std::max<size_t>(positions.size(), 1) * sizeof(uint32_t)));
     SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvPositions.get(), positions.data(), positions.size() * sizeof(uint32_t)));
-    SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvOffsetsIn.get(), s.recvOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
     SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
       host::scatterRowValues(decoded.data(), core::ValueType::kFloat32, 0, s.recvPositions.get<uint32_t>(),
                              s.recvOffsetsIn.get<uint64_t>(), nRows, len, type, recvbuff);
@@ -282,7 +289,7 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   } else {
     // Headers to the host, checksums, then each stream's counts, then its
     // positions (widened in executor memory), then its values.
-    const Status verified = receivedHeaders(ex, recv, p, &ws);
+    const Status verified = fetchHeadersOn(ex, recv, ws.recvOffsets.data(), ws.recvSizes.data(), p, 0, &ws.streams);
     if (!verified.isOk()) return refuse(verified);
     const StreamsScratch& sc = ws.streams;
     ws.rowsLayouts.resize(p);
@@ -309,12 +316,10 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
       for (size_t r = 0; r < rpp; ++r)
         if (s.recvCounts[j * rpp + r] < keep) return refuse(keptTooFew(j, s.recvCounts[j * rpp + r]));
     }
-    s.recvOffsets[0] = 0;
-    for (uint64_t r = 0; r < nRows; ++r) s.recvOffsets[r + 1] = s.recvOffsets[r] + s.recvCounts[r];
+    SPCCL_RETURN_IF_ERROR(rowOffsetsOn(ex, s.recvCounts, &s.recvOffsets, &s.recvOffsetsIn));
     SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(ex, std::max<uint64_t>(s.recvOffsets[nRows], 1) * sizeof(uint32_t)));
     auto* recvOffsets = s.recvOffsetsIn.get<uint64_t>();
     auto* recvPositions = s.recvPositions.get<uint32_t>();
-    SPCCL_RETURN_IF_ERROR(ex.fromHost(recvOffsets, s.recvOffsets.data(), (nRows + 1) * sizeof(uint64_t)));
     ws.rowsBad.assign(p, 0);
     for (int j = 0; j < p; ++j)
       SPCCL_RETURN_IF_ERROR(ex.widenPositions(recv + ws.recvOffsets[j] + ws.rowsLayouts[j].positionsAt, ib,
@@ -323,18 +328,14 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     SPCCL_RETURN_IF_ERROR(ex.settle());
     for (int j = 0; j < p; ++j)
       if (ws.rowsBad[j] != 0) return refuse(badRowPositions(j, ws.rowsBad[j] - 1, nullptr));
-    float* decoded = nullptr;  // int8: every block's values decoded to fp32, in recvPositions order
+    const float* decoded = nullptr;  // int8: the values as fp32, in recvPositions order
     if (int8) {
-      SPCCL_RETURN_IF_ERROR(ws.rowsDecoded.ensure(ex, std::max<uint64_t>(s.recvOffsets[nRows], 1) * sizeof(float)));
+      Status refusal;
+      SPCCL_RETURN_IF_ERROR(decodeInt8Blocks(
+          ex, ws, recv, [&](int j) { return ws.rowsLayouts[j].valuesAt; }, s.recvOffsets, recvOffsets, rpp, p,
+          &refusal));
+      if (!refusal.isOk()) return refuse(refusal);
       decoded = ws.rowsDecoded.get<float>();
-      for (int j = 0; j < p; ++j) {
-        const unsigned char* scales = recv + ws.recvOffsets[j] + ws.rowsLayouts[j].valuesAt;
-        SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales, scales + rpp * sizeof(float), recvOffsets + j * rpp, rpp,
-                                                decoded + s.recvOffsets[j * rpp], &ws.rowsBad[j]));
-      }
-      SPCCL_RETURN_IF_ERROR(ex.settle());
-      for (int j = 0; j < p; ++j)
-        if (ws.rowsBad[j] != 0) return refuse(badInt8Scale(j, ws.rowsBad[j] - 1));
     }
     for (int j = 0; j < p; ++j) {
       const void* values = int8 ? static_cast<const void*>(decoded + s.recvOffsets[j * rpp])
@@ -444,7 +445,7 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     SPCCL_RETURN_IF_ERROR(ex.fill(gradRecv, 0, static_cast<size_t>(p) * blockElems * esize));
     return st;
   };
-  const Status verified = receivedHeaders(ex, recv, p, &ws);
+  const Status verified = fetchHeadersOn(ex, recv, ws.recvOffsets.data(), ws.recvSizes.data(), p, 0, &ws.streams);
   if (!verified.isOk()) return refuse(verified);
   const StreamsScratch& sc = ws.streams;
   ws.rowsScaleExps.resize(p);
@@ -457,19 +458,13 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     if (!st.isOk()) return refuse(st);
     ws.rowsScaleExps[j] = scaleExp;
   }
-  float* decoded = nullptr;  // int8: every block's values decoded to fp32, in sentPositions order
+  const float* decoded = nullptr;  // int8: the values as fp32, in sentPositions order
   if (int8) {
-    SPCCL_RETURN_IF_ERROR(ws.rowsDecoded.ensure(ex, std::max<uint64_t>(s.sentOffsets[nRows], 1) * sizeof(float)));
+    Status refusal;
+    SPCCL_RETURN_IF_ERROR(decodeInt8Blocks(
+        ex, ws, recv, [](int) { return sizeof(RowsHeader); }, s.sentOffsets, sentOffsets, rpp, p, &refusal));
+    if (!refusal.isOk()) return refuse(refusal);
     decoded = ws.rowsDecoded.get<float>();
-    ws.rowsBad.assign(p, 0);
-    for (int j = 0; j < p; ++j) {
-      const unsigned char* scales = recv + ws.recvOffsets[j] + sizeof(RowsHeader);
-      SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales, scales + rpp * sizeof(float), sentOffsets + j * rpp, rpp,
-                                              decoded + s.sentOffsets[j * rpp], &ws.rowsBad[j]));
-    }
-    SPCCL_RETURN_IF_ERROR(ex.settle());
-    for (int j = 0; j < p; ++j)
-      if (ws.rowsBad[j] != 0) return refuse(badInt8Scale(j, ws.rowsBad[j] - 1));
   }
   for (int j = 0; j < p; ++j) {
     const void* values = int8 ? static_cast<const void*>(decoded + s.sentOffsets[j * rpp])

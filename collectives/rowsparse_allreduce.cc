@@ -113,13 +113,7 @@ Status partitionStages(CollectiveContext& comm, Transport& t, const IdRowsSectio
                           ws.unionRows.get<unsigned char>() + first * rowBytes, perOwner[r], rowBytes));
     first += perOwner[r];
   }
-  ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
-  ws.recvCounts.resize(p);
-  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(
-      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
-  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(ex.settle());
+  SPCCL_RETURN_IF_ERROR(exchangeSizes(ex, t, ws));
   ws.recvSizes.resize(p);
   Status local;
   for (int r = 0; r < p; ++r)  // a peer sends at most its own unique count, announced before

@@ -76,6 +76,19 @@ Status choosePairsEncodingOn(Executor& ex, int setting, const uint32_t* indices,
   return choosePairsEncodingsOn(ex, setting, indices, cuts, bounds, 1, wire, &deltaBytes, encoding, bytes);
 }
 
+Status exchangeSizes(Executor& ex, Transport& t, Workspace& ws) {
+  const size_t p = static_cast<size_t>(t.size());
+  SPCCL_RETURN_IF_ERROR(ws.sizeSend.ensure(ex, p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(ws.sizeRecv.ensure(ex, p * sizeof(uint64_t)));
+  ws.counts.assign(ws.sizes.begin(), ws.sizes.end());
+  ws.recvCounts.resize(p);
+  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
+  SPCCL_RETURN_IF_ERROR(
+      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
+  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
+  return ex.settle();
+}
+
 Status fixedSlots(Executor& ex, Workspace& ws, int ranks, int rank, uint64_t capacity, uint32_t valueBytes,
                   const CallDescriptor& call, FixedSlots* mine) {
   const size_t p = static_cast<size_t>(ranks), me = static_cast<size_t>(rank);

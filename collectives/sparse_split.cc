@@ -243,12 +243,7 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
                                         static_cast<const unsigned char*>(mine.values) + starts[r] * valueBytes));
     SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, ctx->integrity, send + ws.offsets[r], ws.sizes[r]));
   }
-  for (int r = 0; r < p; ++r) ws.counts[r] = ws.sizes[r];
-  SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.sizeSend.get(), ws.counts.data(), p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(
-      ex.withMemory([&] { return t.allToAll(ws.sizeSend.get(), sizeof(uint64_t), ws.sizeRecv.get()); }));
-  SPCCL_RETURN_IF_ERROR(ex.toHost(ws.recvCounts.data(), ws.sizeRecv.get(), p * sizeof(uint64_t)));
-  SPCCL_RETURN_IF_ERROR(ex.settle());
+  SPCCL_RETURN_IF_ERROR(exchangeSizes(ex, t, ws));
   const uint64_t myBegin = begin(me), myEnd = begin(me + 1), myLen = myEnd - myBegin;
   Status local;
   size_t recvTotal = 0;
