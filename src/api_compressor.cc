@@ -50,10 +50,6 @@ spcclResult_t spcclCompressorCreate(spcclComm_t comm, size_t count, spcclDataTyp
     spcclCompressConfig_t cfg;
     SPCCL_RETURN_IF_ERROR(readConfig(config, comm->params, &cfg));
     SPCCL_RETURN_IF_ERROR(checkConfig(cfg));
-    if (comm->onDevice && cfg.wireValueType == spcclFloat8e4m3)
-      return invalidUsage(
-          "config.wireValueType=spcclFloat8e4m3: the fp8 wire type is implemented on the host (MPI) "
-          "path only; a compressor of an NCCL communicator carries fp32, fp16 or bf16 (docs/GPU.md)");
     std::unique_ptr<spcclCompressor> c;
     SPCCL_RETURN_IF_ERROR(makeCompressor(comm, count, datatype, cfg, false, &c));
     registerCompressor(c.get());

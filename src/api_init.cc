@@ -106,10 +106,6 @@ spcclResult_t spcclCommInitNccl(spcclComm_t* comm, ncclComm_t nccl) {
     Status envStatus = loadParamsFromEnv(&params);
     setLogLevel(envStatus.isOk() ? params.debug : LogLevel::kWarn);
     if (envStatus.isOk()) envStatus = applyHostSimd(params);
-    if (envStatus.isOk() && params.valueType == core::ValueType::kFloat8e4m3)
-      envStatus = invalidArgument(
-          "SPCCL_VALUE_TYPE=fp8: the fp8 wire type is implemented on the host (MPI) path "
-          "only; NCCL communicators carry fp32, fp16 or bf16 (docs/GPU.md)");
     auto c = std::make_unique<spcclComm>();
     c->params = params;
     c->integrity = Integrity{params.checksum, params.testCorruptStreams};

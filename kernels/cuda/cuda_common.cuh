@@ -88,6 +88,16 @@ __device__ __forceinline__ unsigned warpSumFull(unsigned v) {
 #endif
 }
 
+// Maximum of v over a full warp, the same way.
+__device__ __forceinline__ unsigned warpMaxFull(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  for (int offset = 16; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+#endif
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Calls f with the loader of a user float type (fp32 for anything else: the

@@ -114,10 +114,13 @@ Status CudaExecutor::settle() {
         *static_cast<ThresholdStats*>(p.out) = ThresholdStats{t->tauKey, t->above, t->finite};
         break;
       }
-      case Result::kSelect: {
+      case Result::kSelect:
+      case Result::kSelectFp8: {
         const auto* c = static_cast<const SelectCounts*>(h);
-        // cuda::selectPack has no fp8 wire: no maxFiniteKey to report.
-        *static_cast<SelectStats*>(p.out) = SelectStats{c->selected, c->finiteSelected, 0};
+        uint32_t maxKey = 0;  // only an fp8 pass computes it
+        if (p.kind == Result::kSelectFp8)
+          std::memcpy(&maxKey, static_cast<const char*>(h) + sizeof(SelectCounts), sizeof maxKey);
+        *static_cast<SelectStats*>(p.out) = SelectStats{c->selected, c->finiteSelected, maxKey};
         break;
       }
       case Result::kMaxKey:
@@ -305,8 +308,6 @@ Status CudaExecutor::accumulatePairs(const uint32_t* indices, const void* values
 }
 
 Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
-  // cuda::selectPack packs fp8 with the scale of its own tau rule only.
-  if (s.scaleExp != 0) return invalidArgument("cuda executor: selectPack with a given fp8 scale has no kernel");
   if (selectWorkspaceN_ < s.n || selectWorkspace_.ptr == nullptr) {
     const size_t ws = selectPackWorkspaceBytes(s.n);
     SPCCL_RETURN_IF_ERROR(grow(&selectWorkspace_, ws));
@@ -316,7 +317,7 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   void* dev = nullptr;
   size_t slot = 0;
   if (s.countsOut != nullptr) dev = s.countsOut;  // stays in device memory
-  else SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(SelectCounts), &dev, &slot));
+  else SPCCL_RETURN_IF_ERROR(resultSlot(sizeof(SelectCounts) + sizeof(uint32_t), &dev, &slot));
   SelectArgs a{};
   a.send = s.send;
   a.inType = s.inType;
@@ -330,11 +331,15 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   a.capacity = s.capacity;
   a.keepOverflow = s.keepOverflow;
   a.wireType = s.wireType;
+  a.scaleExp = s.scaleExp;
   a.indices = s.indices;
   a.values = s.values;
   a.result = static_cast<SelectCounts*>(dev);
+  const bool fp8 = s.wireType == core::ValueType::kFloat8e4m3;
+  if (fp8 && s.countsOut == nullptr)
+    a.maxFiniteKey = reinterpret_cast<uint32_t*>(static_cast<char*>(dev) + sizeof(SelectCounts));
   SPCCL_RETURN_IF_ERROR(cuda::selectPack(a, selectWorkspace_.ptr, selectWorkspace_.bytes, stream_));
-  if (s.countsOut == nullptr) pending_.push_back(Pending{slot, Result::kSelect, out});
+  if (s.countsOut == nullptr) pending_.push_back(Pending{slot, fp8 ? Result::kSelectFp8 : Result::kSelect, out});
   return Status::ok();
 }
 

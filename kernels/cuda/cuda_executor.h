@@ -95,7 +95,8 @@ class CudaExecutor final : public Executor {
  private:
   // A device result on its way to a host struct: the device slot is copied
   // to pinned slot `slot` on the stream, and settle() converts it into *out.
-  enum class Result { kThreshold, kSelect, kMaxKey, kCount, kCrc };
+  // kSelectFp8: the counts, then the selection's largest finite key.
+  enum class Result { kThreshold, kSelect, kSelectFp8, kMaxKey, kCount, kCrc };
   struct Pending {
     size_t slot;
     Result kind;

@@ -83,10 +83,14 @@ struct SelectArgs {
   // false, the residual assumes they were sent (the caller redoes the pass);
   // true, they stay in the residual whole (fixed-capacity mode, no redo).
   bool keepOverflow;
-  core::ValueType wireType;
-  uint32_t* indices;     // capacity slots
-  void* values;          // capacity slots of the wire type
-  SelectCounts* result;  // written when the pass is complete
+  core::ValueType wireType;  // fp32, fp16, bf16 or fp8 e4m3
+  int scaleExp = 0;          // fp8: the values are codes of v / 2^scaleExp
+  uint32_t* indices;         // capacity slots
+  void* values;              // capacity slots of the wire type
+  SelectCounts* result;      // written when the pass is complete
+  // fp8 (host::SelectResult::maxFiniteKey): the magnitude key of the largest
+  // finite v selected, 0 when none; written with `result`. Optional.
+  uint32_t* maxFiniteKey = nullptr;
   // Experimental, off everywhere in the library until a device run shows it
   // bit-exact and faster (perf/gpu/README.md lists the check): residual stores of
   // candidate-free rounds issued before the tile's look-back. tests/gpu checks

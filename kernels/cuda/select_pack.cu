@@ -75,6 +75,7 @@ struct alignas(64) SelectState {
   unsigned long long generation;
   unsigned int tileCounter;
   unsigned int doneCounter;
+  unsigned int maxFiniteKey;  // fp8: the pass's running maximum, reset by its last block
 };
 
 static_assert(sizeof(SelectState) <= kSelectStateBytes, "select_pack_layout.h: the pass state");
@@ -92,9 +93,11 @@ struct Params {
   uint64_t tieCapacity;
   uint64_t capacity;
   bool keepOverflow;
+  int scaleExp;  // fp8 wire
   uint32_t* indices;
   void* values;
   SelectCounts* result;
+  uint32_t* maxFiniteKey;  // fp8 wire, optional
   SelectState* state;
   unsigned long long* status;
   Counts* agg;
@@ -305,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
   // candidate is picked out with an unrolled select, not a run-time index).
   const Counts prefix = sPrefix;
   uint64_t roundA = prefix.a, roundT = prefix.t;  // counts before round r of this tile
+  uint32_t maxKey = 0;                            // fp8: the largest finite |v| this thread selects
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const uint64_t e0 = base + (static_cast<uint64_t>(r) * kThreads + threadIdx.x) * kVec;
@@ -334,14 +338,18 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
         ++a;
       }
       if (!take) continue;  // a tie past the budget: all of v stays behind
+      if constexpr (kWire == core::ValueType::kFloat8e4m3) {
+        const uint32_t key = core::magnitudeKey(x);
+        if (pick != Pick::kNonFinite && key > maxKey) maxKey = key;
+      }
       float sent;
       if (pos < p.capacity) {
         p.indices[pos] = static_cast<uint32_t>(e0 + jj);
-        sent = core::storeWireValueBounded(p.values, pos, x, kWire, 0, p.wireBound);
+        sent = core::storeWireValueBounded(p.values, pos, x, kWire, p.scaleExp, p.wireBound);
       } else if (p.keepOverflow) {
         continue;  // counted, not sent: all of v stays in the residual
       } else {
-        sent = core::roundToWireBounded(x, kWire, 0, p.wireBound);
+        sent = core::roundToWireBounded(x, kWire, p.scaleExp, p.wireBound);
       }
       // A sent NaN/Inf leaves nothing behind: v - v would poison the residual.
       const float out = pick == Pick::kNonFinite ? 0.0f : x - sent;
@@ -353,6 +361,12 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       storeResidualRound<kVec>(p, full, e0, res);
     roundA += field(total.a, r);
     roundT += field(total.t, r);
+  }
+
+  if constexpr (kWire == core::ValueType::kFloat8e4m3) {
+    // Candidates are rare: one atomic a warp that has one.
+    const uint32_t warpMax = detail::warpMaxFull(maxKey);
+    if ((threadIdx.x & 31u) == 0 && warpMax != 0) atomicMax(&p.state->maxFiniteKey, warpMax);
   }
 
   // The last block to finish writes the totals and readies the workspace
@@ -367,6 +381,11 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       const uint64_t selected = all.a + (all.t < budget ? all.t : budget);
       p.result->selected = selected;
       p.result->finiteSelected = selected - all.nf;
+      if constexpr (kWire == core::ValueType::kFloat8e4m3) {
+        ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> maxKey(p.state->maxFiniteKey);
+        if (p.maxFiniteKey != nullptr) *p.maxFiniteKey = maxKey.load(::cuda::memory_order_relaxed);
+        maxKey.store(0u, ::cuda::memory_order_relaxed);
+      }
       p.state->tileCounter = 0;
       p.state->doneCounter = 0;
       DeviceU64(p.state->generation).store(generation + 1, ::cuda::memory_order_relaxed);
@@ -389,14 +408,17 @@ Status initSelectPackWorkspace(void* workspace, size_t workspaceBytes, cudaStrea
 }
 
 Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, cudaStream_t stream) {
-  if (!detail::isFloatInput(a.inType) || !detail::isWireType(a.wireType))
-    return invalidArgument("selectPack: input must be fp32/fp16/bf16 and the wire type fp32/fp16/bf16");
+  const bool fp8 = a.wireType == core::ValueType::kFloat8e4m3;
+  if (!detail::isFloatInput(a.inType) || !(detail::isWireType(a.wireType) || fp8))
+    return invalidArgument("selectPack: input must be fp32/fp16/bf16 and the wire type fp32/fp16/bf16/fp8");
   if (a.result == nullptr || (a.send == nullptr && a.n > 0) || (a.capacity > 0 && (!a.indices || !a.values)))
     return invalidArgument("selectPack: null buffer");
   if (static_cast<uint64_t>(a.n) > (uint64_t{1} << 32))
     return invalidArgument("selectPack: more than 2^32 elements (indices are uint32)");
   if (a.n == 0) {
     SPCCL_CUDA_CHECK(cudaMemsetAsync(a.result, 0, sizeof(SelectCounts), stream));
+    if (fp8 && a.maxFiniteKey != nullptr)
+      SPCCL_CUDA_CHECK(cudaMemsetAsync(a.maxFiniteKey, 0, sizeof(uint32_t), stream));
     return Status::ok();
   }
   const uint64_t tiles = (static_cast<uint64_t>(a.n) + kTile - 1) / kTile;
@@ -414,9 +436,11 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
            a.tieCapacity,
            a.capacity,
            a.keepOverflow,
+           a.scaleExp,
            a.indices,
            a.values,
            a.result,
+           a.maxFiniteKey,
            reinterpret_cast<SelectState*>(ws),
            reinterpret_cast<unsigned long long*>(ws + l.status),
            reinterpret_cast<Counts*>(ws + l.agg),
@@ -426,14 +450,16 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
                (a.residualOut == nullptr || detail::aligned16(a.residualOut)),
            a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff()};
   detail::withLoader(a.inType, [&](auto in) {
-    detail::withWire(a.wireType, [&](auto wire) {
+    auto launch = [&](auto wire) {
       if (a.storeEarly)
         selectPackKernel<decltype(in), decltype(wire)::value, true>
             <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
       else
         selectPackKernel<decltype(in), decltype(wire)::value, false>
             <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
-    });
+    };
+    if (fp8) launch(detail::WireTag<core::ValueType::kFloat8e4m3>{});
+    else detail::withWire(a.wireType, launch);
   });
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();

@@ -179,6 +179,7 @@ struct Config {
   bool mostlyZero = false;   // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
   float minFraction = 0.0f;  // thresholdMinFraction (this rank's)
   int warmup = 0;            // thresholdWarmup: off unless asked for, so the interval alone pins the estimates
+  bool spike = false;        // fp32 input: one element 1e6 a call, beyond what tau's fp8 scale holds (448 x 2^6 tau)
 };
 
 // Calls among the first `calls` that the schedule estimates on: call 0 and
@@ -194,7 +195,8 @@ std::string describe(const Config& c) {
          " algo=" + std::to_string(c.algorithm) + " ef=" + std::to_string(c.errorFeedback) +
          " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count) +
          (c.shrink ? " shrinking" : "") + (c.mostlyZero ? " mostly zero" : "") +
-         " minFraction=" + std::to_string(c.minFraction) + " warmup=" + std::to_string(c.warmup);
+         " minFraction=" + std::to_string(c.minFraction) + " warmup=" + std::to_string(c.warmup) +
+         (c.spike ? " spike" : "");
 }
 
 // Runs `calls` compressed allreduces of fresh data on the device comm and
@@ -245,6 +247,10 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
           std::memset(in.data() + i * elemBytes(cfg.type), 0, elemBytes(cfg.type));
           if (i % 2 == 1) in[(i + 1) * elemBytes(cfg.type) - 1] = 0x80;
         }
+    if (cfg.spike && cfg.type == spcclFloat32) {
+      const float big = 1e6f * static_cast<float>(rank + 1);
+      std::memcpy(in.data() + 4 * ((static_cast<size_t>(call) * 7919u) % cfg.count), &big, 4);
+    }
     dSend.upload(in);
     ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(dSend.p, dRecv.p, cfg.op, dc, stream)) << spcclGetLastError(dev);
     ASSERT_EQ(spcclSuccess, spcclAllReduceCompressed(in.data(), hRecv.data(), cfg.op, hc, nullptr))
@@ -303,8 +309,9 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
   const size_t counts[] = {1, 1000, 3 * 4096 + 5, (size_t{1} << 20) + 7};
   for (size_t n : counts)
     for (spcclDataType_t type : {spcclFloat32, spcclFloat16, spcclBfloat16})
-      for (spcclDataType_t wire : {spcclFloat32, spcclFloat16, spcclBfloat16}) {
-        if (n > 100000 && wire != type) continue;  // large size: one wire per type
+      for (spcclDataType_t wire : {spcclFloat32, spcclFloat16, spcclBfloat16, spcclFloat8e4m3}) {
+        // Large size: one wire per type, and fp8 from fp32.
+        if (n > 100000 && wire != type && !(wire == spcclFloat8e4m3 && type == spcclFloat32)) continue;
         compareWithHost(dev_, host_, {type, wire, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 3, n, false}, 7, stream_, rank_,
                         ranks_);
         if (HasFatalFailure()) return;
@@ -332,10 +339,13 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
     if (HasFatalFailure()) return;
   }
   // Fewer non-zeros than k: tau 0 (the record's tau key 0), never re-estimated off the schedule.
-  Config sparseInput{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 1000, 50001, false};
-  sparseInput.mostlyZero = true;
-  compareWithHost(dev_, host_, sparseInput, 4, stream_, rank_, ranks_);
-  if (HasFatalFailure()) return;
+  // fp8: tau 0 has no binade, so the largest |v| sets the scale (maxFiniteKey).
+  for (spcclDataType_t wire : {spcclFloat32, spcclFloat8e4m3}) {
+    Config sparseInput{spcclFloat32, wire, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 1000, 50001, false};
+    sparseInput.mostlyZero = true;
+    compareWithHost(dev_, host_, sparseInput, 4, stream_, rank_, ranks_);
+    if (HasFatalFailure()) return;
+  }
   // The dense algorithm does not add an empty residual: -0.0 inputs stay
   // -0.0, as on the host (bit for bit on one rank).
   Config signedZeros{spcclFloat32, spcclFloat32, spcclSum, SPCCL_ALGO_DENSE, 1, 1000, 50001, false};
@@ -351,6 +361,15 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
                         ranks_);
         if (HasFatalFailure()) return;
       }
+  // fp8 with NaN/Inf, and with a spike tau's scale would saturate: the
+  // pass redone at the selection's max-rule scale (maxFiniteKey of the pass).
+  for (int ef : {0, 1})
+    for (bool spike : {false, true}) {
+      Config c{spcclFloat32, spcclFloat8e4m3, spcclSum, SPCCL_ALGO_ALLGATHER, ef, 4, 50001, true};
+      c.spike = spike;
+      compareWithHost(dev_, host_, c, 6, stream_, rank_, ranks_);
+      if (HasFatalFailure()) return;
+    }
 }
 
 // Calls on alternating streams with no synchronisation between them: each

@@ -169,6 +169,11 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
       break;
   }
   const uint64_t capacity = c.cap == Cap::kAmple ? n : c.cap == Cap::kTight ? k / 2 + 1 : 0;
+  // fp8: the compressor's scale for this tau (tau's binade at e4m3's smallest
+  // normal one); a tau of 0 or NaN/Inf has none, so a fixed scale.
+  const bool fp8 = c.wire == core::ValueType::kFloat8e4m3;
+  const int scaleExp =
+      fp8 && ht.tauKey != 0 && !core::isNonFiniteKey(ht.tauKey) ? core::fp8ScaleForTau(ht.tauKey) : (fp8 ? -3 : 0);
 
   // Host reference.
   std::vector<float> hostRes = in.residual;  // in place: the host updates its copy
@@ -186,7 +191,8 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
                       c.wire,
                       capacity ? hIdx.data() : nullptr,
                       capacity ? hVal.data() : nullptr,
-                      c.keepOverflow};
+                      c.keepOverflow,
+                      scaleExp};
   const host::SelectResult hr = host::selectPack(ha);
   const std::vector<float>& hostResult = c.res == ResMode::kInPlace ? hostRes : hostOut;
 
@@ -197,6 +203,7 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
   DeviceBuffer<uint32_t> idx(capacity);
   DeviceBuffer<unsigned char> val(capacity * vb);
   DeviceBuffer<cuda::SelectCounts> counts(1);
+  DeviceBuffer<uint32_t> maxKey(1);
   CUDA_ASSERT(cudaMemcpy(send.get() + c.offset * esize, in.send.data(), n * esize, cudaMemcpyHostToDevice));
   for (int pass = 0; pass < 4; ++pass) {
     SCOPED_TRACE("pass " + std::to_string(pass) + (pass >= 2 ? " (storeEarly)" : ""));
@@ -207,6 +214,7 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
     CUDA_ASSERT(idx.poison());
     CUDA_ASSERT(val.poison());
     CUDA_ASSERT(counts.poison());
+    CUDA_ASSERT(maxKey.poison());
     cuda::SelectArgs da{};
     da.send = send.get() + c.offset * esize;
     da.inType = c.type;
@@ -222,6 +230,8 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
     da.capacity = capacity;
     da.keepOverflow = c.keepOverflow;
     da.wireType = c.wire;
+    da.scaleExp = scaleExp;
+    if (fp8) da.maxFiniteKey = maxKey.get();
     da.indices = capacity ? idx.get() : nullptr;
     da.values = capacity ? val.get() : nullptr;
     da.result = counts.get();
@@ -233,6 +243,11 @@ void checkSelect(const Case& c, std::mt19937_64& g, SelectWorkspace& w) {
     CUDA_ASSERT(counts.download(dc));
     ASSERT_EQ(dc[0].selected, hr.selected);
     ASSERT_EQ(dc[0].finiteSelected, hr.finiteSelected);
+    if (fp8) {
+      std::vector<uint32_t> dm;
+      CUDA_ASSERT(maxKey.download(dm));
+      ASSERT_EQ(dm[0], hr.maxFiniteKey) << "the selection's largest finite key";
+    }
     const size_t m = static_cast<size_t>(std::min<uint64_t>(hr.selected, capacity));
     std::vector<uint32_t> dIdx;
     std::vector<unsigned char> dVal;
@@ -313,6 +328,38 @@ TEST(GpuSelectPack, HalfMaxOnNarrowerWiresMatchesHost) {
         Case c{n, spcclFloat16, wire, Dist::kNormal, m, Budget::kUnlimited, Cap::kAmple, false};
         c.halfMax = true;
         c.k = n / 5 + 1;  // every +-65504 and a few more
+        checkSelect(c, g, w);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// fp8 codes at a given scale, and the selection's largest finite key (what
+// the compressor's max rule reads), on the same inputs as the other wires.
+TEST(GpuSelectPack, Fp8WireMatchesHost) {
+  SPCCL_REQUIRE_DEVICE();
+  SelectWorkspace w;
+  auto g = rngFor("GpuSelectPack.Fp8WireMatchesHost");
+  int i = 0;
+  for (size_t n : kSizes)
+    for (spcclDataType_t t : kTypes)
+      for (Dist d : kDists)
+        for (ResMode m : {ResMode::kNone, ResMode::kSeparate, ResMode::kInPlace}) {
+          if (n > 100000 && (++i % 3) != 0) continue;
+          checkSelect(Case{n, t, core::ValueType::kFloat8e4m3, d, m, Budget::kUnlimited, Cap::kAmple, false}, g, w);
+          if (HasFatalFailure()) return;
+        }
+  for (Budget b : {Budget::kFromThreshold, Budget::kSmall})
+    for (Cap cap : {Cap::kTight, Cap::kZero})
+      for (bool keep : {false, true}) {
+        Case c{3 * 4096 + 5,
+               spcclFloat32,
+               core::ValueType::kFloat8e4m3,
+               Dist::kNonFinite,
+               ResMode::kSeparate,
+               b,
+               cap,
+               b == Budget::kFromThreshold};
+        c.keepOverflow = keep;
         checkSelect(c, g, w);
         if (HasFatalFailure()) return;
       }
