@@ -10,7 +10,6 @@ namespace spccl {
 namespace {
 
 bool everywhere(const AllreduceRequest&) { return true; }
-bool hostOnly(const AllreduceRequest& r) { return !r.onDevice; }
 
 constexpr AllreduceAlgorithm kAllreduce[] = {
     {SPCCL_ALGO_DENSE, "dense", "exact allreduce of v = input + residual; the residual is emptied", 2, false, false,
@@ -21,7 +20,7 @@ constexpr AllreduceAlgorithm kAllreduce[] = {
     {SPCCL_ALGO_SPLIT, "split",
      "pairs go to the owner of their index range (alltoallv); owners sum; each owner's range is "
      "allgathered as pairs or dense, whichever is smaller",
-     1, true, false, hostOnly, costSplit, sparseSplit},
+     1, true, false, everywhere, costSplit, sparseSplit},
 };
 static_assert(kAllreduce[0].id == SPCCL_ALGO_AUTO + 1, "rows in SPCCL_ALGO_* order, from dense");
 

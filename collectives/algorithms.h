@@ -63,15 +63,17 @@ struct Workspace {
   // memory (collectives on the executor); the vectors below serve the rest.
   ExecMemory sendStream, recvStream, stageStream, rangeSums, sizeSend, sizeRecv;
   ExecMemory cutKeys, cutPoints;  // split stage 1: the owners' range starts, where they cut the selection
+  // split's owner: its range's nonzero sums compacted (offsets in the range,
+  // values), the re-selection's positions among them, the kept entries'
+  // indices and wire values, what each compacted sum leaves behind, and
+  // their count.
+  ExecMemory rangeOffsets, rangeValues, keptPositions, keptIndices, keptValues, rangeRest, rangeCount;
   // SPCCL_CAPACITY_MODE=fixed: every rank's capacity slots of indices and
   // values and its FixedRecord, in rank order (fixedSlots).
   ExecMemory fixedIndices, fixedValues, fixedRecords;
-  std::vector<unsigned char> sendBytes, recvBytes, stageBytes;
+  std::vector<unsigned char> stageBytes;  // split's error stream, before it goes to executor memory
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
   std::vector<uint64_t> counts, recvCounts, cuts, bounds, nnzPerRank, deltaBytes;
-  std::vector<uint32_t> rangeIndices;
-  std::vector<float> rangeValues;  // split's owner: rangeSums at rangeIndices, in the same order
-  std::vector<uint64_t> reselectKeys;
   StreamsScratch streams;                // received streams' headers and sections (reduceStreamsOn)
   std::vector<IndexEncoding> encodings;  // split stage 1: one per owner
   // The row-sparse allreduce in executor memory: this rank's merged rows, the

@@ -19,16 +19,9 @@
 // An owner that rejects a piece still takes part in stage 3 with an error
 // stream, so every rank returns an error and none hangs.
 #include <algorithm>
-#include <cmath>
-#include <functional>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "collectives/algorithms.h"
 #include "codec/codec.h"
-#include "kernels/host/host_kernels.h"
 
 namespace spccl {
 
@@ -39,152 +32,107 @@ size_t maxStreamBytes(uint64_t len, core::ValueType vt) {
   return std::max(maxPairsStreamBytes(len, len, vt), denseStreamBytes(len, vt));
 }
 
-// Re-selection on the owner's nonzeros (ws.rangeIndices, sorted global
-// indices, and their sums ws.rangeValues): keeps the `keep` finite ones
-// largest in magnitude (ties: lower index) and every NaN/Inf, adds the
-// others' sums to the residual and removes them from both arrays. Returns how
-// many it dropped. Works on the compact arrays only: the dense range is not
-// read again (each of its lines would be a cache miss) nor updated.
-uint64_t reselect(uint64_t b, uint64_t keep, float* residual, Workspace& ws) {
-  // One 64-bit key per finite nonzero: |sum|'s bits above, the complement of
-  // the range offset below. Larger key = larger magnitude, then lower index:
-  // a strict total order, so the kept set does not depend on nth_element's
-  // implementation, and the partition runs on a compact array.
-  auto key = [](float v, uint64_t offset) {
-    return static_cast<uint64_t>(core::magnitudeKey(v)) << 32 | (0xffffffffu - offset);
-  };
-  std::vector<uint32_t>& indices = ws.rangeIndices;
-  std::vector<float>& values = ws.rangeValues;
-  std::vector<uint64_t>& keys = ws.reselectKeys;
-  keys.clear();
-  for (size_t j = 0; j < indices.size(); ++j)
-    if (std::isfinite(values[j])) keys.push_back(key(values[j], indices[j] - b));
-  if (keys.size() <= keep) return 0;
-  std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(keep), keys.end(),
-                   std::greater<uint64_t>());
-  // keys[keep] is the largest key dropped: one pass in index order (the
-  // residual is written front to back) drops every finite key <= it.
-  const uint64_t largestDropped = keys[keep];
-  size_t kept = 0;
-  for (size_t j = 0; j < indices.size(); ++j) {
-    const uint32_t g = indices[j];
-    const float v = values[j];
-    if (std::isfinite(v) && key(v, g - b) <= largestDropped) {
-      residual[g] += v;
-    } else {
-      indices[kept] = g;
-      values[kept++] = v;
-    }
-  }
-  indices.resize(kept);
-  values.resize(kept);
-  return keys.size() - keep;
-}
-
-// Bit j set when acc[j] is not +-0 (NaN included), for j < 64: one compare
-// of four magnitude keys against zero and a movemask where SSE2 is there.
-inline uint64_t nonzeroMask64(const float* acc) {
-  uint64_t mask = 0;
-#if defined(__SSE2__)
-  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), zero = _mm_setzero_si128();
-  for (uint32_t j = 0; j < 64; j += 4) {
-    const __m128i k = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + j)), magnitude);
-    const int isZero = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(k, zero)));
-    mask |= static_cast<uint64_t>(~isZero & 0xf) << j;
-  }
-#else
-  for (uint32_t j = 0; j < 64; ++j) mask |= static_cast<uint64_t>(core::magnitudeKey(acc[j]) != 0) << j;
-#endif
-  return mask;
-}
-
-// Appends b + i and acc[i] for every i in [0, len) with acc[i] not +-0 (NaN
-// included) to ws.rangeIndices and ws.rangeValues. A few percent of the range
-// at useful densities, at unpredictable places: a mask of 64 elements is
-// built without branches and walked bit by bit, so a branch mispredicts
-// about once per set bit rather than once per element tested.
-void appendNonzeros(const float* acc, uint64_t len, uint64_t b, Workspace& ws) {
-  uint64_t i = 0;
-  for (; i + 64 <= len; i += 64) {
-    for (uint64_t mask = nonzeroMask64(acc + i); mask != 0; mask &= mask - 1) {
-      const uint64_t j = i + static_cast<uint64_t>(__builtin_ctzll(mask));
-      ws.rangeIndices.push_back(static_cast<uint32_t>(b + j));
-      ws.rangeValues.push_back(acc[j]);
-    }
-  }
-  for (; i < len; ++i)
-    if (acc[i] != 0.0f) {
-      ws.rangeIndices.push_back(static_cast<uint32_t>(b + i));
-      ws.rangeValues.push_back(acc[i]);
-    }
-}
-
 // Encodes the owner's reduced range [b, e) of `acc` into ws.stageStream as
 // pairs or dense, returning rounding error (and, re-selecting, the dropped
-// sums) to `residual` (when given). Runs inside Executor::hostOnly.
+// sums) to `residual` (when given). Every step is an executor operation:
+//   1. the range's nonzero sums (NaN/Inf included) compacted, in index order
+//      (a selection with tau 0: exact zeros are never selected);
+//   2. re-selecting: tau and the tie budget of the keepPerRange largest
+//      finite of them, so that the selection keeps those (ties: lower index)
+//      and every NaN/Inf; fp8: the scale of their largest finite |sum| (the
+//      largest is always kept);
+//   3. one selection over the compacted sums packs the kept ones in the wire
+//      type, bounded by `bound`, leaving rounding error or the dropped sum
+//      per compacted entry, added to the residual at its index;
+//   4. the kept entries' indices, and the stream: pairs, or dense (the kept
+//      values decoded into zeros and re-encoded: the same codes) when smaller.
+// `acc` is scratch once compacted.
 Status encodeOwnerRange(Executor& ex, const StreamInfo& base, float* acc, float* residual, Workspace& ws,
                         int indexEncoding, uint64_t keepPerRange, uint64_t* dropped, float bound, size_t* bytes) {
-  const uint64_t b = base.rangeBegin, len = base.rangeEnd - base.rangeBegin;
-  ws.rangeIndices.clear();
-  ws.rangeValues.clear();
-  appendNonzeros(acc, len, b, ws);  // NaN != 0: kept
-  *dropped = residual != nullptr && keepPerRange > 0 ? reselect(b, keepPerRange, residual, ws) : 0;
-  const uint64_t m = ws.rangeIndices.size();
-  const float* values = ws.rangeValues.data();  // acc at ws.rangeIndices
-  size_t pairsBytes = 0;
-  const IndexEncoding encoding =
-      choosePairsEncoding(indexEncoding, ws.rangeIndices.data(), m, b, base.rangeEnd, base.valueType, &pairsBytes);
-  const bool dense = pairsBytes >= denseStreamBytes(len, base.valueType);
-  const bool rounds = base.valueType != core::ValueType::kFloat32;
+  const uint64_t b = base.rangeBegin, e = base.rangeEnd, len = e - b;
+  const core::ValueType wire = base.valueType;
+  const uint32_t vb = core::wireValueBytes(wire);
+  const uint64_t slots = std::max<uint64_t>(len, 1);
+  SPCCL_RETURN_IF_ERROR(ws.rangeOffsets.ensure(ex, slots * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ws.rangeValues.ensure(ex, slots * sizeof(float)));
+  uint32_t* offsets = ws.rangeOffsets.get<uint32_t>();
+  float* sums = ws.rangeValues.get<float>();
+  SelectStats nonzero;
+  SPCCL_RETURN_IF_ERROR(ex.selectPack(
+      SelectSpec{acc, spcclFloat32, nullptr, nullptr, len, 0, 0, len, core::ValueType::kFloat32, offsets, sums},
+      &nonzero));
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  const uint64_t m = nonzero.selected;
+
+  uint32_t tauKey = 0;  // no re-selection: every compacted sum is kept
+  uint64_t tieBudget = 0;
+  ThresholdStats th{};
+  uint32_t maxKey = 0;
+  const bool reselecting = residual != nullptr && keepPerRange > 0 && nonzero.finiteSelected > keepPerRange;
+  if (reselecting) SPCCL_RETURN_IF_ERROR(ex.kthLargestMagnitude(sums, spcclFloat32, nullptr, m, keepPerRange, &th));
+  if (wire == core::ValueType::kFloat8e4m3)
+    SPCCL_RETURN_IF_ERROR(ex.maxFiniteKey(sums, spcclFloat32, nullptr, m, &maxKey));
+  if (reselecting || wire == core::ValueType::kFloat8e4m3) SPCCL_RETURN_IF_ERROR(ex.settle());
+  if (reselecting) {
+    tauKey = th.tauKey;
+    tieBudget = keepPerRange > th.above ? keepPerRange - th.above : 0;
+  }
   StreamInfo info = base;
-  if (base.valueType == core::ValueType::kFloat8e4m3) {
-    uint32_t maxKey = 0;  // acc is zero outside ws.rangeIndices
-    for (uint64_t j = 0; j < m; ++j) {
-      const uint32_t key = core::magnitudeKey(values[j]);
-      if (!core::isNonFiniteKey(key) && key > maxKey) maxKey = key;
-    }
-    info.scaleExp = core::fp8ScaleForMax(maxKey);
+  if (wire == core::ValueType::kFloat8e4m3) info.scaleExp = core::fp8ScaleForMax(maxKey);
+
+  const uint64_t mSlots = std::max<uint64_t>(m, 1);
+  SPCCL_RETURN_IF_ERROR(ws.keptPositions.ensure(ex, mSlots * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ws.keptIndices.ensure(ex, mSlots * sizeof(uint32_t)));
+  SPCCL_RETURN_IF_ERROR(ws.keptValues.ensure(ex, mSlots * vb));
+  if (residual != nullptr) SPCCL_RETURN_IF_ERROR(ws.rangeRest.ensure(ex, mSlots * sizeof(float)));
+  float* rest = residual != nullptr ? ws.rangeRest.get<float>() : nullptr;
+  SelectSpec keep{sums,
+                  spcclFloat32,
+                  nullptr,
+                  rest,
+                  m,
+                  tauKey,
+                  tieBudget,
+                  m,
+                  wire,
+                  ws.keptPositions.get<uint32_t>(),
+                  ws.keptValues.get()};
+  keep.scaleExp = info.scaleExp;
+  keep.wireBound = bound;
+  SelectStats kept;
+  SPCCL_RETURN_IF_ERROR(ex.selectPack(keep, &kept));
+  if (residual != nullptr && m > 0) {
+    SPCCL_RETURN_IF_ERROR(ws.rangeCount.ensure(ex, sizeof(uint64_t)));
+    SPCCL_RETURN_IF_ERROR(ex.storeSmall(ws.rangeCount.get(), &m, sizeof m));
+    SPCCL_RETURN_IF_ERROR(ex.accumulatePairs(offsets, rest, core::ValueType::kFloat32, m, ws.rangeCount.get<uint64_t>(),
+                                             residual + b, len));
   }
-  if (rounds) {  // zeros round to zero: only the nonzeros can leave anything
-    for (uint64_t j = 0; j < m; ++j) {
-      const float v = values[j];
-      float d = core::roundToWire(v, base.valueType, info.scaleExp);
-      if (!std::isfinite(d) || !std::isfinite(v)) continue;
-      // Only a value or its rounding beyond the bound can change under it
-      // (roundToWireBounded is roundToWire within it): one rounding per entry.
-      if (std::fabs(v) > bound || std::fabs(d) > bound) {
-        const float bounded = core::roundToWireBounded(v, base.valueType, info.scaleExp, bound);
-        if (bounded != d) {  // a wire value: it encodes as itself wherever it is stored below
-          d = bounded;
-          ws.rangeValues[j] = d;
-          acc[ws.rangeIndices[j] - b] = d;
-        }
-      }
-      if (residual) residual[ws.rangeIndices[j]] += v - d;
-    }
+  SPCCL_RETURN_IF_ERROR(ex.settle());
+  *dropped = m - kept.selected;
+  info.nnz = kept.selected;
+  uint32_t* indices = ws.keptIndices.get<uint32_t>();
+  SPCCL_RETURN_IF_ERROR(
+      ex.gatherIndices(offsets, ws.keptPositions.get<uint32_t>(), info.nnz, static_cast<uint32_t>(b), indices));
+
+  const uint64_t cuts[2] = {0, info.nnz}, bounds[2] = {b, e};
+  uint64_t deltaBytes = 0;
+  size_t pairsBytes = 0;
+  SPCCL_RETURN_IF_ERROR(choosePairsEncodingsOn(ex, indexEncoding, indices, cuts, bounds, 1, wire, &deltaBytes,
+                                               &info.encoding, &pairsBytes));
+  if (pairsBytes < denseStreamBytes(len, wire)) {
+    info.kind = StreamKind::kPairs;
+    SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, pairsBytes));
+    *bytes = pairsBytes;
+    return encodePairsOn(ex, ws.stageStream.get(), pairsBytes, info, indices, ws.keptValues.get());
   }
-  if (dense) {
-    // acc still holds the dropped sums: rebuild it from what was kept. Zeros
-    // come back as +0, the only zero acc can hold (sums from +0 under the
-    // default rounding mode are never -0).
-    if (*dropped > 0) {
-      std::fill(acc, acc + len, 0.0f);
-      for (uint64_t j = 0; j < m; ++j) acc[ws.rangeIndices[j] - b] = values[j];
-    }
-    info.kind = StreamKind::kDense;
-    SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, denseStreamBytes(len, base.valueType)));
-    *bytes = encodeDense(ws.stageStream.get(), info, acc, nullptr);
-    return Status::ok();
-  }
-  std::vector<unsigned char>& wire = ws.sendBytes;  // host scratch
-  wire.resize(m * core::wireValueBytes(base.valueType));
-  host::toWire(values, m, base.valueType, info.scaleExp, wire.data());
-  info.kind = StreamKind::kPairs;
-  info.nnz = m;
-  info.encoding = encoding;
-  SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, pairsBytes));
-  *bytes = encodePairs(ws.stageStream.get(), info, ws.rangeIndices.data(), wire.data());
-  return Status::ok();
+  const WireSection section{
+      false, info.nnz, IndexEncoding::kCoo32, indices, nullptr, 0, 0, ws.keptValues.get(), wire, info.scaleExp, b, e};
+  IndexCheck ignored{};  // our own pairs
+  SPCCL_RETURN_IF_ERROR(ex.reduceSections(&section, 1, acc, b, &ignored));
+  info.kind = StreamKind::kDense;
+  *bytes = denseStreamBytes(len, wire);
+  SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, *bytes));
+  return encodeDenseOn(ex, ws.stageStream.get(), info, acc);
 }
 
 }  // namespace
@@ -273,19 +221,17 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     local = reduceStreamsOn(ex, ws.recvStream.get<unsigned char>(), ws.recvOffsets.data(), ws.recvSizes.data(),
                             static_cast<size_t>(p), pieceExpect, sums, myBegin, &ws.streams);
   }
-  const auto encode = [&]() -> Status {
-    const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
-    if (local.isOk()) {
-      SPCCL_RETURN_IF_ERROR(encodeOwnerRange(ex, ownerInfo, sums, ctx->residual, ws, ctx->indexEncoding,
-                                             ctx->keepPerRange, &ctx->reselectDropped, ctx->wireBound, &myBytes));
-    } else {
-      SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, kErrorStreamBytes));
-      myBytes = encodeError(ws.stageStream.get(), ownerInfo, local.code());
-    }
-    sealStream(ctx->integrity, ws.stageStream.get(), myBytes);
-    return Status::ok();
-  };
-  SPCCL_RETURN_IF_ERROR(ex.hostOnly("split's owner re-selection and stage-3 encoder", encode));
+  const StreamInfo ownerInfo{n, myBegin, myEnd, 0, ctx->seq, algo, ctx->wire, StreamKind::kPairs};
+  if (local.isOk()) {
+    SPCCL_RETURN_IF_ERROR(encodeOwnerRange(ex, ownerInfo, sums, ctx->residual, ws, ctx->indexEncoding,
+                                           ctx->keepPerRange, &ctx->reselectDropped, ctx->wireBound, &myBytes));
+  } else {
+    ws.stageBytes.resize(kErrorStreamBytes);
+    myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());
+    SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, myBytes));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.stageStream.get(), ws.stageBytes.data(), myBytes));
+  }
+  SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, ctx->integrity, ws.stageStream.get(), myBytes));
 
   // Stage 3: allgather the reduced ranges (or an error marker).
   const uint64_t myBytes64 = myBytes;

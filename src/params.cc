@@ -97,7 +97,7 @@ constexpr ParamSpec kParamSpecs[] = {
      [](Params* p, double v) { p->splitReselect = static_cast<float>(v); }},
     {"SPCCL_VALUE_TYPE", ParamType::kChoice, "fp32", 0, 0, false, "fp32|fp16|bf16|fp8",
      "Type of the values on the wire; fp16/bf16/fp8 rounding error goes back to the residual. fp8 = e4m3 with a "
-     "power-of-two scale per stream (host path only: compressed allreduce, alltoall rows, sparsified allgather). "
+     "power-of-two scale per stream, on host and device buffers (not in SPCCL_CAPACITY_MODE=fixed). "
      "fp32 sends fp16/bf16 buffers' alltoall rows and sparsified allgather values in their own type (as exact).",
      [](Params* p, double v) { p->valueType = kValueTypeChoices[static_cast<int>(v)]; }},
     {"SPCCL_ROWS_CODEC", ParamType::kChoice, "wire", 0, 0, false, "wire|int8|bounded|fp16|bf16|fp8",
@@ -107,8 +107,8 @@ constexpr ParamSpec kParamSpecs[] = {
      "within scale/2 of the original, NaN/Inf arriving as NaN; the backward codes the gradients the same way. "
      "bounded = error-bounded quantization (SPCCL_ROWS_ERROR_BOUND): every value within the bound of the original, "
      "codes bit-packed per row, NaN/Inf exact; the backward sends the gradients exactly (in the buffer's type). "
-     "fp16, bf16, fp8 = that value type both ways, whatever SPCCL_VALUE_TYPE says. NCCL communicators take wire, fp16 "
-     "and bf16.",
+     "fp16, bf16, fp8 = that value type both ways, whatever SPCCL_VALUE_TYPE says. NCCL communicators take all but "
+     "bounded.",
      [](Params* p, double v) { p->rowsCodec = static_cast<int>(v); }},
     {"SPCCL_ROWS_ERROR_BOUND", ParamType::kFloat, "0.001", 0, 1e30, false, nullptr,
      "SPCCL_ROWS_CODEC=bounded: the largest difference between a forward's value and its decoded value; with "

@@ -63,6 +63,10 @@ struct SelectSpec {
   void* values;
   bool keepOverflow = false;  // selected entries past the capacity stay whole in the residual
   int scaleExp = 0;           // fp8 wire: values are codes of v / 2^scaleExp
+  // > 0: every finite value sent within +-wireBound (core::storeWireValueBounded)
+  // instead of the bound inType implies (core::kHalfMax for fp16, else none):
+  // sums staged in fp32 for an fp16 buffer (split's owners).
+  float wireBound = 0.0f;
   // Optional, executor memory: tau from an estimate that stayed there
   // (kthLargestMagnitudeInMemory); then tauKey = threshold->tauKey and
   // tieBudget = tieCapacity - threshold->above (0 if negative), the rule the
@@ -170,6 +174,10 @@ class Executor {
   // the capacity allows: tau is re-estimated exactly from them and the
   // selection and residual fixed up in place (host::reselectCandidates).
   virtual Status reselect(const SelectSpec& spec, uint64_t nnz, uint64_t k, uint64_t capacity, ReselectStats* out) = 0;
+  // out[j] = base + indices[positions[j]] for j < n: the indices of a
+  // selection made from a compacted one (positions are into the compaction).
+  virtual Status gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base,
+                               uint32_t* out) = 0;
   // Largest finite |v| as a magnitude key (0: none), v = send + residual
   // (residual may be null): fp8's scale.
   virtual Status maxFiniteKey(const void* send, spcclDataType_t type, const float* residual, uint64_t n,

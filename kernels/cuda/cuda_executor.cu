@@ -332,6 +332,7 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   a.keepOverflow = s.keepOverflow;
   a.wireType = s.wireType;
   a.scaleExp = s.scaleExp;
+  a.wireBound = s.wireBound;
   a.indices = s.indices;
   a.values = s.values;
   a.result = static_cast<SelectCounts*>(dev);
@@ -341,6 +342,11 @@ Status CudaExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   SPCCL_RETURN_IF_ERROR(cuda::selectPack(a, selectWorkspace_.ptr, selectWorkspace_.bytes, stream_));
   if (s.countsOut == nullptr) pending_.push_back(Pending{slot, fp8 ? Result::kSelectFp8 : Result::kSelect, out});
   return Status::ok();
+}
+
+Status CudaExecutor::gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base,
+                                   uint32_t* out) {
+  return cuda::gatherIndices(indices, positions, n, base, out, stream_);
 }
 
 Status CudaExecutor::reselect(const SelectSpec& s, uint64_t, uint64_t k, uint64_t capacity, ReselectStats* out) {

@@ -39,6 +39,8 @@ class CudaExecutor final : public Executor {
   Status kthLargestMagnitudeInMemory(const void* send, spcclDataType_t type, const float* residual, size_t n,
                                      uint64_t k, ThresholdStats* inMemory) override;
   Status selectPack(const SelectSpec& spec, SelectStats* out) override;
+  Status gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base,
+                       uint32_t* out) override;
   Status deltaIndexBytes(const uint32_t* indices, uint64_t nnz, uint64_t rangeBegin, uint64_t* bytes) override;
   Status accumulatePairs(const uint32_t* indices, const void* values, core::ValueType wire, uint64_t capacity,
                          const uint64_t* count, float* out, size_t n) override;

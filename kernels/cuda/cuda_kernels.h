@@ -85,6 +85,7 @@ struct SelectArgs {
   bool keepOverflow;
   core::ValueType wireType;  // fp32, fp16, bf16 or fp8 e4m3
   int scaleExp = 0;          // fp8: the values are codes of v / 2^scaleExp
+  float wireBound = 0.0f;    // > 0: overrides inType's bound on sent values (SelectSpec::wireBound)
   uint32_t* indices;         // capacity slots
   void* values;              // capacity slots of the wire type
   SelectCounts* result;      // written when the pass is complete
@@ -97,6 +98,10 @@ struct SelectArgs {
   // both kernels against the host; kernel_bench times both in one run.
   bool storeEarly = false;
 };
+
+// out[j] = base + indices[positions[j]] (host::gatherIndices).
+Status gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base, uint32_t* out,
+                     cudaStream_t stream);
 
 // Scratch of one selectPack pass over n elements: per-tile prefix state for
 // the single-pass (decoupled look-back) scan that keeps the pairs in index

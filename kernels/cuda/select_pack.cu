@@ -393,7 +393,24 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
   }
 }
 
+__global__ void gatherIndicesKernel(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base,
+                                    uint32_t* out) {
+  for (uint64_t j = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    out[j] = base + indices[positions[j]];
+}
+
 }  // namespace
+
+Status gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base, uint32_t* out,
+                     cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  if (indices == nullptr || positions == nullptr || out == nullptr)
+    return invalidArgument("gatherIndices: null buffer");
+  gatherIndicesKernel<<<detail::gridFor(n, kThreads), kThreads, 0, stream>>>(indices, positions, n, base, out);
+  SPCCL_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
 
 size_t selectPackWorkspaceBytes(size_t n) {
   const uint64_t tiles = (static_cast<uint64_t>(n) + kTile - 1) / kTile;
@@ -448,7 +465,9 @@ Status selectPack(const SelectArgs& a, void* workspace, size_t workspaceBytes, c
            static_cast<unsigned>(tiles),
            detail::aligned16(a.send) && (a.residualIn == nullptr || detail::aligned16(a.residualIn)) &&
                (a.residualOut == nullptr || detail::aligned16(a.residualOut)),
-           a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff()};
+           a.wireBound > 0.0f         ? a.wireBound
+           : a.inType == spcclFloat16 ? core::kHalfMax
+                                      : __builtin_inff()};
   detail::withLoader(a.inType, [&](auto in) {
     auto launch = [&](auto wire) {
       if (a.storeEarly)

@@ -134,8 +134,8 @@ SelectArgs hostArgs(const SelectSpec& s) {
     tauKey = s.threshold->tauKey;
     tieBudget = s.tieCapacity > s.threshold->above ? s.tieCapacity - s.threshold->above : 0;
   }
-  return SelectArgs{s.send,     s.inType,  s.residualIn, s.residualOut,  s.n,       tauKey, tieBudget, s.capacity,
-                    s.wireType, s.indices, s.values,     s.keepOverflow, s.scaleExp};
+  return SelectArgs{s.send,     s.inType,  s.residualIn, s.residualOut,  s.n,        tauKey,     tieBudget, s.capacity,
+                    s.wireType, s.indices, s.values,     s.keepOverflow, s.scaleExp, s.wireBound};
 }
 
 }  // namespace
@@ -145,6 +145,13 @@ Status HostExecutor::selectPack(const SelectSpec& s, SelectStats* out) {
   const SelectResult r = host::selectPack(hostArgs(s));
   if (s.countsOut != nullptr) *s.countsOut = PairCounts{r.selected, r.finiteSelected};
   else *out = SelectStats{r.selected, r.finiteSelected, r.maxFiniteKey};
+  return Status::ok();
+}
+
+Status HostExecutor::gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base,
+                                   uint32_t* out) {
+  Open open(*this);
+  host::gatherIndices(indices, positions, n, base, out);
   return Status::ok();
 }
 

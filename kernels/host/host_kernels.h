@@ -38,6 +38,7 @@ struct SelectArgs {
   // fp8 wire: values are stored as e4m3 codes of v / 2^scaleExp (the stream
   // header carries scaleExp); the residual gets v - decoded. Ignored otherwise.
   int scaleExp = 0;
+  float wireBound = 0.0f;  // > 0: overrides inType's bound on sent values (SelectSpec::wireBound)
 };
 
 struct SelectResult {
@@ -47,6 +48,8 @@ struct SelectResult {
 };
 
 SelectResult selectPack(const SelectArgs& args);
+// out[j] = base + indices[positions[j]] (Executor::gatherIndices).
+void gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base, uint32_t* out);
 
 // A stale tau selected `nnz` candidates (all of them stored in args.indices /
 // args.values, in index order) and more than the capacity factor allows. The

@@ -39,15 +39,15 @@ inline void store4(float* dst, F4 x, bool streaming) {
 }
 
 // One block of 16 fp32 elements: v = send + residual in four 4-wide vectors
-// and whether any has magnitude key >= minKey (minKey >= 1, so the signed
-// compare is exact). No candidate (most blocks): the residual line is stored
-// straight from the registers and true is returned. Otherwise v goes to v[]
-// for the element-by-element packing and false is returned.
+// and which have magnitude key >= minKey (minKey >= 1, so the signed compare
+// is exact): bit j of the returned mask for element j. No candidate (most
+// blocks): the residual line is stored straight from the registers and 0 is
+// returned. Otherwise v goes to v[] for the packing of the set bits.
 template <bool kHasResidualIn, bool kHasResidualOut>
-inline bool plainBlockF32(const float* send, const float* residual, float* out, uint32_t minKey, bool streaming,
-                          float* v) {
+inline uint32_t candidatesF32(const float* send, const float* residual, float* out, uint32_t minKey, bool streaming,
+                              float* v) {
   F4 x[4];
-  I4 any = {0, 0, 0, 0};
+  uint32_t mask = 0;
   const I4 bound = {static_cast<int32_t>(minKey), static_cast<int32_t>(minKey), static_cast<int32_t>(minKey),
                     static_cast<int32_t>(minKey)};
   for (size_t q = 0; q < 4; ++q) {
@@ -59,28 +59,28 @@ inline bool plainBlockF32(const float* send, const float* residual, float* out, 
     }
     I4 key;
     std::memcpy(&key, &x[q], sizeof key);
-    any |= (key & 0x7fffffff) >= bound;
-  }
+    const I4 hit = (key & 0x7fffffff) >= bound;
 #if defined(__SSE2__)
-  __m128i anyBits;
-  std::memcpy(&anyBits, &any, sizeof anyBits);
-  const bool none = _mm_movemask_epi8(anyBits) == 0;
+    __m128 bits;
+    std::memcpy(&bits, &hit, sizeof bits);
+    mask |= static_cast<uint32_t>(_mm_movemask_ps(bits)) << (4 * q);
 #else
-  const bool none = (any[0] | any[1] | any[2] | any[3]) == 0;
+    for (size_t j = 0; j < 4; ++j) mask |= static_cast<uint32_t>(hit[j] != 0) << (4 * q + j);
 #endif
-  if (none) {
+  }
+  if (mask == 0) {
     if constexpr (kHasResidualOut)
       for (size_t q = 0; q < 4; ++q) store4(out + 4 * q, x[q], streaming);
-    return true;
+    return 0;
   }
   std::memcpy(v, x, sizeof x);
-  return false;
+  return mask;
 }
 
-// The fused pass in blocks of 16: the first loop over a block (v, "any
-// candidate?") has no data-dependent branch and vectorises; the rare blocks
-// holding a candidate (|v| >= tau, or NaN/Inf) are revisited element by
-// element for the packing. The block's new residual is assembled in
+// The fused pass in blocks of 16: the first loop over a block (v, and which
+// elements are candidates) has no data-dependent branch and vectorises; the
+// rare blocks holding a candidate (|v| >= tau, or NaN/Inf) pack their
+// candidates in index order, walking the block's mask. The block's new residual is assembled in
 // registers and stored once. Same decisions as a plain scalar loop.
 template <typename Load, typename Wire, bool kHasResidualIn, bool kHasResidualOut>
 SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
@@ -91,7 +91,7 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
   uint64_t written = 0, finite = 0, ties = a.tieBudget;
   uint32_t maxFiniteKey = 0;
   // An fp16 buffer's values must not round above its range (core::kHalfMax).
-  const float bound = a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
+  const float bound = a.wireBound > 0.0f ? a.wireBound : a.inType == spcclFloat16 ? core::kHalfMax : __builtin_inff();
   auto vAt = [&](size_t i) {
     float v = load(i);
     if constexpr (kHasResidualIn) v += a.residualIn[i];
@@ -147,25 +147,27 @@ SelectResult selectPackImpl(const SelectArgs& a, Load load, Wire) {
   };
   for (; i + kBlock <= a.n; i += kBlock) {
     float v[kBlock], res[kBlock];
+    uint32_t mask = 0;
     if constexpr (std::is_same_v<Load, LoadF32>) {
-      if (plainBlockF32<kHasResidualIn, kHasResidualOut>(load.p + i, kHasResidualIn ? a.residualIn + i : nullptr,
-                                                         kHasResidualOut ? a.residualOut + i : nullptr, minKey,
-                                                         streaming, v))
-        continue;
+      mask = candidatesF32<kHasResidualIn, kHasResidualOut>(load.p + i, kHasResidualIn ? a.residualIn + i : nullptr,
+                                                            kHasResidualOut ? a.residualOut + i : nullptr, minKey,
+                                                            streaming, v);
+      if (mask == 0) continue;
     } else {
-      bool any = false;
       for (size_t j = 0; j < kBlock; ++j) {
         v[j] = vAt(i + j);
-        any |= core::magnitudeKey(v[j]) >= minKey;
+        mask |= static_cast<uint32_t>(core::magnitudeKey(v[j]) >= minKey) << j;
       }
-      if (!any) {
+      if (mask == 0) {
         if constexpr (kHasResidualOut) storeBlock(i, v);
         continue;
       }
     }
     std::memcpy(res, v, sizeof v);
-    for (size_t j = 0; j < kBlock; ++j)
-      if (core::magnitudeKey(v[j]) >= minKey) pack(i + j, v[j], &res[j]);
+    for (; mask != 0; mask &= mask - 1) {
+      const size_t j = static_cast<size_t>(__builtin_ctz(mask));
+      pack(i + j, v[j], &res[j]);
+    }
     if constexpr (kHasResidualOut) storeBlock(i, res);
   }
   for (; i < a.n; ++i) scalar(i);
@@ -187,6 +189,10 @@ SelectResult selectPack(const SelectArgs& a) {
       return selectPackImpl<decltype(load), decltype(wire), false, false>(a, load, wire);
     });
   });
+}
+
+void gatherIndices(const uint32_t* indices, const uint32_t* positions, uint64_t n, uint32_t base, uint32_t* out) {
+  for (uint64_t j = 0; j < n; ++j) out[j] = base + indices[positions[j]];
 }
 
 ReselectResult reselectCandidates(const SelectArgs& a, uint64_t nnz, uint64_t k, uint64_t capacity, uint32_t* scratch) {

@@ -179,7 +179,8 @@ struct Config {
   bool mostlyZero = false;   // all but every 512th element zero: fewer non-zeros than k, tau 0, never starved
   float minFraction = 0.0f;  // thresholdMinFraction (this rank's)
   int warmup = 0;            // thresholdWarmup: off unless asked for, so the interval alone pins the estimates
-  bool spike = false;        // fp32 input: one element 1e6 a call, beyond what tau's fp8 scale holds (448 x 2^6 tau)
+  float density = 0.01f;
+  bool spike = false;  // fp32 input: one element 1e6 a call, beyond what tau's fp8 scale holds (448 x 2^6 tau)
 };
 
 // Calls among the first `calls` that the schedule estimates on: call 0 and
@@ -196,7 +197,7 @@ std::string describe(const Config& c) {
          " interval=" + std::to_string(c.interval) + " count=" + std::to_string(c.count) +
          (c.shrink ? " shrinking" : "") + (c.mostlyZero ? " mostly zero" : "") +
          " minFraction=" + std::to_string(c.minFraction) + " warmup=" + std::to_string(c.warmup) +
-         (c.spike ? " spike" : "");
+         (c.spike ? " spike" : "") + " density=" + std::to_string(c.density);
 }
 
 // Runs `calls` compressed allreduces of fresh data on the device comm and
@@ -207,7 +208,7 @@ void compareWithHost(spcclComm_t dev, spcclComm_t host, const Config& cfg, int c
   SCOPED_TRACE(describe(cfg));
   spcclCompressConfig_t c;
   ASSERT_EQ(spcclSuccess, spcclCompressConfigInit(&c));
-  c.density = 0.01f;
+  c.density = cfg.density;
   c.thresholdInterval = cfg.interval;
   c.errorFeedback = cfg.errorFeedback;
   c.algorithm = cfg.algorithm;
@@ -312,9 +313,12 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
       for (spcclDataType_t wire : {spcclFloat32, spcclFloat16, spcclBfloat16, spcclFloat8e4m3}) {
         // Large size: one wire per type, and fp8 from fp32.
         if (n > 100000 && wire != type && !(wire == spcclFloat8e4m3 && type == spcclFloat32)) continue;
-        compareWithHost(dev_, host_, {type, wire, spcclSum, SPCCL_ALGO_ALLGATHER, 1, 3, n, false}, 7, stream_, rank_,
-                        ranks_);
-        if (HasFatalFailure()) return;
+        // split: the owners' sums re-selected, rounded to the wire (fp8 at
+        // their own scale, fp16 buffers' sums bounded) and sent pairs or dense.
+        for (int algo : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT}) {
+          compareWithHost(dev_, host_, {type, wire, spcclSum, algo, 1, 3, n, false}, 7, stream_, rank_, ranks_);
+          if (HasFatalFailure()) return;
+        }
       }
   // A stored tau the input shrank away from: kept (thresholdMinFraction 0,
   // the default), or re-estimated in the call it starved, on both paths alike
@@ -352,15 +356,24 @@ TEST_F(NcclWorld, CompressedAllReduceMatchesHostPathBitForBit) {
   signedZeros.mostlyZero = true;
   compareWithHost(dev_, host_, signedZeros, 3, stream_, rank_, ranks_);
   if (HasFatalFailure()) return;
+  // auto: both communicators pick by the model (SPCCL_AUTO_TRIALS is 0 by
+  // default), from the same calls, so the same algorithm on every call.
   for (spcclRedOp_t op : {spcclSum, spcclAvg})
-    // (Not auto: the host's auto learns from its split calls, which the
-    // device runs as allgather, so the two may choose differently.)
-    for (int algo : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_DENSE})
+    for (int algo : {SPCCL_ALGO_ALLGATHER, SPCCL_ALGO_SPLIT, SPCCL_ALGO_AUTO, SPCCL_ALGO_DENSE})
       for (int ef : {0, 1}) {
         compareWithHost(dev_, host_, {spcclFloat32, spcclFloat32, op, algo, ef, 2, 50001, true}, 5, stream_, rank_,
                         ranks_);
         if (HasFatalFailure()) return;
       }
+  // split's owners send their ranges dense: at density 0.3, and at 0.98
+  // after the re-selection has dropped some sums.
+  for (float density : {0.3f, 0.98f})
+    for (spcclDataType_t wire : {spcclFloat32, spcclFloat16, spcclFloat8e4m3}) {
+      Config c{spcclFloat32, wire, spcclSum, SPCCL_ALGO_SPLIT, 1, 2, 20001, true};
+      c.density = density;
+      compareWithHost(dev_, host_, c, 4, stream_, rank_, ranks_);
+      if (HasFatalFailure()) return;
+    }
   // fp8 with NaN/Inf, and with a spike tau's scale would saturate: the
   // pass redone at the selection's max-rule scale (maxFiniteKey of the pass).
   for (int ef : {0, 1})

@@ -460,6 +460,61 @@ TEST_P(HostExecutorTest, LowerBounds) {
   EXPECT_EQ(got, want);
 }
 
+// The split owner's steps: indices gathered through positions with a base,
+// and a selection whose sent values are bounded by wireBound instead of by
+// the input type (fp32 sums of an fp16 buffer: 70000 goes as 65504 and the
+// excess stays behind; without the override it goes as is on an fp32 wire).
+TEST_P(HostExecutorTest, GatherIndicesAndWireBound) {
+  host::HostExecutor ex(GetParam());
+  const std::vector<uint32_t> compacted{2, 5, 6, 40, 41, 90};
+  const std::vector<uint32_t> positions{0, 3, 5};
+  ExecMemory idx, pos, out;
+  ASSERT_TRUE(idx.ensure(ex, compacted.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(pos.ensure(ex, positions.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(out.ensure(ex, positions.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(ex.fromHost(idx.get(), compacted.data(), compacted.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(ex.fromHost(pos.get(), positions.data(), positions.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(
+      ex.gatherIndices(idx.get<uint32_t>(), pos.get<uint32_t>(), positions.size(), 1000, out.get<uint32_t>()).isOk());
+  std::vector<uint32_t> got(positions.size());
+  ASSERT_TRUE(ex.toHost(got.data(), out.get(), got.size() * sizeof(uint32_t)).isOk());
+  ASSERT_TRUE(ex.settle().isOk());
+  EXPECT_EQ(got, (std::vector<uint32_t>{1002, 1040, 1090}));
+
+  const std::vector<float> v{1.0f, -70000.0f, 70000.0f, 3.0f};
+  for (float bound : {0.0f, core::kHalfMax}) {
+    SCOPED_TRACE(bound);
+    ExecMemory send, rest, indices, values;
+    ASSERT_TRUE(send.ensure(ex, v.size() * sizeof(float)).isOk());
+    ASSERT_TRUE(rest.ensure(ex, v.size() * sizeof(float)).isOk());
+    ASSERT_TRUE(indices.ensure(ex, v.size() * sizeof(uint32_t)).isOk());
+    ASSERT_TRUE(values.ensure(ex, v.size() * sizeof(float)).isOk());
+    ASSERT_TRUE(ex.fromHost(send.get(), v.data(), v.size() * sizeof(float)).isOk());
+    SelectSpec spec{send.get(),
+                    spcclFloat32,
+                    nullptr,
+                    rest.get<float>(),
+                    v.size(),
+                    0,
+                    0,
+                    v.size(),
+                    core::ValueType::kFloat32,
+                    indices.get<uint32_t>(),
+                    values.get()};
+    spec.wireBound = bound;
+    SelectStats r;
+    ASSERT_TRUE(ex.selectPack(spec, &r).isOk());
+    std::vector<float> sent(v.size()), left(v.size());
+    ASSERT_TRUE(ex.toHost(sent.data(), values.get(), v.size() * sizeof(float)).isOk());
+    ASSERT_TRUE(ex.toHost(left.data(), rest.get(), v.size() * sizeof(float)).isOk());
+    ASSERT_TRUE(ex.settle().isOk());
+    ASSERT_EQ(r.selected, v.size());
+    const float big = bound > 0 ? core::kHalfMax : 70000.0f;
+    EXPECT_EQ(sent, (std::vector<float>{1.0f, -big, big, 3.0f}));
+    EXPECT_EQ(left, (std::vector<float>{0.0f, big - 70000.0f, 70000.0f - big, 0.0f}));
+  }
+}
+
 // Row-sparse merges against a plain reference: per id, +0 plus its rows in
 // input order (fp32 sums of fp16 rows); the union of sorted lists summed in
 // list order; a list whose ids do not increase is named with the position.
