@@ -389,6 +389,7 @@ enum Kind : int64_t {
   kCompressedAllreduce,
   kAlltoallRows,
   kAlltoallRowsBackward,
+  kAllreduceRowSparse,
 };
 
 const char* kindName(int64_t k) {
@@ -425,6 +426,8 @@ const char* kindName(int64_t k) {
       return "alltoall_rows";
     case kAlltoallRowsBackward:
       return "alltoall_rows backward";
+    case kAllreduceRowSparse:
+      return "allreduce_rowsparse";
     default:
       return "unknown collective";
   }
@@ -450,6 +453,11 @@ struct Desc {
 };
 
 // ---------------------------------------------------------------------------
+
+// What allreduceRowSparse returns: the union's ids and their summed rows.
+struct RowSparseResult {
+  at::Tensor ids, rows;
+};
 
 class SpcclBackend;
 std::mutex& registryMutex() {
@@ -1037,6 +1045,39 @@ class SpcclBackend : public c10d::Backend {
                                              static_cast<size_t>(rowLen), spcclType(in.scalar_type()), density, sel,
                                              spccl_, nullptr),
                  "spcclAlltoAllRowsCompressed");
+    });
+  }
+
+  // spcclAllReduceRowSparse: every rank's (id, row) pairs summed per id; the
+  // union's sorted ids and their sums, the same on every rank, into *out.
+  // The union is at most the sum of every rank's row count, which the
+  // descriptors carry, so the outputs are sized before the call.
+  c10::intrusive_ptr<Work> allreduceRowSparse(at::Tensor ids, at::Tensor rows, std::shared_ptr<RowSparseResult> out) {
+    return enqueue(OpType::ALLREDUCE, {}, "spccl:allreduce_rowsparse", [this, ids, rows, out] {
+      Desc d(size_);
+      d[fKind] = kAllreduceRowSparse;
+      d[fErr] = checkTensors({ids, rows});
+      if (d[fErr] == kOk &&
+          (ids.scalar_type() != at::kLong || !(isSpcclFloat(rows.scalar_type()) || rows.scalar_type() == at::kDouble)))
+        d[fErr] = kDtypeUnsupported;
+      if (d[fErr] == kOk && (ids.dim() != 1 || rows.dim() != 2 || rows.size(0) != ids.numel())) d[fErr] = kShape;
+      d[fDtype] = static_cast<int64_t>(rows.scalar_type());
+      d[fAux] = rows.dim() == 2 ? rows.size(1) : -1;
+      d.send(0) = ids.numel();
+      const auto all = agree(d, false, true);
+      int64_t capacity = 0;
+      for (int r = 0; r < size_; ++r) capacity += row(all, r)[kHeader];
+      const int64_t rowLen = rows.size(1);
+      at::Tensor outIds = at::empty({capacity}, ids.options());
+      at::Tensor outRows = at::empty({capacity, rowLen}, rows.options());
+      size_t got = 0;
+      spcclCheck(spcclAllReduceRowSparse(ids.data_ptr<int64_t>(), rows.data_ptr(), static_cast<size_t>(ids.numel()),
+                                         static_cast<size_t>(rowLen), spcclType(rows.scalar_type()),
+                                         outIds.data_ptr<int64_t>(), outRows.data_ptr(), static_cast<size_t>(capacity),
+                                         &got, spccl_, nullptr),
+                 "spcclAllReduceRowSparse");
+      out->ids = outIds.narrow(0, 0, static_cast<int64_t>(got));
+      out->rows = outRows.narrow(0, 0, static_cast<int64_t>(got));
     });
   }
 
@@ -1732,6 +1773,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         auto w = b->alltoallRowsBackward(grad, out, sel->sel_);
         w->wait();
         return out;
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "allreduce_rowsparse",
+      [](c10::intrusive_ptr<SpcclBackend> b, at::Tensor ids, at::Tensor rows) {
+        auto out = std::make_shared<RowSparseResult>();
+        b->allreduceRowSparse(ids, rows, out)->wait();
+        return std::make_tuple(out->ids, out->rows);
       },
       py::call_guard<py::gil_scoped_release>());
   m.attr("SPCCL_FLOAT32") = static_cast<int>(spcclFloat32);

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["alltoall_rows", "backend_of", "get_stats", "hooks"]
+__all__ = ["allreduce_rowsparse", "alltoall_rows", "backend_of", "get_stats", "hooks"]
 
 # Process group name -> the spccl backend made for it (for the hook, the op
 # and the statistics).
@@ -148,4 +148,4 @@ _register_backend()
 atexit.register(_shutdown)
 
 from . import hooks  # noqa: E402
-from .ops import alltoall_rows  # noqa: E402
+from .ops import allreduce_rowsparse, alltoall_rows  # noqa: E402

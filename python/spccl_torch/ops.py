@@ -40,3 +40,17 @@ def alltoall_rows(x, density, group=None):
     sends back the gradients of exactly the kept entries (zeros elsewhere).
     float32, float16 and bfloat16 CPU tensors."""
     return _AlltoallRows.apply(x, density, group)
+
+
+def allreduce_rowsparse(ids, rows, group=None):
+    """Row-sparse allreduce (``spcclAllReduceRowSparse``), for embedding
+    gradients: each rank passes ``ids`` (int64, shape [n], any order, repeats
+    allowed) and ``rows`` (shape [n, row_len]: float32, float64, float16 or
+    bfloat16). Returns ``(ids, rows)`` on every rank, bit for bit the same: the
+    sorted unique ids of the union over ranks, each with the sum of all its
+    rows (summed in fp32, fp64 for float64, in rank order; duplicates merged
+    first on each rank). ``n`` may differ between ranks, and be 0; row_len and
+    dtype may not. CPU tensors; a bad argument fails on every rank."""
+    from . import backend_of
+
+    return _C.allreduce_rowsparse(backend_of(group), ids.contiguous(), rows.contiguous())

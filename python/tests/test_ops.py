@@ -409,6 +409,53 @@ def t_cuda():
     expect_error(lambda: dist.all_reduce(t), "CUDA")
 
 
+def rowsparse_input(rank, dtype, row_len, seed):
+    """Rank `rank`'s ids (repeats, a shared range so ranks overlap) and rows
+    (small integers: every sum is exact in every dtype); rank 1 passes none."""
+    n = 0 if rank == 1 else 4 + 3 * rank
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    ids = torch.randint(0, 3 * WORLD + 5, (n,), generator=g, dtype=torch.int64)
+    rows = torch.randint(-3, 4, (n, row_len), generator=g).to(dtype)
+    return ids, rows
+
+
+def t_allreduce_rowsparse(dtype, row_len, seed):
+    ids, rows = rowsparse_input(RANK, dtype, row_len, seed)
+    out_ids, out_rows = spccl_torch.allreduce_rowsparse(ids, rows)
+    # The reference from every rank's input (each rank can draw them all).
+    sums = {}
+    for r in range(WORLD):
+        i, x = rowsparse_input(r, dtype, row_len, seed)
+        for k in range(i.numel()):
+            key = int(i[k])
+            sums[key] = sums.get(key, torch.zeros(row_len, dtype=torch.float64)) + x[k].double()
+    want_ids = sorted(sums)
+    assert out_ids.dtype == torch.int64 and out_rows.dtype == dtype, (out_ids.dtype, out_rows.dtype)
+    assert out_ids.tolist() == want_ids, (out_ids.tolist(), want_ids)
+    want = torch.stack([sums[k] for k in want_ids]) if want_ids else torch.zeros(0, row_len, dtype=torch.float64)
+    assert torch.equal(out_rows.double(), want), (out_rows, want)
+    # Bit for bit the same on every rank.
+    mine = torch.cat([out_ids.double(), out_rows.double().flatten()])
+    for other in gather_all(mine):
+        assert torch.equal(other, mine)
+
+
+def t_err_rowsparse():
+    ids = torch.arange(4, dtype=torch.int32 if RANK == 0 else torch.int64)
+    expect_error(lambda: spccl_torch.allreduce_rowsparse(ids, torch.ones(4, 3)), "allreduce_rowsparse",
+                 "rank 0", "dtype")
+    row_len = 3 if RANK == 0 else 4
+    expect_error(lambda: spccl_torch.allreduce_rowsparse(torch.arange(2), torch.ones(2, row_len)),
+                 "row length mismatch")
+    rows = torch.ones(5, 3) if RANK == WORLD - 1 else torch.ones(4, 3)
+    expect_error(lambda: spccl_torch.allreduce_rowsparse(torch.arange(4), rows), "sizes do not fit")
+
+
+for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+    C.run(f"allreduce_rowsparse {dt}", t_allreduce_rowsparse, dt, 5, 1)
+C.run("allreduce_rowsparse row_len 1", t_allreduce_rowsparse, torch.float32, 1, 2)
+C.run("error: allreduce_rowsparse arguments", t_err_rowsparse)
+
 C.run("error: non-contiguous on one rank", t_err_noncontiguous)
 C.run("error: size mismatch", t_err_size_mismatch)
 C.run("error: dtype mismatch", t_err_dtype_mismatch)
