@@ -351,7 +351,7 @@ RowsHeader rowsStreamHeaderInt8(uint64_t rows, uint64_t rowLen, uint64_t keepPer
 RowsHeader valuesStreamHeaderInt8(uint64_t nnz, uint64_t rows, uint64_t rowLen, uint64_t seq);
 Status checkValuesStreamHeaderInt8(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t nnz, uint64_t seq,
                                    int peer);
-// Executor::decodeRowsInt8's finding: row `row`'s scale.
+// Executor::scatterRowsInt8's finding: row `row`'s scale.
 Status badInt8Scale(int peer, uint64_t row);
 // codec: kRowsCodecWire (the wire type vt) or kRowsCodecInt8.
 Status checkRowsStreamHeader(const RowsHeader& h, size_t bytes, uint64_t rows, uint64_t rowLen, core::ValueType vt,

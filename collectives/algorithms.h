@@ -85,7 +85,7 @@ struct Workspace {
   // The alltoall rows: the selection's slots (positions, values) and counts,
   // its values compacted, int8 values decoded, and per stream its layout, entries, fp8 key or
   // scale and positions or scales check.
-  ExecMemory rowsStrided, rowsStridedValues, rowCounts, rowsStaged, rowsDecoded;
+  ExecMemory rowsStrided, rowsStridedValues, rowCounts, rowsStaged;
   std::vector<RowsLayout> rowsLayouts;
   std::vector<uint64_t> rowsEntries, rowsBad;
   std::vector<uint32_t> rowsMaxKeys;

@@ -76,22 +76,30 @@ Status rowOffsetsOn(Executor& ex, const std::vector<uint32_t>& counts, std::vect
   return ex.fromHost(inMemory->get(), offsets->data(), (rows + 1) * sizeof(uint64_t));
 }
 
-// The int8 codec's received blocks decoded to fp32, into ws.rowsDecoded in
-// the rows' order: block j's rpp scales at recv + ws.recvOffsets[j] +
-// scalesAt(j), its codes after them, its rows at offsetsIn + j * rpp
-// (offsets: the same on the host). *refusal: the first peer's bad scale.
-template <typename ScalesAt>
-Status decodeInt8Blocks(Executor& ex, Workspace& ws, const unsigned char* recv, ScalesAt scalesAt,
-                        const std::vector<uint64_t>& offsets, const uint64_t* offsetsIn, size_t rpp, int p,
-                        Status* refusal) {
-  const uint64_t total = offsets.back();
-  SPCCL_RETURN_IF_ERROR(ws.rowsDecoded.ensure(ex, std::max<uint64_t>(total, 1) * sizeof(float)));
+// Every peer's received values stored into its block of zeroed rows: block
+// j's values at recv + ws.recvOffsets[j] + valuesAt(j) (int8: its rpp row
+// scales there, its codes after them), its positions and row offsets
+// (executor memory) from row j * rpp (offsets: the same on the host), its
+// rows at out + j * blockBytes. Wire values carry scaleExpOf(j) (fp8). int8
+// scales came from a peer: *refusal names the first bad one (the caller
+// zeroes the output).
+template <typename ValuesAt, typename ScaleExpOf>
+Status storeBlocks(Executor& ex, Workspace& ws, const unsigned char* recv, ValuesAt valuesAt, ScaleExpOf scaleExpOf,
+                   bool int8, core::ValueType wire, const uint32_t* positions, const std::vector<uint64_t>& offsets,
+                   const uint64_t* offsetsIn, size_t rpp, uint32_t len, spcclDataType_t type, void* out,
+                   size_t blockBytes, int p, Status* refusal) {
   ws.rowsBad.assign(p, 0);
   for (int j = 0; j < p; ++j) {
-    const unsigned char* scales = recv + ws.recvOffsets[j] + scalesAt(j);
-    SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales, scales + rpp * sizeof(float), offsetsIn + j * rpp, rpp,
-                                            ws.rowsDecoded.get<float>() + offsets[j * rpp], &ws.rowsBad[j]));
+    const unsigned char* values = recv + ws.recvOffsets[j] + valuesAt(j);
+    void* block = static_cast<char*>(out) + j * blockBytes;
+    if (int8)
+      SPCCL_RETURN_IF_ERROR(ex.scatterRowsInt8(values, values + rpp * sizeof(float), positions + offsets[j * rpp],
+                                               offsetsIn + j * rpp, rpp, len, type, block, &ws.rowsBad[j]));
+    else
+      SPCCL_RETURN_IF_ERROR(ex.scatterRows(values, wire, scaleExpOf(j), positions + offsets[j * rpp],
+                                           offsetsIn + j * rpp, rpp, len, type, block));
   }
+  if (!int8) return Status::ok();
   SPCCL_RETURN_IF_ERROR(ex.settle());
   for (int j = 0; j < p; ++j)
     if (ws.rowsBad[j] != 0) {
@@ -328,22 +336,12 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
     SPCCL_RETURN_IF_ERROR(ex.settle());
     for (int j = 0; j < p; ++j)
       if (ws.rowsBad[j] != 0) return refuse(badRowPositions(j, ws.rowsBad[j] - 1, nullptr));
-    const float* decoded = nullptr;  // int8: the values as fp32, in recvPositions order
-    if (int8) {
-      Status refusal;
-      SPCCL_RETURN_IF_ERROR(decodeInt8Blocks(
-          ex, ws, recv, [&](int j) { return ws.rowsLayouts[j].valuesAt; }, s.recvOffsets, recvOffsets, rpp, p,
-          &refusal));
-      if (!refusal.isOk()) return refuse(refusal);
-      decoded = ws.rowsDecoded.get<float>();
-    }
-    for (int j = 0; j < p; ++j) {
-      const void* values = int8 ? static_cast<const void*>(decoded + s.recvOffsets[j * rpp])
-                                : recv + ws.recvOffsets[j] + ws.rowsLayouts[j].valuesAt;
-      SPCCL_RETURN_IF_ERROR(ex.scatterRows(values, int8 ? core::ValueType::kFloat32 : wire, ws.rowsLayouts[j].scaleExp,
-                                           recvPositions + s.recvOffsets[j * rpp], recvOffsets + j * rpp, rpp, len,
-                                           type, static_cast<char*>(recvbuff) + j * blockElems * esize));
-    }
+    Status refusal;
+    SPCCL_RETURN_IF_ERROR(storeBlocks(
+        ex, ws, recv, [&](int j) { return ws.rowsLayouts[j].valuesAt; },
+        [&](int j) { return ws.rowsLayouts[j].scaleExp; }, int8, wire, recvPositions, s.recvOffsets, recvOffsets, rpp,
+        len, type, recvbuff, blockElems * esize, p, &refusal));
+    if (!refusal.isOk()) return refuse(refusal);
   }
   if (sel) {
     sel->rowsPerPeer = rowsPerPeer;
@@ -458,21 +456,11 @@ Status backwardOn(Transport& t, CollectiveContext& comm, const void* gradSend, v
     if (!st.isOk()) return refuse(st);
     ws.rowsScaleExps[j] = scaleExp;
   }
-  const float* decoded = nullptr;  // int8: the values as fp32, in sentPositions order
-  if (int8) {
-    Status refusal;
-    SPCCL_RETURN_IF_ERROR(decodeInt8Blocks(
-        ex, ws, recv, [](int) { return sizeof(RowsHeader); }, s.sentOffsets, sentOffsets, rpp, p, &refusal));
-    if (!refusal.isOk()) return refuse(refusal);
-    decoded = ws.rowsDecoded.get<float>();
-  }
-  for (int j = 0; j < p; ++j) {
-    const void* values = int8 ? static_cast<const void*>(decoded + s.sentOffsets[j * rpp])
-                              : recv + ws.recvOffsets[j] + sizeof(RowsHeader);
-    SPCCL_RETURN_IF_ERROR(ex.scatterRows(values, int8 ? core::ValueType::kFloat32 : wire, ws.rowsScaleExps[j],
-                                         sentPositions + s.sentOffsets[j * rpp], sentOffsets + j * rpp, rpp, len,
-                                         sel.dataType, static_cast<char*>(gradRecv) + j * blockElems * esize));
-  }
+  Status refusal;
+  SPCCL_RETURN_IF_ERROR(storeBlocks(
+      ex, ws, recv, [](int) { return sizeof(RowsHeader); }, [&](int j) { return ws.rowsScaleExps[j]; }, int8, wire,
+      sentPositions, s.sentOffsets, sentOffsets, rpp, len, sel.dataType, gradRecv, blockElems * esize, p, &refusal));
+  if (!refusal.isOk()) return refuse(refusal);
   *call = spcclStats_t{};
   call->calls = 1;
   call->compressedCalls = 1;

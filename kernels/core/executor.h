@@ -257,14 +257,15 @@ class Executor {
   // in [offsets[r], offsets[r+1]), o = offsets[0], as above). encode: scale
   // r (fp32 bytes at scales + 4r) = core::int8ScaleOfMax of the row's largest
   // finite |v|, codes[j - o] = core::int8Encode(values[j - o], that scale).
-  // decode: out[j - o] = core::int8Decode(codes[j - o], scale r). The scales
-  // came from a peer: *badRow (host, valid after settle()) = 0 when each is
-  // finite and >= 0, else 1 + the first row whose is not (out then holds
-  // nothing meaningful).
+  // scatter: scatterRows with value j - o = core::int8Decode(codes[j - o],
+  // scale r), in one pass. The scales came from a peer: *badRow (host, valid
+  // after settle()) = 0 when each is finite and >= 0, else 1 + the first row
+  // whose is not (the rows then hold nothing meaningful).
   virtual Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
                                 unsigned char* codes) = 0;
-  virtual Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                                uint64_t nRows, float* out, uint64_t* badRow) = 0;
+  virtual Status scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                                 const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                                 void* rows, uint64_t* badRow) = 0;
 
   // Call agreement inside the data exchange, for calls that never wait for
   // the host (the fixed-capacity policy): `count` exchanged records of

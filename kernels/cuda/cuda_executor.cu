@@ -514,10 +514,12 @@ Status CudaExecutor::encodeRowsInt8(const float* values, const uint64_t* offsets
   return cuda::encodeRowsInt8(values, offsets, nRows, scales, codes, stream_);
 }
 
-Status CudaExecutor::decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                                    uint64_t nRows, float* out, uint64_t* badRow) {
-  return rowCheck(
-      badRow, [&](uint64_t* word) { return cuda::decodeRowsInt8(scales, codes, offsets, nRows, out, word, stream_); });
+Status CudaExecutor::scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                                     const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                                     void* rows, uint64_t* badRow) {
+  return rowCheck(badRow, [&](uint64_t* word) {
+    return cuda::scatterRowsInt8(scales, codes, positions, offsets, nRows, rowLen, type, rows, word, stream_);
+  });
 }
 
 Status CudaExecutor::streamCrc32c(const void* data, size_t bytes, size_t skipAt, uint32_t* crc) {

@@ -76,8 +76,9 @@ class CudaExecutor final : public Executor {
 
   Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
                         unsigned char* codes) override;
-  Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                        uint64_t nRows, float* out, uint64_t* badRow) override;
+  Status scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                         const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows,
+                         uint64_t* badRow) override;
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override;
 
@@ -155,7 +156,7 @@ class CudaExecutor final : public Executor {
     size_t count;
   };
   std::vector<UnorderedOut> pendingUnordered_;
-  // The row checks' findings (widenPositions, decodeRowsInt8) since the last
+  // The row checks' findings (widenPositions, scatterRowsInt8) since the last
   // settle(), one word each (~0: none), converted as the merges' order
   // checks are.
   template <typename F>

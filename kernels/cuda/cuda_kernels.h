@@ -244,12 +244,13 @@ Status scatterRowValues(const void* values, core::ValueType wire, int scaleExp, 
 // narrowPositions and widenPositions); *badRow (device memory) = ~0 when
 // every row passes, else 1 + the first failing row.
 Status narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst, cudaStream_t stream);
-// The int8 row codec (host::encodeRowsInt8, host::decodeRowsInt8); *badRow
+// The int8 row codec (host::encodeRowsInt8, host::scatterRowsInt8); *badRow
 // (device memory) as widenRowPositions'.
 Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
                       unsigned char* codes, cudaStream_t stream);
-Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets, uint64_t nRows,
-                      float* out, uint64_t* badRow, cudaStream_t stream);
+Status scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                       const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows,
+                       uint64_t* badRow, cudaStream_t stream);
 Status widenRowPositions(const unsigned char* src, uint32_t bytes, const uint64_t* offsets, uint64_t nRows,
                          uint32_t rowLen, uint32_t* dst, uint64_t* badRow, cudaStream_t stream);
 

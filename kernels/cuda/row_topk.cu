@@ -353,12 +353,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// scatterKernel's rows with int8 codes and a scale per row (unaligned in
+// the stream: read byte by byte); a row with a bad scale stays zero.
+template <typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
-    decodeInt8Kernel(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets, uint64_t nRows,
-                     float* out, unsigned long long* badRow) {
+    scatterInt8Kernel(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                      const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, typename Out::Raw* rows,
+                      unsigned long long* badRow) {
   const unsigned lane = threadIdx.x & 31u;
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * kWarps;
   for (uint64_t row = globalWarp<kWarps>(); row < nRows; row += warps) {
+    typename Out::Raw* y = rows + row * rowLen;
+    for (uint32_t e = lane; e < rowLen; e += 32) y[e] = typename Out::Raw(0);
+    __syncwarp();  // the zeros land before the kept values
     uint32_t bits = 0;
     for (uint32_t b = 0; b < 4; ++b) bits |= uint32_t{scales[row * 4 + b]} << (8 * b);
     const float scale = core::bitsFloat(bits);
@@ -367,8 +374,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       continue;
     }
     const uint64_t base = offsets[0], end = offsets[row + 1] - base;
-    for (uint64_t j = offsets[row] - base + lane; j < end; j += 32)
-      out[j] = core::int8Decode(static_cast<int8_t>(codes[j]), scale);
+    for (uint64_t j = offsets[row] - base + lane; j < end; j += 32) {
+      const uint32_t pos = positions[j];
+      if (pos < rowLen) y[pos] = Out::convert(core::int8Decode(static_cast<int8_t>(codes[j]), scale));
+    }
+    __syncwarp();
   }
 }
 
@@ -536,12 +546,20 @@ Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRo
   return Status::ok();
 }
 
-Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets, uint64_t nRows,
-                      float* out, uint64_t* badRow, cudaStream_t stream) {
+Status scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                       const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows,
+                       uint64_t* badRow, cudaStream_t stream) {
+  if (!detail::isFloatInput(type)) return invalidArgument("scatterRowsInt8: the rows must be fp32/fp16/bf16");
   SPCCL_CUDA_CHECK(cudaMemsetAsync(badRow, 0xff, sizeof(uint64_t), stream));
   if (nRows == 0) return Status::ok();
-  decodeInt8Kernel<<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(
-      scales, codes, offsets, nRows, out, reinterpret_cast<unsigned long long*>(badRow));
+  if (rows == nullptr || positions == nullptr || offsets == nullptr || scales == nullptr || codes == nullptr)
+    return invalidArgument("scatterRowsInt8: null buffer");
+  withStorer(type, [&](auto o) {
+    using Out = decltype(o);
+    scatterInt8Kernel<Out><<<detail::gridFor(nRows, kWarps, 8), kWarps * 32, 0, stream>>>(
+        scales, codes, positions, offsets, nRows, rowLen, static_cast<typename Out::Raw*>(rows),
+        reinterpret_cast<unsigned long long*>(badRow));
+  });
   SPCCL_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -302,10 +302,11 @@ Status HostExecutor::encodeRowsInt8(const float* values, const uint64_t* offsets
   return Status::ok();
 }
 
-Status HostExecutor::decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                                    uint64_t nRows, float* out, uint64_t* badRow) {
+Status HostExecutor::scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                                     const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type,
+                                     void* rows, uint64_t* badRow) {
   Open open(*this);
-  *badRow = host::decodeRowsInt8(scales, codes, offsets, nRows, out);
+  *badRow = host::scatterRowsInt8(scales, codes, positions, offsets, nRows, rowLen, type, rows);
   return Status::ok();
 }
 

@@ -76,8 +76,9 @@ class HostExecutor final : public Executor {
 
   Status encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
                         unsigned char* codes) override;
-  Status decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                        uint64_t nRows, float* out, uint64_t* badRow) override;
+  Status scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                         const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows,
+                         uint64_t* badRow) override;
   Status agreeInBand(void* records, size_t stride, size_t checkedBytes, size_t countsAt, size_t count) override;
   Status asyncFindings() override { return Status::ok(); }
 

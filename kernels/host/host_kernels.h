@@ -127,12 +127,12 @@ void gatherRowValues(const void* rows, spcclDataType_t type, uint64_t nRows, uin
 void scatterRowValues(const void* values, core::ValueType wire, int scaleExp, const uint32_t* positions,
                       const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows);
 void narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst);
-// The int8 row codec (Executor::encodeRowsInt8, decodeRowsInt8); the decode
-// returns 0, or 1 + the first row whose scale is not finite and >= 0.
+// The int8 row codec (Executor::encodeRowsInt8, scatterRowsInt8); the
+// scatter returns 0, or 1 + the first row whose scale is not finite and >= 0.
 void encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows, unsigned char* scales,
                     unsigned char* codes);
-uint64_t decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                        uint64_t nRows, float* out);
+uint64_t scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                         const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows);
 // Row r's countOf(r) positions of `bytes` each at src (one row after
 // another), checked strictly increasing and below rowLen, widened to dst
 // (may be null). Returns 0, or 1 + the first row that fails (*badPos: the

@@ -780,6 +780,23 @@ void scatterAs(const void* values, int scaleExp, const uint32_t* positions, cons
   }
 }
 
+template <typename Buf>
+uint64_t scatterInt8As(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                       const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, void* rows) {
+  using Raw = typename Buf::Raw;
+  const uint64_t o = offsets[0];
+  for (uint64_t r = 0; r < nRows; ++r) {
+    char* row = static_cast<char*>(rows) + r * rowLen * sizeof(Raw);
+    std::memset(row, 0, size_t{rowLen} * sizeof(Raw));
+    float scale;
+    std::memcpy(&scale, scales + r * sizeof(float), sizeof scale);
+    if (!core::int8ScaleValid(scale)) return r + 1;
+    for (uint64_t j = offsets[r] - o; j < offsets[r + 1] - o; ++j)
+      storeRaw(row, positions[j], convertRaw<Fp32, Buf>(core::int8Decode(static_cast<int8_t>(codes[j]), scale), 0));
+  }
+  return 0;
+}
+
 template <typename Index>
 void narrowAs(const uint32_t* positions, uint64_t n, unsigned char* dst) {
   for (uint64_t j = 0; j < n; ++j) {
@@ -861,17 +878,10 @@ void encodeRowsInt8(const float* values, const uint64_t* offsets, uint64_t nRows
   }
 }
 
-uint64_t decodeRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint64_t* offsets,
-                        uint64_t nRows, float* out) {
-  const uint64_t o = offsets[0];
-  for (uint64_t r = 0; r < nRows; ++r) {
-    float scale;
-    std::memcpy(&scale, scales + r * sizeof(float), sizeof scale);
-    if (!core::int8ScaleValid(scale)) return r + 1;
-    for (uint64_t j = offsets[r] - o; j < offsets[r + 1] - o; ++j)
-      out[j] = core::int8Decode(static_cast<int8_t>(codes[j]), scale);
-  }
-  return 0;
+uint64_t scatterRowsInt8(const unsigned char* scales, const unsigned char* codes, const uint32_t* positions,
+                         const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, spcclDataType_t type, void* rows) {
+  return withBufferFormat(
+      type, [&](auto b) { return scatterInt8As<decltype(b)>(scales, codes, positions, offsets, nRows, rowLen, rows); });
 }
 
 void narrowPositions(const uint32_t* positions, uint64_t n, uint32_t bytes, unsigned char* dst) {

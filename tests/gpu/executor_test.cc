@@ -1107,26 +1107,29 @@ TEST(CudaExecutorSections, RowOperationsSameBitsAsTheHost) {
     SPCCL_RETURN_IF_ERROR(ex.toHost(o->fp8.data(), fp8.get(), nnz));
     SPCCL_RETURN_IF_ERROR(ex.toHost(o->scattered.data(), out.get(), data.size() * 2));
     SPCCL_RETURN_IF_ERROR(ex.settle());
-    // The int8 codec over every row, decoded back; then row 5's scale made NaN.
+    // The int8 codec over every row, decoded into zeroed fp32 rows; then row
+    // 5's scale made NaN.
     ExecMemory scales, codes, decoded;
     SPCCL_RETURN_IF_ERROR(scales.ensure(ex, kRows * 4));
     SPCCL_RETURN_IF_ERROR(codes.ensure(ex, nnz));
-    SPCCL_RETURN_IF_ERROR(decoded.ensure(ex, nnz * 4));
+    SPCCL_RETURN_IF_ERROR(decoded.ensure(ex, kRows * kLen * 4));
     SPCCL_RETURN_IF_ERROR(ex.encodeRowsInt8(staged.get<float>(), offsets.get<uint64_t>(), kRows,
                                             scales.get<unsigned char>(), codes.get<unsigned char>()));
-    SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(),
-                                            offsets.get<uint64_t>(), kRows, decoded.get<float>(), &o->badScale));
+    SPCCL_RETURN_IF_ERROR(ex.scatterRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(),
+                                             positions.get<uint32_t>(), offsets.get<uint64_t>(), kRows, kLen,
+                                             spcclFloat32, decoded.get(), &o->badScale));
     o->int8Scales.resize(kRows * 4);
     o->int8Codes.resize(nnz);
-    o->int8Decoded.resize(nnz);
+    o->int8Decoded.resize(kRows * kLen);
     SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Scales.data(), scales.get(), kRows * 4));
     SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Codes.data(), codes.get(), nnz));
-    SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Decoded.data(), decoded.get(), nnz * 4));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(o->int8Decoded.data(), decoded.get(), kRows * kLen * 4));
     SPCCL_RETURN_IF_ERROR(ex.settle());
     const float nan = std::nanf("");
     SPCCL_RETURN_IF_ERROR(ex.fromHost(scales.get<unsigned char>() + 5 * 4, &nan, 4));
-    SPCCL_RETURN_IF_ERROR(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(),
-                                            offsets.get<uint64_t>(), kRows, decoded.get<float>(), &o->badScaleCorrupt));
+    SPCCL_RETURN_IF_ERROR(ex.scatterRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(),
+                                             positions.get<uint32_t>(), offsets.get<uint64_t>(), kRows, kLen,
+                                             spcclFloat32, decoded.get(), &o->badScaleCorrupt));
     SPCCL_RETURN_IF_ERROR(ex.settle());
     // Row 9's second and third positions swapped: not increasing there.
     const uint64_t at = off[9] + 1;

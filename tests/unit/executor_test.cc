@@ -670,37 +670,47 @@ TEST_P(HostExecutorTest, RowOperations) {
                   .isOk());
   EXPECT_EQ(bad, 7u);  // 1 + row 6
 
-  // int8: each kept value within half its row's scale, Inf as NaN; then row 3's scale NaN.
+  // int8: each kept value within half its row's scale at its position of a
+  // zeroed fp32 row, Inf as NaN; then row 3's scale NaN.
   ASSERT_TRUE(scales.ensure(ex, kRows * 4).isOk());
   ASSERT_TRUE(codes.ensure(ex, nnz).isOk());
-  ASSERT_TRUE(decoded.ensure(ex, nnz * 4).isOk());
+  ASSERT_TRUE(decoded.ensure(ex, kRows * kLen * 4).isOk());
+  ASSERT_TRUE(ex.fill(decoded.get(), 0x5a, kRows * kLen * 4).isOk());
   ASSERT_TRUE(ex.encodeRowsInt8(compact.get<float>(), offsets.get<uint64_t>(), kRows, scales.get<unsigned char>(),
                                 codes.get<unsigned char>())
                   .isOk());
-  ASSERT_TRUE(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(), offsets.get<uint64_t>(), kRows,
-                                decoded.get<float>(), &bad)
+  ASSERT_TRUE(ex.scatterRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(), positions.get<uint32_t>(),
+                                 offsets.get<uint64_t>(), kRows, kLen, spcclFloat32, decoded.get(), &bad)
                   .isOk());
   EXPECT_EQ(bad, 0u);
-  std::vector<float> dec(nnz), hScales(kRows);
-  ASSERT_TRUE(ex.toHost(dec.data(), decoded.get(), nnz * 4).isOk());
+  std::vector<float> dec(kRows * kLen), hScales(kRows);
+  ASSERT_TRUE(ex.toHost(dec.data(), decoded.get(), dec.size() * 4).isOk());
   ASSERT_TRUE(ex.toHost(hScales.data(), scales.get(), kRows * 4).isOk());
   for (uint64_t r = 0; r < kRows; ++r) {
     float largest = 0;
-    for (uint64_t j = off[r]; j < off[r + 1]; ++j)
+    std::vector<bool> kept8(kLen, false);
+    for (uint64_t j = off[r]; j < off[r + 1]; ++j) {
+      kept8[want[j]] = true;
       if (std::isfinite(kept[j])) largest = std::max(largest, std::fabs(kept[j]));
+    }
     EXPECT_EQ(hScales[r], largest / 127.0f) << "row " << r;
     for (uint64_t j = off[r]; j < off[r + 1]; ++j) {
+      const float d = dec[r * kLen + want[j]];
       if (!std::isfinite(kept[j])) {
-        EXPECT_TRUE(std::isnan(dec[j])) << "row " << r;
+        EXPECT_TRUE(std::isnan(d)) << "row " << r;
       } else {
-        EXPECT_LE(std::fabs(dec[j] - kept[j]), 0.5f * hScales[r] * 1.0001f) << "row " << r;
+        EXPECT_LE(std::fabs(d - kept[j]), 0.5f * hScales[r] * 1.0001f) << "row " << r;
       }
     }
+    for (uint32_t e = 0; e < kLen; ++e)
+      if (!kept8[e]) {
+        EXPECT_EQ(core::floatBits(dec[r * kLen + e]), 0u) << "row " << r << " position " << e;
+      }
   }
   const float nan = std::numeric_limits<float>::quiet_NaN();
   ASSERT_TRUE(ex.fromHost(scales.get<unsigned char>() + 3 * 4, &nan, 4).isOk());
-  ASSERT_TRUE(ex.decodeRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(), offsets.get<uint64_t>(), kRows,
-                                decoded.get<float>(), &bad)
+  ASSERT_TRUE(ex.scatterRowsInt8(scales.get<unsigned char>(), codes.get<unsigned char>(), positions.get<uint32_t>(),
+                                 offsets.get<uint64_t>(), kRows, kLen, spcclFloat32, decoded.get(), &bad)
                   .isOk());
   EXPECT_EQ(bad, 4u);  // 1 + row 3
 
