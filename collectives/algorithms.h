@@ -68,6 +68,10 @@ struct Workspace {
   // indices and wire values, what each compacted sum leaves behind, and
   // their count.
   ExecMemory rangeOffsets, rangeValues, keptPositions, keptIndices, keptValues, rangeRest, rangeCount;
+  // The check of a rank's own pairs decoded into its dense stream (split's
+  // owner, the sparsified allgather): a device writes it at the next
+  // settle(), so it must outlive the call that enqueued it.
+  IndexCheck ownPairsCheck{};
   // SPCCL_CAPACITY_MODE=fixed: every rank's capacity slots of indices and
   // values and its FixedRecord, in rank order (fixedSlots).
   ExecMemory fixedIndices, fixedValues, fixedRecords;

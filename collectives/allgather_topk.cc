@@ -123,8 +123,7 @@ Status allGatherTopK(CollectiveContext& comm, const void* sendbuff, void* recvbu
     SPCCL_RETURN_IF_ERROR(encodePairsOn(ex, send, ws.sizes[me], info, indices, values));
   } else {  // the kept pairs scattered into zeros (a sum of one section), then sent dense
     const WireSection kept{false, nnz, IndexEncoding::kCoo32, indices, nullptr, 0, 0, values, wire, scaleExp, 0, n};
-    IndexCheck ignored{};  // our own pairs
-    SPCCL_RETURN_IF_ERROR(ex.reduceSections(&kept, 1, floats, 0, &ignored));
+    SPCCL_RETURN_IF_ERROR(ex.reduceSections(&kept, 1, floats, 0, &ws.ownPairsCheck));  // our own pairs: not read
     info.kind = StreamKind::kDense;
     SPCCL_RETURN_IF_ERROR(encodeDenseOn(ex, send, info, floats));
   }

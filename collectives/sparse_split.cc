@@ -98,7 +98,7 @@ Status encodeOwnerRange(Executor& ex, const StreamInfo& base, float* acc, float*
                   ws.keptPositions.get<uint32_t>(),
                   ws.keptValues.get()};
   keep.scaleExp = info.scaleExp;
-  keep.wireBound = bound;
+  keep.wireBound = wire == core::ValueType::kFloat32 ? __builtin_inff() : bound;  // fp32 sums go as they are
   SelectStats kept;
   SPCCL_RETURN_IF_ERROR(ex.selectPack(keep, &kept));
   if (residual != nullptr && m > 0) {
@@ -127,8 +127,7 @@ Status encodeOwnerRange(Executor& ex, const StreamInfo& base, float* acc, float*
   }
   const WireSection section{
       false, info.nnz, IndexEncoding::kCoo32, indices, nullptr, 0, 0, ws.keptValues.get(), wire, info.scaleExp, b, e};
-  IndexCheck ignored{};  // our own pairs
-  SPCCL_RETURN_IF_ERROR(ex.reduceSections(&section, 1, acc, b, &ignored));
+  SPCCL_RETURN_IF_ERROR(ex.reduceSections(&section, 1, acc, b, &ws.ownPairsCheck));  // our own pairs: not read
   info.kind = StreamKind::kDense;
   *bytes = denseStreamBytes(len, wire);
   SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, *bytes));

@@ -382,9 +382,9 @@ __global__ void __launch_bounds__(kThreads, 3) selectPackKernel(const Params p) 
       p.result->selected = selected;
       p.result->finiteSelected = selected - all.nf;
       if constexpr (kWire == core::ValueType::kFloat8e4m3) {
-        ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> maxKey(p.state->maxFiniteKey);
-        if (p.maxFiniteKey != nullptr) *p.maxFiniteKey = maxKey.load(::cuda::memory_order_relaxed);
-        maxKey.store(0u, ::cuda::memory_order_relaxed);
+        ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> passMax(p.state->maxFiniteKey);
+        if (p.maxFiniteKey != nullptr) *p.maxFiniteKey = passMax.load(::cuda::memory_order_relaxed);
+        passMax.store(0u, ::cuda::memory_order_relaxed);
       }
       p.state->tileCounter = 0;
       p.state->doneCounter = 0;

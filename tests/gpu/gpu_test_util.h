@@ -222,7 +222,10 @@ inline const char* typeName(spcclDataType_t t) {
   return t == spcclFloat32 ? "fp32" : t == spcclFloat16 ? "fp16" : t == spcclBfloat16 ? "bf16" : "fp64";
 }
 inline const char* wireName(core::ValueType t) {
-  return t == core::ValueType::kFloat32 ? "fp32" : t == core::ValueType::kFloat16 ? "fp16" : "bf16";
+  return t == core::ValueType::kFloat32      ? "fp32"
+         : t == core::ValueType::kFloat16    ? "fp16"
+         : t == core::ValueType::kFloat8e4m3 ? "fp8"
+                                             : "bf16";
 }
 
 // SPCCL_GPU_TEST_TRACE=1: each step named on stderr before it runs, so a test
