@@ -1113,10 +1113,6 @@ int benchmarkMain(int argc, char** argv, Collective& collective) {
     const BufferCounts largest = collective.bufferCounts(opts, sizes.back() / typeSize(opts.datatype), nRanks);
     if (opts.backend != Backend::kNccl && std::max(largest.send, largest.recv) > static_cast<size_t>(INT_MAX))
       throw UsageError(strPrintf("-e %zu: more elements than an MPI count holds", opts.maxBytes));
-    if (opts.backend == Backend::kNccl && effectiveWire(opts) == spcclFloat8e4m3)
-      throw UsageError((opts.wireValueType ? std::string("-V fp8")
-                                           : strPrintf("SPCCL_VALUE_TYPE=%s", environmentValue("SPCCL_VALUE_TYPE"))) +
-                       ": fp8 wire values are host-only; the NCCL path sends fp32, fp16 or bf16 (docs/GPU.md)");
   } catch (const UsageError& error) {
     if (root) std::fprintf(stderr, "%s: %s\nRun with -h for the flags.\n", argv[0], error.what());
     return 2;

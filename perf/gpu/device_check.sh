@@ -350,7 +350,8 @@ if [ "$mode" = cmake ] && [ -x "$build/perf/allreduce_perf" ] && grep -q "NCCL t
   perf_ok=1
   # -D 1 rows count #wrong: spccl's exact path against NCCL's own call, bit for bit.
   for run in "allreduce_perf" "allreduce_perf -a split" "alltoall_perf" "allgather_perf" \
-    "allreduce_perf -a split SPCCL_CAPACITY_MODE=fixed" "allreduce_perf -D 1 -o avg" "alltoall_perf -D 1" "alltoall_perf -d half"; do
+    "allreduce_perf -a split SPCCL_CAPACITY_MODE=fixed" "allreduce_perf -D 1 -o avg" "alltoall_perf -D 1" "alltoall_perf -d half" \
+    "allreduce_perf -V fp8" "allreduce_perf -a split -V fp8" "alltoall_perf SPCCL_ROWS_CODEC=int8"; do
     set -- $run
     bin_name=$1
     shift
