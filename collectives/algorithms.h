@@ -87,8 +87,8 @@ struct Workspace {
   std::vector<IdRowsSection> idRowsLists;
   std::vector<uint64_t> unordered;
   // The alltoall rows: the selection's slots (positions, values) and counts,
-  // its values compacted, int8 values decoded, and per stream its layout, entries, fp8 key or
-  // scale and positions or scales check.
+  // its values compacted (and a bounded stream's decoded values), and per
+  // stream its layout, entries, fp8 key or scale and positions or scales check.
   ExecMemory rowsStrided, rowsStridedValues, rowCounts, rowsStaged;
   std::vector<RowsLayout> rowsLayouts;
   std::vector<uint64_t> rowsEntries, rowsBad;

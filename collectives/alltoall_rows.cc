@@ -8,8 +8,10 @@
 // codes and backward exact (codec.h).
 //
 // Written once over the executor: the streams are built and read in its
-// memory, section by section. The bounded codec has no device kernels
-// (hostOnly).
+// memory, section by section. The bounded codec's bit packing has no
+// executor operation: it runs in the codec on the host, on copies (the kept
+// values and positions to the host, the streams back; the received streams
+// to the host, their positions and decoded values back).
 #include <algorithm>
 #include <string>
 #include <cstring>
@@ -17,7 +19,6 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/other_collectives.h"
-#include "kernels/host/host_kernels.h"
 #include "codec/codec.h"
 #include "collectives/context.h"
 #include "transport/timed_transport.h"
@@ -188,22 +189,30 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
                   : bounded ? rowsStreamMaxBytesBounded(rowsPerPeer, rowLen, fixed ? keep : 0, nnz, wire)
                             : rowsStreamBytes(rowsPerPeer, rowLen, nnz, !fixed, wire);
   }
-  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, layoutStreams(ws.sizes, &ws.offsets)));
+  const size_t sendTotal = layoutStreams(ws.sizes, &ws.offsets);
+  SPCCL_RETURN_IF_ERROR(ws.sendStream.ensure(ex, sendTotal));
   auto* send = ws.sendStream.get<unsigned char>();
   if (bounded) {
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
-      const float bound =
-          rowsCallBound(stagedValues, sentTotal, comm.settings->rowsErrorBound, comm.settings->rowsErrorRelative,
-                        comm.settings->rowsErrorDecay, comm.boundedForwards++);
-      for (int j = 0; j < p; ++j) {
-        const uint64_t first = firstOf(j), nnz = nnzOf(j);
-        // The stream takes its own size; the offsets keep the room laid out above.
-        ws.sizes[j] =
-            encodeRowsBounded(send + ws.offsets[j], rowsPerPeer, rowLen, keepPerRowOf(j), s.sentCounts.data() + j * rpp,
-                              sentPositions + first, stagedValues + first, nnz, bound, wire, seq);
-      }
-      return Status::ok();
-    }));
+    std::vector<float>& values = comm.floats;
+    std::vector<uint32_t>& positions = comm.positions;
+    std::vector<unsigned char>& streams = comm.boundedStreams;
+    values.resize(sentTotal);
+    positions.resize(sentTotal);
+    streams.resize(sendTotal);
+    SPCCL_RETURN_IF_ERROR(ex.toHost(values.data(), stagedValues, sentTotal * sizeof(float)));
+    SPCCL_RETURN_IF_ERROR(ex.toHost(positions.data(), sentPositions, sentTotal * sizeof(uint32_t)));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    const float bound =
+        rowsCallBound(values.data(), sentTotal, comm.settings->rowsErrorBound, comm.settings->rowsErrorRelative,
+                      comm.settings->rowsErrorDecay, comm.boundedForwards++);
+    for (int j = 0; j < p; ++j) {
+      const uint64_t first = firstOf(j), nnz = nnzOf(j);
+      // The stream takes its own size; the offsets keep the room laid out above.
+      ws.sizes[j] = encodeRowsBounded(streams.data() + ws.offsets[j], rowsPerPeer, rowLen, keepPerRowOf(j),
+                                      s.sentCounts.data() + j * rpp, positions.data() + first, values.data() + first,
+                                      nnz, bound, wire, seq);
+      SPCCL_RETURN_IF_ERROR(ex.fromHost(send + ws.offsets[j], streams.data() + ws.offsets[j], ws.sizes[j]));
+    }
   } else {
     if (fp8) SPCCL_RETURN_IF_ERROR(streamMaxKeys(ex, stagedValues, s.sentOffsets.data(), rpp, p, &ws.rowsMaxKeys));
     for (int j = 0; j < p; ++j) {
@@ -239,7 +248,8 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   Status implausible;
   for (int j = 0; j < p; ++j)
     ws.recvSizes[j] = announcedSize(ws.recvCounts[j], largest, j, "alltoall rows", &implausible);
-  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, layoutStreams(ws.recvSizes, &ws.recvOffsets)));
+  const size_t recvTotal = layoutStreams(ws.recvSizes, &ws.recvOffsets);
+  SPCCL_RETURN_IF_ERROR(ws.recvStream.ensure(ex, recvTotal));
   auto* recv = ws.recvStream.get<unsigned char>();
   const Status moved = ex.withMemory([&] {
     return t.allToAllV(send, ws.sizes.data(), ws.offsets.data(), recv, ws.recvSizes.data(), ws.recvOffsets.data());
@@ -265,17 +275,22 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
   };
   s.recvCounts.resize(nRows);
   if (bounded) {
-    // Parsed and decoded to fp32 on the host (positions in comm.positions,
-    // values in comm.floats), then stored as a wire codec's would be.
+    // The streams to the host, parsed and decoded to fp32 there (positions in
+    // comm.positions, values in comm.floats), which go back to be stored as a
+    // wire codec's would be.
     std::vector<uint32_t>& positions = comm.positions;
     std::vector<float>& decoded = comm.floats;
+    std::vector<unsigned char>& streams = comm.boundedStreams;
     positions.clear();
     decoded.clear();
-    Status parsed = ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
+    streams.resize(recvTotal);
+    SPCCL_RETURN_IF_ERROR(ex.toHost(streams.data(), recv, recvTotal));
+    SPCCL_RETURN_IF_ERROR(ex.settle());
+    Status parsed = [&]() -> Status {
       for (int j = 0; j < p; ++j) {
         RowsView v;
-        SPCCL_RETURN_IF_ERROR(parseRowsBounded(recv + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen, wire,
-                                               seq, j, &v, &positions, &comm.boundedDecoded));
+        SPCCL_RETURN_IF_ERROR(parseRowsBounded(streams.data() + ws.recvOffsets[j], ws.recvSizes[j], rowsPerPeer, rowLen,
+                                               wire, seq, j, &v, &positions, &comm.boundedDecoded));
         if (v.keepPerRow != 0 && v.keepPerRow != keep) return otherDensity(j, v.keepPerRow);
         for (size_t r = 0; r < rowsPerPeer; ++r) {
           const uint32_t c = s.recvCounts[j * rpp + r] = v.countOf(r);
@@ -284,16 +299,17 @@ Status forwardOn(Transport& t, CollectiveContext& comm, const void* sendbuff, vo
         decoded.insert(decoded.end(), comm.boundedDecoded.begin(), comm.boundedDecoded.end());
       }
       return Status::ok();
-    });
+    }();
     if (!parsed.isOk()) return refuse(parsed);
     SPCCL_RETURN_IF_ERROR(rowOffsetsOn(ex, s.recvCounts, &s.recvOffsets, &s.recvOffsetsIn));
     SPCCL_RETURN_IF_ERROR(s.recvPositions.ensure(ex, std::max<size_t>(positions.size(), 1) * sizeof(uint32_t)));
     SPCCL_RETURN_IF_ERROR(ex.fromHost(s.recvPositions.get(), positions.data(), positions.size() * sizeof(uint32_t)));
-    SPCCL_RETURN_IF_ERROR(ex.hostOnly("SPCCL_ROWS_CODEC=bounded", [&]() -> Status {
-      host::scatterRowValues(decoded.data(), core::ValueType::kFloat32, 0, s.recvPositions.get<uint32_t>(),
-                             s.recvOffsetsIn.get<uint64_t>(), nRows, len, type, recvbuff);
-      return Status::ok();
-    }));
+    SPCCL_RETURN_IF_ERROR(ws.rowsStaged.ensure(ex, std::max<size_t>(decoded.size(), 1) * sizeof(float)));
+    SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.rowsStaged.get(), decoded.data(), decoded.size() * sizeof(float)));
+    SPCCL_RETURN_IF_ERROR(ex.scatterRows(ws.rowsStaged.get(), core::ValueType::kFloat32, 0,
+                                         s.recvPositions.get<uint32_t>(), s.recvOffsetsIn.get<uint64_t>(), nRows, len,
+                                         type, recvbuff));
+    SPCCL_RETURN_IF_ERROR(ex.settle());  // the host copies are reused by the next call
   } else {
     // Headers to the host, checksums, then each stream's counts, then its
     // positions (widened in executor memory), then its values.

@@ -92,9 +92,10 @@ struct CollectiveContext {
   Integrity integrity;                      // SPCCL_CHECKSUM (and its test hook)
   CostModel costModel;                      // SPCCL_ALGO=auto's parameters, resolved at creation (same on every rank)
   RowsProfile rowsProfile;
-  uint64_t boundedForwards = 0;       // rows forwards with kRowsCodecBounded so far (the bound's schedule)
-  std::vector<float> boundedDecoded;  // such a forward's received stream, decoded (one peer's at a time)
-  double rowSparseOverlap = -1;       // sum of unique ids over ranks / union, last row-sparse call
+  uint64_t boundedForwards = 0;               // rows forwards with kRowsCodecBounded so far (the bound's schedule)
+  std::vector<float> boundedDecoded;          // such a forward's received stream, decoded (one peer's at a time)
+  std::vector<unsigned char> boundedStreams;  // such a forward's streams, on the host (sent, then received)
+  double rowSparseOverlap = -1;               // sum of unique ids over ranks / union, last row-sparse call
   // Rows forwards' positions: one no selection holds any more (use
   // count 1, only this pool) serves the next forward, so a loop of forward,
   // backward and spcclSelectionDestroy (or forwards that keep no selection)

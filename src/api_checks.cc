@@ -168,14 +168,6 @@ Status runCompressed(spcclCompressor* c, const void* sendbuff, void* recvbuff, s
 // DCT-MP rows, on the device or the host.
 Status runRowsForward(spcclComm* comm, const void* sendbuff, void* recvbuff, size_t rowsPerPeer, size_t rowLen,
                       spcclDataType_t type, float density, spcclSelection* sel, void* stream, spcclStats_t* call) {
-  // The bounded codec's packed codes have no device kernels: refused before
-  // any rank sends anything.
-  const int codec = comm->params.rowsCodec;
-  if (comm->onDevice && codec == kRowsCodecBounded)
-    return invalidUsage(formatString(
-        "SPCCL_ROWS_CODEC=%s is implemented on the host (MPI) path only; device buffers take wire, fp16, bf16, fp8 "
-        "or int8",
-        choiceName("SPCCL_ROWS_CODEC", codec).c_str()));
 #if SPCCL_WITH_NCCL
   if (comm->onDevice) {
     SPCCL_RETURN_IF_ERROR(gpu::checkDeviceMemory(comm, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}}));

@@ -107,8 +107,7 @@ constexpr ParamSpec kParamSpecs[] = {
      "within scale/2 of the original, NaN/Inf arriving as NaN; the backward codes the gradients the same way. "
      "bounded = error-bounded quantization (SPCCL_ROWS_ERROR_BOUND): every value within the bound of the original, "
      "codes bit-packed per row, NaN/Inf exact; the backward sends the gradients exactly (in the buffer's type). "
-     "fp16, bf16, fp8 = that value type both ways, whatever SPCCL_VALUE_TYPE says. NCCL communicators take all but "
-     "bounded.",
+     "fp16, bf16, fp8 = that value type both ways, whatever SPCCL_VALUE_TYPE says.",
      [](Params* p, double v) { p->rowsCodec = static_cast<int>(v); }},
     {"SPCCL_ROWS_ERROR_BOUND", ParamType::kFloat, "0.001", 0, 1e30, false, nullptr,
      "SPCCL_ROWS_CODEC=bounded: the largest difference between a forward's value and its decoded value; with "

@@ -4,11 +4,11 @@
 // runs on either. Two rules make that true:
 //  - results meant for the host (tau, counts) are read only after settle(),
 //    the one point where the executor's queued work has run;
-//  - executor memory is touched only inside executor calls: its operations,
-//    withMemory (the transport moving it) and hostOnly (host code with no
-//    device kernel yet). The host executor's guarded mode keeps its memory
-//    inaccessible everywhere else (SPCCL_GUARD_EXECUTOR=1), so an algorithm
-//    that reads it directly crashes in CI instead of on a user's GPU.
+//  - executor memory is touched only inside executor calls: its operations
+//    and withMemory (the transport moving it). The host executor's guarded
+//    mode keeps its memory inaccessible everywhere else
+//    (SPCCL_GUARD_EXECUTOR=1), so an algorithm that reads it directly
+//    crashes in CI instead of on a user's GPU.
 #pragma once
 
 #include <algorithm>
@@ -320,9 +320,6 @@ class Executor {
   // fn touches executor memory through something that may (the transport
   // handing it to MPI or NCCL).
   virtual Status withMemory(StatusFn fn) = 0;
-  // Host code over executor memory that has no device kernel yet: runs on
-  // the host executor, fails with an error naming `what` on a device.
-  virtual Status hostOnly(const char* what, StatusFn fn) = 0;
 };
 
 // An ExecBuffer that its executor frees: grown by ensure(), which also names

@@ -611,8 +611,4 @@ Status CudaExecutor::reduceSections(const WireSection* sections, size_t count, f
   return Status::ok();
 }
 
-Status CudaExecutor::hostOnly(const char* what, StatusFn) {
-  return invalidUsage(std::string(what) + " runs on the host executor only: it has no device kernel");
-}
-
 }  // namespace spccl::cuda

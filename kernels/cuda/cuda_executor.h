@@ -93,7 +93,6 @@ class CudaExecutor final : public Executor {
   Status lowerBounds(const uint32_t* sorted, uint64_t n, const uint64_t* keys, size_t count, uint64_t* out) override;
 
   Status withMemory(StatusFn fn) override { return fn(); }
-  Status hostOnly(const char* what, StatusFn fn) override;
 
  private:
   // A device result on its way to a host struct: the device slot is copied

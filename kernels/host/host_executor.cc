@@ -393,9 +393,4 @@ Status HostExecutor::withMemory(StatusFn fn) {
   return fn();
 }
 
-Status HostExecutor::hostOnly(const char*, StatusFn fn) {
-  Open open(*this);
-  return fn();
-}
-
 }  // namespace spccl::host

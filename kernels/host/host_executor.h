@@ -96,7 +96,6 @@ class HostExecutor final : public Executor {
                         IndexCheck* checks) override;
 
   Status withMemory(StatusFn fn) override;
-  Status hostOnly(const char* what, StatusFn fn) override;
 
  private:
   // Opens every guarded allocation for the length of one call (nested calls

@@ -785,16 +785,20 @@ uint64_t scatterInt8As(const unsigned char* scales, const unsigned char* codes, 
                        const uint64_t* offsets, uint64_t nRows, uint32_t rowLen, void* rows) {
   using Raw = typename Buf::Raw;
   const uint64_t o = offsets[0];
+  uint64_t bad = 0;  // as the device's: a row with a bad scale stays zero, the first is reported
   for (uint64_t r = 0; r < nRows; ++r) {
     char* row = static_cast<char*>(rows) + r * rowLen * sizeof(Raw);
     std::memset(row, 0, size_t{rowLen} * sizeof(Raw));
     float scale;
     std::memcpy(&scale, scales + r * sizeof(float), sizeof scale);
-    if (!core::int8ScaleValid(scale)) return r + 1;
+    if (!core::int8ScaleValid(scale)) {
+      if (bad == 0) bad = r + 1;
+      continue;
+    }
     for (uint64_t j = offsets[r] - o; j < offsets[r + 1] - o; ++j)
       storeRaw(row, positions[j], convertRaw<Fp32, Buf>(core::int8Decode(static_cast<int8_t>(codes[j]), scale), 0));
   }
-  return 0;
+  return bad;
 }
 
 template <typename Index>

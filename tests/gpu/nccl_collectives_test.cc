@@ -881,19 +881,14 @@ TEST_F(NcclWorld, AlltoAllRowsCodecsMatchHostPath) {
     Dev<unsigned char> dIn(bytes), dOut(bytes);
     dIn.upload(in);
     std::vector<unsigned char> hOut(bytes);
-    const spcclResult_t r =
-        spcclAlltoAllRowsCompressed(dIn.p, dOut.p, rowsPerPeer, rowLen, spcclFloat32, 0.125f, nullptr, dev, stream_);
-    if (std::strcmp(codec, "bounded") == 0) {
-      EXPECT_EQ(spcclInvalidUsage, r);
-      EXPECT_NE(nullptr, std::strstr(spcclGetLastError(dev), "SPCCL_ROWS_CODEC=bounded")) << spcclGetLastError(dev);
-    } else {
-      ASSERT_EQ(spcclSuccess, r) << spcclGetLastError(dev);
-      ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(in.data(), hOut.data(), rowsPerPeer, rowLen, spcclFloat32,
-                                                          0.125f, nullptr, host, nullptr))
-          << spcclGetLastError(host);
-      CUDA_OK(cudaStreamSynchronize(stream_));
-      EXPECT_EQ(0, std::memcmp(dOut.download().data(), hOut.data(), bytes)) << "rows differ";
-    }
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(dIn.p, dOut.p, rowsPerPeer, rowLen, spcclFloat32, 0.125f,
+                                                        nullptr, dev, stream_))
+        << spcclGetLastError(dev);
+    ASSERT_EQ(spcclSuccess, spcclAlltoAllRowsCompressed(in.data(), hOut.data(), rowsPerPeer, rowLen, spcclFloat32,
+                                                        0.125f, nullptr, host, nullptr))
+        << spcclGetLastError(host);
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    EXPECT_EQ(0, std::memcmp(dOut.download().data(), hOut.data(), bytes)) << "rows differ";
     EXPECT_EQ(spcclSuccess, spcclCommDestroy(dev));
     EXPECT_EQ(spcclSuccess, spcclCommDestroy(host));
     if (HasFatalFailure()) return;

@@ -112,13 +112,13 @@ TEST_P(HostExecutorTest, OperationsEqualTheHostKernels) {
   EXPECT_EQ(got, std::vector<unsigned char>(n, 0x5a));
 }
 
-// Memory survives growth of other buffers and release; hostOnly and
-// withMemory run their function and return its status.
-TEST_P(HostExecutorTest, HostOnlyAndWithMemoryRunTheirFunction) {
+// Memory survives growth of other buffers and release; withMemory runs its
+// function and returns its status.
+TEST_P(HostExecutorTest, WithMemoryRunsItsFunction) {
   host::HostExecutor ex(GetParam());
   ExecMemory a, b;
   ASSERT_TRUE(a.ensure(ex, 64).isOk());
-  ASSERT_TRUE(ex.hostOnly("a test", [&]() -> Status {
+  ASSERT_TRUE(ex.withMemory([&]() -> Status {
                   std::memset(a.get(), 7, 64);
                   return Status::ok();
                 }).isOk());
@@ -129,7 +129,7 @@ TEST_P(HostExecutorTest, HostOnlyAndWithMemoryRunTheirFunction) {
                   return Status::ok();
                 }).isOk());
   EXPECT_EQ(first, 7);
-  EXPECT_EQ(ex.hostOnly("a test", [] { return invalidUsage("from the function"); }).code(), spcclInvalidUsage);
+  EXPECT_EQ(ex.withMemory([] { return invalidUsage("from the function"); }).code(), spcclInvalidUsage);
   ASSERT_TRUE(a.ensure(ex, 1 << 16).isOk());  // growth: a new allocation
   EXPECT_GE(a.bytes(), size_t{1} << 16);
 }
@@ -742,7 +742,7 @@ TEST(HostExecutorGuarded, MemoryFaultsOutsideExecutorCalls) {
   ASSERT_TRUE(ex.fill(m.get(), 1, 4096).isOk());
   EXPECT_DEATH({ std::printf("%d\n", static_cast<int>(*static_cast<volatile unsigned char*>(m.get()))); }, "");
   int seen = 0;
-  ASSERT_TRUE(ex.hostOnly("outer", [&]() -> Status {
+  ASSERT_TRUE(ex.withMemory([&]() -> Status {
                   SPCCL_RETURN_IF_ERROR(ex.fill(m.get(), 2, 16));  // a call inside a call
                   seen = *static_cast<volatile unsigned char*>(m.get());
                   return Status::ok();
