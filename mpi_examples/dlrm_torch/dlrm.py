@@ -600,7 +600,7 @@ def main(argv):
     os.environ.setdefault("WORLD_SIZE", str(WORLD_ENV))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # A MASTER_PORT from the environment wins (the ctests pass a free one:
-    # python/tests/with_free_port.py); otherwise a port from the mpirun job id.
+    # python/tests/isolated.py); otherwise a port from the mpirun job id.
     job = int(os.environ.get("OMPI_MCA_ess_base_jobid", "0") or 0)
     os.environ.setdefault("MASTER_PORT", str(21000 + (job + 11) % 20000))
     # Read when the backend makes its communicator.

@@ -5,6 +5,7 @@ anything is asserted, so a rank that fails alone never leaves the others
 waiting in a collective. The process exits 1 on every rank if any check failed
 on any rank.
 """
+import datetime
 import os
 import sys
 import tempfile
@@ -25,8 +26,9 @@ JOB = os.environ.get("OMPI_MCA_ess_base_jobid",
 
 
 def job_dir():
-    """A folder every rank of this job agrees on."""
-    d = os.path.join(tempfile.gettempdir(), f"spccl_torch_test_{JOB}")
+    """A folder every rank of this job agrees on: the launcher's fresh one
+    (tests/isolated.py), else one named after the job id for runs by hand."""
+    d = os.environ.get("SPCCL_TORCH_TEST_DIR") or os.path.join(tempfile.gettempdir(), f"spccl_torch_test_{JOB}")
     os.makedirs(d, exist_ok=True)
     return d
 
@@ -36,7 +38,8 @@ def init_spccl_and_gloo(name):
     results and for agreeing on pass/fail."""
     d = job_dir()
     dist.init_process_group("spccl", init_method=f"file://{d}/{name}_spccl", rank=RANK, world_size=WORLD)
-    gloo = dist.new_group(backend="gloo")
+    # A short timeout: if one rank cannot join, the others fail in minutes, not ctest's 600 s.
+    gloo = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=120))
     return gloo
 
 

@@ -29,7 +29,7 @@ if "OMPI_COMM_WORLD_RANK" in os.environ:  # mpirun; torchrun sets all four itsel
     os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
     os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    # A MASTER_PORT from the environment wins (ctest passes a free one: with_free_port.py);
+    # A MASTER_PORT from the environment wins (ctest passes a free one: isolated.py);
     # by hand, a port from the mpirun job id.
     job = int(os.environ.get("OMPI_MCA_ess_base_jobid", "0"))
     os.environ.setdefault("MASTER_PORT", str(20000 + (job + 7) % 20000))
