@@ -513,14 +513,11 @@ struct Integrity {
   // Where the test hook flips a bit in the stream being sealed (SIZE_MAX: nowhere).
   size_t nextFlip(size_t bytes);
 };
-inline void sealStream(Integrity* integrity, void* stream, size_t bytes) {
-  if (integrity != nullptr) integrity->seal(stream, bytes);
-}
 
 // Checks the CRC of a stream that carries kChecksumFlag; other streams pass.
 Status verifyStream(const void* data, size_t bytes, int peer);
 
-// sealStream for a stream in executor memory (Executor::sealCrc32c).
+// Integrity::seal for a stream in executor memory (Executor::sealCrc32c).
 Status sealStreamOn(Executor& ex, Integrity* integrity, void* stream, size_t bytes);
 // verifyStream for `count` streams in executor memory (at data + offsets[r],
 // sizes[r] bytes) whose headers (StreamHeader or RowsHeader, the same size)

@@ -75,7 +75,6 @@ struct Workspace {
   // SPCCL_CAPACITY_MODE=fixed: every rank's capacity slots of indices and
   // values and its FixedRecord, in rank order (fixedSlots).
   ExecMemory fixedIndices, fixedValues, fixedRecords;
-  std::vector<unsigned char> stageBytes;  // split's error stream, before it goes to executor memory
   std::vector<size_t> sizes, offsets, recvSizes, recvOffsets;
   std::vector<uint64_t> counts, recvCounts, cuts, bounds, nnzPerRank, deltaBytes;
   StreamsScratch streams;                // received streams' headers and sections (reduceStreamsOn)

@@ -225,10 +225,11 @@ Status sparseSplit(const SparseContribution& mine, ReduceContext* ctx) {
     SPCCL_RETURN_IF_ERROR(encodeOwnerRange(ex, ownerInfo, sums, ctx->residual, ws, ctx->indexEncoding,
                                            ctx->keepPerRange, &ctx->reselectDropped, ctx->wireBound, &myBytes));
   } else {
-    ws.stageBytes.resize(kErrorStreamBytes);
-    myBytes = encodeError(ws.stageBytes.data(), ownerInfo, local.code());
+    static_assert(kErrorStreamBytes <= Executor::kSmallStoreBytes, "the error stream is one small store");
+    unsigned char error[kErrorStreamBytes];
+    myBytes = encodeError(error, ownerInfo, local.code());
     SPCCL_RETURN_IF_ERROR(ws.stageStream.ensure(ex, myBytes));
-    SPCCL_RETURN_IF_ERROR(ex.fromHost(ws.stageStream.get(), ws.stageBytes.data(), myBytes));
+    SPCCL_RETURN_IF_ERROR(ex.storeSmall(ws.stageStream.get(), error, myBytes));
   }
   SPCCL_RETURN_IF_ERROR(sealStreamOn(ex, ctx->integrity, ws.stageStream.get(), myBytes));
 
