@@ -1,4 +1,6 @@
-// spccl as a torch.distributed backend (c10d::Backend) for CPU tensors.
+// spccl as a torch.distributed backend (c10d::Backend): CPU tensors over
+// MPI and, when libspccl has its NCCL transport (SPCCL_TORCH_CUDA), CUDA
+// tensors over NCCL.
 //
 // Shape taken from PyTorch's ProcessGroupMPI: one worker thread and a queue
 // per process group, every MPI and spccl call made under one process-wide
@@ -14,6 +16,12 @@
 // asks for them: the environment opt-in (SPCCL_ALLREDUCE_DENSITY,
 // SPCCL_ALLTOALL_DENSITY with SPCCL_ALLTOALL_ROW_LEN), the explicit
 // compressors behind the DDP hook, and the alltoall_rows autograd op.
+//
+// CUDA tensors: the descriptors still go over MPI; the data over a NCCL
+// communicator (and spccl's, on top of it) made at a group's first CUDA
+// operation, on one stream per group that first waits for the caller's
+// current stream. The worker synchronizes that stream before it completes a
+// work, so wait() returns with the results in place, as NCCL's blocking wait.
 
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -21,6 +29,13 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <spccl_mpi.h>
+#ifdef SPCCL_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <spccl_nccl.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -32,6 +47,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -128,10 +144,14 @@ std::exception_ptr errorPtr(const std::string& msg) { return std::make_exception
 
 class SpcclWork : public Work {
  public:
-  SpcclWork(OpType type, std::vector<at::Tensor> outputs, const char* title, std::shared_ptr<GroupHealth> health)
+  // devices: where the outputs are, for a CUDA work: its future then orders
+  // the streams of whoever uses the value after it (as NCCL's works do).
+  SpcclWork(OpType type, std::vector<at::Tensor> outputs, const char* title, std::shared_ptr<GroupHealth> health,
+            std::vector<c10::Device> devices = {})
       : Work(-1, type, title),
         outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+        future_(
+            c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), std::move(devices))),
         health_(std::move(health)),
         op_(std::strncmp(title, "spccl:", 6) == 0 ? title + 6 : title) {}
 
@@ -199,6 +219,8 @@ enum LocalError : int64_t {
   kReduceOp,
   kTooLarge,
   kDtypeLocal,
+  kCudaUnsupported,
+  kMixedDevices,
   kNumLocalErrors
 };
 
@@ -209,9 +231,18 @@ const char* localErrorText(int64_t e) {
     case kDtypeUnsupported:
       return "a tensor has a dtype spccl does not support";
     case kCudaTensor:
-      return "a CUDA tensor: this build of spccl_torch moves CPU tensors only (no NCCL path)";
+      return "a CUDA tensor: this build of spccl_torch moves CPU tensors only (libspccl has no NCCL transport)";
+    case kCudaUnsupported:
+      return "a CUDA tensor: this operation moves CPU tensors only";
+    case kMixedDevices:
+      return "the tensors are on different devices, or on a CUDA device other than the one this process group "
+             "uses (one per group and process)";
     case kOtherDevice:
+#ifdef SPCCL_TORCH_CUDA
+      return "a tensor is on a device other than the CPU or a CUDA device";
+#else
       return "a tensor is on a device other than the CPU";
+#endif
     case kSparse:
       return "a sparse tensor (only dense strided tensors are supported)";
     case kShape:
@@ -232,8 +263,10 @@ const char* localErrorText(int64_t e) {
 }
 
 int64_t checkTensor(const at::Tensor& t) {
+#ifndef SPCCL_TORCH_CUDA
   if (t.is_cuda()) return kCudaTensor;
-  if (!t.device().is_cpu()) return kOtherDevice;
+#endif
+  if (!t.device().is_cpu() && !t.is_cuda()) return kOtherDevice;
   if (t.layout() != c10::kStrided) return kSparse;
   if (!t.is_contiguous()) return kNonContiguous;
   switch (t.scalar_type()) {
@@ -364,6 +397,65 @@ spcclDataType_t spcclType(at::ScalarType dt) {
   }
 }
 
+#ifdef SPCCL_TORCH_CUDA
+// NCCL's type and op for a reduction, where NCCL has both (no bool, no int16,
+// no bitwise ops: those go through the host).
+bool ncclReduction(at::ScalarType dt, ReduceOp::RedOpType rop, ncclDataType_t* type, ncclRedOp_t* op) {
+  switch (dt) {
+    case at::kFloat:
+      *type = ncclFloat32;
+      break;
+    case at::kDouble:
+      *type = ncclFloat64;
+      break;
+    case at::kHalf:
+      *type = ncclFloat16;
+      break;
+    case at::kBFloat16:
+      *type = ncclBfloat16;
+      break;
+    case at::kChar:
+      *type = ncclInt8;
+      break;
+    case at::kByte:
+      *type = ncclUint8;
+      break;
+    case at::kInt:
+      *type = ncclInt32;
+      break;
+    case at::kLong:
+      *type = ncclInt64;
+      break;
+    default:
+      return false;
+  }
+  switch (rop) {
+    case ReduceOp::SUM:
+      *op = ncclSum;
+      break;
+    case ReduceOp::PRODUCT:
+      *op = ncclProd;
+      break;
+    case ReduceOp::MIN:
+      *op = ncclMin;
+      break;
+    case ReduceOp::MAX:
+      *op = ncclMax;
+      break;
+    case ReduceOp::AVG:
+      *op = ncclAvg;
+      break;
+    default:
+      return false;
+  }
+  return true;
+}
+
+void ncclCheck(ncclResult_t r, const char* what) {
+  TORCH_CHECK(r == ncclSuccess, "spccl: ", what, " failed: ", ncclGetErrorString(r));
+}
+#endif
+
 bool isSpcclFloat(at::ScalarType dt) { return dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16; }
 
 int asInt(size_t v) { return static_cast<int>(v); }
@@ -441,6 +533,7 @@ enum Field : int {
   fRoot,
   fNumel,  // what must match across ranks, per operation
   fAux,
+  fDevice,  // 0: CPU, 1: CUDA
   kHeader
 };
 
@@ -550,6 +643,18 @@ class SpcclBackend : public c10d::Backend {
       MPI_Comm_free(&comm_);
     }
     spccl_ = nullptr;
+#ifdef SPCCL_TORCH_CUDA
+    // Every work has completed (its stream drained): abort frees the NCCL
+    // communicator without waiting for the other ranks, whose groups may
+    // shut down in another order.
+    if (nccl_ != nullptr) {
+      c10::cuda::CUDAGuard device(static_cast<c10::DeviceIndex>(device_));
+      if (spcclCuda_ != nullptr) spcclCommDestroy(spcclCuda_);
+      ncclCommAbort(nccl_);
+      spcclCuda_ = nullptr;
+      nccl_ = nullptr;
+    }
+#endif
     std::lock_guard<std::mutex> q(queueMutex_);
     stopped_ = true;
   }
@@ -562,7 +667,29 @@ class SpcclBackend : public c10d::Backend {
     return !health_->broken.empty() && inCall_;
   }
 
-  spcclComm_t spcclComm() const { return spccl_; }
+  // Counters of every spccl call on this group, the CPU and the CUDA
+  // communicator together (last_*: the one that made the latest call).
+  spcclStats_t stats() const {
+    spcclStats_t s{};
+    if (spccl_ != nullptr) spcclCommGetStats(spccl_, &s);
+#ifdef SPCCL_TORCH_CUDA
+    spcclStats_t c{};
+    if (spcclCuda_ != nullptr) spcclCommGetStats(spcclCuda_, &c);
+    spcclStats_t sum = lastOnCuda_ ? c : s;
+    sum.calls = s.calls + c.calls;
+    sum.compressedCalls = s.compressedCalls + c.compressedCalls;
+    sum.bytesSent = s.bytesSent + c.bytesSent;
+    sum.denseBytes = s.denseBytes + c.denseBytes;
+    sum.thresholdUpdates = s.thresholdUpdates + c.thresholdUpdates;
+    return sum;
+#else
+    return s;
+#endif
+  }
+  bool isShutDown() {
+    std::lock_guard<std::mutex> g(queueMutex_);
+    return stopping_;
+  }
   bool envAllreduce() const { return envAllreduce_; }
   bool envAlltoall() const { return envAlltoall_; }
 
@@ -570,7 +697,7 @@ class SpcclBackend : public c10d::Backend {
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
     auto rop = opts.reduceOp.op_;
-    return enqueue(OpType::ALLREDUCE, tensors, "spccl:all_reduce", [this, tensors, rop] {
+    return enqueue(OpType::ALLREDUCE, tensors, {}, "spccl:all_reduce", [this, tensors, rop] {
       Desc d(size_);
       d[fKind] = kAllreduce;
       ReduceSpec spec;
@@ -590,7 +717,7 @@ class SpcclBackend : public c10d::Backend {
   c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                const c10d::AllreduceCoalescedOptions& opts) override {
     auto rop = opts.reduceOp.op_;
-    return enqueue(OpType::ALLREDUCE_COALESCED, tensors, "spccl:all_reduce_coalesced", [this, tensors, rop] {
+    return enqueue(OpType::ALLREDUCE_COALESCED, tensors, {}, "spccl:all_reduce_coalesced", [this, tensors, rop] {
       Desc d(size_);
       d[fKind] = kAllreduceCoalesced;
       ReduceSpec spec;
@@ -619,7 +746,7 @@ class SpcclBackend : public c10d::Backend {
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
     int64_t root = opts.rootRank;
-    return enqueue(OpType::BROADCAST, tensors, "spccl:broadcast", [this, tensors, root] {
+    return enqueue(OpType::BROADCAST, tensors, {}, "spccl:broadcast", [this, tensors, root] {
       Desc d(size_);
       d[fKind] = kBroadcast;
       d[fErr] = tensors.size() != 1 ? kListSize : checkTensors(tensors);
@@ -630,15 +757,14 @@ class SpcclBackend : public c10d::Backend {
       }
       d[fRoot] = root;
       agree(d, true);
-      const at::Tensor& t = tensors[0];
-      checkMpi(MPI_Bcast(t.data_ptr(), asInt(t.nbytes()), MPI_BYTE, static_cast<int>(root), comm_), "MPI_Bcast");
+      broadcastBytes(tensors[0], static_cast<int>(root));
     });
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
     int64_t root = opts.rootRank;
     auto rop = opts.reduceOp.op_;
-    return enqueue(OpType::REDUCE, tensors, "spccl:reduce", [this, tensors, root, rop] {
+    return enqueue(OpType::REDUCE, tensors, {}, "spccl:reduce", [this, tensors, root, rop] {
       Desc d(size_);
       d[fKind] = kReduce;
       ReduceSpec spec;
@@ -652,24 +778,14 @@ class SpcclBackend : public c10d::Backend {
       d[fRoot] = root;
       d[fOp] = rop;
       agree(d, true);
-      const at::Tensor& t = tensors[0];
-      at::Tensor work = spec.viaFloat ? t.to(at::kFloat) : t;
-      void* buf = work.data_ptr();
-      int n = asInt(work.numel());
-      if (rank_ == root) {
-        checkMpi(MPI_Reduce(MPI_IN_PLACE, buf, n, spec.type, spec.op, static_cast<int>(root), comm_), "MPI_Reduce");
-        if (spec.average) work.div_(size_);
-        if (spec.viaFloat) t.copy_(work);
-      } else {
-        checkMpi(MPI_Reduce(buf, nullptr, n, spec.type, spec.op, static_cast<int>(root), comm_), "MPI_Reduce");
-      }
+      reduceTo(tensors[0], rop, spec, static_cast<int>(root));
     });
   }
 
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                      const c10d::AllgatherOptions&) override {
     std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
-    return enqueue(OpType::ALLGATHER, outs, "spccl:all_gather", [this, outs, inputs] {
+    return enqueue(OpType::ALLGATHER, outs, inputs, "spccl:all_gather", [this, outs, inputs] {
       Desc d(size_);
       d[fKind] = kAllgather;
       d[fErr] = inputs.size() != 1 ? kListSize : checkTensors(inputs);
@@ -688,29 +804,14 @@ class SpcclBackend : public c10d::Backend {
           if (row(all, r)[kHeader + size_ + j] != row(all, j)[fNumel])
             throwAll(c10::str("spccl all_gather: rank ", r, " expects ", row(all, r)[kHeader + size_ + j],
                               " elements from rank ", j, ", which sends ", row(all, j)[fNumel]));
-      const at::Tensor& in = inputs[0];
-      size_t es = in.element_size();
-      std::vector<int> counts(size_), displs(size_);
-      size_t total = 0;
-      for (int j = 0; j < size_; ++j) {
-        counts[j] = asInt(outs[j].numel() * es);
-        displs[j] = asInt(total);
-        total += counts[j];
-      }
-      if (total >= static_cast<size_t>(INT_MAX)) throwAll("spccl all_gather: 2 GiB or more in total");
-      at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options().dtype(at::kByte));
-      checkMpi(MPI_Allgatherv(in.data_ptr(), asInt(in.nbytes()), MPI_BYTE, flat.data_ptr(), counts.data(),
-                              displs.data(), MPI_BYTE, comm_),
-               "MPI_Allgatherv");
-      auto* base = static_cast<char*>(flat.data_ptr());
-      for (int j = 0; j < size_; ++j) std::memcpy(outs[j].data_ptr(), base + displs[j], counts[j]);
+      allgatherv(inputs[0], outs);
     });
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                            const c10d::AllgatherOptions&) override {
     std::vector<at::Tensor> outs{output};
-    return enqueue(OpType::_ALLGATHER_BASE, outs, "spccl:all_gather_into_tensor", [this, output, input] {
+    return enqueue(OpType::_ALLGATHER_BASE, outs, {input}, "spccl:all_gather_into_tensor", [this, output, input] {
       Desc d(size_);
       d[fKind] = kAllgatherBase;
       d[fErr] = checkTensors({input, output});
@@ -719,9 +820,7 @@ class SpcclBackend : public c10d::Backend {
       d[fDtype] = static_cast<int64_t>(input.scalar_type());
       d[fNumel] = input.numel();
       agree(d, true);
-      checkMpi(MPI_Allgather(input.data_ptr(), asInt(input.nbytes()), MPI_BYTE, output.data_ptr(),
-                             asInt(input.nbytes()), MPI_BYTE, comm_),
-               "MPI_Allgather");
+      allgather(input, output);
     });
   }
 
@@ -730,7 +829,7 @@ class SpcclBackend : public c10d::Backend {
                                           const c10d::ReduceScatterOptions& opts) override {
     auto rop = opts.reduceOp.op_;
     std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>() : inputs[0];
-    return enqueue(OpType::REDUCE_SCATTER, outputs, "spccl:reduce_scatter", [this, outputs, ins, rop] {
+    return enqueue(OpType::REDUCE_SCATTER, outputs, ins, "spccl:reduce_scatter", [this, outputs, ins, rop] {
       Desc d(size_);
       d[fKind] = kReduceScatter;
       ReduceSpec spec;
@@ -750,7 +849,7 @@ class SpcclBackend : public c10d::Backend {
       agree(d, true);
       std::vector<at::Tensor> flat;
       for (const auto& t : ins) flat.push_back(t.reshape({-1}));
-      reduceScatter(outputs[0], at::cat(flat), spec);
+      reduceScatter(outputs[0], at::cat(flat), rop, spec);
     });
   }
 
@@ -758,26 +857,27 @@ class SpcclBackend : public c10d::Backend {
                                                 const c10d::ReduceScatterOptions& opts) override {
     auto rop = opts.reduceOp.op_;
     std::vector<at::Tensor> outs{output};
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, outs, "spccl:reduce_scatter_tensor", [this, output, input, rop] {
-      Desc d(size_);
-      d[fKind] = kReduceScatterBase;
-      ReduceSpec spec;
-      d[fErr] = checkTensors({input, output});
-      if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
-      if (d[fErr] == kOk && input.numel() != size_ * output.numel()) d[fErr] = kShape;
-      if (d[fErr] == kOk) d[fErr] = reduceSpec(output.scalar_type(), rop, &spec);
-      d[fDtype] = static_cast<int64_t>(output.scalar_type());
-      d[fNumel] = output.numel();
-      d[fOp] = rop;
-      agree(d, true);
-      reduceScatter(output, input, spec);
-    });
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, outs, {input}, "spccl:reduce_scatter_tensor",
+                   [this, output, input, rop] {
+                     Desc d(size_);
+                     d[fKind] = kReduceScatterBase;
+                     ReduceSpec spec;
+                     d[fErr] = checkTensors({input, output});
+                     if (d[fErr] == kOk && output.scalar_type() != input.scalar_type()) d[fErr] = kDtypeLocal;
+                     if (d[fErr] == kOk && input.numel() != size_ * output.numel()) d[fErr] = kShape;
+                     if (d[fErr] == kOk) d[fErr] = reduceSpec(output.scalar_type(), rop, &spec);
+                     d[fDtype] = static_cast<int64_t>(output.scalar_type());
+                     d[fNumel] = output.numel();
+                     d[fOp] = rop;
+                     agree(d, true);
+                     reduceScatter(output, input, rop, spec);
+                   });
   }
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
                                          std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions&) override {
     std::vector<at::Tensor> outs{output};
-    return enqueue(OpType::ALLTOALL_BASE, outs, "spccl:all_to_all_single",
+    return enqueue(OpType::ALLTOALL_BASE, outs, {input}, "spccl:all_to_all_single",
                    [this, output, input, outputSplits, inputSplits] {
                      Desc d(size_);
                      d[fKind] = kAlltoallBase;
@@ -808,17 +908,17 @@ class SpcclBackend : public c10d::Backend {
                      if (overlaps(input, output)) in = input.clone();
                      if (envAlltoall_ && equal && isSpcclFloat(input.scalar_type())) {
                        spcclCheck(spcclAlltoAll(in.data_ptr(), output.data_ptr(), static_cast<size_t>(sendCounts[0]),
-                                                spcclType(input.scalar_type()), spccl_, nullptr),
+                                                spcclType(input.scalar_type()), spcclFor(), streamArg()),
                                   "spcclAlltoAll");
                        return;
                      }
-                     alltoallv(in.data_ptr(), sendCounts, output.data_ptr(), recvCounts, input.element_size());
+                     alltoallv(in, sendCounts, output, recvCounts);
                    });
   }
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                     const c10d::AllToAllOptions&) override {
-    return enqueue(OpType::ALLTOALL, outputs, "spccl:all_to_all", [this, outputs, inputs] {
+    return enqueue(OpType::ALLTOALL, outputs, inputs, "spccl:all_to_all", [this, outputs, inputs] {
       Desc d(size_);
       d[fKind] = kAlltoall;
       d[fErr] = static_cast<int>(inputs.size()) != size_ || static_cast<int>(outputs.size()) != size_
@@ -842,7 +942,7 @@ class SpcclBackend : public c10d::Backend {
       int64_t totalOut = 0;
       for (const auto& t : outputs) totalOut += t.numel();
       at::Tensor out = at::empty({totalOut}, inputs[0].options());
-      alltoallv(in.data_ptr(), sendCounts, out.data_ptr(), recvCounts, in.element_size());
+      alltoallv(in, sendCounts, out, recvCounts);
       int64_t off = 0;
       for (const auto& t : outputs) {
         t.view({-1}).copy_(out.narrow(0, off, t.numel()));
@@ -852,7 +952,7 @@ class SpcclBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions&) override {
-    return enqueue(OpType::BARRIER, {}, "spccl:barrier", [this] {
+    return enqueue(OpType::BARRIER, {}, {}, "spccl:barrier", [this] {
       Desc d(size_);
       d[fKind] = kBarrier;
       agree(d, true);
@@ -864,7 +964,7 @@ class SpcclBackend : public c10d::Backend {
                                   const c10d::GatherOptions& opts) override {
     int64_t root = opts.rootRank;
     std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
-    return enqueue(OpType::GATHER, outs, "spccl:gather", [this, outs, inputs, root] {
+    return enqueue(OpType::GATHER, outs, inputs, "spccl:gather", [this, outs, inputs, root] {
       Desc d(size_);
       d[fKind] = kGather;
       d[fErr] = inputs.size() != 1 ? kListSize : checkTensors(inputs);
@@ -883,19 +983,7 @@ class SpcclBackend : public c10d::Backend {
       }
       d[fRoot] = root;
       agree(d, true);
-      const at::Tensor& in = inputs[0];
-      int n = asInt(in.nbytes());
-      if (static_cast<size_t>(n) * size_ >= static_cast<size_t>(INT_MAX))
-        throwAll("spccl gather: 2 GiB or more in total");
-      at::Tensor flat;
-      if (rank_ == root) flat = at::empty({static_cast<int64_t>(n) * size_}, in.options().dtype(at::kByte));
-      checkMpi(MPI_Gather(in.data_ptr(), n, MPI_BYTE, rank_ == root ? flat.data_ptr() : nullptr, n, MPI_BYTE,
-                          static_cast<int>(root), comm_),
-               "MPI_Gather");
-      if (rank_ == root) {
-        auto* base = static_cast<char*>(flat.data_ptr());
-        for (int j = 0; j < size_; ++j) std::memcpy(outs[j].data_ptr(), base + static_cast<size_t>(j) * n, n);
-      }
+      gatherTo(inputs[0], outs, static_cast<int>(root));
     });
   }
 
@@ -903,7 +991,7 @@ class SpcclBackend : public c10d::Backend {
                                    const c10d::ScatterOptions& opts) override {
     int64_t root = opts.rootRank;
     std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>() : inputs[0];
-    return enqueue(OpType::SCATTER, outputs, "spccl:scatter", [this, outputs, ins, root] {
+    return enqueue(OpType::SCATTER, outputs, ins, "spccl:scatter", [this, outputs, ins, root] {
       Desc d(size_);
       d[fKind] = kScatter;
       d[fErr] = outputs.size() != 1 ? kListSize : checkTensors(outputs);
@@ -922,19 +1010,7 @@ class SpcclBackend : public c10d::Backend {
       }
       d[fRoot] = root;
       agree(d, true);
-      const at::Tensor& out = outputs[0];
-      int n = asInt(out.nbytes());
-      if (static_cast<size_t>(n) * size_ >= static_cast<size_t>(INT_MAX))
-        throwAll("spccl scatter: 2 GiB or more in total");
-      at::Tensor flat;
-      if (rank_ == root) {
-        std::vector<at::Tensor> parts;
-        for (const auto& t : ins) parts.push_back(t.reshape({-1}));
-        flat = at::cat(parts);
-      }
-      checkMpi(MPI_Scatter(rank_ == root ? flat.data_ptr() : nullptr, n, MPI_BYTE, out.data_ptr(), n, MPI_BYTE,
-                           static_cast<int>(root), comm_),
-               "MPI_Scatter");
+      scatterFrom(ins, outputs[0], static_cast<int>(root));
     });
   }
 
@@ -950,6 +1026,7 @@ class SpcclBackend : public c10d::Backend {
     auto op = std::make_shared<P2P>();
     op->work = c10::make_intrusive<SpcclWork>(OpType::SEND, tensors, "spccl:send", health_);
     int64_t err = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+    if (err == kOk && tensors[0].is_cuda()) err = kCudaUnsupported;
     op->header[0] = err;
     if (err == kOk) {
       op->header[1] = static_cast<int64_t>(tensors[0].scalar_type());
@@ -967,7 +1044,14 @@ class SpcclBackend : public c10d::Backend {
         op->requests.push_back(r);
       }
     }
-    TORCH_CHECK(err == kOk, "spccl send to rank ", dst, ": ", localErrorText(err));
+    if (err != kOk) {
+      // The header (which tells the receiver) is still in flight: the progress
+      // thread keeps it alive until it is sent; this work fails with the error.
+      std::string msg = c10::str("spccl send to rank ", dst, ": ", localErrorText(err));
+      op->error = msg;
+      addP2P(op);
+      TORCH_CHECK(false, msg);
+    }
     startClock(op->work);
     addP2P(op);
     return op->work;
@@ -984,6 +1068,7 @@ class SpcclBackend : public c10d::Backend {
     op->peer = src;
     op->tag = tag;
     op->localErr = tensors.size() != 1 ? kListSize : checkTensors(tensors);
+    if (op->localErr == kOk && tensors[0].is_cuda()) op->localErr = kCudaUnsupported;
     if (op->localErr == kOk) op->tensor = tensors[0];
     {
       std::lock_guard<std::mutex> g(mpiMutex());
@@ -998,12 +1083,14 @@ class SpcclBackend : public c10d::Backend {
 
   // ---- spccl's own calls, run on the worker like any collective --------
 
-  // `owner` keeps the object that holds *comp alive until the call has run.
-  c10::intrusive_ptr<Work> compressedAllreduce(std::shared_ptr<void> owner, spcclCompressor_t* comp, at::Tensor t,
-                                               float density, int interval, int wire, bool avg) {
+  // `owner` keeps the object that holds *comp and *compOnCuda alive until
+  // the call has run. A compressor stays on the communicator it was made on.
+  c10::intrusive_ptr<Work> compressedAllreduce(std::shared_ptr<void> owner, spcclCompressor_t* comp, bool* compOnCuda,
+                                               at::Tensor t, float density, int interval, int wire, bool avg) {
     std::vector<at::Tensor> outs{t};
     return enqueue(
-        OpType::ALLREDUCE, outs, "spccl:dct_allreduce", [this, owner, comp, t, density, interval, wire, avg] {
+        OpType::ALLREDUCE, outs, {}, "spccl:dct_allreduce",
+        [this, owner, comp, compOnCuda, t, density, interval, wire, avg] {
           Desc d(size_);
           d[fKind] = kCompressedAllreduce;
           d[fErr] = checkTensor(t);
@@ -1011,6 +1098,9 @@ class SpcclBackend : public c10d::Backend {
           d[fDtype] = static_cast<int64_t>(t.scalar_type());
           d[fNumel] = t.numel();
           agree(d, true);
+          if (*comp != nullptr && *compOnCuda != t.is_cuda())
+            throwAll(c10::str("spccl dct_hook: this compressor's buffer was on ", *compOnCuda ? "CUDA" : "the CPU",
+                              " and is now on ", t.device(), "; make a new hook state after moving the model"));
           if (*comp == nullptr) {
             spcclCompressConfig_t cfg;
             spcclCheck(spcclCompressConfigInit(&cfg), "spcclCompressConfigInit");
@@ -1018,34 +1108,38 @@ class SpcclBackend : public c10d::Backend {
             cfg.thresholdInterval = interval;
             cfg.errorFeedback = 1;
             cfg.wireValueType = static_cast<spcclDataType_t>(wire);
-            spcclCheck(
-                spcclCompressorCreate(spccl_, static_cast<size_t>(t.numel()), spcclType(t.scalar_type()), &cfg, comp),
-                "spcclCompressorCreate");
+            spcclCheck(spcclCompressorCreate(spcclFor(), static_cast<size_t>(t.numel()), spcclType(t.scalar_type()),
+                                             &cfg, comp),
+                       "spcclCompressorCreate");
+            *compOnCuda = t.is_cuda();
           }
-          spcclCheck(spcclAllReduceCompressed(t.data_ptr(), t.data_ptr(), avg ? spcclAvg : spcclSum, *comp, nullptr),
-                     "spcclAllReduceCompressed");
+          spcclCheck(
+              spcclAllReduceCompressed(t.data_ptr(), t.data_ptr(), avg ? spcclAvg : spcclSum, *comp, streamArg()),
+              "spcclAllReduceCompressed");
         });
   }
 
   c10::intrusive_ptr<Work> alltoallRows(at::Tensor in, at::Tensor out, int64_t rowsPerPeer, int64_t rowLen,
                                         float density, spcclSelection_t* sel) {
     std::vector<at::Tensor> outs{out};
-    return enqueue(OpType::ALLTOALL, outs, "spccl:alltoall_rows", [this, in, out, rowsPerPeer, rowLen, density, sel] {
-      Desc d(size_);
-      d[fKind] = kAlltoallRows;
-      d[fErr] = checkTensors({in, out});
-      if (d[fErr] == kOk && !isSpcclFloat(in.scalar_type())) d[fErr] = kDtypeUnsupported;
-      if (d[fErr] == kOk && out.scalar_type() != in.scalar_type()) d[fErr] = kDtypeLocal;
-      if (d[fErr] == kOk && (in.numel() != size_ * rowsPerPeer * rowLen || out.numel() != in.numel())) d[fErr] = kShape;
-      d[fDtype] = static_cast<int64_t>(in.scalar_type());
-      d[fNumel] = rowsPerPeer;
-      d[fAux] = rowLen;
-      agree(d, true, true);
-      spcclCheck(spcclAlltoAllRowsCompressed(in.data_ptr(), out.data_ptr(), static_cast<size_t>(rowsPerPeer),
-                                             static_cast<size_t>(rowLen), spcclType(in.scalar_type()), density, sel,
-                                             spccl_, nullptr),
-                 "spcclAlltoAllRowsCompressed");
-    });
+    return enqueue(
+        OpType::ALLTOALL, outs, {in}, "spccl:alltoall_rows", [this, in, out, rowsPerPeer, rowLen, density, sel] {
+          Desc d(size_);
+          d[fKind] = kAlltoallRows;
+          d[fErr] = checkTensors({in, out});
+          if (d[fErr] == kOk && !isSpcclFloat(in.scalar_type())) d[fErr] = kDtypeUnsupported;
+          if (d[fErr] == kOk && out.scalar_type() != in.scalar_type()) d[fErr] = kDtypeLocal;
+          if (d[fErr] == kOk && (in.numel() != size_ * rowsPerPeer * rowLen || out.numel() != in.numel()))
+            d[fErr] = kShape;
+          d[fDtype] = static_cast<int64_t>(in.scalar_type());
+          d[fNumel] = rowsPerPeer;
+          d[fAux] = rowLen;
+          agree(d, true, true);
+          spcclCheck(spcclAlltoAllRowsCompressed(in.data_ptr(), out.data_ptr(), static_cast<size_t>(rowsPerPeer),
+                                                 static_cast<size_t>(rowLen), spcclType(in.scalar_type()), density, sel,
+                                                 spcclFor(), streamArg()),
+                     "spcclAlltoAllRowsCompressed");
+        });
   }
 
   // spcclAllReduceRowSparse: every rank's (id, row) pairs summed per id; the
@@ -1053,7 +1147,7 @@ class SpcclBackend : public c10d::Backend {
   // The union is at most the sum of every rank's row count, which the
   // descriptors carry, so the outputs are sized before the call.
   c10::intrusive_ptr<Work> allreduceRowSparse(at::Tensor ids, at::Tensor rows, std::shared_ptr<RowSparseResult> out) {
-    return enqueue(OpType::ALLREDUCE, {}, "spccl:allreduce_rowsparse", [this, ids, rows, out] {
+    return enqueue(OpType::ALLREDUCE, {}, {ids, rows}, "spccl:allreduce_rowsparse", [this, ids, rows, out] {
       Desc d(size_);
       d[fKind] = kAllreduceRowSparse;
       d[fErr] = checkTensors({ids, rows});
@@ -1074,7 +1168,7 @@ class SpcclBackend : public c10d::Backend {
       spcclCheck(spcclAllReduceRowSparse(ids.data_ptr<int64_t>(), rows.data_ptr(), static_cast<size_t>(ids.numel()),
                                          static_cast<size_t>(rowLen), spcclType(rows.scalar_type()),
                                          outIds.data_ptr<int64_t>(), outRows.data_ptr(), static_cast<size_t>(capacity),
-                                         &got, spccl_, nullptr),
+                                         &got, spcclFor(), streamArg()),
                  "spcclAllReduceRowSparse");
       out->ids = outIds.narrow(0, 0, static_cast<int64_t>(got));
       out->rows = outRows.narrow(0, 0, static_cast<int64_t>(got));
@@ -1083,7 +1177,7 @@ class SpcclBackend : public c10d::Backend {
 
   c10::intrusive_ptr<Work> alltoallRowsBackward(at::Tensor grad, at::Tensor out, spcclSelection_t sel) {
     std::vector<at::Tensor> outs{out};
-    return enqueue(OpType::ALLTOALL, outs, "spccl:alltoall_rows_backward", [this, grad, out, sel] {
+    return enqueue(OpType::ALLTOALL, outs, {grad}, "spccl:alltoall_rows_backward", [this, grad, out, sel] {
       Desc d(size_);
       d[fKind] = kAlltoallRowsBackward;
       d[fErr] = checkTensors({grad, out});
@@ -1091,7 +1185,8 @@ class SpcclBackend : public c10d::Backend {
       d[fDtype] = static_cast<int64_t>(grad.scalar_type());
       d[fNumel] = grad.numel();
       agree(d, true);
-      spcclCheck(spcclAlltoAllRowsBackward(grad.data_ptr(), out.data_ptr(), sel, nullptr), "spcclAlltoAllRowsBackward");
+      spcclCheck(spcclAlltoAllRowsBackward(grad.data_ptr(), out.data_ptr(), sel, streamArg()),
+                 "spcclAlltoAllRowsBackward");
     });
   }
 
@@ -1099,6 +1194,11 @@ class SpcclBackend : public c10d::Backend {
   struct Job {
     c10::intrusive_ptr<SpcclWork> work;
     std::function<void()> fn;
+    int device = -1;          // the CUDA device its tensors are on; -1: the CPU
+    int64_t deviceErr = kOk;  // kMixedDevices: its tensors disagree
+#ifdef SPCCL_TORCH_CUDA
+    std::shared_ptr<at::cuda::CUDAEvent> ready;  // recorded on the caller's stream
+#endif
   };
 
   struct P2P {
@@ -1115,16 +1215,53 @@ class SpcclBackend : public c10d::Backend {
     std::string error;
   };
 
-  c10::intrusive_ptr<Work> enqueue(OpType type, std::vector<at::Tensor> outputs, const char* title,
-                                   std::function<void()> fn) {
+  // `inputs`: tensors the call reads besides `outputs`, for its device.
+  c10::intrusive_ptr<Work> enqueue(OpType type, std::vector<at::Tensor> outputs, const std::vector<at::Tensor>& inputs,
+                                   const char* title, std::function<void()> fn) {
     checkUsable(title + 6);
-    auto work = c10::make_intrusive<SpcclWork>(type, std::move(outputs), title, health_);
+    Job job;
+    int device = -1;
+    bool cpu = false, mixed = false;
+    auto scan = [&](const std::vector<at::Tensor>& ts) {
+      for (const auto& t : ts) {
+        if (!t.defined() || !t.is_cuda()) {
+          cpu = cpu || t.defined();
+          continue;
+        }
+        if (device < 0) device = t.get_device();
+        mixed = mixed || t.get_device() != device;
+      }
+    };
+    scan(outputs);
+    scan(inputs);
+    mixed = mixed || (device >= 0 && cpu);
+    c10::intrusive_ptr<SpcclWork> work;
     {
       std::lock_guard<std::mutex> g(queueMutex_);
       TORCH_CHECK(!stopping_, "spccl: ", title, " on a process group that was shut down");
       // The watchdog closed the queue after checkUsable above.
       TORCH_CHECK(closed_.empty(), closed_);
-      queue_.push_back(Job{work, std::move(fn)});
+#ifdef SPCCL_TORCH_CUDA
+      // The group's device is the first one it is used with.
+      if (device >= 0 && !mixed && device_ < 0) {
+        device_ = device;
+        stream_ = at::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device));
+      }
+      mixed = mixed || (device >= 0 && device != device_);
+      if (device >= 0 && !mixed) {
+        job.device = device;
+        job.ready = std::make_shared<at::cuda::CUDAEvent>();
+        job.ready->record(at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)));
+      }
+#endif
+      // Without CUDA, checkTensor rejects CUDA tensors; the job runs as a CPU one.
+      if (mixed) job.deviceErr = kMixedDevices;
+      std::vector<c10::Device> devices;
+      if (job.device >= 0) devices.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(job.device));
+      work = c10::make_intrusive<SpcclWork>(type, std::move(outputs), title, health_, std::move(devices));
+      job.work = work;
+      job.fn = std::move(fn);
+      queue_.push_back(std::move(job));
     }
     queueCv_.notify_one();
     return work;
@@ -1232,19 +1369,55 @@ class SpcclBackend : public c10d::Backend {
         std::lock_guard<std::mutex> g(mpiMutex());
         try {
           ++seq_;
-          job.fn();
+          cur_ = &job;
+          runJob(job);
+          lastOnCuda_ = job.device >= 0;
         } catch (...) {
           err = std::current_exception();
         }
+        cur_ = nullptr;
         // Cleared under the MPI mutex: a thread that holds it next knows this
         // group is out of its call (shutdown relies on that).
         std::lock_guard<std::mutex> h(health_->m);
         inCall_ = false;
       }
       stopClock(job.work.get());
-      if (err) job.work->fail(err);
-      else job.work->succeed();
+      // A CUDA work's future records its event on the group's stream.
+      completeOn(job, err);
     }
+  }
+
+  // A CUDA job runs on the group's stream, after the caller's stream reached
+  // the job's enqueue; the stream is drained before the work completes.
+  void runJob(Job& job) {
+#ifdef SPCCL_TORCH_CUDA
+    if (job.device >= 0) {
+      // The worker's own device too: what runs on it outside a guard (a
+      // future's callbacks) must not start a context on device 0.
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(job.device));
+      c10::cuda::CUDAStreamGuard stream(*stream_);
+      job.ready->block(*stream_);
+      try {
+        job.fn();
+      } catch (...) {
+        // What was enqueued still uses the job's tensors: let it finish first.
+        if (!ncclAborted_) drainStream();
+        throw;
+      }
+      drainStream();
+      return;
+    }
+#endif
+    job.fn();
+  }
+
+  void completeOn(Job& job, std::exception_ptr err) {
+#ifdef SPCCL_TORCH_CUDA
+    std::optional<c10::cuda::CUDAStreamGuard> stream;
+    if (job.device >= 0) stream.emplace(*stream_);
+#endif
+    if (err) job.work->fail(err);
+    else job.work->succeed();
   }
 
   void addP2P(std::shared_ptr<P2P> op) {
@@ -1360,6 +1533,8 @@ class SpcclBackend : public c10d::Backend {
   // rejected its input or the ranks disagree on what they were asked to do.
   std::vector<int64_t> agree(Desc& d, bool sameNumel, bool sameAux = false) {
     const int W = kHeader + 2 * size_;
+    if (d[fErr] == kOk && cur_ != nullptr) d[fErr] = cur_->deviceErr;
+    d[fDevice] = onCuda() ? 1 : 0;
     std::vector<int64_t> all(static_cast<size_t>(W) * size_);
     checkMpi(MPI_Allgather(d.v.data(), W, MPI_INT64_T, all.data(), W, MPI_INT64_T, comm_),
              "MPI_Allgather (call descriptor)");
@@ -1377,25 +1552,31 @@ class SpcclBackend : public c10d::Backend {
     for (int r = 0; r < size_; ++r)
       if (at(r, fErr) != kOk) bad << " rank " << r << ": " << localErrorText(at(r, fErr)) << ";";
     TORCH_CHECK(bad.str().empty(), "spccl ", name, " rejected on every rank:", bad.str());
-    auto mismatch = [&](int f, const char* what, bool asDtype) {
+    enum Show { kNumber, kDtype, kDevice };
+    auto mismatch = [&](int f, const char* what, Show show) {
       for (int r = 1; r < size_; ++r)
         if (at(r, f) != at(0, f)) {
           std::ostringstream m;
           m << "spccl " << name << ": " << what << " mismatch across ranks (";
           for (int q = 0; q < size_; ++q) {
             m << "rank " << q << ": ";
-            if (asDtype) m << c10::toString(static_cast<at::ScalarType>(at(q, f)));
+            if (show == kDtype) m << c10::toString(static_cast<at::ScalarType>(at(q, f)));
+            else if (show == kDevice) m << (at(q, f) == 1 ? "CUDA" : "CPU");
             else m << at(q, f);
             m << (q + 1 < size_ ? ", " : ")");
           }
           TORCH_CHECK(false, m.str());
         }
     };
-    mismatch(fDtype, "dtype", true);
-    mismatch(fOp, "reduce op", false);
-    mismatch(fRoot, "root rank", false);
-    if (sameNumel) mismatch(fNumel, "tensor size (elements)", false);
-    if (sameAux) mismatch(fAux, "tensor count / row length", false);
+    mismatch(fDevice, "device", kDevice);
+    mismatch(fDtype, "dtype", kDtype);
+    mismatch(fOp, "reduce op", kNumber);
+    mismatch(fRoot, "root rank", kNumber);
+    if (sameNumel) mismatch(fNumel, "tensor size (elements)", kNumber);
+    if (sameAux) mismatch(fAux, "tensor count / row length", kNumber);
+#ifdef SPCCL_TORCH_CUDA
+    if (onCuda() && nccl_ == nullptr) initNccl();  // every rank is here: the call is agreed
+#endif
     return all;
   }
 
@@ -1439,8 +1620,257 @@ class SpcclBackend : public c10d::Backend {
     return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
   }
 
-  void alltoallv(void* in, const std::vector<int64_t>& sendCounts, void* out, const std::vector<int64_t>& recvCounts,
-                 size_t es) {
+  // ---- data movement: MPI for CPU tensors, NCCL for CUDA ones -------------
+
+  bool onCuda() const { return cur_ != nullptr && cur_->device >= 0; }
+  // spccl's communicator and stream for the running job.
+  spcclComm_t spcclFor() const {
+#ifdef SPCCL_TORCH_CUDA
+    if (onCuda()) {
+      TORCH_CHECK(spcclCuda_ != nullptr, "spccl: spccl's communicator on NCCL could not be made: ", spcclCudaError_);
+      return spcclCuda_;
+    }
+#endif
+    return spccl_;
+  }
+  void* streamArg() const {
+#ifdef SPCCL_TORCH_CUDA
+    if (onCuda()) return stream_->stream();
+#endif
+    return nullptr;
+  }
+
+#ifdef SPCCL_TORCH_CUDA
+  cudaStream_t cudaStream() const { return stream_->stream(); }
+
+  // The group's NCCL communicator (rank 0's id over MPI) and spccl's on it.
+  // Every step's outcome is agreed over MPI, so a failure on one rank is an
+  // error on all of them, never a rank left waiting. spccl's communicator can
+  // fail where NCCL's works (a setting it refuses on device buffers): then only
+  // the spccl calls on CUDA tensors fail, with its error (spcclFor).
+  void initNccl() {
+    struct {
+      int32_t ok;
+      ncclUniqueId id;
+    } root{1, {}};
+    if (rank_ == 0) root.ok = ncclGetUniqueId(&root.id) == ncclSuccess;
+    checkMpi(MPI_Bcast(&root, sizeof root, MPI_BYTE, 0, comm_), "MPI_Bcast (NCCL id)");
+    TORCH_CHECK(root.ok, "spccl: ncclGetUniqueId failed on rank 0");
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommInitRank(&comm, size_, root.id, rank_);
+    int ok = r == ncclSuccess, all = 0;
+    checkMpi(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce (NCCL init)");
+    if (!all) {
+      if (r == ncclSuccess) ncclCommAbort(comm);
+      TORCH_CHECK(false, "spccl: ncclCommInitRank failed on ", ok ? "another rank" : "this rank", ": ",
+                  ncclGetErrorString(r));
+    }
+    nccl_ = comm;
+    if (spcclCommInitNccl(&spcclCuda_, nccl_) != spcclSuccess) {
+      spcclCuda_ = nullptr;
+      spcclCudaError_ = spcclGetLastError(nullptr);
+    }
+  }
+
+  // Waits for the group's stream; a NCCL error or the group's timeout (the
+  // watchdog marks the group broken) aborts the NCCL communicator, which ends
+  // its kernels, instead of waiting forever.
+  void drainStream() {
+    for (;;) {
+      cudaError_t q = cudaStreamQuery(stream_->stream());
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) C10_CUDA_CHECK(q);
+      ncclResult_t async = ncclSuccess;
+      if (nccl_ != nullptr) ncclCommGetAsyncError(nccl_, &async);
+      std::string broken;
+      {
+        std::lock_guard<std::mutex> g(health_->m);
+        broken = health_->broken;
+      }
+      if (nccl_ != nullptr && (async != ncclSuccess || !broken.empty())) {
+        ncclCommAbort(nccl_);
+        nccl_ = nullptr;
+        ncclAborted_ = true;
+        std::string why = async != ncclSuccess ? c10::str("spccl: NCCL error: ", ncclGetErrorString(async),
+                                                          "; the NCCL communicator was aborted, the group is unusable")
+                                               : broken;
+        health_->breakWith(why);
+        stream_->synchronize();
+        TORCH_CHECK(false, why);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Byte-wise sends and receives with every peer, as one NCCL group.
+  template <typename F>
+  void ncclGroup(const char* what, F f) {
+    ncclCheck(ncclGroupStart(), "ncclGroupStart");
+    ncclResult_t r = f();
+    ncclResult_t e = ncclGroupEnd();
+    ncclCheck(r != ncclSuccess ? r : e, what);
+  }
+#endif
+
+  void broadcastBytes(const at::Tensor& t, int root) {
+#ifdef SPCCL_TORCH_CUDA
+    if (t.is_cuda()) {
+      ncclCheck(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, nccl_, cudaStream()),
+                "ncclBroadcast");
+      return;
+    }
+#endif
+    checkMpi(MPI_Bcast(t.data_ptr(), asInt(t.nbytes()), MPI_BYTE, root, comm_), "MPI_Bcast");
+  }
+
+  void reduceTo(const at::Tensor& t, ReduceOp::RedOpType rop, const ReduceSpec& spec, int root) {
+#ifdef SPCCL_TORCH_CUDA
+    if (t.is_cuda()) {
+      ncclDataType_t type;
+      ncclRedOp_t op;
+      if (ncclReduction(t.scalar_type(), rop, &type, &op)) {
+        ncclCheck(ncclReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, root, nccl_, cudaStream()), "ncclReduce");
+      } else {  // what NCCL cannot reduce: MPI on a host copy
+        at::Tensor h = t.cpu();
+        reduceTo(h, rop, spec, root);
+        if (rank_ == root) t.copy_(h);
+      }
+      return;
+    }
+#endif
+    at::Tensor work = spec.viaFloat ? t.to(at::kFloat) : t;
+    void* buf = work.data_ptr();
+    int n = asInt(work.numel());
+    if (rank_ == root) {
+      checkMpi(MPI_Reduce(MPI_IN_PLACE, buf, n, spec.type, spec.op, root, comm_), "MPI_Reduce");
+      if (spec.average) work.div_(size_);
+      if (spec.viaFloat) t.copy_(work);
+    } else {
+      checkMpi(MPI_Reduce(buf, nullptr, n, spec.type, spec.op, root, comm_), "MPI_Reduce");
+    }
+  }
+
+  // outs[j] receives rank j's `in` (sizes may differ; agreed by the caller).
+  void allgatherv(const at::Tensor& in, const std::vector<at::Tensor>& outs) {
+#ifdef SPCCL_TORCH_CUDA
+    if (in.is_cuda()) {
+      ncclGroup("ncclBroadcast (all_gather)", [&] {
+        for (int j = 0; j < size_; ++j) {
+          ncclResult_t r =
+              ncclBroadcast(in.data_ptr(), outs[j].data_ptr(), outs[j].nbytes(), ncclUint8, j, nccl_, cudaStream());
+          if (r != ncclSuccess) return r;
+        }
+        return ncclSuccess;
+      });
+      return;
+    }
+#endif
+    std::vector<int> counts(size_), displs(size_);
+    size_t total = 0;
+    for (int j = 0; j < size_; ++j) {
+      counts[j] = asInt(outs[j].nbytes());
+      displs[j] = asInt(total);
+      total += counts[j];
+    }
+    if (total >= static_cast<size_t>(INT_MAX)) throwAll("spccl all_gather: 2 GiB or more in total");
+    at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options().dtype(at::kByte));
+    checkMpi(MPI_Allgatherv(in.data_ptr(), asInt(in.nbytes()), MPI_BYTE, flat.data_ptr(), counts.data(), displs.data(),
+                            MPI_BYTE, comm_),
+             "MPI_Allgatherv");
+    auto* base = static_cast<char*>(flat.data_ptr());
+    for (int j = 0; j < size_; ++j) std::memcpy(outs[j].data_ptr(), base + displs[j], counts[j]);
+  }
+
+  void allgather(const at::Tensor& in, const at::Tensor& out) {
+#ifdef SPCCL_TORCH_CUDA
+    if (in.is_cuda()) {
+      ncclCheck(ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, nccl_, cudaStream()),
+                "ncclAllGather");
+      return;
+    }
+#endif
+    checkMpi(
+        MPI_Allgather(in.data_ptr(), asInt(in.nbytes()), MPI_BYTE, out.data_ptr(), asInt(in.nbytes()), MPI_BYTE, comm_),
+        "MPI_Allgather");
+  }
+
+  // Every rank's `in` (the same size) into root's outs[j].
+  void gatherTo(const at::Tensor& in, const std::vector<at::Tensor>& outs, int root) {
+    const size_t n = in.nbytes();
+#ifdef SPCCL_TORCH_CUDA
+    if (in.is_cuda()) {
+      ncclGroup("ncclSend/ncclRecv (gather)", [&] {
+        ncclResult_t r = ncclSend(in.data_ptr(), n, ncclUint8, root, nccl_, cudaStream());
+        for (int j = 0; j < size_ && r == ncclSuccess && rank_ == root; ++j)
+          r = ncclRecv(outs[j].data_ptr(), n, ncclUint8, j, nccl_, cudaStream());
+        return r;
+      });
+      return;
+    }
+#endif
+    if (n * size_ >= static_cast<size_t>(INT_MAX)) throwAll("spccl gather: 2 GiB or more in total");
+    at::Tensor flat;
+    if (rank_ == root) flat = at::empty({static_cast<int64_t>(n) * size_}, in.options().dtype(at::kByte));
+    checkMpi(MPI_Gather(in.data_ptr(), asInt(n), MPI_BYTE, rank_ == root ? flat.data_ptr() : nullptr, asInt(n),
+                        MPI_BYTE, root, comm_),
+             "MPI_Gather");
+    if (rank_ == root) {
+      auto* base = static_cast<char*>(flat.data_ptr());
+      for (int j = 0; j < size_; ++j) std::memcpy(outs[j].data_ptr(), base + j * n, n);
+    }
+  }
+
+  // root's ins[j] (each the size of `out`) into rank j's `out`.
+  void scatterFrom(const std::vector<at::Tensor>& ins, const at::Tensor& out, int root) {
+    const size_t n = out.nbytes();
+#ifdef SPCCL_TORCH_CUDA
+    if (out.is_cuda()) {
+      ncclGroup("ncclSend/ncclRecv (scatter)", [&] {
+        ncclResult_t r = ncclSuccess;
+        for (int j = 0; j < size_ && r == ncclSuccess && rank_ == root; ++j)
+          r = ncclSend(ins[j].data_ptr(), n, ncclUint8, j, nccl_, cudaStream());
+        if (r == ncclSuccess) r = ncclRecv(out.data_ptr(), n, ncclUint8, root, nccl_, cudaStream());
+        return r;
+      });
+      return;
+    }
+#endif
+    if (n * size_ >= static_cast<size_t>(INT_MAX)) throwAll("spccl scatter: 2 GiB or more in total");
+    at::Tensor flat;
+    if (rank_ == root) {
+      std::vector<at::Tensor> parts;
+      for (const auto& t : ins) parts.push_back(t.reshape({-1}));
+      flat = at::cat(parts);
+    }
+    checkMpi(MPI_Scatter(rank_ == root ? flat.data_ptr() : nullptr, asInt(n), MPI_BYTE, out.data_ptr(), asInt(n),
+                         MPI_BYTE, root, comm_),
+             "MPI_Scatter");
+  }
+
+  // Counts in elements; blocks packed in rank order in `in` and `out`.
+  void alltoallv(const at::Tensor& in, const std::vector<int64_t>& sendCounts, const at::Tensor& out,
+                 const std::vector<int64_t>& recvCounts) {
+    const size_t es = in.element_size();
+#ifdef SPCCL_TORCH_CUDA
+    if (in.is_cuda()) {
+      auto* src = static_cast<char*>(in.data_ptr());
+      auto* dst = static_cast<char*>(out.data_ptr());
+      ncclGroup("ncclSend/ncclRecv (all_to_all)", [&] {
+        size_t so = 0, ro = 0;
+        for (int j = 0; j < size_; ++j) {
+          const size_t sb = sendCounts[j] * es, rb = recvCounts[j] * es;
+          ncclResult_t r = ncclSuccess;
+          if (sb > 0) r = ncclSend(src + so, sb, ncclUint8, j, nccl_, cudaStream());
+          if (r == ncclSuccess && rb > 0) r = ncclRecv(dst + ro, rb, ncclUint8, j, nccl_, cudaStream());
+          if (r != ncclSuccess) return r;
+          so += sb;
+          ro += rb;
+        }
+        return ncclSuccess;
+      });
+      return;
+    }
+#endif
     std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
     size_t so = 0, ro = 0;
     for (int j = 0; j < size_; ++j) {
@@ -1451,7 +1881,8 @@ class SpcclBackend : public c10d::Backend {
       rd[j] = asInt(ro);
       ro += rc[j];
     }
-    checkMpi(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(), MPI_BYTE, comm_),
+    checkMpi(MPI_Alltoallv(in.data_ptr(), sc.data(), sd.data(), MPI_BYTE, out.data_ptr(), rc.data(), rd.data(),
+                           MPI_BYTE, comm_),
              "MPI_Alltoallv");
   }
 
@@ -1461,10 +1892,24 @@ class SpcclBackend : public c10d::Backend {
     if (allowSpccl && envAllreduce_ && isSpcclFloat(t.scalar_type()) &&
         (rop == ReduceOp::SUM || rop == ReduceOp::AVG)) {
       spcclCheck(spcclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), spcclType(t.scalar_type()),
-                                rop == ReduceOp::AVG ? spcclAvg : spcclSum, spccl_, nullptr),
+                                rop == ReduceOp::AVG ? spcclAvg : spcclSum, spcclFor(), streamArg()),
                  "spcclAllReduce");
       return;
     }
+#ifdef SPCCL_TORCH_CUDA
+    if (t.is_cuda()) {
+      ncclDataType_t type;
+      ncclRedOp_t op;
+      if (ncclReduction(t.scalar_type(), rop, &type, &op)) {
+        ncclCheck(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, op, nccl_, cudaStream()), "ncclAllReduce");
+      } else {  // what NCCL cannot reduce: MPI on a host copy
+        at::Tensor h = t.cpu();
+        reduceInPlace(h, rop, spec, false);
+        t.copy_(h);
+      }
+      return;
+    }
+#endif
     at::Tensor work = spec.viaFloat ? t.to(at::kFloat) : t;
     checkMpi(MPI_Allreduce(MPI_IN_PLACE, work.data_ptr(), asInt(work.numel()), spec.type, spec.op, comm_),
              "MPI_Allreduce");
@@ -1472,7 +1917,23 @@ class SpcclBackend : public c10d::Backend {
     if (spec.viaFloat) t.copy_(work);
   }
 
-  void reduceScatter(const at::Tensor& out, const at::Tensor& in, const ReduceSpec& spec) {
+  void reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp::RedOpType rop, const ReduceSpec& spec) {
+#ifdef SPCCL_TORCH_CUDA
+    if (in.is_cuda()) {
+      ncclDataType_t type;
+      ncclRedOp_t op;
+      if (ncclReduction(out.scalar_type(), rop, &type, &op)) {
+        at::Tensor src = in.contiguous();
+        ncclCheck(ncclReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(), type, op, nccl_, cudaStream()),
+                  "ncclReduceScatter");
+      } else {  // what NCCL cannot reduce: MPI on host copies
+        at::Tensor h = at::empty(out.sizes(), out.options().device(at::kCPU));
+        reduceScatter(h, in.cpu(), rop, spec);
+        out.copy_(h);
+      }
+      return;
+    }
+#endif
     at::Tensor win = spec.viaFloat ? in.to(at::kFloat) : in.contiguous();
     at::Tensor wout = spec.viaFloat ? at::empty({out.numel()}, out.options().dtype(at::kFloat)) : out;
     checkMpi(MPI_Reduce_scatter_block(win.data_ptr(), wout.data_ptr(), asInt(out.numel()), spec.type, spec.op, comm_),
@@ -1483,11 +1944,21 @@ class SpcclBackend : public c10d::Backend {
 
   void spcclCheck(spcclResult_t r, const char* what) {
     TORCH_CHECK(r == spcclSuccess, "spccl: ", what, " failed (", spcclGetErrorString(r),
-                "): ", spcclGetLastError(spccl_));
+                "): ", spcclGetLastError(spcclFor()));
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::shared_ptr<GroupHealth> health_;
+  const Job* cur_ = nullptr;  // the job the worker runs
+  bool lastOnCuda_ = false;   // under the MPI mutex: the latest job's device
+#ifdef SPCCL_TORCH_CUDA
+  int device_ = -1;  // under queueMutex_; set once, by the first CUDA job's enqueue
+  std::optional<c10::cuda::CUDAStream> stream_;
+  ncclComm_t nccl_ = nullptr;
+  spcclComm_t spcclCuda_ = nullptr;
+  std::string spcclCudaError_;  // why spcclCuda_ is null after initNccl
+  bool ncclAborted_ = false;
+#endif
   MPI_Comm p2pComm_ = MPI_COMM_NULL;
   spcclComm_t spccl_ = nullptr;
   bool envAllreduce_ = false;
@@ -1688,12 +2159,16 @@ class Compressor : public std::enable_shared_from_this<Compressor> {
   }
   // The work finishes with `t` reduced in place (sum, or average when avg).
   c10::intrusive_ptr<Work> allreduce(at::Tensor t, bool avg) {
-    return backend_->compressedAllreduce(shared_from_this(), &comp_, t, density_, interval_, wire_, avg);
+    return backend_->compressedAllreduce(shared_from_this(), &comp_, &onCuda_, t, density_, interval_, wire_, avg);
   }
   py::dict stats() {
     spcclStats_t s{};
-    std::lock_guard<std::mutex> g(mpiMutex());
-    if (comp_ != nullptr) spcclCompressorGetStats(comp_, &s);
+    {
+      // A CUDA job holds the MPI mutex through its stream's wait.
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> g(mpiMutex());
+      if (comp_ != nullptr) spcclCompressorGetStats(comp_, &s);
+    }
     return statsDict(s);
   }
   at::Tensor residual(int64_t count) {
@@ -1709,6 +2184,7 @@ class Compressor : public std::enable_shared_from_this<Compressor> {
  private:
   c10::intrusive_ptr<SpcclBackend> backend_;
   spcclCompressor_t comp_ = nullptr;
+  bool onCuda_ = false;  // made on the group's NCCL communicator
   float density_;
   int interval_;
   int wire_;
@@ -1736,10 +2212,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              {
                py::gil_scoped_release nogil;
                std::lock_guard<std::mutex> g(mpiMutex());
-               if (b.spcclComm() != nullptr) spcclCommGetStats(b.spcclComm(), &s);
+               s = b.stats();
              }
              return statsDict(s);
            })
+      .def("is_shut_down", &SpcclBackend::isShutDown)
       .def("env_allreduce", &SpcclBackend::envAllreduce)
       .def("env_alltoall", &SpcclBackend::envAlltoall);
   m.def("create_backend", &createBackend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
@@ -1749,6 +2226,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("join_accept", &joinAccept, py::call_guard<py::gil_scoped_release>());
   m.def("join_finish", &joinFinish, py::arg("rank"), py::arg("size"), py::call_guard<py::gil_scoped_release>());
   m.def("shutdown_all", &shutdownAll, py::call_guard<py::gil_scoped_release>());
+  m.def("cuda_built", [] {
+#ifdef SPCCL_TORCH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
   py::class_<Compressor, std::shared_ptr<Compressor>>(m, "Compressor")
       .def(py::init<c10::intrusive_ptr<SpcclBackend>, float, int, int>())
       .def("allreduce", &Compressor::allreduce, py::call_guard<py::gil_scoped_release>())
@@ -1780,6 +2264,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](c10::intrusive_ptr<SpcclBackend> b, at::Tensor ids, at::Tensor rows) {
         auto out = std::make_shared<RowSparseResult>();
         b->allreduceRowSparse(ids, rows, out)->wait();
+#ifdef SPCCL_TORCH_CUDA
+        // Made on the group's stream, used on the caller's from here on.
+        if (out->ids.is_cuda()) {
+          auto caller = at::cuda::getCurrentCUDAStream(out->ids.get_device());
+          out->ids.record_stream(caller);
+          out->rows.record_stream(caller);
+        }
+#endif
         return std::make_tuple(out->ids, out->rows);
       },
       py::call_guard<py::gil_scoped_release>());

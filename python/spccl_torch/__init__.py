@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["allreduce_rowsparse", "alltoall_rows", "backend_of", "get_stats", "hooks"]
+__all__ = ["allreduce_rowsparse", "alltoall_rows", "backend_of", "cuda_built", "get_stats", "hooks"]
 
 # Process group name -> the spccl backend made for it (for the hook, the op
 # and the statistics).
@@ -105,9 +105,15 @@ def _create_backend(opts, backend_options):
                                "(its ranks make spccl's MPI world)")
         _join_world(opts.store, opts.group_rank, opts.group_size, timeout_ms / 1000 if timeout_ms else 60)
     _joined = True
-    backend = _C.create_backend(opts.group_rank, opts.group_size, list(opts.global_ranks_in_group),
-                                str(opts.group_id), timeout_ms)
-    _backends[str(opts.group_id)] = backend
+    # One backend per group for CPU and CUDA tensors alike (should torch ask
+    # once per device type), so a group's operations keep one order and one
+    # communicator, and a CPU tensor on one rank against a CUDA tensor on
+    # another is an error, not two calls that wait for each other.
+    backend = _backends.get(str(opts.group_id))
+    if backend is None or backend.is_shut_down():
+        backend = _C.create_backend(opts.group_rank, opts.group_size, list(opts.global_ranks_in_group),
+                                    str(opts.group_id), timeout_ms)
+        _backends[str(opts.group_id)] = backend
     return backend
 
 
@@ -126,11 +132,18 @@ def backend_of(group=None):
         raise RuntimeError(f"spccl_torch: process group {pg.group_name!r} does not use the spccl backend") from None
 
 
+def cuda_built():
+    """True when this build moves CUDA tensors (over NCCL): libspccl had its NCCL
+    transport when the package was built."""
+    return _C.cuda_built()
+
+
 def get_stats(group=None):
     """Counters of the spccl calls made on ``group``'s communicator: calls,
     compressed_calls, bytes_sent and dense_bytes (what the dense collective sends,
-    nccl-tests' bus convention), ... Exact operations that go straight to MPI are
-    not counted; the environment opt-in's calls and alltoall_rows are."""
+    nccl-tests' bus convention), ... Exact operations that go straight to MPI or
+    NCCL are not counted; the environment opt-in's calls, the DCT hook's,
+    alltoall_rows and allreduce_rowsparse are (CPU and CUDA tensors together)."""
     return backend_of(group).comm_stats()
 
 

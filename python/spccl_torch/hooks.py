@@ -236,6 +236,6 @@ def dct_hook(state: DCTState, bucket):
         return fut.then(lambda f: f.value()[0].div_(world))
     comp, carried = state._bucket(index, bucket, buf.numel())
     if carried is not None:
-        buf.add_(carried.to(buf.dtype).view_as(buf))
+        buf.add_(carried.to(device=buf.device, dtype=buf.dtype).view_as(buf))
     fut = comp.allreduce(buf, False).get_future()
     return fut.then(lambda f: f.value()[0].div_(world))

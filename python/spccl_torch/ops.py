@@ -38,7 +38,8 @@ def alltoall_rows(x, density, group=None):
     ``max(1, ceil(density * row_len))`` entries of largest magnitude; the result
     holds the blocks received, zeros at the dropped positions. The backward pass
     sends back the gradients of exactly the kept entries (zeros elsewhere).
-    float32, float16 and bfloat16 CPU tensors."""
+    float32, float16 and bfloat16; CPU tensors, or CUDA tensors where
+    :func:`spccl_torch.cuda_built` (spccl's NCCL communicator)."""
     return _AlltoallRows.apply(x, density, group)
 
 
@@ -50,7 +51,8 @@ def allreduce_rowsparse(ids, rows, group=None):
     sorted unique ids of the union over ranks, each with the sum of all its
     rows (summed in fp32, fp64 for float64, in rank order; duplicates merged
     first on each rank). ``n`` may differ between ranks, and be 0; row_len and
-    dtype may not. CPU tensors; a bad argument fails on every rank."""
+    dtype may not. CPU or CUDA tensors (as ``alltoall_rows``); a bad argument
+    fails on every rank."""
     from . import backend_of
 
     return _C.allreduce_rowsparse(backend_of(group), ids.contiguous(), rows.contiguous())

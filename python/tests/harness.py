@@ -33,11 +33,12 @@ def job_dir():
     return d
 
 
-def init_spccl_and_gloo(name):
+def init_spccl_and_gloo(name, timeout=None):
     """World group on spccl (file store) plus a separate gloo group for reference
-    results and for agreeing on pass/fail."""
+    results and for agreeing on pass/fail. timeout: the spccl group's (a timedelta)."""
     d = job_dir()
-    dist.init_process_group("spccl", init_method=f"file://{d}/{name}_spccl", rank=RANK, world_size=WORLD)
+    kw = {} if timeout is None else {"timeout": timeout}
+    dist.init_process_group("spccl", init_method=f"file://{d}/{name}_spccl", rank=RANK, world_size=WORLD, **kw)
     # A short timeout: if one rank cannot join, the others fail in minutes, not ctest's 600 s.
     gloo = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=120))
     return gloo
