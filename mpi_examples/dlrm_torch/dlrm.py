@@ -12,8 +12,11 @@ their samples through spccl_torch.alltoall_rows (DCT-MP: each row keeps its
 largest entries, the backward returns the gradients of exactly those) or, exact,
 through the spccl backend's all_to_all_single; the MLPs are wrapped in DDP with
 spccl's DCT hook (DCT-DP: thresholded allreduce with error feedback) or an
-exact sum hook over the backend's all_reduce. The synthetic data (data.py) is the C++
-generator's, sample for sample.
+exact sum hook over the backend's all_reduce. With --hot-rows the most frequent
+ids of every table are replicated on every rank, by the C++ example's rules: only
+the sums of a bag's cold ids cross the exchange, and the hot rows' gradients are
+summed over ranks by spccl_torch.allreduce_rowsparse. The synthetic data (data.py)
+is the C++ generator's, sample for sample.
 """
 import argparse
 import math
@@ -102,6 +105,19 @@ def build_parser():
                    help="DDP's bucket size in MiB (default: DDP's, 25 with a first bucket of 1): one "
                         "compressor per bucket; a size below the smallest parameter gives one bucket, and "
                         "one compressor, per weight and per bias")
+    t.add_argument("--emb-update", choices=["per-sample", "merged"], default=None,
+                   help="table updates once per occurrence of an id in global sample order, or once per distinct "
+                        "id on its gradient summed over the global batch (default per-sample; merged, and only "
+                        "merged, with --hot-rows; --compare gives both runs the same rule)")
+    t.add_argument("--hot-rows", type=ranged(int, 0, 100000000), default=0, metavar="N",
+                   help="replicate each table's N most frequent ids on every rank: only bags with a cold id cross "
+                        "the alltoall, the hot rows' gradients go through the row-sparse allreduce (exact; 0 = off; "
+                        "--compare: the compressed run only)")
+    t.add_argument("--hot-min-count", type=ranged(int, 1, 1000000000), default=4096, metavar="C",
+                   help="an id is hot only if seen at least C times in the --hot-sample samples (4096: in 64 or "
+                        "more bags per step of 1024 samples)")
+    t.add_argument("--hot-sample", type=ranged(int, 1, 10**10), default=65536, metavar="N",
+                   help="training samples counted to pick the hot ids (the first N)")
     t.add_argument("--dense", action="store_true", help="exact collectives only (the baseline)")
     t.add_argument("--seed", type=ranged(int, 0, 2**63 - 1), default=1)
     t.add_argument("--eval-samples", type=ranged(int, 1, 1000000000), default=32768)
@@ -133,6 +149,9 @@ def build_parser():
     x.add_argument("--inject-routing-bug", action="store_true",
                    help="send each sample's embedding rows to the next rank's samples (gradients come back "
                         "the same wrong way), in the P-rank runs only")
+    x.add_argument("--inject-hot-bug", action="store_true",
+                   help="update the hot rows from each rank's own samples only (no allreduce), in the P-rank "
+                        "runs only")
     x.add_argument("--inject-reference-offset", type=ranged(float, -1, 1), default=0.0, metavar="X",
                    help="add X to the 1-process reference's output bias (every logit) before it trains")
     return p
@@ -150,6 +169,14 @@ def parse_args(argv):
         p.error(f"the top MLP's last size must be 1 (one logit), got {a.top_mlp[-1]}")
     if a.compare and a.dense:
         p.error("--compare runs the exact baseline itself: drop --dense")
+    if a.hot_rows > 0:
+        if a.emb_update == "per-sample":
+            p.error("--hot-rows needs --emb-update merged (the hot rows' gradients arrive merged over the batch)")
+        a.emb_update = "merged"
+    elif a.inject_hot_bug:
+        p.error("--inject-hot-bug perturbs the hot rows' update: add --hot-rows")
+    if a.emb_update is None:
+        a.emb_update = "per-sample"
     try:
         a.sizes = dlrm_data.parse_table_sizes(a.table_sizes, a.tables)
     except ValueError as e:
@@ -165,6 +192,9 @@ def parse_args(argv):
             p.error(f"--parity-steps {a.parity_steps} is more than --steps {a.steps}")
         if a.inject_reference_offset != 0.0 and not a.check_single:
             p.error("--inject-reference-offset perturbs --check-single's reference: add --check-single")
+        if a.check_single and a.compare and a.hot_rows > 0:
+            p.error("--check-single checks the exact run, which --compare keeps without hot rows: drop --compare "
+                    "to check --hot-rows")
     elif a.bag != 1:
         p.error("--write-tsv needs --bag 1 (Criteo rows have one id per column)")
     return a
@@ -281,21 +311,45 @@ def interact(torch, z, emb):
     return torch.cat([z, gram[:, iu, ju]], dim=1)
 
 
-def embedding_update(torch, a, w, accum, ids, grad):
-    """Sparse update of one table from its per-sample gradients grad [B, dim]
-    (ids [B, bag]), as the C++ example makes it: sample by sample in global
-    order, SGD or row-wise Adagrad, where each occurrence of an id first adds the
-    mean of its squared gradient to the row's accumulator and then steps by
-    emb_lr / (sqrt(accumulator) + 1e-8). Vectorised: occurrences sorted by id
-    (stably, so in sample order), the accumulator a running sum per id."""
+def occurrences(ids, grad):
+    """Each id of the bags ids [n, bag] with its bag's gradient (grad [n, dim]),
+    in sample order: ([n * bag], [n * bag, dim])."""
     flat = ids.reshape(-1)
-    g = grad.repeat_interleave(ids.shape[1], dim=0) if ids.shape[1] > 1 else grad
+    return flat, (grad.repeat_interleave(ids.shape[1], dim=0) if ids.shape[1] > 1 else grad)
+
+
+def update_rows(torch, a, w, accum, ids, g):
+    """One update per row (the C++ example's updateRow): ids distinct, g [n, dim]
+    each row's gradient; SGD, or row-wise Adagrad, where the row's accumulator
+    first gains the mean of its squared gradient and the row then steps by
+    emb_lr / (sqrt(accumulator) + 1e-8)."""
     if a.optimizer != "adagrad":
-        w.index_add_(0, flat, g, alpha=-a.emb_lr)
+        w.index_add_(0, ids, g, alpha=-a.emb_lr)
         return
-    order = torch.sort(flat, stable=True).indices
-    sid, sg = flat[order], g[order]
-    s = (sg * sg).sum(dim=1, dtype=torch.float64) / grad.shape[1]
+    acc = accum[ids] + (g * g).sum(dim=1) / g.shape[1]
+    accum[ids] = acc
+    w.index_add_(0, ids, -(a.emb_lr / (acc.sqrt() + 1e-8)).unsqueeze(1) * g)
+
+
+def embedding_update(torch, a, w, accum, ids, g):
+    """Sparse update of one table from the occurrences of its ids, ids [m] with
+    their gradients g [m, dim] in global sample order, as the C++ example makes
+    it. --emb-update merged: each id's gradients summed, then one update per
+    distinct id (FBGEMM's exact row-wise Adagrad). per-sample: one update per
+    occurrence, in order, where each occurrence first adds the mean of its
+    squared gradient to the row's accumulator and then steps by
+    emb_lr / (sqrt(accumulator) + 1e-8); vectorised: occurrences sorted by id
+    (stably, so in sample order), the accumulator a running sum per id."""
+    if a.emb_update == "merged":
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        update_rows(torch, a, w, accum, uniq, torch.zeros(uniq.shape[0], g.shape[1]).index_add_(0, inv, g))
+        return
+    if a.optimizer != "adagrad":
+        w.index_add_(0, ids, g, alpha=-a.emb_lr)
+        return
+    order = torch.sort(ids, stable=True).indices
+    sid, sg = ids[order], g[order]
+    s = (sg * sg).sum(dim=1, dtype=torch.float64) / g.shape[1]
     uniq, counts = torch.unique_consecutive(sid, return_counts=True)
     csum = torch.cumsum(s, 0)
     ends = torch.cumsum(counts, 0)
@@ -306,19 +360,84 @@ def embedding_update(torch, a, w, accum, ids, grad):
     accum[uniq] = acc[ends - 1].float()
 
 
+def table_checksums(torch, a, tables):
+    """The C++ example's two checksums per table (float64): the sum of its
+    weights and a position-weighted sum (weight mix(i) % 7 - 3 for flat index i),
+    which a row in the wrong place changes. tables: {t: [rows, dim]}; [T, 2],
+    zeros for the tables not given."""
+    out = torch.zeros(a.tables, 2, dtype=torch.float64)
+    for t, w in tables.items():
+        flat = w.reshape(-1).double()
+        out[t, 0] = flat.sum()
+        chunk = 1 << 22
+        for lo in range(0, flat.numel(), chunk):
+            i = np.arange(lo, min(lo + chunk, flat.numel()), dtype=np.uint64)
+            weight = torch.from_numpy((dlrm_data.splitmix(i) % np.uint64(7)).astype(np.float64) - 3.0)
+            out[t, 1] += (flat[lo:lo + weight.numel()] * weight).sum()
+    return out
+
+
+class HotRows:
+    """The hot rows (the C++ example's chooseHotRows): per table, the --hot-rows
+    ids seen most often, at least --hot-min-count times, in the first
+    --hot-sample training samples (ties: the lower id). Every rank counts the
+    same samples, so every rank picks the same rows, in the same slots: key =
+    offset[t] + slot, slots most frequent first, as in the C++ example (the
+    row-sparse allreduce's partition places rows by key). cold_load[t] = the
+    counted bags with a cold id: with hot rows the alltoall carries only those,
+    so tables are balanced over the ranks by it instead of by rows."""
+
+    def __init__(self, torch, a, source):
+        self.torch = torch
+        counts = [np.zeros(n, dtype=np.int64) for n in a.sizes]
+        seen = []
+        chunk = 8192
+        for first in range(0, a.hot_sample, chunk):
+            ids = source.train(first, min(chunk, a.hot_sample - first)).ids
+            for t in range(a.tables):
+                counts[t] += np.bincount(ids[:, t, :].reshape(-1), minlength=a.sizes[t])
+            seen.append(ids)
+        self.ids = []
+        for c in counts:
+            cand = np.flatnonzero(c >= a.hot_min_count)
+            self.ids.append(cand[np.lexsort((cand, -c[cand]))][:a.hot_rows])
+        self.offset = np.concatenate([[0], np.cumsum([len(h) for h in self.ids])]).astype(np.int64)
+        self.total = int(self.offset[-1])
+        # key_of[t][id]: the row's key, -1 for a cold id
+        self.key_of = []
+        for t, h in enumerate(self.ids):
+            k = torch.full((a.sizes[t],), -1, dtype=torch.int64)
+            k[torch.from_numpy(h)] = torch.arange(int(self.offset[t]), int(self.offset[t + 1]))
+            self.key_of.append(k)
+        self.cold_load = [0] * a.tables
+        for ids in seen:
+            for t in range(a.tables):
+                self.cold_load[t] += int((self.key_of[t].numpy()[ids[:, t, :]] < 0).any(axis=1).sum())
+
+    def cold(self, ids):
+        """[n, T] bool: the bag (sample, table) has a cold id."""
+        return self.torch.stack([(k[ids[:, t, :]] < 0).any(dim=1) for t, k in enumerate(self.key_of)], dim=1)
+
+    def keys(self, ids):
+        """[n, T, bag]: each id's key, -1 for the cold ones."""
+        return self.torch.stack([k[ids[:, t, :]] for t, k in enumerate(self.key_of)], dim=1)
+
+
 # ---------------------------------------------------------------------------
 # Training
 
 
 class Run:
-    """One training run (exact or compressed) on every rank."""
+    """One training run (exact or compressed) on every rank; hot: a HotRows, or
+    None for every row in its owner's table only."""
 
-    def __init__(self, torch, dist, spccl_torch, a, source, compressed, label):
+    def __init__(self, torch, dist, spccl_torch, a, source, compressed, label, hot=None):
         self.torch, self.dist, self.spccl = torch, dist, spccl_torch
         self.a, self.source, self.compressed, self.label = a, source, compressed, label
+        self.hot = hot
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.local = a.batch // self.world
-        self.owner = assign_tables(a.sizes, self.world)
+        self.owner = assign_tables(hot.cold_load if hot else a.sizes, self.world)
         self.owned_by = [[t for t in range(a.tables) if self.owner[t] == r] for r in range(self.world)]
         self.max_owned = max(1, max(len(v) for v in self.owned_by))
         # table t's position among the received rows of a sample: owner * max_owned + slot
@@ -326,6 +445,20 @@ class Run:
                                        for t in range(a.tables)])
         self.tables = {t: make_table(torch, a, t) for t in self.owned_by[self.rank]}
         self.accum = {t: torch.zeros(a.sizes[t]) for t in self.tables}
+        if hot:
+            # Every replica starts as its owner's row; the owner's own copy of a
+            # hot row stays unused (checksums() puts the replica in its place).
+            self.hot_w = torch.empty(hot.total, a.dim)
+            self.hot_accum = torch.zeros(hot.total)
+            for t in range(a.tables):
+                lo, hi = int(hot.offset[t]), int(hot.offset[t + 1])
+                if hi > lo:
+                    w = self.tables[t] if t in self.tables else make_table(torch, a, t)
+                    self.hot_w[lo:hi] = w[torch.from_numpy(hot.ids[t])]
+        # Per training step, summed: the exact convention of the blocks sent, the
+        # hot rows' allreduce (sent, spccl's dense count), and the bags and rows.
+        self.convention = self.hot_sent = self.hot_dense = 0.0
+        self.bags_seen = self.hot_bags = self.rows_used = self.rows_sent = 0.0
         from torch.nn.parallel import DistributedDataParallel as DDP
         self.bottom = DDP(make_mlp(torch, [dlrm_data.DENSE_FEATURES] + a.bottom_mlp, True, a.seed * 2 + 1),
                           bucket_cap_mb=a.bucket_mb)
@@ -354,35 +487,114 @@ class Run:
 
     # the exchange -----------------------------------------------------------
     def exchange(self, send):
-        """send [B * max_owned, dim], block j = rows for rank j's samples."""
+        """send [P * rows, dim], block j = rows for rank j's samples."""
         if self.mp_compressed:
             return self.spccl.alltoall_rows(send, self.a.mp_density)
         return _exact_alltoall(self.torch, self.dist).apply(send)
 
-    def pooled(self, ids):
-        """[B * max_owned, dim]: row (g * max_owned + slot) = this rank's table in
-        that slot, pooled for sample g; zeros in the padding slots."""
+    def layout(self, ids, training):
+        """With hot rows, the places of the rows of one batch (the C++ example's
+        layoutRows): only the bags with a cold id have a row, packed per (owner,
+        receiver) pair in sample order and then the owner's slots, every block as
+        large as the largest pair's count, so the alltoall's blocks are equal.
+        Every rank has the global batch's ids and the hot set, so sender and
+        receiver agree on every place without exchanging it. Returns (rows per
+        block, send_pos [n, owned]: the row of each of this rank's bags, -1 for
+        none; src [local * T]: the received row of each of this rank's samples'
+        bags, rows * P (a zero row) for none)."""
+        torch, p = self.torch, self.world
+        n = ids.shape[0]
+        local = n // p
+        cold = self.hot.cold(ids)
+        counts = torch.stack([cold[:, v].reshape(p, local * len(v)).sum(dim=1) for v in self.owned_by])
+        most = int(counts.max())
+        mine = self.owned_by[self.rank]
+        m = cold[:, mine].reshape(p, local * len(mine))
+        pos = torch.cumsum(m, dim=1) - 1 + torch.arange(p).unsqueeze(1) * most
+        send_pos = torch.where(m, pos, -1).reshape(n, len(mine))
+        src = torch.full((local, self.a.tables), p * most, dtype=torch.int64)
+        here = cold[self.rank * local:(self.rank + 1) * local]
+        for j, v in enumerate(self.owned_by):
+            if v:
+                mj = here[:, v].reshape(-1)
+                src[:, v] = torch.where(mj, torch.cumsum(mj, 0) - 1 + j * most, p * most).reshape(local, len(v))
+        if training:
+            self.bags_seen += cold.numel()
+            self.hot_bags += float((~cold).sum())
+            self.rows_used += float(counts.sum())
+            self.rows_sent += most * p * p
+            self.convention += 2.0 * (p - 1) * most * self.a.dim * 4
+        return most, send_pos, src.reshape(-1)
+
+    def pooled(self, ids, lay=None):
+        """The rows this rank sends. Without hot rows [B * max_owned, dim]: row
+        (g * max_owned + slot) = this rank's table in that slot, pooled for sample
+        g; zeros in the padding slots. With hot rows [P * rows, dim]: each bag's
+        cold ids summed, at its place in lay (the receiver adds the hot ones)."""
         torch = self.torch
         n = ids.shape[0]
-        out = torch.zeros(n, self.max_owned, self.a.dim)
+        if lay is None:
+            out = torch.zeros(n, self.max_owned, self.a.dim)
+            for slot, t in enumerate(self.owned_by[self.rank]):
+                idx = ids[:, t, :]
+                out[:, slot] = self.tables[t][idx].sum(dim=1) if idx.shape[1] > 1 else self.tables[t][idx[:, 0]]
+            return out.reshape(n * self.max_owned, self.a.dim)
+        most, send_pos, _ = lay
+        out = torch.zeros(self.world * most, self.a.dim)
         for slot, t in enumerate(self.owned_by[self.rank]):
-            idx = ids[:, t, :]
-            out[:, slot] = self.tables[t][idx].sum(dim=1) if idx.shape[1] > 1 else self.tables[t][idx[:, 0]]
-        return out.reshape(n * self.max_owned, self.a.dim)
+            sel = send_pos[:, slot] >= 0
+            idx = ids[sel, t, :]
+            rows = self.tables[t][idx] * (self.hot.key_of[t][idx] < 0).unsqueeze(-1)
+            out[send_pos[sel, slot]] = rows.sum(dim=1)
+        return out
 
-    def forward(self, batch, ids, send):
-        torch = self.torch
+    def forward(self, batch, ids, send, lay=None):
+        torch, a = self.torch, self.a
         n = batch.n
         local = n // self.world
-        if self.a.inject_routing_bug:  # testing only: block j carries rank j-1's samples' rows
-            send = send.view(self.world, -1, self.a.dim).roll(1, 0).reshape(send.shape)
-        recv = self.exchange(send)
-        emb = recv.view(self.world, local, self.max_owned, self.a.dim).permute(1, 0, 2, 3)
-        emb = emb.reshape(local, self.world * self.max_owned, self.a.dim)[:, self.table_pos]
         first = self.rank * local
+        if a.inject_routing_bug and send.shape[0] > 0:  # testing only: block j carries rank j-1's samples' rows
+            send = send.view(self.world, -1, a.dim).roll(1, 0).reshape(send.shape)
+        if lay is None:
+            recv = self.exchange(send)
+            emb = recv.view(self.world, local, self.max_owned, a.dim).permute(1, 0, 2, 3)
+            emb = emb.reshape(local, self.world * self.max_owned, a.dim)[:, self.table_pos]
+        else:
+            # A batch whose bags are all hot sends nothing (every rank knows it).
+            recv = self.exchange(send) if lay[0] > 0 else send
+            emb = torch.cat([recv, recv.new_zeros(1, a.dim)])[lay[2]]
+            # The bags' hot rows from the replicas; their gradients, summed per
+            # row over this rank's samples, arrive in self.hot_grad's leaf.
+            keys = self.hot.keys(ids[first:first + local])
+            hot = keys >= 0
+            bag_of = torch.arange(local * a.tables).repeat_interleave(a.bag).view(keys.shape)
+            uniq, inv = torch.unique(keys[hot], return_inverse=True)
+            leaf = self.hot_w[uniq]
+            if torch.is_grad_enabled():
+                leaf.requires_grad_(True)
+            emb = emb.index_add(0, bag_of[hot], leaf[inv]).view(local, a.tables, a.dim)
+            self.hot_grad = (uniq, leaf)
         dense = torch.from_numpy(batch.dense[first:first + local])
         z = self.bottom(dense)
         return self.top(interact(torch, z, emb)).squeeze(1)
+
+    def update_hot(self):
+        """The hot rows' update: this rank's merged gradients summed over ranks by
+        the row-sparse allreduce (bit for bit the same on every rank), then one
+        update per row on every replica."""
+        torch, a = self.torch, self.a
+        uniq, leaf = self.hot_grad
+        self.hot_grad = None
+        grad = leaf.grad if leaf.grad is not None else torch.zeros(uniq.shape[0], a.dim)
+        if a.inject_hot_bug and self.world > 1:  # testing only: each replica follows its own rank's samples
+            keys, rows = uniq, grad
+        else:
+            s0 = self.spccl.get_stats()
+            keys, rows = self.spccl.allreduce_rowsparse(uniq, grad)
+            s1 = self.spccl.get_stats()
+            self.hot_sent += s1["bytes_sent"] - s0["bytes_sent"]
+            self.hot_dense += s1["dense_bytes"] - s0["dense_bytes"]
+        update_rows(torch, a, self.hot_w, self.hot_accum, keys, rows)
 
     def counters(self):
         s = self.spccl.get_stats()
@@ -413,42 +625,58 @@ class Run:
         for s in range(a.steps):
             batch = self.source.train(s * a.batch, a.batch)
             ids = torch.from_numpy(batch.ids)
-            send = self.pooled(ids).requires_grad_(True)
-            logit = self.forward(batch, ids, send)
+            lay = self.layout(ids, True) if self.hot else None
+            send = self.pooled(ids, lay).requires_grad_(True)
+            logit = self.forward(batch, ids, send, lay)
             first = self.rank * self.local
             y = torch.from_numpy(batch.labels[first:first + self.local])
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y, reduction="sum") / a.batch
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt.step()
-            g = send.grad.view(a.batch, self.max_owned, a.dim)
-            for slot, t in enumerate(self.owned_by[self.rank]):
-                embedding_update(torch, a, self.tables[t], self.accum[t], ids[:, t, :], g[:, slot])
+            if lay is None:
+                g = send.grad.view(a.batch, self.max_owned, a.dim)
+                for slot, t in enumerate(self.owned_by[self.rank]):
+                    embedding_update(torch, a, self.tables[t], self.accum[t], *occurrences(ids[:, t, :], g[:, slot]))
+            else:
+                # The cold ids of the bags this rank sent (hot ones: update_hot).
+                for slot, t in enumerate(self.owned_by[self.rank]):
+                    sel = lay[1][:, slot] >= 0
+                    if bool(sel.any()):
+                        flat, g = occurrences(ids[sel, t, :], send.grad[lay[1][sel, slot]])
+                        cold = self.hot.key_of[t][flat] < 0
+                        embedding_update(torch, a, self.tables[t], self.accum[t], flat[cold], g[cold])
+                self.update_hot()
             loss_value = loss.item() * p
             loss_total += loss_value
             if progress:
                 progress.update(s + 1, loss_value)
             if s + 1 == parity_at:
-                self.parity = self.evaluate()[0], self.mlp_params().clone()
+                self.parity = self.evaluate()[0], self.mlp_params().clone(), self.checksums()
         elapsed = time.monotonic() - start
         c1 = self.counters()
         steps = max(a.steps, 1)
+        convention = self.convention / steps if self.hot else mp_dense_step
         if self.mp_compressed:
             mp_sent, mp_dense = (c1 - c0) / steps
         else:
-            mp_sent = mp_dense = mp_dense_step
+            mp_sent, mp_dense = convention + self.hot_sent / steps, convention + self.hot_dense / steps
         if self.states:
             dp_sent, dp_dense = (x / steps for x in self.dp_bytes())
         else:
             dp_sent = dp_dense = ex_dense
-        v = torch.tensor([mp_sent, mp_dense, dp_sent, dp_dense, loss_total / steps], dtype=torch.float64)
+        v = torch.tensor([mp_sent, mp_dense, dp_sent, dp_dense, loss_total / steps, self.hot_sent / steps,
+                          self.hot_dense / steps, convention], dtype=torch.float64)
         self.dist.all_reduce(v)
         v /= p
         t = torch.tensor([elapsed], dtype=torch.float64)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return {"mp": v[0].item(), "mp_dense": v[1].item(), "dp": v[2].item(), "dp_dense": v[3].item(),
-                "train_loss": v[4].item(), "step_ms": t.item() / steps * 1e3, "mp_dense_convention": mp_dense_step,
-                "dp_dense_convention": ex_dense, "mp_compressed": self.mp_compressed}
+                "train_loss": v[4].item(), "step_ms": t.item() / steps * 1e3, "mp_dense_convention": v[7].item(),
+                "dp_dense_convention": ex_dense, "mp_compressed": self.mp_compressed, "mp_hot": v[5].item(),
+                "mp_hot_dense": v[6].item(), "hot_rows": self.hot.total if self.hot else 0,
+                "hot_bag_share": self.hot_bags / self.bags_seen if self.bags_seen else 0.0,
+                "pad_share": 1.0 - self.rows_used / self.rows_sent if self.rows_sent else 0.0}
 
     def evaluate(self):
         """Held-out probabilities in global sample order (rank 0), the exchange
@@ -461,17 +689,38 @@ class Run:
                 n = min(a.batch, total - first)
                 batch = self.source.eval(first, n)
                 ids = torch.from_numpy(batch.ids)
-                logit = self.forward(batch, ids, self.pooled(ids))
+                lay = self.layout(ids, False) if self.hot else None
+                logit = self.forward(batch, ids, self.pooled(ids, lay), lay)
                 mine = torch.sigmoid(logit).contiguous()
                 parts = [torch.empty_like(mine) for _ in range(self.world)]
                 self.dist.all_gather(parts, mine)
                 probs.append(torch.cat(parts).numpy())
                 labels.append(batch.labels)
                 teacher.append(batch.teacher)
+        self.hot_grad = None
         return np.concatenate(probs), np.concatenate(labels), np.concatenate(teacher)
 
     def mlp_params(self):
         return self.torch.cat([q.detach().reshape(-1) for m in (self.bottom, self.top) for q in m.parameters()])
+
+    def replicated(self):
+        """What must be bitwise equal on every rank: the MLPs, and the hot rows."""
+        mlp = self.mlp_params()
+        return self.torch.cat([mlp, self.hot_w.reshape(-1)]) if self.hot else mlp
+
+    def checksums(self):
+        """table_checksums of every table, summed over the owners (on every
+        rank), the hot rows' replicas in their owners' places."""
+        tables = {}
+        for t, w in self.tables.items():
+            if self.hot and len(self.hot.ids[t]):
+                w = w.clone()
+                lo, hi = int(self.hot.offset[t]), int(self.hot.offset[t + 1])
+                w[self.torch.from_numpy(self.hot.ids[t])] = self.hot_w[lo:hi]
+            tables[t] = w
+        out = table_checksums(self.torch, self.a, tables)
+        self.dist.all_reduce(out)
+        return out
 
 
 def _sum_hook(_, bucket):
@@ -518,8 +767,9 @@ def metrics(p, y):
 
 
 def single_reference(torch, a, source):
-    """The exact run's global batches in one process: every table local, the
-    loss the mean over the global batch, no communication."""
+    """The exact run's global batches in one process: every table local (no
+    hot rows: replicating them must change nothing), the loss the mean over the
+    global batch, no communication."""
     tables = [make_table(torch, a, t) for t in range(a.tables)]
     accum = [torch.zeros(s) for s in a.sizes]
     bottom = make_mlp(torch, [dlrm_data.DENSE_FEATURES] + a.bottom_mlp, True, a.seed * 2 + 1)
@@ -548,7 +798,8 @@ def single_reference(torch, a, source):
         loss.backward()
         opt.step()
         for t in range(a.tables):
-            embedding_update(torch, a, tables[t], accum[t], ids[:, t, :], emb.grad[:, t])
+            embedding_update(torch, a, tables[t], accum[t], *occurrences(ids[:, t, :], emb.grad[:, t]))
+    checksums = table_checksums(torch, a, dict(enumerate(tables)))
     total = a.eval_samples // WORLD_ENV * WORLD_ENV
     probs = []
     with torch.no_grad():
@@ -556,7 +807,7 @@ def single_reference(torch, a, source):
             batch = source.eval(first, min(a.batch, total - first))
             ids = torch.from_numpy(batch.ids)
             probs.append(torch.sigmoid(fwd(batch, ids, pooled(ids))).numpy())
-    return np.concatenate(probs), torch.cat([q.detach().reshape(-1) for q in params])
+    return np.concatenate(probs), torch.cat([q.detach().reshape(-1) for q in params]), checksums
 
 
 def human(b):
@@ -610,13 +861,22 @@ def main(argv):
     rank, world = dist.get_rank(), dist.get_world_size()
     source = dlrm_data.SyntheticSource(a.seed, a.sizes, a.bag, a.zipf, a.noise, a.eval_samples)
     owner = assign_tables(a.sizes, world)
+    # Chosen once: --compare's exact run is its baseline, without hot rows.
+    hot = HotRows(torch, a, source) if a.hot_rows > 0 else None
     if rank == 0:
         print(f"{world} ranks, global batch {a.batch}, {a.steps} steps, {a.tables} tables (dim {a.dim}), "
               f"tables per rank {[owner.count(r) for r in range(world)]}, DP density {a.dp_density:g}, "
-              f"MP density {a.mp_density:g} ({codec} values), tau every {a.tau_interval} steps", flush=True)
+              f"MP density {a.mp_density:g} ({codec} values), tau every {a.tau_interval} steps, "
+              f"{a.emb_update} table updates", flush=True)
+        if hot:
+            hot_owner = assign_tables(hot.cold_load, world)
+            print(f"hot rows{' (compressed run)' if a.compare else ''}: up to {a.hot_rows} per table seen >= "
+                  f"{a.hot_min_count} times in the first {a.hot_sample} samples, {hot.total} replicated; tables "
+                  f"per rank by cold load {[hot_owner.count(r) for r in range(world)]}", flush=True)
 
     def one(compressed, label):
-        run = Run(torch, dist, spccl_torch, a, source, compressed, label)
+        run = Run(torch, dist, spccl_torch, a, source, compressed, label,
+                  hot if compressed or not a.compare else None)
         res = run.train(a.parity_steps if a.check_single and not compressed else 0)
         if not compressed and a.check_single:
             res["parity"] = run.parity
@@ -624,13 +884,12 @@ def main(argv):
         res.update(metrics(p, y))
         res["teacher_auc"] = dlrm_data.auc(teacher, y)
         res["probs"] = p
-        params = run.mlp_params()
+        params = run.replicated()
         root = params.clone()
         dist.broadcast(root, 0)
         same = torch.tensor([1 if torch.equal(root, params) else 0], dtype=torch.int32)
         dist.all_reduce(same, op=dist.ReduceOp.MIN)
         res["replicas_identical"] = bool(same.item())
-        res["params"] = params
         if rank == 0:
             print(f"[{label}] held-out: AUC {res['auc']:.5f}  logloss {res['logloss']:.5f}  "
                   f"accuracy {res['accuracy']:.5f}  (positives {res['positives']:.3f}, "
@@ -639,6 +898,11 @@ def main(argv):
                   f"{ratio(res['dp_dense'], res['dp']):.1f}x less)  MP {human(res['mp'])} "
                   f"(dense {human(res['mp_dense'])}, {ratio(res['mp_dense'], res['mp']):.1f}x less)  "
                   f"step {res['step_ms']:.1f} ms", flush=True)
+            if res["hot_rows"]:
+                print(f"[{label}] hot rows: {res['hot_rows']} replicated, {100 * res['hot_bag_share']:.1f}% of the "
+                      f"bags all hot (nothing sent), {100 * res['pad_share']:.1f}% of the alltoall's rows padding, "
+                      f"MP = alltoalls {human(res['mp'] - res['mp_hot'])} + hot rows' allreduce "
+                      f"{human(res['mp_hot'])}", flush=True)
         return res
 
     status = 0
@@ -649,14 +913,16 @@ def main(argv):
     if a.compare or not (a.dense or a.check_single):
         results["compressed"] = one(True, "compressed")
     for name, r in results.items():
-        checks.append((f"{name}: MLP replicas bitwise identical on every rank", r["replicas_identical"]))
+        what = "MLP replicas and hot rows" if r["hot_rows"] else "MLP replicas"
+        checks.append((f"{name}: {what} bitwise identical on every rank", r["replicas_identical"]))
         if a.min_auc is not None:
             checks.append((f"{name}: AUC {r['auc']:.5f} >= {a.min_auc}", r["auc"] >= a.min_auc))
     if rank == 0 and a.compare:
         d, c = results["exact"], results["compressed"]
         print(f"\n{world} ranks, global batch {a.batch}, {a.steps} steps, {a.tables} tables (dim {a.dim}), "
               f"DP density {a.dp_density:g}, MP density {a.mp_density:g} ({codec} values), "
-              f"tau every {a.tau_interval} steps")
+              f"tau every {a.tau_interval} steps, {a.emb_update} table updates"
+              + (f", {hot.total} hot rows (compressed run)" if hot else ""))
         print(f"| {'':28s} | {'exact':>14s} | {'compressed':>14s} | {'ratio / diff':>14s} |")
         print(f"|{'-' * 30}|{'-' * 16}|{'-' * 16}|{'-' * 16}|")
         for key, name in (("auc", "held-out AUC"), ("logloss", "held-out logloss"), ("accuracy", "held-out accuracy")):
@@ -678,24 +944,31 @@ def main(argv):
             checks.append((f"compressed MP bytes {c['mp']:.0f} < exact {d['mp']:.0f}", c["mp"] < d["mp"]))
             checks.append((f"compressed DP bytes {c['dp']:.0f} < exact {d['dp']:.0f}", c["dp"] < d["dp"]))
             # spccl's own dense count of the compressed calls is the convention the exact run uses
-            if c["mp_compressed"]:
+            if c["mp_compressed"] and not c["hot_rows"]:
                 checks.append((f"compressed run's MP dense bytes {c['mp_dense']:.0f} = the exact convention "
                                f"{d['mp']:.0f}", abs(c["mp_dense"] - d["mp"]) <= 1e-6 * d["mp"]))
+            elif c["mp_compressed"]:
+                # with hot rows the blocks are the cold bags' (their size varies by step); the
+                # row-sparse allreduce's dense count is its own
+                x, conv = c["mp_dense"] - c["mp_hot_dense"], c["mp_dense_convention"]
+                checks.append((f"compressed run's alltoall dense bytes {x:.0f} = the exact convention of its "
+                               f"blocks {conv:.0f}", abs(x - conv) <= 1e-6 * conv))
     if a.check_single:
         d = results["exact"]
         ok = True
         if rank == 0:
-            p1, params1 = single_reference(torch, a, source)
-            pp, paramsp = d["parity"]
+            p1, params1, sums1 = single_reference(torch, a, source)
+            pp, paramsp, sumsp = d["parity"]
             diff = float(np.max(np.abs(p1 - pp))) if p1.size else 0.0
             pdiff = float((params1 - paramsp).abs().max() / params1.abs().max().clamp_min(1e-30))
+            tdiff = float(((sums1 - sumsp).abs() / sums1.abs().clamp_min(1.0)).max())
             labels = np.concatenate([source.eval(f, min(a.batch, p1.size - f)).labels
                                      for f in range(0, p1.size, a.batch)])
             auc_p, auc1 = dlrm_data.auc(pp, labels), dlrm_data.auc(p1, labels)
-            ok = diff <= a.parity_tol and pdiff <= a.parity_tol
+            ok = diff <= a.parity_tol and pdiff <= a.parity_tol and tdiff <= a.parity_tol
             print(f"parity check ({world} ranks vs 1 process, {a.parity_steps} steps): max |p_P - p_1| {diff:.3g}, "
-                  f"max MLP parameter difference {pdiff:.3g} of the largest, AUC {auc_p:.6f} vs {auc1:.6f}: "
-                  f"{'OK' if ok else 'MISMATCH'}", flush=True)
+                  f"max MLP parameter difference {pdiff:.3g} of the largest, max table checksum difference "
+                  f"{tdiff:.3g} (relative), AUC {auc_p:.6f} vs {auc1:.6f}: {'OK' if ok else 'MISMATCH'}", flush=True)
         flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
         dist.broadcast(flag, 0)
         checks.append((f"parity with a 1-process run within {a.parity_tol:g}", bool(flag.item())))

@@ -24,6 +24,12 @@ CASES = [
     (["--max-auc-diff", "0.1"], "check --compare's two runs: add --compare"),
     (["--check-single", "--steps", "10", "--parity-steps", "20"], "--parity-steps 20 is more than --steps 10"),
     (["--inject-reference-offset", "0.001"], "--inject-reference-offset perturbs --check-single's reference"),
+    (["--hot-rows", "20", "--emb-update", "per-sample"], "--hot-rows needs --emb-update merged"),
+    (["--hot-min-count", "0"], "argument --hot-min-count: expected a number in [1, 1000000000], got '0'"),
+    (["--emb-update", "sum"], "argument --emb-update: invalid choice: 'sum'"),
+    (["--inject-hot-bug"], "--inject-hot-bug perturbs the hot rows' update: add --hot-rows"),
+    (["--compare", "--check-single", "--hot-rows", "20"], "--check-single checks the exact run, which --compare "
+     "keeps without hot rows"),
     (["--optimizer", "adam"], "argument --optimizer: invalid choice: 'adam'"),
     (["--rows-codec", "fp4"], "argument --rows-codec: invalid choice: 'fp4'"),
     (["--bogus"], "unrecognized arguments: --bogus"),
@@ -46,7 +52,8 @@ if r.returncode != 2 or r.stderr:
     failures.append(f"rank 1: exit {r.returncode}, stderr {r.stderr!r}; expected 2 and nothing")
 r = subprocess.run([sys.executable, DLRM, "--help"], capture_output=True, text=True)
 for flag in ("--compare", "--check-single", "--dp-density", "--mp-density", "--dp-exact-steps", "--rows-codec", "--progress",
-             "--write-tsv", "--inject-routing-bug", "--inject-reference-offset"):
+             "--write-tsv", "--emb-update", "--hot-rows", "--hot-min-count", "--hot-sample", "--inject-routing-bug",
+             "--inject-hot-bug", "--inject-reference-offset"):
     if r.returncode != 0 or flag not in r.stdout:
         failures.append(f"--help: exit {r.returncode}, {flag} not listed")
 if failures:
